@@ -1,0 +1,66 @@
+"""The speed corpus of DEVELOPERS.md, generated from the running interpreter.
+
+Every ``.py`` file of the standard library (``sysconfig.get_paths()["stdlib"]``,
+``site-packages`` excluded, sorted walk), split on whitespace into 180-word
+windows with a 90-word stride; 500 queries of 2-6 lowercase word tokens drawn
+from random chunks with ``random.Random(0)``.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import sysconfig
+from pathlib import Path
+
+WINDOW = 180
+STRIDE = 90
+
+
+def stdlib_files() -> list[Path]:
+    root = Path(sysconfig.get_paths()["stdlib"])
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d != "site-packages")
+        for name in sorted(filenames):
+            if name.endswith(".py"):
+                out.append(Path(dirpath) / name)
+    return out
+
+
+def chunks() -> list[str]:
+    out = []
+    for path in stdlib_files():
+        try:
+            words = path.read_text(encoding="utf-8", errors="replace").split()
+        except OSError:
+            continue
+        if not words:
+            continue
+        start = 0
+        while True:
+            out.append(" ".join(words[start : start + WINDOW]))
+            if start + WINDOW >= len(words):
+                break
+            start += STRIDE
+    return out
+
+
+def queries(corpus: list[str], n: int = 500) -> list[str]:
+    rng = random.Random(0)
+    out = []
+    while len(out) < n:
+        tokens = re.findall(r"\w+", rng.choice(corpus).lower())
+        length = rng.randint(2, 6)
+        if len(tokens) < length:
+            continue
+        start = rng.randrange(len(tokens) - length + 1)
+        out.append(" ".join(tokens[start : start + length]))
+    return out
+
+
+if __name__ == "__main__":
+    c = chunks()
+    print(len(c), "chunks", sum(len(x.split()) for x in c) // 2, "words (approx, overlap halved)")
+    print(queries(c)[:10])

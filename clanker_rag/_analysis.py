@@ -1,0 +1,189 @@
+"""Turning text into index terms.
+
+The analyser is part of the index: its settings are saved with it, so a query
+is always analysed exactly like the documents it is matched against.
+
+Pipeline for one raw word token (a maximal run of word characters, or a run
+of at most 16 CJK characters):
+
+1. Code-aware splitting: ``getUserName``, ``get_user_name`` and ``HTTPServer2``
+   yield the whole lowercased identifier *and* its parts (``get``, ``user``,
+   ``name``; ``http``, ``server``, ``2``), so prose queries find code and code
+   queries find prose.
+2. Case folding (``str.casefold``), so ``Straße`` matches ``STRASSE``.
+3. Stopword removal (English list, on by default).
+4. Stemming (Snowball English / Porter2, on by default).
+5. CJK runs become overlapping character bigrams instead of one giant token.
+
+Results are cached per distinct raw token, which is what makes analysis cheap:
+corpora repeat the same few hundred thousand words millions of times.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from itertools import chain
+from typing import Any
+
+from ._exceptions import ConfigError
+from ._stemmer import stem as porter2_stem
+from ._stopwords import ENGLISH_STOPWORDS
+
+__all__ = ["Analyzer", "find_words", "split_words"]
+
+# Hiragana, Katakana and the CJK ideograph blocks: scripts written without
+# spaces, where a "word" run can span a whole paragraph.
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+# Capturing group: ``split`` then returns gap, word, gap, word, ..., gap.
+WORD_SPLIT = re.compile(rf"([^\W{_CJK}]+|[{_CJK}]{{1,16}})")
+# The same split for pure-ASCII text, where it is equivalent and twice as fast.
+_ASCII_SPLIT = re.compile(r"(\w+)", re.ASCII)
+_CJK_RUN = re.compile(rf"[{_CJK}]")
+_IDENT_PART = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+|[^\W_0-9A-Za-z]+")
+
+_MAX_CACHE = 2_000_000
+
+
+def split_words(text: str) -> list[str]:
+    """Split ``text`` into alternating gaps and words: ``[gap, word, gap, ..., gap]``.
+
+    The list always has odd length; ``"".join`` of it is ``text`` again, which
+    is what lets chunking return exact slices of the original.
+    """
+    return (_ASCII_SPLIT if text.isascii() else WORD_SPLIT).split(text)
+
+
+def find_words(text: str) -> list[str]:
+    """The words of ``text``, as :func:`split_words` finds them."""
+    return (_ASCII_SPLIT if text.isascii() else WORD_SPLIT).findall(text)
+
+
+class _TermCache(dict[str, tuple[str, ...]]):
+    """Raw token -> analysed terms; ``__missing__`` keeps hits at C speed."""
+
+    __slots__ = ("_expand",)
+
+    def __init__(self, expand: Callable[[str], tuple[str, ...]]) -> None:
+        super().__init__()
+        self._expand = expand
+
+    def __missing__(self, raw: str) -> tuple[str, ...]:
+        if len(self) >= _MAX_CACHE:
+            self.clear()
+        terms = self._expand(raw)
+        self[raw] = terms
+        return terms
+
+
+class Analyzer:
+    """Configurable text analyser; call it on a string to get its terms.
+
+    Parameters
+    ----------
+    stopwords:
+        ``True`` for the built-in English list, ``False``/``None`` for none, or
+        an iterable of words (compared after case folding).
+    stemmer:
+        ``"porter2"`` (Snowball English) or ``None``.
+    split_identifiers:
+        Also emit the parts of ``camelCase``, ``snake_case`` and ``HTTPServer2``.
+    custom:
+        Any callable ``str -> iterable of str``; when given it replaces the
+        whole pipeline.  A custom analyser cannot be described in the saved
+        index, so ``KnowledgeBase.load`` then needs it passed in again.
+    """
+
+    def __init__(
+        self,
+        *,
+        stopwords: bool | Iterable[str] | None = True,
+        stemmer: str | None = "porter2",
+        split_identifiers: bool = True,
+        cjk_bigrams: bool = True,
+        custom: Callable[[str], Iterable[str]] | None = None,
+    ) -> None:
+        if stemmer not in (None, "porter2"):
+            raise ConfigError(f"stemmer={stemmer!r} is not supported: expected 'porter2' or None")
+        if stopwords is True:
+            self._stop: frozenset[str] = ENGLISH_STOPWORDS
+            self._stop_setting: bool | list[str] = True
+        elif not stopwords:
+            self._stop = frozenset()
+            self._stop_setting = False
+        else:
+            words = sorted({w.casefold() for w in stopwords})
+            self._stop = frozenset(words)
+            self._stop_setting = words
+        self.stemmer = stemmer
+        self.split_identifiers = bool(split_identifiers)
+        self.cjk_bigrams = bool(cjk_bigrams)
+        self.custom = custom
+        self._stem: Callable[[str], str] | None = porter2_stem if stemmer == "porter2" else None
+        self.cache = _TermCache(self._expand)
+
+    # -- settings round trip -------------------------------------------------
+    def settings(self) -> dict[str, Any]:
+        """A JSON-able description, stored in the index."""
+        if self.custom is not None:
+            name = getattr(self.custom, "__qualname__", type(self.custom).__qualname__)
+            module = getattr(self.custom, "__module__", "?")
+            return {"type": "custom", "name": f"{module}.{name}"}
+        return {
+            "type": "standard",
+            "version": 1,
+            "stopwords": self._stop_setting,
+            "stemmer": self.stemmer,
+            "split_identifiers": self.split_identifiers,
+            "cjk_bigrams": self.cjk_bigrams,
+        }
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any]) -> Analyzer:
+        if settings.get("type") != "standard" or settings.get("version") != 1:
+            raise ConfigError(f"unknown analyser settings {dict(settings)!r}")
+        return cls(
+            stopwords=settings["stopwords"],
+            stemmer=settings["stemmer"],
+            split_identifiers=settings["split_identifiers"],
+            cjk_bigrams=settings["cjk_bigrams"],
+        )
+
+    # -- analysis ------------------------------------------------------------
+    def __call__(self, text: str) -> list[str]:
+        if self.custom is not None:
+            return [t for t in self.custom(text) if t]
+        return list(chain.from_iterable(map(self.cache.__getitem__, find_words(text))))
+
+    def terms_of_words(self, words: Iterable[str]) -> Iterable[str]:
+        """Terms of already split raw words (used by chunking to avoid a second split)."""
+        if self.custom is not None:
+            return [t for t in self.custom(" ".join(words)) if t]
+        return chain.from_iterable(map(self.cache.__getitem__, words))
+
+    def _word(self, low: str) -> str | None:
+        if low in self._stop:
+            return None
+        stem = self._stem
+        return stem(low) if stem is not None and low.isascii() else low
+
+    def _expand(self, raw: str) -> tuple[str, ...]:
+        if _CJK_RUN.match(raw):
+            if not self.cjk_bigrams or len(raw) == 1:
+                return (raw,)
+            return tuple(raw[i : i + 2] for i in range(len(raw) - 1))
+        low = raw.casefold()
+        if not self.split_identifiers or (raw.isalpha() and (raw.islower() or raw.isupper() or raw[1:].islower())):
+            # Plain word ("word", "Word"): the common case.
+            term = self._word(low)
+            return (term,) if term else ()
+        parts = [p for piece in raw.split("_") for p in _IDENT_PART.findall(piece)]
+        if len(parts) <= 1 and "_" not in raw:
+            term = self._word(low)
+            return (term,) if term else ()
+        out = [low]
+        for part in parts:
+            term = self._word(part.casefold())
+            if term and term != low:
+                out.append(term)
+        return tuple(out)

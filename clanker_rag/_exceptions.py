@@ -1,0 +1,66 @@
+"""Every error clanker_rag raises on purpose.
+
+One base class, so ``except ClankerRagError`` catches anything the library
+means to tell you about; the subclasses say which part failed::
+
+    ClankerRagError
+     +-- ConfigError              a bad parameter (value and valid range in the message)
+     +-- IndexFormatError         an index file is missing, truncated, tampered with,
+     |                            or written by a newer clanker_rag
+     +-- IndexLockedError         another process holds the index's writer lock
+     +-- IngestError              a path cannot be ingested at all (a skipped file is
+     |                            reported, not raised)
+     +-- MissingExtraError        an optional dependency is not installed; the message
+     |                            names the extra to install
+     +-- BackendError             a model backend failed: server down, timeout, garbage
+     +-- RetrievalTimeoutError    retrieval took longer than the controller allows
+
+``MissingExtraError`` is also an ``ImportError`` and ``RetrievalTimeoutError``
+also a ``TimeoutError``, so code written against the standard exceptions keeps
+working.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BackendError",
+    "ClankerRagError",
+    "ConfigError",
+    "IndexFormatError",
+    "IndexLockedError",
+    "IngestError",
+    "MissingExtraError",
+    "RetrievalTimeoutError",
+]
+
+
+class ClankerRagError(Exception):
+    """Base class of every error raised on purpose by clanker_rag."""
+
+
+class ConfigError(ClankerRagError, ValueError):
+    """A parameter is out of range; the message names the value and the range."""
+
+
+class IndexFormatError(ClankerRagError):
+    """An index cannot be loaded: missing, truncated, tampered or too new."""
+
+
+class IndexLockedError(ClankerRagError):
+    """Another process is writing the same index."""
+
+
+class IngestError(ClankerRagError):
+    """A path cannot be ingested at all."""
+
+
+class MissingExtraError(ClankerRagError, ImportError):
+    """An optional dependency is missing; the message says what to install."""
+
+
+class BackendError(ClankerRagError):
+    """A generation backend failed (unreachable, timed out, bad answer)."""
+
+
+class RetrievalTimeoutError(ClankerRagError, TimeoutError):
+    """Retrieval did not finish within the controller's timeout."""

@@ -1,0 +1,445 @@
+"""Ingesting files and folders into a knowledge base, and keeping them in sync.
+
+One ingest walks its roots (see :mod:`._discovery`), reads each selected file
+(see :mod:`._formats`) and replaces the file's source in the knowledge base
+as a whole, so a changed file never leaves chunks of its old version behind.
+Unchanged files are recognised by size and mtime, then by content hash, and
+are not parsed again.  After a complete walk of a folder, the sources that
+came from that folder and were not selected this time are removed (sync).
+
+With ``index_path`` the knowledge base is saved every few files or seconds:
+an ingest killed midway keeps what was saved, and running it again finishes
+the rest (the saved files come back as unchanged).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import IO, Any, Protocol, Union
+
+from ._discovery import (
+    DEFAULT_SKIP_DIRS,
+    Candidate,
+    DiscoveryOptions,
+    Skipped,
+    discover,
+    single_file,
+)
+from ._exceptions import ConfigError, IngestError
+from ._formats import (
+    DEFAULT_EXTENSIONS,
+    STREAMED_FORMATS,
+    SkipFile,
+    has_private_key,
+    read_document,
+)
+
+__all__ = ["IngestReport", "ingest"]
+
+logger = logging.getLogger(__name__)
+
+StrPath = Union[str, "os.PathLike[str]"]
+
+# Bumped when readers change what they produce, so re-ingest re-reads files.
+READER_VERSION = 1
+DEFAULT_MAX_FILE_SIZE = 10 * 1024 * 1024
+DEFAULT_MAX_RECORD_FILE_SIZE = 256 * 1024 * 1024
+
+
+class _KnowledgeBaseLike(Protocol):
+    def add_text(
+        self,
+        text: str,
+        source: str,
+        metadata: dict[str, Any] | None = None,
+        *,
+        sections: Sequence[tuple[int, int, str | None]] | None = None,
+    ) -> int: ...
+
+    def remove(self, source: str) -> int: ...
+
+    def sources(self) -> list[str]: ...
+
+    def source_metadata(self, source: str) -> Mapping[str, Any] | None: ...
+
+    def save(self, path: StrPath) -> Any: ...
+
+
+@dataclass
+class IngestReport:
+    """What one ingest did.  Paths are source names (relative to their root).
+
+    ``skipped`` lists ``(path, reason)`` for every file or pruned folder that
+    was not indexed; folders end with ``/``.  ``chunks_total`` is the size of
+    the knowledge base afterwards.
+    """
+
+    roots: list[str] = field(default_factory=list)
+    added: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    chunks_added: int = 0
+    chunks_removed: int = 0
+    chunks_total: int = 0
+    bytes_read: int = 0
+    seconds: float = 0.0
+    saves: int = 0
+
+    @property
+    def indexed(self) -> list[str]:
+        """Sources written by this ingest (added or updated)."""
+        return self.added + self.updated
+
+    def skip_reasons(self) -> dict[str, int]:
+        """How many skips of each kind (reasons without their specifics)."""
+        return dict(Counter(_reason_kind(reason) for _, reason in self.skipped).most_common())
+
+    def summary(self) -> str:
+        """One line for people: counts, chunks, time."""
+        parts = [
+            f"{len(self.added)} added",
+            f"{len(self.updated)} updated",
+            f"{len(self.unchanged)} unchanged",
+            f"{len(self.removed)} removed",
+            f"{len(self.skipped)} skipped",
+        ]
+        rate = ""
+        if self.seconds > 0:
+            mb = self.bytes_read / 1e6
+            rate = f" in {self.seconds:.1f}s ({mb / self.seconds:.1f} MB/s)"
+        return (
+            ", ".join(parts)
+            + f"; {self.chunks_added} chunks added, {self.chunks_removed} removed,"
+            + f" {self.chunks_total} in the index{rate}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready form (``clanker-rag ingest --json``)."""
+        return {
+            "roots": list(self.roots),
+            "added": list(self.added),
+            "updated": list(self.updated),
+            "unchanged": list(self.unchanged),
+            "removed": list(self.removed),
+            "skipped": [[path, reason] for path, reason in self.skipped],
+            "chunks_added": self.chunks_added,
+            "chunks_removed": self.chunks_removed,
+            "chunks_total": self.chunks_total,
+            "bytes_read": self.bytes_read,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def _reason_kind(reason: str) -> str:
+    if reason.endswith("not in the allow-list"):
+        return "not in the allow-list"
+    for sep in (" (", ": "):
+        if sep in reason:
+            reason = reason.split(sep, 1)[0]
+    return reason
+
+
+class _Progress:
+    """A one-line progress bar on stderr: files done, files/s, ETA."""
+
+    def __init__(self, total: int, stream: IO[str] | None) -> None:
+        self.total = total
+        self.stream = stream
+        self.start = time.monotonic()
+        self.last = 0.0
+
+    def update(self, done: int, *, force: bool = False) -> None:
+        if self.stream is None:
+            return
+        now = time.monotonic()
+        if not force and now - self.last < 0.1:
+            return
+        self.last = now
+        elapsed = max(now - self.start, 1e-9)
+        rate = done / elapsed
+        eta = (self.total - done) / rate if rate > 0 else 0.0
+        width = 24
+        filled = int(width * done / self.total) if self.total else width
+        bar = "#" * filled + "-" * (width - filled)
+        mins, secs = divmod(int(eta), 60)
+        self.stream.write(f"\r[{bar}] {done}/{self.total} files  {rate:.0f} files/s  ETA {mins}:{secs:02d} ")
+        self.stream.flush()
+
+    def close(self, done: int) -> None:
+        if self.stream is None:
+            return
+        self.update(done, force=True)
+        self.stream.write("\n")
+        self.stream.flush()
+
+
+def _chunk_budget(kb: object) -> int | None:
+    for owner in (kb, getattr(kb, "chunker", None)):
+        size = getattr(owner, "chunk_size", None)
+        if isinstance(size, int) and not isinstance(size, bool):
+            return size
+    return None
+
+
+def _check_positive(name: str, value: object, *, allow_float: bool = False) -> None:
+    types: tuple[type, ...] = (int, float) if allow_float else (int,)
+    if isinstance(value, bool) or not isinstance(value, types) or value <= 0:  # type: ignore[operator]
+        kind = "number" if allow_float else "integer"
+        raise ConfigError(f"{name}={value!r} is out of range: expected a positive {kind}")
+
+
+def ingest(
+    kb: _KnowledgeBaseLike,
+    path: StrPath | Sequence[StrPath],
+    *,
+    include: Iterable[str] = (),
+    exclude: Iterable[str] = (),
+    extensions: Iterable[str] | None = None,
+    skip_dirs: Iterable[str] | None = None,
+    gitignore: bool = True,
+    secret_guard: bool = True,
+    follow_symlinks: bool = False,
+    max_file_size: int = DEFAULT_MAX_FILE_SIZE,
+    max_record_file_size: int = DEFAULT_MAX_RECORD_FILE_SIZE,
+    sync: bool = True,
+    prefix: str = "",
+    index_path: StrPath | None = None,
+    checkpoint_files: int = 500,
+    checkpoint_seconds: float = 30.0,
+    progress: bool | None = None,
+) -> IngestReport:
+    """Ingest files and folders into ``kb``; returns an :class:`IngestReport`.
+
+    Parameters
+    ----------
+    path:
+        A file, a folder, or a list of them.  Sources are named by their path
+        relative to the folder given (posix separators); a file given on its
+        own is named by its file name.  With several folders, each folder's
+        sources start with the folder's name (``docs/guide.md``).
+    include, exclude:
+        gitignore-style globs on the relative path (``*.md``, ``docs/**``).
+        With ``include``, a file is selected only if it matches one (even if
+        its extension is not on the allow-list); ``exclude`` always wins.
+    extensions:
+        Replaces the default allow-list of extensions (``[".md", "py"]``).
+    skip_dirs:
+        Replaces the folder names that are never entered (``.git``,
+        ``node_modules``, ``__pycache__``, ``dist``, ``build``...).
+        Virtualenvs (folders holding ``pyvenv.cfg``) are always skipped.
+    gitignore:
+        Honour ``.gitignore`` files in the tree and in the enclosing repository.
+    secret_guard:
+        Refuse credential files by name (``.env*``, ``*.pem``, ``id_rsa*``...)
+        and any file whose text holds a private-key block.  On by default;
+        ``False`` turns it off.
+    follow_symlinks:
+        Follow symlinks that point outside the root (inside ones always are;
+        loops are detected either way).
+    max_file_size, max_record_file_size:
+        Size caps in bytes, checked before reading; the second applies to the
+        streamed record formats (CSV, TSV, JSON, JSONL).
+    sync:
+        After walking a folder completely, remove the sources of that folder
+        that were not selected this time (deleted, now ignored, now skipped).
+    prefix:
+        Put before every source name (``"docs/"``) to keep roots apart.
+    index_path:
+        Save the knowledge base there every ``checkpoint_files`` indexed
+        files or ``checkpoint_seconds`` seconds, and at the end.
+    progress:
+        Show a progress bar on stderr; ``None`` shows it when stderr is a terminal.
+    """
+    _check_positive("max_file_size", max_file_size)
+    _check_positive("max_record_file_size", max_record_file_size)
+    _check_positive("checkpoint_files", checkpoint_files)
+    _check_positive("checkpoint_seconds", checkpoint_seconds, allow_float=True)
+    paths: list[StrPath] = [path] if isinstance(path, str | os.PathLike) else list(path)
+    if not paths:
+        raise IngestError("nothing to ingest: no path given")
+    roots = [os.fspath(p) for p in paths]
+    for p in roots:
+        if not os.path.exists(p):
+            raise IngestError(f"cannot ingest {p!r}: no such file or folder")
+    options = DiscoveryOptions(
+        include=tuple(include),
+        exclude=tuple(exclude),
+        extensions=DEFAULT_EXTENSIONS if extensions is None else DiscoveryOptions.normalise_extensions(extensions),
+        skip_dirs=DEFAULT_SKIP_DIRS if skip_dirs is None else frozenset(skip_dirs),
+        gitignore=gitignore,
+        secret_guard=secret_guard,
+        follow_symlinks=follow_symlinks,
+        skip_real=frozenset({os.path.realpath(index_path)}) if index_path is not None else frozenset(),
+    )
+    run = _Run(kb, options, max_file_size, max_record_file_size, prefix, index_path,
+               checkpoint_files, checkpoint_seconds)
+    show = sys.stderr.isatty() if progress is None else progress
+    started = time.monotonic()
+    try:
+        for root in roots:
+            # Several roots: each one's sources start with its folder name
+            # ("docs/guide.md", "src/app.py") so equal relative paths
+            # (two __init__.py) cannot overwrite each other.
+            run.prefix = prefix + _root_name(root) + "/" if len(roots) > 1 and os.path.isdir(root) else prefix
+            run.ingest_root(root, sync=sync, show_progress=show)
+    finally:
+        run.report.seconds = time.monotonic() - started
+        if run.dirty and index_path is not None:
+            run.save()
+        size = getattr(kb, "__len__", None)
+        run.report.chunks_total = size() if callable(size) else 0
+    return run.report
+
+
+def _root_name(root: str) -> str:
+    return os.path.basename(os.path.realpath(root)) or "root"
+
+
+class _Run:
+    def __init__(self, kb: _KnowledgeBaseLike, options: DiscoveryOptions, max_file_size: int,
+                 max_record_file_size: int, prefix: str, index_path: StrPath | None,
+                 checkpoint_files: int, checkpoint_seconds: float) -> None:
+        self.kb = kb
+        self.options = options
+        self.max_file_size = max_file_size
+        self.max_record_file_size = max_record_file_size
+        self.prefix = prefix
+        self.index_path = index_path
+        self.checkpoint_files = checkpoint_files
+        self.checkpoint_seconds = checkpoint_seconds
+        self.budget = _chunk_budget(kb)
+        self.report = IngestReport()
+        self.dirty = 0
+        self.last_save = time.monotonic()
+
+    def save(self) -> None:
+        assert self.index_path is not None
+        self.kb.save(self.index_path)
+        self.report.saves += 1
+        self.dirty = 0
+        self.last_save = time.monotonic()
+        logger.debug("checkpoint saved to %s", self.index_path)
+
+    def _maybe_checkpoint(self) -> None:
+        if self.index_path is None or not self.dirty:
+            return
+        if self.dirty >= self.checkpoint_files or time.monotonic() - self.last_save >= self.checkpoint_seconds:
+            self.save()
+
+    def skip(self, rel: str, reason: str, *, level: int = logging.DEBUG) -> None:
+        self.report.skipped.append((rel, reason))
+        logger.log(level, "skipped %s: %s", rel, reason)
+
+    def ingest_root(self, root: str, *, sync: bool, show_progress: bool) -> None:
+        is_dir = os.path.isdir(root)
+        root_id = os.path.realpath(root if is_dir else os.path.dirname(os.path.abspath(root)))
+        self.report.roots.append(root_id)
+        candidates: list[Candidate] = []
+        # Files whose indexed chunks must survive this run: read fine, or
+        # failed only for the moment (unreadable, vanished, changed meanwhile).
+        keep: set[str] = set()
+        keep_folders: list[str] = []  # folders that could not be listed this time
+        entries = discover(root, self.options) if is_dir else iter([single_file(root, self.options)])
+        for item in entries:
+            if isinstance(item, Skipped):
+                self.skip(self.prefix + item.rel, item.reason,
+                          level=logging.WARNING if item.transient else logging.DEBUG)
+                if item.transient:
+                    keep.add(self.prefix + item.rel)
+                    if item.rel.endswith("/"):
+                        keep_folders.append("" if item.rel == "./" else self.prefix + item.rel)
+            else:
+                candidates.append(item)
+        bar = _Progress(len(candidates), sys.stderr if show_progress else None)
+        for done, cand in enumerate(candidates, start=1):
+            source = self.prefix + cand.rel
+            if self._one(cand, source, root_id):
+                keep.add(source)
+            self._maybe_checkpoint()
+            bar.update(done)
+        bar.close(len(candidates))
+        if sync and is_dir:
+            self._sync(root_id, keep, tuple(keep_folders))
+
+    def _one(self, cand: Candidate, source: str, root_id: str) -> bool:
+        """Index one file; True if its source should stay in the index."""
+        kb = self.kb
+        old = kb.source_metadata(source)
+        if old is not None and old.get("root") not in (None, root_id):
+            logger.warning("%s from %s replaces the source of the same name from %s; use prefix= to keep both",
+                           source, root_id, old.get("root"))
+        same_origin = (
+            old is not None and old.get("root") == root_id and old.get("reader") == READER_VERSION
+        )
+        try:
+            st = os.stat(cand.path)
+        except FileNotFoundError:
+            self.skip(source, "vanished before it could be read", level=logging.WARNING)
+            return False
+        except OSError as exc:
+            self.skip(source, f"unreadable: {exc.strerror or exc}", level=logging.WARNING)
+            return True
+        if same_origin and old is not None and old.get("size") == st.st_size and old.get("mtime_ns") == st.st_mtime_ns:
+            self.report.unchanged.append(source)
+            return True
+        cap = self.max_record_file_size if cand.fmt in STREAMED_FORMATS else self.max_file_size
+
+        def known(sha: str, _st: os.stat_result) -> bool:
+            return same_origin and old is not None and bool(old.get("sha256") == sha)
+
+        try:
+            doc = read_document(cand.path, cand.fmt, max_bytes=cap, budget=self.budget,
+                                known_hash=known, name=source)
+        except SkipFile as exc:
+            self.skip(source, exc.reason, level=logging.WARNING if exc.transient else logging.INFO)
+            # A passing failure keeps the old chunks, unless the file is gone.
+            return exc.transient and os.path.exists(cand.path)
+        except (RecursionError, MemoryError, ValueError, LookupError, OSError) as exc:
+            logger.warning("reading %s failed", source, exc_info=True)
+            self.skip(source, f"reader failed: {type(exc).__name__}: {exc}", level=logging.WARNING)
+            return True
+        if doc is None:
+            self.report.unchanged.append(source)
+            return True
+        self.report.bytes_read += doc.size
+        if self.options.secret_guard and has_private_key(doc.text):
+            self.skip(source, "secret guard: contains a private-key block", level=logging.WARNING)
+            return False
+        metadata: dict[str, Any] = {
+            "path": cand.rel,
+            "root": root_id,
+            "format": cand.fmt,
+            "size": doc.size,
+            "mtime_ns": doc.mtime_ns,
+            "sha256": doc.sha256,
+            "encoding": doc.encoding,
+            "reader": READER_VERSION,
+        }
+        n = kb.add_text(doc.text, source, metadata, sections=doc.sections)
+        self.report.chunks_added += n
+        (self.report.updated if old is not None else self.report.added).append(source)
+        self.dirty += 1
+        return True
+
+    def _sync(self, root_id: str, keep: set[str], keep_folders: tuple[str, ...]) -> None:
+        kb = self.kb
+        for source in kb.sources():
+            if source in keep or (keep_folders and source.startswith(keep_folders)):
+                continue
+            meta = kb.source_metadata(source)
+            if meta is None or meta.get("root") != root_id:
+                continue
+            if self.prefix and not source.startswith(self.prefix):
+                continue
+            self.report.chunks_removed += kb.remove(source)
+            self.report.removed.append(source)
+            self.dirty += 1
+            logger.info("removed %s: no longer selected in %s", source, root_id)

@@ -1,0 +1,688 @@
+"""``KnowledgeBase``: chunked documents, a BM25 index over them, persistence."""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+import logging
+import os
+from array import array
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from . import _store
+from ._analysis import Analyzer
+from ._chunking import Chunker
+from ._exceptions import ConfigError, IndexFormatError, IndexLockedError
+from ._index import InvertedIndex, TermExplanation
+from ._lock import IndexLock
+from ._scoring import BM25
+from ._types import Hit
+
+if TYPE_CHECKING:
+    from ._ingest import IngestReport
+
+__all__ = ["Explanation", "KnowledgeBase", "default_index_path"]
+
+log = logging.getLogger(__name__)
+
+_FEEDBACK_DOCS = 10
+_FEEDBACK_TERMS = 10
+_FEEDBACK_ORIGINAL_WEIGHT = 0.5
+
+
+def default_index_path() -> Path:
+    """Where the shipped index lives: inside the installed package, else the source tree."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "data" / "kb", here.parent / "data" / "kb"):
+        if (candidate / _store.INDEX_FILE).is_file():
+            return candidate
+    return here.parent / "data" / "kb"
+
+
+class _Doc:
+    __slots__ = ("source", "text", "metadata", "fingerprint", "cids")
+
+    def __init__(self, source: str, text: str, metadata: dict[str, Any], fingerprint: str) -> None:
+        self.source = source
+        self.text = text
+        self.metadata = metadata
+        self.fingerprint = fingerprint
+        self.cids: list[int] = []
+
+
+class _Chunk:
+    __slots__ = ("doc", "index", "start", "end", "start_line", "end_line", "section")
+
+    def __init__(
+        self, doc: _Doc, index: int, start: int, end: int, start_line: int, end_line: int, section: str | None
+    ) -> None:
+        self.doc = doc
+        self.index = index
+        self.start = start
+        self.end = end
+        self.start_line = start_line
+        self.end_line = end_line
+        self.section = section
+
+
+@dataclass(frozen=True, slots=True)
+class Explanation:
+    """Why a hit scored what it did: ``sum(t.contribution for t in terms) == score``."""
+
+    score: float
+    terms: list[TermExplanation]
+    n_docs: int
+    avgdl: float
+    dl: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "score": self.score,
+            "n_docs": self.n_docs,
+            "avgdl": self.avgdl,
+            "dl": self.dl,
+            "terms": [t.to_dict() for t in self.terms],
+        }
+
+
+class KnowledgeBase:
+    """Chunked texts indexed for BM25 search, with exact incremental updates.
+
+    ``chunk_size`` and ``stride`` are in word tokens (``chunk_size=None``
+    indexes each text whole).  ``analyzer`` is an :class:`Analyzer` or any
+    callable ``str -> iterable of terms``; ``bm25`` a :class:`BM25`, or give
+    ``variant``/``k1``/``b``/``delta`` directly.
+    """
+
+    def __init__(
+        self,
+        chunk_size: int | None = 180,
+        stride: int | None = 90,
+        *,
+        analyzer: Analyzer | Callable[[str], Iterable[str]] | None = None,
+        bm25: BM25 | None = None,
+        variant: str | None = None,
+        k1: float | None = None,
+        b: float | None = None,
+        delta: float | None = None,
+        slack: int | None = None,
+    ) -> None:
+        if bm25 is None:
+            bm25 = BM25(
+                variant=variant or "lucene",
+                k1=1.2 if k1 is None else k1,
+                b=0.75 if b is None else b,
+                delta=delta,
+            )
+        elif any(v is not None for v in (variant, k1, b, delta)):
+            raise ConfigError("give either bm25=BM25(...) or variant/k1/b/delta, not both")
+        if chunk_size is not None and stride is not None and isinstance(chunk_size, int) and stride > chunk_size:
+            stride = chunk_size
+        self.chunker = Chunker(chunk_size, stride, slack)
+        if analyzer is None:
+            analyzer = Analyzer()
+        elif not isinstance(analyzer, Analyzer):
+            if not callable(analyzer):
+                raise ConfigError(f"analyzer={analyzer!r} is neither an Analyzer nor a callable")
+            analyzer = Analyzer(custom=analyzer)
+        self.analyzer: Analyzer = analyzer
+        self.bm25 = bm25
+        self._index = InvertedIndex(bm25)
+        self._docs: dict[str, _Doc] = {}
+        self._chunks: list[_Chunk | None] = []
+        self._path: Path | None = None
+        self._revision: str | None = None
+        self._lock: IndexLock | None = None
+
+    # -- construction ----------------------------------------------------------
+    @classmethod
+    def default(cls) -> KnowledgeBase:
+        """The pre-built knowledge base of clanker_rag's own user guide."""
+        return cls.load(default_index_path())
+
+    def __len__(self) -> int:
+        return self._index.n_docs
+
+    def __repr__(self) -> str:
+        return f"<KnowledgeBase {len(self._docs)} sources, {len(self)} chunks, {len(self._index.terms)} terms>"
+
+    @property
+    def n_terms(self) -> int:
+        self._index.fold_all()
+        return sum(1 for d in self._index.docs if d)
+
+    @property
+    def path(self) -> Path | None:
+        """The folder this knowledge base was loaded from or last saved to."""
+        return self._path
+
+    # -- adding and removing -----------------------------------------------------
+    def _fingerprint(self, text: str, metadata: Mapping[str, Any], sections: object) -> str:
+        h = hashlib.sha256(text.encode("utf-8", "surrogatepass"))
+        if metadata:
+            h.update(b"\0" + json.dumps(metadata, sort_keys=True, ensure_ascii=True).encode("ascii"))
+        if sections is not None:
+            h.update(b"\1" + repr(sections).encode("utf-8", "surrogatepass"))
+        return h.hexdigest()[:32]
+
+    def add_text(
+        self,
+        text: str,
+        source: str,
+        metadata: Mapping[str, Any] | None = None,
+        *,
+        sections: Sequence[tuple[int, int, str | None]] | None = None,
+    ) -> int:
+        """Index ``text`` under ``source``, replacing what that source held.
+
+        Returns the number of chunks added, or 0 when the same text and
+        metadata were already indexed under ``source`` (nothing changes then).
+        ``sections`` are ``(start, end, label)`` spans chunked separately; a
+        label (heading path, code symbol) is searchable and comes back as
+        ``Hit.section`` while the chunk text stays the exact original slice.
+        """
+        if not isinstance(text, str):
+            raise ConfigError(f"text must be str, not {type(text).__name__}")
+        if not isinstance(source, str) or not source:
+            raise ConfigError(f"source must be a non-empty str, not {source!r}")
+        meta = dict(metadata) if metadata else {}
+        if meta:
+            try:
+                json.dumps(meta, allow_nan=False)
+            except (TypeError, ValueError) as exc:
+                raise ConfigError(f"metadata of {source!r} must be JSON-serialisable: {exc}") from None
+        if sections is not None:
+            sections = self._check_sections(sections, len(text), source)
+        fingerprint = self._fingerprint(text, meta, sections)
+        old = self._docs.get(source)
+        if old is not None:
+            if old.fingerprint == fingerprint:
+                return 0
+            self.remove(source)
+        doc = _Doc(source, text, meta, fingerprint)
+        self._docs[source] = doc
+        analyzer = self.analyzer
+        index = self._index
+        chunks = self._chunks
+        for i, span in enumerate(self.chunker.split(text, sections)):
+            counts = Counter(analyzer.terms_of_words(span.words))
+            if span.label:
+                counts.update(analyzer(span.label))
+            cid = len(chunks)
+            index.add(cid, counts)
+            chunks.append(_Chunk(doc, i, span.start, span.end, span.start_line, span.end_line, span.label))
+            doc.cids.append(cid)
+        return len(doc.cids)
+
+    @staticmethod
+    def _check_sections(
+        sections: Sequence[tuple[int, int, str | None]], n: int, source: str
+    ) -> list[tuple[int, int, str | None]]:
+        out = []
+        pos = 0
+        for sec in sections:
+            try:
+                start, end, label = sec
+            except (TypeError, ValueError):
+                raise ConfigError(f"{source}: a section must be (start, end, label), got {sec!r}") from None
+            if not (isinstance(start, int) and isinstance(end, int) and pos <= start <= end <= n):
+                raise ConfigError(
+                    f"{source}: section {sec!r} is out of order or outside the text (0..{n}, previous end {pos})"
+                )
+            if label is not None and not isinstance(label, str):
+                raise ConfigError(f"{source}: section label must be str or None, got {label!r}")
+            out.append((start, end, label))
+            pos = end
+        return out
+
+    def add_texts(self, items: Iterable[tuple[str, str] | tuple[str, str, Mapping[str, Any] | None]]) -> int:
+        """Bulk :meth:`add_text` of ``(text, source[, metadata])`` items; returns chunks added."""
+        total = 0
+        for item in items:
+            if len(item) == 2:
+                text, source = item  # type: ignore[misc]
+                meta = None
+            else:
+                text, source, meta = item  # type: ignore[misc]
+            total += self.add_text(text, source, meta)
+        return total
+
+    def _chunk_terms(self, chunk: _Chunk) -> list[str]:
+        analyzer = self.analyzer
+        text = chunk.doc.text[chunk.start : chunk.end]
+        terms = list(analyzer(text))
+        if chunk.section:
+            terms.extend(analyzer(chunk.section))
+        return terms
+
+    def remove(self, source: str) -> int:
+        """Remove every chunk of ``source``; returns how many (0 if unknown)."""
+        doc = self._docs.pop(source, None)
+        if doc is None:
+            return 0
+        index = self._index
+        for cid in doc.cids:
+            chunk = self._chunks[cid]
+            assert chunk is not None
+            removed = index.remove(cid, self._chunk_terms(chunk))
+            if removed != index.dl[cid]:
+                # The analyser no longer reproduces what was indexed (a custom,
+                # non-deterministic one): purge the id from every posting list.
+                log.warning("analyser output changed for %s chunk %d; purging by full scan", source, chunk.index)
+                self._purge(cid)
+            index.forget(cid)
+            self._chunks[cid] = None
+        return len(doc.cids)
+
+    def _purge(self, cid: int) -> None:
+        index = self._index
+        index.fold_all()
+        for tid, docs in enumerate(index.docs):
+            try:
+                i = docs.index(cid)
+            except ValueError:
+                continue
+            del docs[i]
+            del index.tfs[tid][i]
+            index.imp_gen[tid] = -1
+
+    def sources(self) -> list[str]:
+        """Every indexed source, sorted."""
+        return sorted(self._docs)
+
+    def __contains__(self, source: object) -> bool:
+        return source in self._docs
+
+    def source_metadata(self, source: str) -> dict[str, Any] | None:
+        doc = self._docs.get(source)
+        return None if doc is None else dict(doc.metadata)
+
+    def source_text(self, source: str) -> str | None:
+        doc = self._docs.get(source)
+        return None if doc is None else doc.text
+
+    def chunks(self, source: str | None = None) -> Iterator[Hit]:
+        """Every chunk (of one source, or all), in index order, as score-0 hits."""
+        docs = [self._docs[source]] if source is not None and source in self._docs else (
+            [] if source is not None else list(self._docs.values())
+        )
+        for doc in docs:
+            for cid in doc.cids:
+                yield self._hit(cid, 0.0)
+
+    def ingest(self, path: str | os.PathLike[str], **options: Any) -> IngestReport:
+        """Ingest a file or folder tree; see :func:`clanker_rag.ingest` for the options."""
+        from ._ingest import ingest
+
+        return ingest(self, path, **options)
+
+    # -- searching -----------------------------------------------------------
+    def _query_weights(self, query: str) -> dict[int, float]:
+        if not isinstance(query, str):
+            raise ConfigError(f"query must be str, not {type(query).__name__}")
+        vocab_get = self._index.vocab.get
+        weights: dict[int, float] = {}
+        for term, count in Counter(self.analyzer(query)).items():
+            tid = vocab_get(term)
+            if tid is not None:
+                weights[tid] = float(count)
+        return weights
+
+    def _allowed(self, source: str | None, where: Mapping[str, Any] | None) -> set[int] | None:
+        if source is None and not where:
+            return None
+        glob = source is not None and any(c in source for c in "*?[")
+        allowed: set[int] = set()
+        for name, doc in self._docs.items():
+            if source is not None:
+                if glob:
+                    if not fnmatch.fnmatchcase(name, source):
+                        continue
+                elif not name.startswith(source):
+                    continue
+            if where and not _matches(doc.metadata, where):
+                continue
+            allowed.update(doc.cids)
+        return allowed
+
+    def _hit(self, cid: int, score: float) -> Hit:
+        chunk = self._chunks[cid]
+        assert chunk is not None
+        doc = chunk.doc
+        return Hit(
+            text=doc.text[chunk.start : chunk.end],
+            source=doc.source,
+            score=score,
+            metadata=doc.metadata,
+            chunk_index=chunk.index,
+            start=chunk.start,
+            end=chunk.end,
+            start_line=chunk.start_line,
+            end_line=chunk.end_line,
+            section=chunk.section,
+            chunk_id=cid,
+        )
+
+    def search(
+        self,
+        query: str,
+        k: int = 10,
+        *,
+        source: str | None = None,
+        where: Mapping[str, Any] | None = None,
+        feedback: bool = False,
+    ) -> list[Hit]:
+        """The ``k`` best chunks for ``query``, best first.
+
+        ``source`` keeps sources matching a glob (``docs/*.md``) or, without
+        wildcards, a prefix; ``where`` keeps sources whose metadata equals the
+        given values (a list value means any of them).  ``feedback=True`` adds
+        RM3-style pseudo-relevance feedback.  Never raises on an empty query,
+        an empty index, unknown words or ``k`` beyond the corpus size.
+        """
+        if isinstance(k, bool) or not isinstance(k, int):
+            raise ConfigError(f"k={k!r} must be an integer")
+        weights = self._query_weights(query)
+        if k <= 0 or not weights:
+            return []
+        allowed = self._allowed(source, where)
+        if feedback:
+            weights = self._expand(weights, allowed)
+        return [self._hit(cid, score) for cid, score in self._index.top_k(weights, k, allowed)]
+
+    def __call__(self, query: str, k: int = 10) -> list[Hit]:
+        return self.search(query, k)
+
+    def explain(self, query: str, hit: Hit, *, feedback: bool = False) -> Explanation:
+        """Per-term breakdown of ``hit``'s score for ``query``; it adds up exactly."""
+        weights = self._query_weights(query)
+        if feedback and weights:
+            weights = self._expand(weights, None)
+        cid = hit.chunk_id
+        if not 0 <= cid < len(self._chunks) or self._chunks[cid] is None:
+            raise ConfigError(f"{hit.source} chunk {hit.chunk_index} is not in this knowledge base any more")
+        score, parts = self._index.explain(weights, cid)
+        return Explanation(score, parts, self._index.n_docs, self._index.avgdl, self._index.dl[cid])
+
+    def _expand(self, weights: dict[int, float], allowed: set[int] | None) -> dict[int, float]:
+        """RM3 (Abdul-Jaleel et al., UMass at TREC 2004; Anserini's defaults).
+
+        Feedback model over the top chunks: P(t|R) = sum_d P(d|q) tf(t,d)/|d|
+        with P(d|q) the chunk's share of the summed scores; keep the best
+        terms, normalise, and interpolate with the normalised query.
+        """
+        top = self._index.top_k(weights, _FEEDBACK_DOCS, allowed)
+        if not top:
+            return weights
+        total = sum(score for _, score in top)
+        model: Counter[str] = Counter()
+        for cid, score in top:
+            chunk = self._chunks[cid]
+            assert chunk is not None
+            terms = self._chunk_terms(chunk)
+            if not terms:
+                continue
+            share = score / total / len(terms)
+            for term, tf in Counter(terms).items():
+                if len(term) > 1 and not term.isdigit():
+                    model[term] += tf * share
+        best = model.most_common(_FEEDBACK_TERMS)
+        norm = sum(v for _, v in best) or 1.0
+        qnorm = sum(weights.values())
+        vocab = self._index.vocab
+        out = {tid: _FEEDBACK_ORIGINAL_WEIGHT * w / qnorm for tid, w in weights.items()}
+        for term, value in best:
+            tid = vocab[term]
+            out[tid] = out.get(tid, 0.0) + (1 - _FEEDBACK_ORIGINAL_WEIGHT) * value / norm
+        return out
+
+    # -- persistence ---------------------------------------------------------
+    def _body(self) -> dict[str, Any]:
+        index = self._index
+        index.refresh()
+        live = [cid for cid, c in enumerate(self._chunks) if c is not None]
+        new_id = {cid: i for i, cid in enumerate(live)}
+        doc_order: dict[str, int] = {}
+        c_doc, c_idx, c_start, c_end, c_sl, c_el, c_dl = (array("i") for _ in range(7))
+        sections: list[str | None] = []
+        for cid in live:
+            chunk = self._chunks[cid]
+            assert chunk is not None
+            c_doc.append(doc_order.setdefault(chunk.doc.source, len(doc_order)))
+            c_idx.append(chunk.index)
+            c_start.append(chunk.start)
+            c_end.append(chunk.end)
+            c_sl.append(chunk.start_line)
+            c_el.append(chunk.end_line)
+            c_dl.append(index.dl[cid])
+            sections.append(chunk.section)
+        # Sources without chunks (empty texts) still round-trip.
+        for name in self._docs:
+            doc_order.setdefault(name, len(doc_order))
+        sources = []
+        for name in doc_order:
+            doc = self._docs[name]
+            sources.append({"source": name, "text": doc.text, "metadata": doc.metadata, "fingerprint": doc.fingerprint})
+        terms: list[str] = []
+        lengths, p_docs, p_tfs = array("i"), array("i"), array("I")
+        p_imps: array[float] = array("f")
+        remap = new_id.__getitem__
+        for tid, term in enumerate(index.terms):
+            docs = index.docs[tid]
+            if not docs:
+                continue
+            terms.append(term)
+            lengths.append(len(docs))
+            p_docs.extend(map(remap, docs))
+            p_tfs.extend(index.tfs[tid])
+            p_imps.extend(index.imps[tid])
+        return {
+            "created_by": f"clanker_rag {_version()}",
+            "analyzer": self.analyzer.settings(),
+            "bm25": self.bm25.settings(),
+            "chunking": self.chunker.settings(),
+            "stats": {"chunks": len(live), "total_length": index.total_len, "terms": len(terms)},
+            "sources": sources,
+            "chunks": {
+                "source": _store.pack(c_doc),
+                "index": _store.pack(c_idx),
+                "start": _store.pack(c_start),
+                "end": _store.pack(c_end),
+                "start_line": _store.pack(c_sl),
+                "end_line": _store.pack(c_el),
+                "length": _store.pack(c_dl),
+                "section": sections,
+            },
+            "terms": terms,
+            "postings": {
+                "lengths": _store.pack(lengths),
+                "chunks": _store.pack(p_docs),
+                "tfs": _store.pack(p_tfs),
+                "impacts": _store.pack(p_imps),
+            },
+        }
+
+    def save(self, path: str | os.PathLike[str] | None = None) -> Path:
+        """Atomically write the index to folder ``path`` (default: where it came from).
+
+        Refuses (``IndexLockedError``) to overwrite an index that another
+        process saved since this one was loaded, rather than drop its
+        documents; use :meth:`edit` to serialise writers.
+        """
+        if path is None:
+            if self._path is None:
+                raise ConfigError("save() needs a path: this knowledge base was never loaded or saved")
+            folder = self._path
+        else:
+            folder = Path(path)
+        if folder.exists() and not folder.is_dir():
+            raise ConfigError(f"{folder}: an index path must be a folder")
+        own_lock = self._lock is not None and self._lock.held and self._path == folder
+        lock = self._lock if own_lock else IndexLock(folder)
+        assert lock is not None
+        lock.acquire()
+        try:
+            on_disk = _store.read_revision(folder)
+            if on_disk is not None and self._path == folder and on_disk != self._revision:
+                raise IndexLockedError(
+                    f"{folder}: another process saved this index after it was loaded here; "
+                    "saving now would drop its changes (reload and redo, or use KnowledgeBase.edit())"
+                )
+            self._revision = _store.write_index(folder, self._body())
+            self._path = folder
+        finally:
+            if not own_lock:
+                lock.release()
+        return folder
+
+    @classmethod
+    def load(
+        cls, path: str | os.PathLike[str], *, analyzer: Callable[[str], Iterable[str]] | None = None
+    ) -> KnowledgeBase:
+        """Load an index folder written by :meth:`save`.
+
+        An index built with a custom analyser needs the same callable passed
+        as ``analyzer``.  Raises ``IndexFormatError`` naming the file and the
+        problem for a missing, truncated, tampered or newer-format index.
+        """
+        folder = Path(path)
+        body, revision = _store.read_index(folder)
+        where = str(folder / _store.INDEX_FILE if folder.is_dir() else folder)
+        try:
+            kb = cls._from_body(body, where, analyzer)
+        except IndexFormatError:
+            raise
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+            raise IndexFormatError(f"{where}: malformed index ({type(exc).__name__}: {exc})") from None
+        kb._path = folder if folder.is_dir() else folder.parent
+        kb._revision = revision
+        return kb
+
+    @classmethod
+    def _from_body(
+        cls, body: dict[str, Any], where: str, analyzer: Callable[[str], Iterable[str]] | None
+    ) -> KnowledgeBase:
+        settings = body["analyzer"]
+        if settings.get("type") == "custom":
+            if analyzer is None:
+                raise IndexFormatError(
+                    f"{where}: built with the custom analyser {settings.get('name')!r}; pass it as load(..., analyzer=...)"
+                )
+            an: Analyzer = analyzer if isinstance(analyzer, Analyzer) else Analyzer(custom=analyzer)
+        else:
+            an = Analyzer.from_settings(settings) if analyzer is None else (
+                analyzer if isinstance(analyzer, Analyzer) else Analyzer(custom=analyzer)
+            )
+        ch = body["chunking"]
+        kb = cls(ch["chunk_size"], ch["stride"], slack=ch.get("slack"), analyzer=an, bm25=BM25.from_settings(body["bm25"]))
+        docs = []
+        for rec in body["sources"]:
+            doc = _Doc(rec["source"], rec["text"], rec["metadata"], rec["fingerprint"])
+            if not isinstance(doc.text, str) or not isinstance(doc.source, str) or not isinstance(doc.metadata, dict):
+                raise IndexFormatError(f"{where}: a source record has the wrong types")
+            kb._docs[doc.source] = doc
+            docs.append(doc)
+        cols = body["chunks"]
+        unpack = _store.unpack
+        c_doc = unpack(cols["source"], "i", f"{where}: chunks.source")
+        n = len(c_doc)
+        table = [unpack(cols[name], "i", f"{where}: chunks.{name}") for name in ("index", "start", "end", "start_line", "end_line", "length")]
+        sections = cols["section"]
+        if any(len(col) != n for col in table) or len(sections) != n:
+            raise IndexFormatError(f"{where}: chunk tables have different lengths")
+        c_idx, c_start, c_end, c_sl, c_el, c_dl = table
+        chunks: list[_Chunk | None] = []
+        for cid in range(n):
+            doc = docs[c_doc[cid]]
+            if not 0 <= c_start[cid] <= c_end[cid] <= len(doc.text):
+                raise IndexFormatError(f"{where}: chunk {cid} of {doc.source!r} lies outside its text")
+            chunks.append(_Chunk(doc, c_idx[cid], c_start[cid], c_end[cid], c_sl[cid], c_el[cid], sections[cid]))
+            doc.cids.append(cid)
+        kb._chunks = chunks
+        index = kb._index
+        index.dl = c_dl
+        index.n_docs = n
+        index.total_len = sum(c_dl)
+        stats = body["stats"]
+        if stats["chunks"] != n or stats["total_length"] != index.total_len:
+            raise IndexFormatError(f"{where}: statistics do not match the chunk table")
+        post = body["postings"]
+        lengths = unpack(post["lengths"], "i", f"{where}: postings.lengths")
+        p_docs = unpack(post["chunks"], "i", f"{where}: postings.chunks")
+        p_tfs = unpack(post["tfs"], "I", f"{where}: postings.tfs")
+        p_imps = unpack(post["impacts"], "f", f"{where}: postings.impacts")
+        terms = body["terms"]
+        if not (len(terms) == len(lengths) and len(p_docs) == len(p_tfs) == len(p_imps) == sum(lengths)):
+            raise IndexFormatError(f"{where}: postings tables have inconsistent lengths")
+        if p_docs and (min(p_docs) < 0 or max(p_docs) >= n):
+            raise IndexFormatError(f"{where}: a posting points at a chunk that does not exist")
+        index.terms = list(terms)
+        vocab = index.vocab
+        vocab.update(zip(terms, range(len(terms))))
+        if len(vocab) != len(terms):
+            raise IndexFormatError(f"{where}: duplicate terms in the vocabulary")
+        # memoryview slices keep the per-term arrays as cheap copies of one buffer.
+        mv_d, mv_t, mv_i = memoryview(p_docs), memoryview(p_tfs), memoryview(p_imps)
+        pos = 0
+        docs_l, tfs_l, imps_l, maxes = index.docs, index.tfs, index.imps, index.maxes
+        for length in lengths:
+            end = pos + length
+            docs_l.append(array("i", mv_d[pos:end]))
+            tfs_l.append(array("I", mv_t[pos:end]))
+            imps_arr = array("f", mv_i[pos:end])
+            imps_l.append(imps_arr)
+            maxes.append(max(imps_arr) if length else 0.0)
+            pos = end
+        index.imp_gen = [index.gen] * len(terms)
+        index.pending = [[] for _ in terms]
+        return kb
+
+    @classmethod
+    @contextmanager
+    def edit(cls, path: str | os.PathLike[str], *, timeout: float = 30.0, **create: Any) -> Iterator[KnowledgeBase]:
+        """Load-modify-save under the index's writer lock.
+
+        Creates the index (with ``create`` options) if the folder has none;
+        saves when the block exits without an exception.  Writers in other
+        processes wait for the lock, so none loses another's documents.
+        """
+        folder = Path(path)
+        lock = IndexLock(folder, timeout=timeout)
+        lock.acquire()
+        try:
+            if (folder / _store.INDEX_FILE).exists():
+                kb = cls.load(folder)
+            else:
+                kb = cls(**create)
+                kb._path = folder
+            kb._lock = lock
+            yield kb
+            kb.save(folder)
+        finally:
+            lock.release()
+
+
+def _matches(metadata: Mapping[str, Any], where: Mapping[str, Any]) -> bool:
+    for key, want in where.items():
+        have = metadata.get(key, _MISSING)
+        if isinstance(want, (list, tuple, set, frozenset)):
+            if have not in want:
+                return False
+        elif have != want:
+            return False
+    return True
+
+
+_MISSING = object()
+
+
+def _version() -> str:
+    from . import __version__
+
+    return __version__

@@ -1,0 +1,19 @@
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared"
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture
+def cranfield() -> Path:
+    path = SHARED / "datasets" / "cranfield"
+    assert (path / "corpus.jsonl").is_file(), f"the Cranfield data set is missing at {path}"
+    return path

@@ -1,0 +1,46 @@
+from clanker_rag import Analyzer
+
+
+def test_unicode_words_and_case_folding():
+    an = Analyzer(stemmer=None, stopwords=False)
+    assert an("Straße café ÉCOLE") == ["strasse", "café", "école"]
+    assert an("naïve—Zürich") == ["naïve", "zürich"]
+
+
+def test_stopwords_and_stemming_on_by_default():
+    an = Analyzer()
+    terms = an("The runners were running quickly")
+    assert "the" not in terms and "were" not in terms
+    assert terms == ["runner", "run", "quick"]
+
+
+def test_switch_off_and_custom():
+    assert Analyzer(stopwords=False, stemmer=None)("The Running") == ["the", "running"]
+    custom = Analyzer(custom=lambda s: s.split("|"))
+    assert custom("a|b||c") == ["a", "b", "c"]
+    assert custom.settings()["type"] == "custom"
+
+
+def test_code_identifiers_yield_parts():
+    an = Analyzer()
+    assert an("getUserName") == ["getusername", "get", "user", "name"]
+    assert an("get_user_name") == ["get_user_name", "get", "user", "name"]
+    assert an("HTTPServer2") == ["httpserver2", "http", "server", "2"]
+    # prose query terms meet the code parts
+    assert set(an("user names")) <= set(an("getUserName"))
+
+
+def test_cjk_runs_become_bigrams():
+    an = Analyzer()
+    terms = an("東京都に住む")
+    assert "東京" in terms and "京都" in terms
+    assert max(len(t) for t in terms) <= 2
+    long_run = "漢" * 200
+    assert max(len(t) for t in an(long_run)) <= 2
+
+
+def test_settings_round_trip():
+    an = Analyzer(stopwords=["Foo", "bar"], stemmer=None, split_identifiers=False)
+    again = Analyzer.from_settings(an.settings())
+    text = "foo Bar bazQux running"
+    assert again(text) == an(text) == ["bazqux", "running"]

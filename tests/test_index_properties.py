@@ -1,0 +1,149 @@
+"""Invariants of the index, checked on random corpora."""
+
+import math
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from clanker_rag import Analyzer, KnowledgeBase
+
+VOCAB = [f"t{i}" for i in range(25)]
+plain = Analyzer(stopwords=False, stemmer=None, split_identifiers=False)
+
+doc_text = st.lists(st.sampled_from(VOCAB), min_size=0, max_size=30).map(" ".join)
+corpus = st.lists(doc_text, min_size=0, max_size=40)
+query = st.lists(st.sampled_from([*VOCAB, "zz"]), min_size=0, max_size=6).map(" ".join)
+variants = st.sampled_from(["lucene", "robertson", "atire", "bm25l", "bm25+"])
+
+
+def build(texts, variant="lucene"):
+    kb = KnowledgeBase(chunk_size=None, analyzer=plain, variant=variant)
+    for i, text in enumerate(texts):
+        kb.add_text(text, f"d{i}")
+    return kb
+
+
+def ranked(kb, q, k, **kw):
+    return [(h.source, h.score) for h in kb.search(q, k=k, **kw)]
+
+
+def exhaustive(kb, q, k, allowed=None):
+    weights = kb._query_weights(q)
+    scores = kb._index.score_all(weights)
+    if allowed is not None:
+        scores = {d: s for d, s in scores.items() if d in allowed}
+    best = sorted(scores.items(), key=lambda item: (-item[1], item[0]))[:k]
+    return [(kb._chunks[d].doc.source, s) for d, s in best]
+
+
+@settings(max_examples=300, deadline=None)
+@given(corpus, query, st.integers(1, 12), variants)
+def test_pruned_top_k_equals_exhaustive(texts, q, k, variant):
+    kb = build(texts, variant)
+    assert ranked(kb, q, k) == exhaustive(kb, q, k)
+
+
+@settings(max_examples=150, deadline=None)
+@given(corpus, query, st.integers(1, 8), st.sets(st.integers(0, 39)))
+def test_filtered_top_k_equals_exhaustive(texts, q, k, keep):
+    kb = build(texts)
+    where = {"keep": True}
+    for i, text in enumerate(texts):
+        kb.add_text(text, f"d{i}", {"keep": i in keep})
+    allowed = {cid for cid, c in enumerate(kb._chunks) if c is not None and c.doc.metadata["keep"]}
+    assert ranked(kb, q, k, where=where) == exhaustive(kb, q, k, allowed)
+
+
+@settings(max_examples=150, deadline=None)
+@given(corpus, query, variants)
+def test_scores_finite_and_positive(texts, q, variant):
+    kb = build(texts, variant)
+    for hit in kb.search(q, k=50):
+        assert math.isfinite(hit.score) and hit.score > 0
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.sampled_from(VOCAB[1:]), max_size=20), st.integers(1, 10), variants)
+def test_score_monotone_in_tf(rest, extra, variant):
+    # Same length, more occurrences of the query term: never a lower score.
+    filler = ["t1"] * extra
+    base = ["t0"] + rest + filler
+    more = ["t0"] * (1 + extra) + rest
+    kb = build([" ".join(base), " ".join(more), "t2 t3"], variant)
+    scores = {h.source: h.score for h in kb.search("t0", k=5)}
+    assert scores["d1"] >= scores["d0"]
+
+
+ops = st.lists(
+    st.tuples(st.sampled_from(["add", "remove"]), st.integers(0, 8), doc_text),
+    min_size=1,
+    max_size=40,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(ops, query, st.sampled_from([None, 4]))
+def test_incremental_updates_equal_a_fresh_build(operations, q, chunk_size):
+    live = {}
+    kb = KnowledgeBase(chunk_size=chunk_size, stride=2 if chunk_size else None, analyzer=plain)
+    for op, i, text in operations:
+        src = f"s{i}"
+        if op == "add":
+            kb.add_text(text, src)
+            live[src] = text
+        else:
+            kb.remove(src)
+            live.pop(src, None)
+        kb.search(q)  # interleave queries so cached impacts go stale and get refreshed
+    fresh = KnowledgeBase(chunk_size=chunk_size, stride=2 if chunk_size else None, analyzer=plain)
+    for src, text in live.items():
+        fresh.add_text(text, src)
+    assert kb._index.n_docs == fresh._index.n_docs
+    assert kb._index.total_len == fresh._index.total_len
+    for term in VOCAB:
+        assert kb._index.df(term) == fresh._index.df(term)
+    got = sorted((h.source, h.chunk_index, h.score) for h in kb.search(q, k=100))
+    want = sorted((h.source, h.chunk_index, h.score) for h in fresh.search(q, k=100))
+    assert got == want
+
+
+@settings(max_examples=60, deadline=None)
+@given(corpus, st.lists(query, min_size=1, max_size=4), st.lists(st.integers(0, 39), max_size=5))
+def test_index_round_trips_exactly(tmp_path_factory, texts, queries, removals):
+    kb = KnowledgeBase(chunk_size=5, stride=3)
+    for i, text in enumerate(texts):
+        kb.add_text(text + " Ünïcode \"quotes\" \\ back", f"d{i}", {"i": i, "tags": ["x", None]})
+    for r in removals:
+        kb.remove(f"d{r}")
+    folder = tmp_path_factory.mktemp("idx")
+    kb.save(folder)
+    first = (folder / "index.json").read_bytes()
+    again = KnowledgeBase.load(folder)
+    assert again.sources() == kb.sources()
+    for q in queries:
+        assert [h.to_dict() | {"chunk_id": h.chunk_id} for h in again.search(q, 20)] == [
+            h.to_dict() | {"chunk_id": h.chunk_id} for h in KnowledgeBase.load(folder).search(q, 20)
+        ]
+        assert [(h.source, h.chunk_index, h.score, h.text) for h in again.search(q, 20)] == [
+            (h.source, h.chunk_index, h.score, h.text) for h in kb.search(q, 20)
+        ]
+    again.save(folder / "copy")
+    body = lambda data: data[data.index(b'"sha256"') :]  # noqa: E731  revision differs per save
+    assert body((folder / "copy" / "index.json").read_bytes()) == body(first)
+
+
+@settings(max_examples=300, deadline=None)
+@given(corpus, query, st.integers(1, 3), st.sampled_from([1, 2, 3, 8]))
+def test_champion_shortcut_equals_exhaustive(texts, q, k, champions):
+    # Shrink the thresholds so the champion path runs on small random corpora.
+    import clanker_rag._index as index_module
+
+    old = index_module.LONG_LIST, index_module.CHAMPIONS
+    index_module.LONG_LIST, index_module.CHAMPIONS = 1, champions
+    try:
+        kb = build(texts)
+        assert ranked(kb, q, k) == exhaustive(kb, q, k)
+        kb.add_text("t0 t1 t2 t3", "late")  # the cache must follow the new generation
+        assert ranked(kb, q, k) == exhaustive(kb, q, k)
+    finally:
+        index_module.LONG_LIST, index_module.CHAMPIONS = old
