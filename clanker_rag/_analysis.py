@@ -181,9 +181,12 @@ class Analyzer:
         if len(parts) <= 1 and "_" not in raw:
             term = self._word(low)
             return (term,) if term else ()
-        out = [low]
+        # The whole identifier is stemmed like a plain word, so the lowercase
+        # query "assertequal" meets the code token "assertEqual".
+        whole = self._word(low)
+        out = [whole] if whole else []
         for part in parts:
             term = self._word(part.casefold())
-            if term and term != low:
+            if term and term != whole:
                 out.append(term)
         return tuple(out)

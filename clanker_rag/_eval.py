@@ -26,7 +26,17 @@ from typing import Any
 
 from ._exceptions import ConfigError, IngestError
 
-__all__ = ["BeirDataset", "EvalResult", "evaluate_run", "load_beir", "mrr", "ndcg", "recall", "average_precision"]
+__all__ = [
+    "BeirDataset",
+    "EvalResult",
+    "average_precision",
+    "evaluate_dataset",
+    "evaluate_run",
+    "load_beir",
+    "mrr",
+    "ndcg",
+    "recall",
+]
 
 
 def ndcg(ranking: Sequence[str], qrels: Mapping[str, int], k: int = 10) -> float:
@@ -97,7 +107,10 @@ def load_beir(folder: str | os.PathLike[str], split: str = "test") -> BeirDatase
     for name in ("corpus.jsonl", "queries.jsonl", f"qrels/{split}.tsv"):
         if not (root / name).is_file():
             raise IngestError(f"{root}: not a BEIR data set (missing {name})")
-    corpus = {str(d["_id"]): (str(d.get("title") or ""), str(d.get("text") or "")) for d in _read_jsonl(root / "corpus.jsonl")}
+    corpus = {
+        str(d["_id"]): (str(d.get("title") or ""), str(d.get("text") or ""))
+        for d in _read_jsonl(root / "corpus.jsonl")
+    }
     queries = {str(q["_id"]): str(q["text"]) for q in _read_jsonl(root / "queries.jsonl")}
     qrels: dict[str, dict[str, int]] = {}
     with open(root / "qrels" / f"{split}.tsv", encoding="utf-8", newline="") as fh:
@@ -138,23 +151,99 @@ def evaluate_dataset(
     *,
     search: Callable[[Any, str, int], Sequence[Any]] | None = None,
     k: int = 100,
-    feedback: bool = False,
+    feedback: bool | None = None,
+    rerank: str | os.PathLike[str] | Any | None = None,
+    hybrid: str | os.PathLike[str] | Any | None = None,
+    candidates: int | None = None,
+    batch_size: int = 32,
+    device: str | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
     **kb_options: Any,
 ) -> EvalResult:
-    """Index a BEIR corpus whole-document and evaluate BM25 on its queries."""
+    """Index a BEIR corpus whole-document and evaluate retrieval on its queries.
+
+    Plain BM25 by default (``feedback=True`` adds RM3 pseudo-relevance
+    feedback).  ``hybrid=MODEL`` fuses BM25 with dense retrieval by a
+    sentence-transformers bi-encoder (:class:`~clanker_rag._dense.HybridRetriever`;
+    its lexical side uses feedback unless ``feedback=False``); the corpus
+    embeddings are kept in ``cache_dir`` when given, so a second run computes
+    none.  ``rerank=MODEL`` reranks the top ``candidates`` (default 50) hits of
+    the first stage (:class:`~clanker_rag._rerank.Reranker`).  ``MODEL`` is a
+    local model folder or a loaded model; ``batch_size`` and ``device`` go to
+    the model.  ``search(kb, query, k)`` replaces all of this with your own
+    retrieval.
+    """
     from ._kb import KnowledgeBase
 
     if k < 100:
         raise ConfigError(f"k={k} is out of range: metrics need at least 100 results")
+    if search is not None and (rerank is not None or hybrid is not None):
+        raise ConfigError("give search= or rerank=/hybrid=, not both")
     data = load_beir(folder)
     kb = KnowledgeBase(chunk_size=None, stride=None, **kb_options)
     for doc_id, (title, text) in data.corpus.items():
         kb.add_text(f"{title}\n{text}" if title else text, doc_id)
+    if search is None and (rerank is not None or hybrid is not None):
+        search = _model_search(
+            kb,
+            feedback,
+            rerank,
+            hybrid,
+            candidates=candidates,
+            batch_size=batch_size,
+            device=device,
+            cache_dir=cache_dir,
+        )
     run: dict[str, list[str]] = {}
     for qid in data.qrels:
         query = data.queries.get(qid)
         if query is None:
             continue
-        hits = search(kb, query, k) if search is not None else kb.search(query, k, feedback=feedback)
+        hits = search(kb, query, k) if search is not None else kb.search(query, k, feedback=bool(feedback))
         run[qid] = [h.source for h in hits]
     return evaluate_run(run, data.qrels)
+
+
+def _model_search(
+    kb: Any,
+    feedback: bool | None,
+    rerank: Any,
+    hybrid: Any,
+    *,
+    candidates: int | None,
+    batch_size: int,
+    device: str | None,
+    cache_dir: str | os.PathLike[str] | None,
+) -> Callable[[Any, str, int], Sequence[Any]]:
+    from ._dense import HybridRetriever
+    from ._rerank import DEFAULT_CANDIDATES, Reranker, RerankingRetriever
+
+    first: Any = kb
+    if hybrid is not None:
+        first = HybridRetriever(
+            kb,
+            hybrid,
+            feedback=True if feedback is None else feedback,
+            batch_size=batch_size,
+            device=device,
+            folder=cache_dir,
+        )
+        first.refresh()  # embed the corpus up front, not inside the first query
+    elif feedback:
+        base = kb
+
+        class _Feedback:
+            def search(self, query: str, k: int = 10) -> list[Any]:
+                return base.search(query, k, feedback=True)
+
+        first = _Feedback()
+    retriever: Any = first
+    if rerank is not None:
+        reranker = Reranker(
+            rerank,
+            candidates=DEFAULT_CANDIDATES if candidates is None else candidates,
+            batch_size=batch_size,
+            device=device,
+        )
+        retriever = RerankingRetriever(first, reranker)
+    return lambda _kb, query, k: retriever.search(query, k)

@@ -72,10 +72,10 @@ def reciprocal_rank_fusion(
         weights = [1.0] * len(lists)
     elif len(weights) != len(lists):
         raise ConfigError(f"{len(weights)} weights given for {len(lists)} ranked lists")
-    keyfn: Callable[[T], Hashable] = key if key is not None else (lambda item: item)  # type: ignore[assignment,return-value]
+    keyfn: Callable[[T], Hashable] = key if key is not None else (lambda item: item)
     first: dict[Hashable, T] = {}
     scores: dict[Hashable, float] = {}
-    for ranking, weight in zip(lists, weights):
+    for ranking, weight in zip(lists, weights, strict=True):
         seen: set[Hashable] = set()
         for rank, item in enumerate(ranking, start=1):
             ident = keyfn(item)
@@ -93,7 +93,7 @@ def reciprocal_rank_fusion(
 
 def _with_score(hit: T, score: float) -> T:
     if dataclasses.is_dataclass(hit) and not isinstance(hit, type) and hasattr(hit, "score"):
-        return dataclasses.replace(hit, score=score)  # type: ignore[type-var]
+        return dataclasses.replace(hit, score=score)
     return hit
 
 
@@ -156,7 +156,7 @@ class MultiQueryRetriever:
         try:
             produced = self.rewrite(query)
             rewrites = [produced] if isinstance(produced, str) else list(produced)
-        except Exception as exc:  # noqa: BLE001 - any failure of a user hook degrades to the plain query
+        except Exception as exc:  # any failure of a user hook degrades to the plain query
             log.warning("query rewrite failed (%s: %s); searching the original query only", type(exc).__name__, exc)
             rewrites = []
         out: list[str] = []

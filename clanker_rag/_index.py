@@ -28,7 +28,7 @@ from bisect import bisect_left
 from collections import deque
 from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass
-from itertools import compress, repeat
+from itertools import accumulate, compress, repeat
 from operator import add, and_, eq, ge, mul, or_, rshift, truediv
 from typing import Any
 
@@ -50,9 +50,19 @@ _TF_MASK = (1 << _SHIFT) - 1
 # champions, else the query falls back to term-at-a-time.
 LONG_LIST = 4096
 CHAMPIONS = 512
+MAX_POOL = 6000
 # Relative and absolute slack on upper bounds: the pruned and the exhaustive
 # sums may round differently in the last bit.
 _UB_SLACK = 1e-9
+
+
+class _Pending(dict[int, list[int]]):
+    __slots__ = ()
+
+    def __missing__(self, tid: int) -> list[int]:
+        pending: list[int] = []
+        self[tid] = pending
+        return pending
 
 
 class _Vocab(dict[str, int]):
@@ -97,20 +107,22 @@ class InvertedIndex:
         self.bm25 = bm25
         self.vocab: dict[str, int] = _Vocab(self)
         self.terms: list[str] = []
-        self.docs: list[array[int]] = []
-        self.tfs: list[array[int]] = []
-        self.imps: list[array[float]] = []
+        # None: not yet cut out of the loaded buffers (see attach_buffers).
+        self.docs: list[array[int] | None] = []
+        self.tfs: list[array[int] | None] = []
+        self.imps: list[array[float] | None] = []
+        self._buffers: tuple[memoryview, memoryview, memoryview, array[int]] | None = None
         self.maxes: list[float] = []
         self.imp_gen: list[int] = []
-        self.pending: list[list[int]] = []
+        self.pending: dict[int, list[int]] = _Pending()
         self.dl: array[int] = array("i")
         self.n_docs = 0
         self.total_len = 0
         self.gen = 0
         self._norms_gen = -1
         self._norms: list[float] = []
-        self._champions: dict[int, tuple[array[int], float] | None] = {}
-        self._champions_gen = -1
+        # tid -> (impact generation it was computed for, (chunk ids, outside bound) or None)
+        self._champions: dict[int, tuple[int, tuple[array[int], float] | None]] = {}
 
     # -- building -------------------------------------------------------------
     def _new_term(self, term: str) -> int:
@@ -122,7 +134,6 @@ class InvertedIndex:
         self.imps.append(array("f"))
         self.maxes.append(0.0)
         self.imp_gen.append(-1)
-        self.pending.append([])
         return tid
 
     def add(self, cid: int, counts: Mapping[str, int]) -> int:
@@ -144,20 +155,45 @@ class InvertedIndex:
         self.gen += 1
         return dl
 
+    def attach_buffers(self, lengths: array[int], docs: array[int], tfs: array[int], imps: array[float]) -> None:
+        """Adopt postings loaded from disk; each term's arrays are cut out on first use."""
+        offsets = array("q", accumulate(lengths, initial=0))
+        self._buffers = (memoryview(docs).cast("B"), memoryview(tfs).cast("B"), memoryview(imps).cast("B"), offsets)
+        n = len(lengths)
+        self.docs = [None] * n
+        self.tfs = [None] * n
+        self.imps = [None] * n
+        self.maxes = [-1.0] * n
+        self.imp_gen = [self.gen] * n
+
+    def _cut(self, tid: int) -> array[int]:
+        assert self._buffers is not None
+        mv_d, mv_t, mv_i, offsets = self._buffers
+        a, b = offsets[tid] * 4, offsets[tid + 1] * 4
+        d, t, i = array("i"), array("I"), array("f")
+        d.frombytes(mv_d[a:b])
+        t.frombytes(mv_t[a:b])
+        i.frombytes(mv_i[a:b])
+        self.docs[tid], self.tfs[tid], self.imps[tid] = d, t, i
+        return d
+
     def fold(self, tid: int) -> array[int]:
-        """Move the term's pending postings into its arrays; returns its chunk ids."""
-        pending = self.pending[tid]
-        if pending:
-            self.docs[tid].extend(map(rshift, pending, repeat(_SHIFT)))
-            self.tfs[tid].extend(map(and_, pending, repeat(_TF_MASK)))
-            pending.clear()
+        """The term's chunk ids, after moving pending postings into its arrays."""
+        docs = self.docs[tid]
+        if docs is None:
+            docs = self._cut(tid)
+        if tid in self.pending:
+            pending = self.pending.pop(tid)
+            tfs = self.tfs[tid]
+            assert tfs is not None
+            docs.extend(map(rshift, pending, repeat(_SHIFT)))
+            tfs.extend(map(and_, pending, repeat(_TF_MASK)))
             self.imp_gen[tid] = -1
-        return self.docs[tid]
+        return docs
 
     def fold_all(self) -> None:
-        for tid, pending in enumerate(self.pending):
-            if pending:
-                self.fold(tid)
+        for tid in range(len(self.terms)):
+            self.fold(tid)
 
     def remove(self, cid: int, terms: Iterable[str]) -> int:
         """Drop chunk ``cid`` from the postings of ``terms``; returns the summed tf removed.
@@ -176,6 +212,7 @@ class InvertedIndex:
             if i < len(docs) and docs[i] == cid:
                 del docs[i]
                 tfs = self.tfs[tid]
+                assert tfs is not None
                 removed += tfs[i]
                 del tfs[i]
                 self.imp_gen[tid] = -1
@@ -216,9 +253,16 @@ class InvertedIndex:
 
     def impacts(self, tid: int) -> tuple[array[float], float]:
         """The term's impacts (current generation) and their maximum."""
-        if self.imp_gen[tid] == self.gen and not self.pending[tid]:
-            return self.imps[tid], self.maxes[tid]
-        docs, tfs = self.fold(tid), self.tfs[tid]
+        docs = self.fold(tid)
+        if self.imp_gen[tid] == self.gen:
+            imps = self.imps[tid]
+            assert imps is not None
+            mx = self.maxes[tid]
+            if mx < 0:  # loaded from disk: the maximum is computed on first use
+                mx = self.maxes[tid] = max(imps) if imps else 0.0
+            return imps, mx
+        tfs = self.tfs[tid]
+        assert tfs is not None
         bm = self.bm25
         norms = self._length_norms()
         idf = bm.idf(self.n_docs, len(docs)) if docs else 0.0
@@ -242,9 +286,10 @@ class InvertedIndex:
         self.imp_gen[tid] = self.gen
 
     def refresh(self) -> None:
-        """Bring every term's impacts up to date (before a save or a benchmark)."""
+        """Bring every term's impacts and champions up to date (before a save)."""
         for tid in range(len(self.terms)):
             self.impacts(tid)
+            self.champions(tid)
 
     # -- search ----------------------------------------------------------------
     def _plan(self, weights: Mapping[int, float]) -> list[tuple[float, int, float]]:
@@ -264,47 +309,74 @@ class InvertedIndex:
         return imps if w == 1.0 else map(mul, imps, repeat(w))
 
     def champions(self, tid: int) -> tuple[array[int], float] | None:
-        """Chunk ids whose impact reaches the term's top ``CHAMPIONS``, and the
-        largest impact outside them; ``None`` when ties make the set too big."""
-        if self._champions_gen != self.gen:
-            self._champions.clear()
-            self._champions_gen = self.gen
-        if tid in self._champions:
-            return self._champions[tid]
+        """For a long term: the chunk ids whose impact is among its ``CHAMPIONS``
+        largest (ascending), and the largest impact outside them.  ``None`` for
+        a short term, or when ties at the cut make the set too big to help."""
+        docs = self.fold(tid)
+        if len(docs) < LONG_LIST:
+            return None
         imps, _ = self.impacts(tid)
+        cached = self._champions.get(tid)
+        if cached is not None and cached[0] == self.imp_gen[tid]:
+            return cached[1]
         ranked = sorted(imps)
         tau = ranked[-CHAMPIONS] if len(ranked) > CHAMPIONS else ranked[0]
         i = bisect_left(ranked, tau)
         result: tuple[array[int], float] | None = None
         if len(ranked) - i <= 4 * CHAMPIONS:
-            chosen = array("i", compress(self.docs[tid], map(ge, imps, repeat(tau))))
+            chosen = array("i", compress(docs, map(ge, imps, repeat(tau))))
             result = (chosen, ranked[i - 1] if i else 0.0)
-        self._champions[tid] = result
+        self._champions[tid] = (self.imp_gen[tid], result)
         return result
 
-    def _top_k_champions(
+    def set_champions(self, tid: int, chosen: array[int], bound: float) -> None:
+        """Install champions loaded from disk (valid for the loaded generation)."""
+        self._champions[tid] = (self.imp_gen[tid], (chosen, bound))
+
+    def _top_k_assisted(
         self, plan: list[tuple[float, int, float]], k: int, allowed: Container[int] | None
     ) -> list[tuple[int, float]] | None:
+        """Exact top k from short lists plus the long lists' champions, or None.
+
+        A chunk in no short list and in no champion list scores at most the
+        sum of the long terms' outside bounds; when the k-th best candidate
+        beats that sum, nothing outside the candidates can rank.
+        """
         bound = 0.0
         pool: set[int] = set()
         for _, tid, w in plan:
             champ = self.champions(tid)
             if champ is None:
+                docs = self.fold(tid)
+                if len(docs) >= LONG_LIST:
+                    return None
+                pool.update(docs)
+            else:
+                pool.update(champ[0])
+                bound += champ[1] * w
+            if len(pool) > MAX_POOL:
                 return None
-            pool.update(champ[0])
-            bound += champ[1] * w
         cands = sorted(pool if allowed is None else compress(pool, map(allowed.__contains__, pool)))
         if len(cands) < k:
             return None
         scores: Iterable[float] = repeat(0.0, len(cands))
         for _, tid, w in plan:
-            scores = list(map(add, scores, self._probe(tid, w, cands)))
+            scores = list(map(add, scores, self._lookup(tid, w, cands)))
         acc = dict(zip(cands, scores))
         theta = heapq.nlargest(k, acc.values())[-1]
         if theta <= bound * (1 + _UB_SLACK) + _UB_SLACK:
             return None
         best = sorted(compress(acc.items(), map(ge, acc.values(), repeat(theta))), key=lambda item: (-item[1], item[0]))
         return best[:k]
+
+    def _lookup(self, tid: int, w: float, cands: list[int]) -> Iterable[float]:
+        """The term's contribution to each of ``cands`` (0.0 where absent)."""
+        docs = self.docs[tid]
+        assert docs is not None
+        if len(cands) * 16 < len(docs):
+            return self._probe(tid, w, cands)
+        table = dict(zip(docs, self._contribs(tid, w)))
+        return map(table.get, cands, repeat(0.0))
 
     def _probe(self, tid: int, w: float, cands: list[int]) -> Iterable[float]:
         """The term's contribution to each of ``cands`` (0.0 where absent), by binary search."""
@@ -324,8 +396,8 @@ class InvertedIndex:
         plan = self._plan(weights)
         if k <= 0 or not plan:
             return []
-        if k <= CHAMPIONS // 4 and all(len(self.docs[tid]) >= LONG_LIST for _, tid, _ in plan):
-            found = self._top_k_champions(plan, k, allowed)
+        if k <= CHAMPIONS // 4 and any(len(self.fold(tid)) >= LONG_LIST for _, tid, _ in plan):
+            found = self._top_k_assisted(plan, k, allowed)
             if found is not None:
                 return found
         remaining = [0.0] * len(plan)

@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from operator import attrgetter, gt
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -56,19 +57,42 @@ class _Doc:
         self.cids: list[int] = []
 
 
-class _Chunk:
+class _ChunkTable:
+    """Chunks as parallel columns indexed by chunk id (cheap to load and to keep)."""
+
     __slots__ = ("doc", "index", "start", "end", "start_line", "end_line", "section")
 
-    def __init__(
-        self, doc: _Doc, index: int, start: int, end: int, start_line: int, end_line: int, section: str | None
-    ) -> None:
-        self.doc = doc
-        self.index = index
-        self.start = start
-        self.end = end
-        self.start_line = start_line
-        self.end_line = end_line
-        self.section = section
+    def __init__(self) -> None:
+        self.doc: list[_Doc | None] = []  # None: removed
+        self.index: array[int] = array("i")
+        self.start: array[int] = array("q")
+        self.end: array[int] = array("q")
+        self.start_line: array[int] = array("i")
+        self.end_line: array[int] = array("i")
+        self.section: list[str | None] = []
+
+    def __len__(self) -> int:
+        return len(self.doc)
+
+    def append(self, doc: _Doc, index: int, start: int, end: int, start_line: int, end_line: int,
+               section: str | None) -> int:
+        cid = len(self.doc)
+        self.doc.append(doc)
+        self.index.append(index)
+        self.start.append(start)
+        self.end.append(end)
+        self.start_line.append(start_line)
+        self.end_line.append(end_line)
+        self.section.append(section)
+        return cid
+
+    def live(self, cid: int) -> bool:
+        return 0 <= cid < len(self.doc) and self.doc[cid] is not None
+
+    def text(self, cid: int) -> str:
+        doc = self.doc[cid]
+        assert doc is not None
+        return doc.text[self.start[cid] : self.end[cid]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +159,7 @@ class KnowledgeBase:
         self.bm25 = bm25
         self._index = InvertedIndex(bm25)
         self._docs: dict[str, _Doc] = {}
-        self._chunks: list[_Chunk | None] = []
+        self._chunks = _ChunkTable()
         self._path: Path | None = None
         self._revision: str | None = None
         self._lock: IndexLock | None = None
@@ -214,9 +238,8 @@ class KnowledgeBase:
             counts = Counter(analyzer.terms_of_words(span.words))
             if span.label:
                 counts.update(analyzer(span.label))
-            cid = len(chunks)
+            cid = chunks.append(doc, i, span.start, span.end, span.start_line, span.end_line, span.label)
             index.add(cid, counts)
-            chunks.append(_Chunk(doc, i, span.start, span.end, span.start_line, span.end_line, span.label))
             doc.cids.append(cid)
         return len(doc.cids)
 
@@ -253,13 +276,18 @@ class KnowledgeBase:
             total += self.add_text(text, source, meta)
         return total
 
-    def _chunk_terms(self, chunk: _Chunk) -> list[str]:
+    def _chunk_terms(self, cid: int) -> list[str]:
         analyzer = self.analyzer
-        text = chunk.doc.text[chunk.start : chunk.end]
-        terms = list(analyzer(text))
-        if chunk.section:
-            terms.extend(analyzer(chunk.section))
+        terms = list(analyzer(self._chunks.text(cid)))
+        section = self._chunks.section[cid]
+        if section:
+            terms.extend(analyzer(section))
         return terms
+
+    def _source_of(self, cid: int) -> str:
+        doc = self._chunks.doc[cid]
+        assert doc is not None
+        return doc.source
 
     def remove(self, source: str) -> int:
         """Remove every chunk of ``source``; returns how many (0 if unknown)."""
@@ -268,16 +296,14 @@ class KnowledgeBase:
             return 0
         index = self._index
         for cid in doc.cids:
-            chunk = self._chunks[cid]
-            assert chunk is not None
-            removed = index.remove(cid, self._chunk_terms(chunk))
+            removed = index.remove(cid, self._chunk_terms(cid))
             if removed != index.dl[cid]:
                 # The analyser no longer reproduces what was indexed (a custom,
                 # non-deterministic one): purge the id from every posting list.
-                log.warning("analyser output changed for %s chunk %d; purging by full scan", source, chunk.index)
+                log.warning("analyser output changed for %s chunk %d; purging by full scan", source, self._chunks.index[cid])
                 self._purge(cid)
             index.forget(cid)
-            self._chunks[cid] = None
+            self._chunks.doc[cid] = None
         return len(doc.cids)
 
     def _purge(self, cid: int) -> None:
@@ -352,20 +378,21 @@ class KnowledgeBase:
         return allowed
 
     def _hit(self, cid: int, score: float) -> Hit:
-        chunk = self._chunks[cid]
-        assert chunk is not None
-        doc = chunk.doc
+        ct = self._chunks
+        doc = ct.doc[cid]
+        assert doc is not None
+        start, end = ct.start[cid], ct.end[cid]
         return Hit(
-            text=doc.text[chunk.start : chunk.end],
+            text=doc.text[start:end],
             source=doc.source,
             score=score,
             metadata=doc.metadata,
-            chunk_index=chunk.index,
-            start=chunk.start,
-            end=chunk.end,
-            start_line=chunk.start_line,
-            end_line=chunk.end_line,
-            section=chunk.section,
+            chunk_index=ct.index[cid],
+            start=start,
+            end=end,
+            start_line=ct.start_line[cid],
+            end_line=ct.end_line[cid],
+            section=ct.section[cid],
             chunk_id=cid,
         )
 
@@ -405,7 +432,7 @@ class KnowledgeBase:
         if feedback and weights:
             weights = self._expand(weights, None)
         cid = hit.chunk_id
-        if not 0 <= cid < len(self._chunks) or self._chunks[cid] is None:
+        if not self._chunks.live(cid):
             raise ConfigError(f"{hit.source} chunk {hit.chunk_index} is not in this knowledge base any more")
         score, parts = self._index.explain(weights, cid)
         return Explanation(score, parts, self._index.n_docs, self._index.avgdl, self._index.dl[cid])
@@ -423,9 +450,7 @@ class KnowledgeBase:
         total = sum(score for _, score in top)
         model: Counter[str] = Counter()
         for cid, score in top:
-            chunk = self._chunks[cid]
-            assert chunk is not None
-            terms = self._chunk_terms(chunk)
+            terms = self._chunk_terms(cid)
             if not terms:
                 continue
             share = score / total / len(terms)
@@ -446,22 +471,23 @@ class KnowledgeBase:
     def _body(self) -> dict[str, Any]:
         index = self._index
         index.refresh()
-        live = [cid for cid, c in enumerate(self._chunks) if c is not None]
-        new_id = {cid: i for i, cid in enumerate(live)}
+        ct = self._chunks
+        live = [cid for cid, d in enumerate(ct.doc) if d is not None]
+        new_id = dict(zip(live, range(len(live))))
         doc_order: dict[str, int] = {}
-        c_doc, c_idx, c_start, c_end, c_sl, c_el, c_dl = (array("i") for _ in range(7))
-        sections: list[str | None] = []
+        c_doc = array("i")
         for cid in live:
-            chunk = self._chunks[cid]
-            assert chunk is not None
-            c_doc.append(doc_order.setdefault(chunk.doc.source, len(doc_order)))
-            c_idx.append(chunk.index)
-            c_start.append(chunk.start)
-            c_end.append(chunk.end)
-            c_sl.append(chunk.start_line)
-            c_el.append(chunk.end_line)
-            c_dl.append(index.dl[cid])
-            sections.append(chunk.section)
+            doc = ct.doc[cid]
+            assert doc is not None
+            c_doc.append(doc_order.setdefault(doc.source, len(doc_order)))
+        pick = live.__iter__
+        c_idx = array("i", map(ct.index.__getitem__, pick()))
+        c_start = array("q", map(ct.start.__getitem__, pick()))
+        c_end = array("q", map(ct.end.__getitem__, pick()))
+        c_sl = array("i", map(ct.start_line.__getitem__, pick()))
+        c_el = array("i", map(ct.end_line.__getitem__, pick()))
+        c_dl = array("i", map(index.dl.__getitem__, pick()))
+        sections = list(map(ct.section.__getitem__, pick()))
         # Sources without chunks (empty texts) still round-trip.
         for name in self._docs:
             doc_order.setdefault(name, len(doc_order))
@@ -473,15 +499,23 @@ class KnowledgeBase:
         lengths, p_docs, p_tfs = array("i"), array("i"), array("I")
         p_imps: array[float] = array("f")
         remap = new_id.__getitem__
+        ch_terms, ch_lengths, ch_docs = array("i"), array("i"), array("i")
+        ch_bounds: array[float] = array("f")
         for tid, term in enumerate(index.terms):
-            docs = index.docs[tid]
+            docs = index.fold(tid)
             if not docs:
                 continue
+            champ = index.champions(tid)
+            if champ is not None:
+                ch_terms.append(len(terms))
+                ch_lengths.append(len(champ[0]))
+                ch_docs.extend(map(remap, champ[0]))
+                ch_bounds.append(champ[1])
             terms.append(term)
             lengths.append(len(docs))
             p_docs.extend(map(remap, docs))
-            p_tfs.extend(index.tfs[tid])
-            p_imps.extend(index.imps[tid])
+            p_tfs.extend(index.tfs[tid])  # type: ignore[arg-type]
+            p_imps.extend(index.imps[tid])  # type: ignore[arg-type]
         return {
             "created_by": f"clanker_rag {_version()}",
             "analyzer": self.analyzer.settings(),
@@ -505,6 +539,12 @@ class KnowledgeBase:
                 "chunks": _store.pack(p_docs),
                 "tfs": _store.pack(p_tfs),
                 "impacts": _store.pack(p_imps),
+            },
+            "champions": {
+                "terms": _store.pack(ch_terms),
+                "lengths": _store.pack(ch_lengths),
+                "chunks": _store.pack(ch_docs),
+                "bounds": _store.pack(ch_bounds),
             },
         }
 
@@ -592,19 +632,25 @@ class KnowledgeBase:
         unpack = _store.unpack
         c_doc = unpack(cols["source"], "i", f"{where}: chunks.source")
         n = len(c_doc)
-        table = [unpack(cols[name], "i", f"{where}: chunks.{name}") for name in ("index", "start", "end", "start_line", "end_line", "length")]
-        sections = cols["section"]
-        if any(len(col) != n for col in table) or len(sections) != n:
+        ct = kb._chunks
+        ct.index = unpack(cols["index"], "i", f"{where}: chunks.index")
+        ct.start = unpack(cols["start"], "q", f"{where}: chunks.start")
+        ct.end = unpack(cols["end"], "q", f"{where}: chunks.end")
+        ct.start_line = unpack(cols["start_line"], "i", f"{where}: chunks.start_line")
+        ct.end_line = unpack(cols["end_line"], "i", f"{where}: chunks.end_line")
+        c_dl = unpack(cols["length"], "i", f"{where}: chunks.length")
+        ct.section = list(cols["section"])
+        columns = (ct.index, ct.start, ct.end, ct.start_line, ct.end_line, c_dl, ct.section)
+        if any(len(col) != n for col in columns):
             raise IndexFormatError(f"{where}: chunk tables have different lengths")
-        c_idx, c_start, c_end, c_sl, c_el, c_dl = table
-        chunks: list[_Chunk | None] = []
-        for cid in range(n):
-            doc = docs[c_doc[cid]]
-            if not 0 <= c_start[cid] <= c_end[cid] <= len(doc.text):
-                raise IndexFormatError(f"{where}: chunk {cid} of {doc.source!r} lies outside its text")
-            chunks.append(_Chunk(doc, c_idx[cid], c_start[cid], c_end[cid], c_sl[cid], c_el[cid], sections[cid]))
-            doc.cids.append(cid)
-        kb._chunks = chunks
+        if n and (min(c_doc) < 0 or max(c_doc) >= len(docs)):
+            raise IndexFormatError(f"{where}: a chunk points at a source that does not exist")
+        ct.doc = list(map(docs.__getitem__, c_doc))
+        lengths_of_docs = list(map(len, map(attrgetter("text"), ct.doc)))
+        if n and (min(ct.start) < 0 or any(map(gt, ct.start, ct.end)) or any(map(gt, ct.end, lengths_of_docs))):
+            raise IndexFormatError(f"{where}: a chunk lies outside its source text")
+        for cid, doc in enumerate(ct.doc):
+            doc.cids.append(cid)  # type: ignore[union-attr]
         index = kb._index
         index.dl = c_dl
         index.n_docs = n
@@ -627,20 +673,20 @@ class KnowledgeBase:
         vocab.update(zip(terms, range(len(terms))))
         if len(vocab) != len(terms):
             raise IndexFormatError(f"{where}: duplicate terms in the vocabulary")
-        # memoryview slices keep the per-term arrays as cheap copies of one buffer.
-        mv_d, mv_t, mv_i = memoryview(p_docs), memoryview(p_tfs), memoryview(p_imps)
+        index.attach_buffers(lengths, p_docs, p_tfs, p_imps)
+        champ = body["champions"]
+        ch_terms = unpack(champ["terms"], "i", f"{where}: champions.terms")
+        ch_lengths = unpack(champ["lengths"], "i", f"{where}: champions.lengths")
+        ch_docs = unpack(champ["chunks"], "i", f"{where}: champions.chunks")
+        ch_bounds = unpack(champ["bounds"], "f", f"{where}: champions.bounds")
+        if not (len(ch_terms) == len(ch_lengths) == len(ch_bounds) and sum(ch_lengths) == len(ch_docs)):
+            raise IndexFormatError(f"{where}: champion tables have inconsistent lengths")
         pos = 0
-        docs_l, tfs_l, imps_l, maxes = index.docs, index.tfs, index.imps, index.maxes
-        for length in lengths:
-            end = pos + length
-            docs_l.append(array("i", mv_d[pos:end]))
-            tfs_l.append(array("I", mv_t[pos:end]))
-            imps_arr = array("f", mv_i[pos:end])
-            imps_l.append(imps_arr)
-            maxes.append(max(imps_arr) if length else 0.0)
-            pos = end
-        index.imp_gen = [index.gen] * len(terms)
-        index.pending = [[] for _ in terms]
+        for tid, length, bound in zip(ch_terms, ch_lengths, ch_bounds):
+            if not 0 <= tid < len(terms):
+                raise IndexFormatError(f"{where}: a champion list names a term that does not exist")
+            index.set_champions(tid, ch_docs[pos : pos + length], bound)
+            pos += length
         return kb
 
     @classmethod

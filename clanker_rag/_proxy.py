@@ -26,6 +26,7 @@ OpenAI-style error JSON.  Standard library only.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import http.client
 import json
@@ -37,7 +38,7 @@ import socket
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -148,7 +149,9 @@ class SharedRetriever:
     ``ingest`` into a served knowledge base takes effect without a restart.
     """
 
-    def __init__(self, retriever: Retriever, path: str | os.PathLike[str] | None = None, *, check_every: float = 2.0) -> None:
+    def __init__(
+        self, retriever: Retriever, path: str | os.PathLike[str] | None = None, *, check_every: float = 2.0
+    ) -> None:
         self._retriever = retriever
         self._lock = threading.Lock()
         self._file = Path(path) / "index.json" if path is not None else None
@@ -394,7 +397,8 @@ class _Turn:
                 if data.strip() == "[DONE]":
                     return
                 if event == "error":
-                    raise UpstreamError(502, f"upstream {url} reported an error: {data[:_MAX_ERROR_BODY]}", "upstream_error")
+                    message = f"upstream {url} reported an error: {data[:_MAX_ERROR_BODY]}"
+                    raise UpstreamError(502, message, "upstream_error")
                 yield _decode(data, url)
         except TimeoutError:
             raise UpstreamError(504, f"upstream {url} timed out after {self.upstream.config.timeout:g} s",
@@ -416,14 +420,15 @@ class _Turn:
         choices = obj.get("choices")
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
             if "error" in obj:
-                raise UpstreamError(502, f"upstream {url} reported an error: {json.dumps(obj['error'])[:_MAX_ERROR_BODY]}",
-                                    "upstream_error")
+                message = f"upstream {url} reported an error: {json.dumps(obj['error'])[:_MAX_ERROR_BODY]}"
+                raise UpstreamError(502, message, "upstream_error")
             return
         choice = choices[0]
         if self.kind == "chat":
             delta = choice.get("delta")
             if not isinstance(delta, dict):
-                delta = choice.get("message") if isinstance(choice.get("message"), dict) else {}
+                whole = choice.get("message")
+                delta = whole if isinstance(whole, dict) else {}
             text = delta.get("content")
         else:
             text = choice.get("text")
@@ -524,10 +529,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         super().setup()
-        try:
+        with contextlib.suppress(OSError):
             self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        except OSError:
-            pass
 
     # -- logging: never headers, never credentials ------------------------------------
     def _secrets(self) -> list[str]:
@@ -634,7 +637,9 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             self._rejected = 413
             self._send_error_json(
-                413, f"request body of {length} bytes exceeds the proxy's limit of {cap} bytes", "invalid_request_error",
+                413,
+                f"request body of {length} bytes exceeds the proxy's limit of {cap} bytes",
+                "invalid_request_error",
                 "request_too_large",
             )
             return None
@@ -690,10 +695,8 @@ class _Handler(BaseHTTPRequestHandler):
             logger.exception("internal error on %s %s", self.command, self._safe_path())
             status = 500
             self.close_connection = True
-            try:
+            with contextlib.suppress(_ClientGone):
                 self._send_error_json(500, f"internal proxy error: {type(exc).__name__}", "server_error")
-            except _ClientGone:
-                pass
         self._finish_log(status, started, note)
 
     # -- pass-through ------------------------------------------------------------------------------
@@ -712,7 +715,7 @@ class _Handler(BaseHTTPRequestHandler):
                 if chunked:
                     self.send_header("Transfer-Encoding", "chunked")
                 else:
-                    self.send_header("Content-Length", length)
+                    self.send_header("Content-Length", str(length))
                 self.end_headers()
             except OSError as exc:
                 raise _ClientGone(str(exc)) from None
@@ -846,6 +849,7 @@ class _Handler(BaseHTTPRequestHandler):
         retrievals: list[dict[str, Any]] = []
         injections = 0
         events = ctl.events(turn.generate, prompt, question=question)
+        assert isinstance(events, Generator)
         try:
             for ev in events:
                 if isinstance(ev, TextEvent):

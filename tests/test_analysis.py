@@ -23,8 +23,10 @@ def test_switch_off_and_custom():
 
 def test_code_identifiers_yield_parts():
     an = Analyzer()
-    assert an("getUserName") == ["getusername", "get", "user", "name"]
+    assert an("getUserName") == [*an("getusername"), "get", "user", "name"]
     assert an("get_user_name") == ["get_user_name", "get", "user", "name"]
+    # the lowercase spelling of an identifier meets it
+    assert an("assertequal")[0] == an("assertEqual")[0]
     assert an("HTTPServer2") == ["httpserver2", "http", "server", "2"]
     # prose query terms meet the code parts
     assert set(an("user names")) <= set(an("getUserName"))

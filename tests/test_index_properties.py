@@ -33,7 +33,7 @@ def exhaustive(kb, q, k, allowed=None):
     if allowed is not None:
         scores = {d: s for d, s in scores.items() if d in allowed}
     best = sorted(scores.items(), key=lambda item: (-item[1], item[0]))[:k]
-    return [(kb._chunks[d].doc.source, s) for d, s in best]
+    return [(kb._source_of(d), s) for d, s in best]
 
 
 @settings(max_examples=300, deadline=None)
@@ -50,7 +50,7 @@ def test_filtered_top_k_equals_exhaustive(texts, q, k, keep):
     where = {"keep": True}
     for i, text in enumerate(texts):
         kb.add_text(text, f"d{i}", {"keep": i in keep})
-    allowed = {cid for cid, c in enumerate(kb._chunks) if c is not None and c.doc.metadata["keep"]}
+    allowed = {cid for cid, d in enumerate(kb._chunks.doc) if d is not None and d.metadata["keep"]}
     assert ranked(kb, q, k, where=where) == exhaustive(kb, q, k, allowed)
 
 

@@ -1,0 +1,7 @@
+"""``python -m clanker_rag``: the same as the ``clanker-rag`` command."""
+
+import sys
+
+from ._cli import main
+
+sys.exit(main())

