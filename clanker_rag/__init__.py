@@ -1,50 +1,120 @@
-"""clanker_rag: a knowledge base a local LLM agent reads while it generates."""
+"""clanker_rag: a knowledge base a local LLM agent reads while it generates.
+
+Public names are re-exported here and imported lazily on first use, so that
+``import clanker_rag`` (and the ``clanker-rag`` command) start instantly.
+"""
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
 
-from ._analysis import Analyzer
-from ._exceptions import (
-    BackendError,
-    ClankerRagError,
-    ConfigError,
-    IndexFormatError,
-    IndexLockedError,
-    IngestError,
-    MissingExtraError,
-    RetrievalTimeoutError,
-)
-from ._kb import Explanation, KnowledgeBase
-from ._scoring import BM25
-from ._types import Hit, HitLike, Retriever
+if TYPE_CHECKING:
+    from ._analysis import Analyzer
+    from ._controller import InjectEvent, RagController, RetrieveEvent, StreamEvent, TextEvent, neutralize
+    from ._exceptions import BackendError, ClankerRagError, ConfigError, IndexFormatError, IndexLockedError, IngestError, MissingExtraError, RetrievalTimeoutError
+    from ._generate import AsyncGenerateFn, GenerateFn, RequestStats, Token
+    from ._index import TermExplanation
+    from ._ingest import IngestReport
+    from ._kb import Explanation, KnowledgeBase
+    from ._scanner import TagScanner, ToolCall
+    from ._scoring import BM25
+    from ._tools import RETRIEVE_TOOL, retrieve_tool
+    from ._types import Hit, HitLike, Retriever
 
 __all__ = [
     "Analyzer",
+    "AsyncGenerateFn",
     "BM25",
     "BackendError",
     "ClankerRagError",
     "ConfigError",
     "Explanation",
+    "GenerateFn",
     "Hit",
     "HitLike",
     "IndexFormatError",
     "IndexLockedError",
     "IngestError",
+    "IngestReport",
+    "InjectEvent",
     "KnowledgeBase",
     "MissingExtraError",
+    "RETRIEVE_TOOL",
+    "RagController",
+    "RequestStats",
     "RetrievalTimeoutError",
+    "RetrieveEvent",
     "Retriever",
+    "StreamEvent",
+    "TagScanner",
+    "TermExplanation",
+    "TextEvent",
+    "Token",
+    "ToolCall",
     "__version__",
+    "neutralize",
     "retrieve",
+    "retrieve_tool",
 ]
 
+_LAZY = {
+    "Analyzer": "_analysis",
+    "InjectEvent": "_controller",
+    "RagController": "_controller",
+    "RetrieveEvent": "_controller",
+    "StreamEvent": "_controller",
+    "TextEvent": "_controller",
+    "neutralize": "_controller",
+    "BackendError": "_exceptions",
+    "ClankerRagError": "_exceptions",
+    "ConfigError": "_exceptions",
+    "IndexFormatError": "_exceptions",
+    "IndexLockedError": "_exceptions",
+    "IngestError": "_exceptions",
+    "MissingExtraError": "_exceptions",
+    "RetrievalTimeoutError": "_exceptions",
+    "AsyncGenerateFn": "_generate",
+    "GenerateFn": "_generate",
+    "RequestStats": "_generate",
+    "Token": "_generate",
+    "TermExplanation": "_index",
+    "IngestReport": "_ingest",
+    "Explanation": "_kb",
+    "KnowledgeBase": "_kb",
+    "TagScanner": "_scanner",
+    "ToolCall": "_scanner",
+    "BM25": "_scoring",
+    "RETRIEVE_TOOL": "_tools",
+    "retrieve_tool": "_tools",
+    "Hit": "_types",
+    "HitLike": "_types",
+    "Retriever": "_types",
+}
+
 _default_kb: KnowledgeBase | None = None
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'clanker_rag' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
 
 
 def retrieve(query: str, k: int = 4) -> list[str]:
     """Passages (chunk texts) from the shipped knowledge base, best first."""
     global _default_kb
     if _default_kb is None:
+        from ._kb import KnowledgeBase
+
         _default_kb = KnowledgeBase.default()
     return [hit.text for hit in _default_kb.search(query, k)]

@@ -336,8 +336,10 @@ class HybridRetriever:
 
     Each search takes the ``depth`` best chunks of BM25 and of dense cosine
     similarity and fuses the two lists with RRF (``rrf_k``, ``weights`` for
-    BM25 and dense).  ``feedback=True`` uses BM25 with pseudo-relevance
-    feedback as the lexical side.
+    BM25 and dense).  The lexical side is BM25 with RM3 pseudo-relevance
+    feedback (``feedback=False`` for plain BM25): expansion terms lift the
+    recall of the lexical list and RRF keeps the documents both sides agree
+    on, so topic drift from feedback is held in check by the dense list.
     """
 
     def __init__(
@@ -348,7 +350,7 @@ class HybridRetriever:
         depth: int = DEFAULT_DEPTH,
         rrf_k: float = DEFAULT_RRF_K,
         weights: tuple[float, float] = (1.0, 1.0),
-        feedback: bool = False,
+        feedback: bool = True,
         batch_size: int = 32,
         device: str | None = None,
         folder: str | os.PathLike[str] | None = None,

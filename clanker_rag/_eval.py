@@ -151,9 +151,10 @@ def evaluate_dataset(
     *,
     search: Callable[[Any, str, int], Sequence[Any]] | None = None,
     k: int = 100,
-    feedback: bool | None = None,
+    feedback: bool = False,
     rerank: str | os.PathLike[str] | Any | None = None,
     hybrid: str | os.PathLike[str] | Any | None = None,
+    hybrid_feedback: bool = True,
     candidates: int | None = None,
     batch_size: int = 32,
     device: str | None = None,
@@ -165,7 +166,7 @@ def evaluate_dataset(
     Plain BM25 by default (``feedback=True`` adds RM3 pseudo-relevance
     feedback).  ``hybrid=MODEL`` fuses BM25 with dense retrieval by a
     sentence-transformers bi-encoder (:class:`~clanker_rag._dense.HybridRetriever`;
-    its lexical side uses feedback unless ``feedback=False``); the corpus
+    its lexical side is BM25 with RM3 feedback unless ``hybrid_feedback=False``); the corpus
     embeddings are kept in ``cache_dir`` when given, so a second run computes
     none.  ``rerank=MODEL`` reranks the top ``candidates`` (default 50) hits of
     the first stage (:class:`~clanker_rag._rerank.Reranker`).  ``MODEL`` is a
@@ -189,6 +190,7 @@ def evaluate_dataset(
             feedback,
             rerank,
             hybrid,
+            hybrid_feedback=hybrid_feedback,
             candidates=candidates,
             batch_size=batch_size,
             device=device,
@@ -199,17 +201,18 @@ def evaluate_dataset(
         query = data.queries.get(qid)
         if query is None:
             continue
-        hits = search(kb, query, k) if search is not None else kb.search(query, k, feedback=bool(feedback))
+        hits = search(kb, query, k) if search is not None else kb.search(query, k, feedback=feedback)
         run[qid] = [h.source for h in hits]
     return evaluate_run(run, data.qrels)
 
 
 def _model_search(
     kb: Any,
-    feedback: bool | None,
+    feedback: bool,
     rerank: Any,
     hybrid: Any,
     *,
+    hybrid_feedback: bool,
     candidates: int | None,
     batch_size: int,
     device: str | None,
@@ -223,7 +226,7 @@ def _model_search(
         first = HybridRetriever(
             kb,
             hybrid,
-            feedback=True if feedback is None else feedback,
+            feedback=hybrid_feedback,
             batch_size=batch_size,
             device=device,
             folder=cache_dir,
@@ -239,11 +242,14 @@ def _model_search(
         first = _Feedback()
     retriever: Any = first
     if rerank is not None:
+        same = hybrid is not None and (rerank is hybrid or str(rerank) == str(hybrid))
         reranker = Reranker(
-            rerank,
+            # One bi-encoder for both stages: reuse the loaded model and its corpus embeddings.
+            first.model if same else rerank,
             candidates=DEFAULT_CANDIDATES if candidates is None else candidates,
             batch_size=batch_size,
             device=device,
+            embeddings=first.store if same else None,
         )
         retriever = RerankingRetriever(first, reranker)
     return lambda _kb, query, k: retriever.search(query, k)

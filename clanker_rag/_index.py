@@ -50,7 +50,8 @@ _TF_MASK = (1 << _SHIFT) - 1
 # champions, else the query falls back to term-at-a-time.
 LONG_LIST = 4096
 CHAMPIONS = 512
-MAX_POOL = 6000
+MAX_POOL = 3000
+SHORT_POOL = 1024
 # Relative and absolute slack on upper bounds: the pruned and the exhaustive
 # sums may round differently in the last bit.
 _UB_SLACK = 1e-9
@@ -369,11 +370,24 @@ class InvertedIndex:
         best = sorted(compress(acc.items(), map(ge, acc.values(), repeat(theta))), key=lambda item: (-item[1], item[0]))
         return best[:k]
 
+    def _assist_pays(self, plan: list[tuple[float, int, float]]) -> bool:
+        """Champions help when long lists dominate and the short lists are few
+        (else term-at-a-time prunes the long lists cheaply on its own)."""
+        short = 0
+        has_long = False
+        for _, tid, _ in plan:
+            n = len(self.fold(tid))
+            if n >= LONG_LIST:
+                has_long = True
+            else:
+                short += n
+        return has_long and short <= SHORT_POOL
+
     def _lookup(self, tid: int, w: float, cands: list[int]) -> Iterable[float]:
         """The term's contribution to each of ``cands`` (0.0 where absent)."""
         docs = self.docs[tid]
         assert docs is not None
-        if len(cands) * 16 < len(docs):
+        if len(cands) * 4 < len(docs):
             return self._probe(tid, w, cands)
         table = dict(zip(docs, self._contribs(tid, w)))
         return map(table.get, cands, repeat(0.0))
@@ -396,7 +410,7 @@ class InvertedIndex:
         plan = self._plan(weights)
         if k <= 0 or not plan:
             return []
-        if k <= CHAMPIONS // 4 and any(len(self.fold(tid)) >= LONG_LIST for _, tid, _ in plan):
+        if k <= CHAMPIONS // 4 and self._assist_pays(plan):
             found = self._top_k_assisted(plan, k, allowed)
             if found is not None:
                 return found

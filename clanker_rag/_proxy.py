@@ -392,6 +392,7 @@ class _Turn:
             conn.close()
 
     def _events(self, resp: http.client.HTTPResponse, url: str) -> Iterator[dict[str, Any]]:
+        finished = False
         try:
             for event, data in _iter_sse_data(resp):
                 if data.strip() == "[DONE]":
@@ -400,11 +401,15 @@ class _Turn:
                     message = f"upstream {url} reported an error: {data[:_MAX_ERROR_BODY]}"
                     raise UpstreamError(502, message, "upstream_error")
                 yield _decode(data, url)
+                finished = finished or self.finish_reason is not None
         except TimeoutError:
             raise UpstreamError(504, f"upstream {url} timed out after {self.upstream.config.timeout:g} s",
                                 "upstream_timeout") from None
         except (OSError, http.client.HTTPException) as exc:
             raise UpstreamError(502, f"connection to upstream {url} broke: {exc}", "upstream_error") from None
+        if not finished:
+            # Neither [DONE] nor a finish_reason: the connection dropped mid-answer.
+            raise UpstreamError(502, f"upstream {url} ended the stream before finishing the answer", "upstream_error")
 
     def _tokens(self, obj: dict[str, Any], url: str) -> Iterator[Token]:
         self.finish_reason = None

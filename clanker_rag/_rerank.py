@@ -25,12 +25,15 @@ import os
 from array import array
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._embed import ModelKind, dot_all, encode, load_model, passage_text
 from ._exceptions import ConfigError
 from ._fusion import DEFAULT_RRF_K, reciprocal_rank_fusion
 from ._types import HitLike, Retriever
+
+if TYPE_CHECKING:
+    from ._dense import DenseStore
 
 __all__ = ["DEFAULT_CANDIDATES", "Reranker", "RerankingRetriever"]
 
@@ -63,7 +66,10 @@ class Reranker:
     how many of the first-stage hits are rescored.  ``batch_size`` and
     ``device`` (``"cpu"``, ``"cuda"``, ...) go to the model.  ``fuse``:
     combine the model's order with the first-stage order by RRF (default:
-    yes for a bi-encoder, no for a CrossEncoder).
+    yes for a bi-encoder, no for a CrossEncoder).  ``embeddings``: a
+    :class:`~clanker_rag._dense.DenseStore` of the same bi-encoder (as a
+    :class:`~clanker_rag._dense.HybridRetriever` keeps); passages found there
+    are not embedded again, leaving only the query to encode.
 
     The model loads on first use, so constructing a ``Reranker`` is cheap and
     raises ``MissingExtraError`` only when scoring is first needed.
@@ -80,6 +86,7 @@ class Reranker:
         fuse: bool | None = None,
         rrf_k: float = DEFAULT_RRF_K,
         cache_size: int = 4096,
+        embeddings: DenseStore | None = None,
     ) -> None:
         if kind not in ("auto", "bi", "cross"):
             raise ConfigError(f"kind={kind!r} must be 'auto', 'bi' or 'cross'")
@@ -95,6 +102,7 @@ class Reranker:
         self._model: Any = None
         self._cache: OrderedDict[bytes, array[float]] = OrderedDict()
         self._cache_size = cache_size
+        self.embeddings = embeddings
         if not isinstance(model, (str, os.PathLike)):
             self._model, self._kind = load_model(model, kind=kind)
 
@@ -118,28 +126,29 @@ class Reranker:
     # -- scoring -----------------------------------------------------------------
     def _embed_passages(self, texts: Sequence[str]) -> list[array[float]]:
         keys = [hashlib.blake2b(t.encode("utf-8", "surrogatepass"), digest_size=16).digest() for t in texts]
+        found: dict[bytes, array[float]] = {}
         missing: dict[bytes, str] = {}
         for key, text in zip(keys, texts, strict=True):
-            if key not in self._cache and key not in missing:
+            if key in found or key in missing:
+                continue
+            vec = self._cache.get(key)
+            if vec is not None:
+                self._cache.move_to_end(key)
+            elif self.embeddings is not None:
+                vec = self.embeddings.vector(text)
+            if vec is not None:
+                found[key] = vec
+            else:
                 missing[key] = text
-        fresh: dict[bytes, array[float]] = {}
         if missing:
             flat, dim = encode(self.model, list(missing.values()), batch_size=self.batch_size)
-            for i, key in enumerate(missing):
-                fresh[key] = flat[i * dim : (i + 1) * dim]
-        vectors = []
-        for key in keys:
-            vec = fresh.get(key)
-            if vec is None:
-                vec = self._cache[key]
-                self._cache.move_to_end(key)
-            vectors.append(vec)
-        if self._cache_size:
-            for key, vec in fresh.items():
-                self._cache[key] = vec
-            while len(self._cache) > self._cache_size:
-                self._cache.popitem(last=False)
-        return vectors
+            fresh = {key: flat[i * dim : (i + 1) * dim] for i, key in enumerate(missing)}
+            found.update(fresh)
+            if self._cache_size:
+                self._cache.update(fresh)
+                while len(self._cache) > self._cache_size:
+                    self._cache.popitem(last=False)
+        return [found[key] for key in keys]
 
     def score(self, query: str, texts: Sequence[str]) -> list[float]:
         """The model's relevance score of each text for ``query`` (higher is better)."""

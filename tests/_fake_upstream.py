@@ -142,7 +142,7 @@ class FakeUpstream:
                     self.wfile.write(data)
                     return
                 chat = self.path.endswith("/chat/completions")
-                text, stopped = apply_stop("".join(reply.pieces), body.get("stop"))
+                text, _ = apply_stop("".join(reply.pieces), body.get("stop"))
                 pieces, used = [], 0
                 for piece in reply.pieces:
                     if used >= len(text):
@@ -208,4 +208,6 @@ class FakeUpstream:
 
     def _record(self, handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
         with self.lock:
-            self.requests.append({"path": handler.path, "headers": dict(handler.headers.items()), "body": body})
+            # Header names lower-cased: clients differ in the case they send.
+            headers = {k.lower(): v for k, v in handler.headers.items()}
+            self.requests.append({"path": handler.path, "headers": headers, "body": body})

@@ -170,7 +170,7 @@ def test_hybrid_finds_a_paraphrase_bm25_cannot():
 
 def test_hybrid_score_is_rrf_of_both_rankings():
     kb = make_kb()
-    hybrid = HybridRetriever(kb, FakeBiEncoder(), model_name=MODEL, rrf_k=60)
+    hybrid = HybridRetriever(kb, FakeBiEncoder(), model_name=MODEL, rrf_k=60, feedback=False)
     bm25 = [h.source for h in kb.search("dog barks at the rocket", 10)]
     dense = [h.source for h in hybrid.dense_search("dog barks at the rocket", 10)]
     fused = hybrid.search("dog barks at the rocket", 10)
@@ -179,7 +179,7 @@ def test_hybrid_score_is_rrf_of_both_rankings():
         assert math.isclose(hit.score, expect)
     assert all(fused[i].score >= fused[i + 1].score for i in range(len(fused) - 1))
     # weights=(1, 0) leaves the BM25 order
-    lexical_only = HybridRetriever(kb, FakeBiEncoder(), model_name=MODEL, weights=(1.0, 0.0))
+    lexical_only = HybridRetriever(kb, FakeBiEncoder(), model_name=MODEL, weights=(1.0, 0.0), feedback=False)
     assert [h.source for h in lexical_only.search("dog barks at the rocket", 10)][: len(bm25)] == bm25
 
 

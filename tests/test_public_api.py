@@ -7,11 +7,21 @@ import clanker_rag
 def test_all_is_sorted_and_complete():
     assert clanker_rag.__all__ == sorted(clanker_rag.__all__)
     for name in clanker_rag.__all__:
-        assert hasattr(clanker_rag, name), name
-    public = {n for n in vars(clanker_rag) if not n.startswith("_") and n not in ("annotations",)}
-    modules = {n for n, v in vars(clanker_rag).items() if getattr(v, "__spec__", None) is not None}
-    # every public attribute that is not a submodule is exported
-    assert public - modules - set(clanker_rag.__all__) == set()
+        assert getattr(clanker_rag, name) is not None, name
+    # every lazily re-exported name is in __all__, and __all__ holds nothing else
+    assert set(clanker_rag._LAZY) | {"__version__", "retrieve"} == set(clanker_rag.__all__)
+    # each re-export is the object of its home module
+    for name, module in clanker_rag._LAZY.items():
+        home = importlib.import_module(f"clanker_rag.{module}")
+        assert getattr(clanker_rag, name) is getattr(home, name)
+        assert name in home.__all__, f"{name} missing from clanker_rag.{module}.__all__"
+
+
+def test_unknown_attribute_raises_attribute_error():
+    import pytest
+
+    with pytest.raises(AttributeError):
+        clanker_rag.NoSuchThing  # noqa: B018
 
 
 def test_exceptions_share_one_base():
@@ -24,5 +34,6 @@ def test_exceptions_share_one_base():
 
 
 def test_private_modules_import_without_optional_deps():
-    for info in pkgutil.iter_modules(clanker_rag.__path__):
-        importlib.import_module(f"clanker_rag.{info.name}")
+    for info in pkgutil.walk_packages(clanker_rag.__path__, "clanker_rag."):
+        if info.name != "clanker_rag.__main__":
+            importlib.import_module(info.name)

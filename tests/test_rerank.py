@@ -187,3 +187,16 @@ def test_real_bi_encoder_reranks_a_lexical_near_miss_to_the_top():
     hits = RerankingRetriever(kb, reranker).search(query, 3)
     assert hits[0].source == "books.md"
     assert -1.0 <= hits[-1].score < hits[0].score <= 1.0
+
+
+def test_stored_embeddings_are_reused():
+    from clanker_rag._dense import HybridRetriever
+
+    kb = make_kb()
+    hybrid = HybridRetriever(kb, FakeBiEncoder(), model_name="fake")
+    hybrid.refresh()
+    model = FakeBiEncoder()
+    reranker = Reranker(model, embeddings=hybrid.store, cache_size=0, fuse=False)
+    hits = RerankingRetriever(kb, reranker).search("report on a kitty", 3)
+    assert hits[0].source == "c.md"
+    assert model.texts == ["report on a kitty"]  # the passages came from the store

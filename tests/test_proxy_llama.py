@@ -1,0 +1,134 @@
+"""The ``serve`` proxy in front of a real llama.cpp server running Gemma-3-270M.
+
+The fixture starts ``llama-server`` itself (see ``_llama_server.py``); a
+missing binary or model fails the tests unless CLANKER_SKIP_LLAMA=1.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import openai
+import pytest
+from _llama_server import FEW_SHOT, KB_DOCS, LlamaServer, LlamaUnavailable
+
+from clanker_rag._kb import KnowledgeBase
+from clanker_rag._proxy import ProxyServer, make_server
+
+pytestmark = pytest.mark.llama
+
+
+@pytest.fixture(scope="module")
+def llama() -> Iterator[LlamaServer]:
+    if os.environ.get("CLANKER_SKIP_LLAMA") == "1":
+        pytest.skip("CLANKER_SKIP_LLAMA=1")
+    try:
+        with LlamaServer() as srv:
+            yield srv
+    except LlamaUnavailable as exc:
+        pytest.fail(f"{exc} (set CLANKER_SKIP_LLAMA=1 to skip the llama.cpp tests)")
+
+
+@pytest.fixture(scope="module")
+def kb() -> KnowledgeBase:
+    base = KnowledgeBase(chunk_size=None)
+    for source, text in KB_DOCS.items():
+        base.add_text(text, source)
+    return base
+
+
+def start(kb: KnowledgeBase, upstream: str, **options: Any) -> ProxyServer:
+    server = make_server(kb, upstream, **options)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    return server
+
+
+def client(server: ProxyServer) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=300)
+
+
+def test_completions_stream_with_a_tool_call(llama: LlamaServer, kb: KnowledgeBase) -> None:
+    server = start(kb, llama.url, questions=False)
+    try:
+        stream = client(server).completions.create(
+            model="gemma", prompt=FEW_SHOT, stream=True, temperature=0, max_tokens=60,
+            stop=["\nQuestion:"],
+        )  # fmt: skip
+        chunks = list(stream)
+    finally:
+        server.shutdown()
+        server.server_close()
+    text = "".join(c.choices[0].text for c in chunks if c.choices)
+    ext = (chunks[-1].model_extra or {}).get("clanker_rag") or {}
+    # Gemma writes the retrieve call; the proxy answers it from the knowledge base and resumes.
+    tool_calls = [r for r in ext["retrievals"] if r["kind"] == "tool"]
+    assert tool_calls, f"no tool call detected; text was {text!r}"
+    assert tool_calls[0]["sources"][0] == "docs/server.md"
+    assert ext["injections"] >= 1
+    assert "<tool" not in text  # the call is consumed, not shown
+    assert text.strip(), "generation resumed after the result block"
+
+
+def test_chat_injects_for_the_question(llama: LlamaServer, kb: KnowledgeBase) -> None:
+    server = start(kb, llama.url)
+    try:
+        out = client(server).chat.completions.create(
+            model="gemma", temperature=0, max_tokens=40,
+            messages=[{"role": "user", "content": "What port does the clanker server listen on?"}],
+        )  # fmt: skip
+    finally:
+        server.shutdown()
+        server.server_close()
+    ext = (out.model_extra or {})["clanker_rag"]
+    assert ext["retrievals"][0]["kind"] == "question"
+    assert ext["retrievals"][0]["sources"][0] == "docs/server.md"
+    assert ext["injections"] >= 1
+    assert out.choices[0].message.content
+    assert out.usage is not None and out.usage.prompt_tokens > 0
+
+
+def slots_busy(url: str) -> bool | None:
+    try:
+        with urllib.request.urlopen(url + "/slots", timeout=5) as resp:
+            slots = json.loads(resp.read())
+    except Exception:
+        return None
+    return any(s.get("is_processing") for s in slots)
+
+
+def test_client_disconnect_stops_the_generation(llama: LlamaServer, kb: KnowledgeBase) -> None:
+    server = start(kb, llama.url, questions=False, tools=False)
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=120)
+        body = {"prompt": "Count: one, two, three,", "stream": True, "max_tokens": 4000, "temperature": 0,
+                "ignore_eos": True}
+        conn.request("POST", "/v1/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        assert resp.status == 200
+        got = b""
+        while got.count(b"data:") < 5:
+            got += resp.read1(4096)
+        assert slots_busy(llama.url) in (True, None)
+        conn.close()
+        # Without the proxy closing its upstream request, 4000 tokens would keep the slot busy for minutes.
+        deadline = time.monotonic() + 30
+        busy = slots_busy(llama.url)
+        while busy and time.monotonic() < deadline:
+            time.sleep(0.2)
+            busy = slots_busy(llama.url)
+        if busy is None:
+            # No /slots endpoint: a new request must be served by the single slot right away.
+            answer = client(server).completions.create(model="g", prompt="Hi", max_tokens=2, timeout=30)
+            assert answer.choices
+        else:
+            assert busy is False
+    finally:
+        server.shutdown()
+        server.server_close()

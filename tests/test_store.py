@@ -1,0 +1,216 @@
+"""Persistence: atomic saves, clear errors on damaged files, writer safety."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from clanker_rag import IndexFormatError, IndexLockedError, KnowledgeBase
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURE_V1 = Path(__file__).parent / "data" / "index_v1"
+
+
+def small_kb():
+    kb = KnowledgeBase(chunk_size=8, stride=4)
+    kb.add_text("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu", "greek.txt", {"n": 1})
+    kb.add_text("The quick brown fox jumps over the lazy dog.", "fox.txt")
+    return kb
+
+
+def test_save_load_round_trip(tmp_path):
+    kb = small_kb()
+    kb.save(tmp_path / "idx")
+    again = KnowledgeBase.load(tmp_path / "idx")
+    assert again.sources() == ["fox.txt", "greek.txt"]
+    assert [(h.source, h.score, h.text) for h in again.search("lazy fox")] == [
+        (h.source, h.score, h.text) for h in kb.search("lazy fox")
+    ]
+    assert again.source_metadata("greek.txt") == {"n": 1}
+    assert not list((tmp_path / "idx").glob("*.tmp"))
+
+
+def test_missing_index_is_a_clear_error(tmp_path):
+    with pytest.raises(IndexFormatError, match="no index here"):
+        KnowledgeBase.load(tmp_path / "nowhere")
+
+
+@pytest.mark.parametrize("cut", [0.0, 0.3, 0.9, 0.999])
+def test_truncated_file_names_file_and_problem(tmp_path, cut):
+    small_kb().save(tmp_path)
+    path = tmp_path / "index.json"
+    data = path.read_bytes()
+    path.write_bytes(data[: int(len(data) * cut)])
+    with pytest.raises(IndexFormatError) as info:
+        KnowledgeBase.load(tmp_path)
+    assert str(path) in str(info.value)
+    assert "truncated" in str(info.value) or "not valid JSON" in str(info.value)
+
+
+def test_tampered_file_is_refused(tmp_path):
+    small_kb().save(tmp_path)
+    path = tmp_path / "index.json"
+    text = path.read_text()
+    path.write_text(text.replace("quick brown fox", "quick brown cat"))
+    with pytest.raises(IndexFormatError, match="checksum mismatch"):
+        KnowledgeBase.load(tmp_path)
+
+
+def test_newer_format_version_is_refused(tmp_path):
+    small_kb().save(tmp_path)
+    path = tmp_path / "index.json"
+    path.write_text(path.read_text().replace('"format_version":1', '"format_version":99', 1))
+    with pytest.raises(IndexFormatError, match="newer clanker_rag.*format_version 99"):
+        KnowledgeBase.load(tmp_path)
+
+
+def test_garbage_and_foreign_json_are_refused(tmp_path):
+    path = tmp_path / "index.json"
+    path.write_bytes(b"\x00\xff\xfe binary junk")
+    with pytest.raises(IndexFormatError, match="not a clanker_rag index"):
+        KnowledgeBase.load(tmp_path)
+    path.write_text(json.dumps({"hello": "world"}))
+    with pytest.raises(IndexFormatError, match="not a clanker_rag index"):
+        KnowledgeBase.load(tmp_path)
+
+
+def test_inconsistent_body_is_refused_even_with_a_valid_checksum(tmp_path):
+    import hashlib
+
+    small_kb().save(tmp_path)
+    path = tmp_path / "index.json"
+    doc = json.loads(path.read_text())
+    doc["body"]["terms"] = doc["body"]["terms"][:-1]
+    body_text = json.dumps(doc["body"], ensure_ascii=True, separators=(",", ":"))
+    doc["sha256"] = hashlib.sha256(body_text.encode()).hexdigest()
+    path.write_text(json.dumps(doc))
+    with pytest.raises(IndexFormatError, match="inconsistent"):
+        KnowledgeBase.load(tmp_path)
+
+
+def test_failed_save_leaves_the_old_index(tmp_path, monkeypatch):
+    kb = small_kb()
+    kb.save(tmp_path)
+    before = (tmp_path / "index.json").read_bytes()
+    kb.add_text("new words entirely", "new.txt")
+
+    def boom(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", boom)
+    with pytest.raises(OSError, match="disk full"):
+        kb.save(tmp_path)
+    monkeypatch.undo()
+    assert (tmp_path / "index.json").read_bytes() == before
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    assert KnowledgeBase.load(tmp_path).sources() == ["fox.txt", "greek.txt"]
+
+
+SAVER = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, {root!r})
+    from clanker_rag import KnowledgeBase
+    kb = KnowledgeBase.load({folder!r})
+    i = 0
+    print("ready", flush=True)
+    while True:
+        i += 1
+        kb.add_text("generation " + str(i) + " " + "filler words " * 400, "gen.txt")
+        kb.save({folder!r})
+    """
+)
+
+
+def test_kill_during_save_leaves_old_or_new_index(tmp_path):
+    kb = small_kb()
+    kb.save(tmp_path)
+    script = SAVER.format(root=str(ROOT), folder=str(tmp_path))
+    for delay in (0.05, 0.2, 0.35, 0.5, 0.8):
+        proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
+        assert proc.stdout.readline().strip() == b"ready"
+        time.sleep(delay)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        loaded = KnowledgeBase.load(tmp_path)  # must never raise
+        assert "greek.txt" in loaded.sources()
+        assert set(loaded.sources()) <= {"greek.txt", "fox.txt", "gen.txt"}
+
+
+WRITER = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, {root!r})
+    from clanker_rag import KnowledgeBase
+    for i in range({n}):
+        with KnowledgeBase.edit({folder!r}) as kb:
+            kb.add_text("document from writer {name} number " + str(i), "{name}-" + str(i) + ".txt")
+    """
+)
+
+
+def test_concurrent_writers_lose_nothing(tmp_path):
+    n = 8
+    procs = [
+        subprocess.Popen([sys.executable, "-c", WRITER.format(root=str(ROOT), folder=str(tmp_path), n=n, name=name)])
+        for name in ("a", "b", "c")
+    ]
+    for proc in procs:
+        assert proc.wait(timeout=300) == 0
+    kb = KnowledgeBase.load(tmp_path)
+    assert kb.sources() == sorted(f"{name}-{i}.txt" for name in "abc" for i in range(n))
+
+
+def test_stale_save_is_refused_not_silently_merged(tmp_path):
+    small_kb().save(tmp_path)
+    first = KnowledgeBase.load(tmp_path)
+    second = KnowledgeBase.load(tmp_path)
+    first.add_text("from the first process", "one.txt")
+    first.save()
+    second.add_text("from the second process", "two.txt")
+    with pytest.raises(IndexLockedError, match="another process saved"):
+        second.save()
+    assert "one.txt" in KnowledgeBase.load(tmp_path).sources()
+
+
+def test_lock_held_elsewhere_times_out_with_clear_message(tmp_path):
+    from clanker_rag._lock import IndexLock
+
+    small_kb().save(tmp_path)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(f"""
+            import sys, time
+            sys.path.insert(0, {str(ROOT)!r})
+            from clanker_rag._lock import IndexLock
+            lock = IndexLock({str(tmp_path)!r}); lock.acquire(); print("held", flush=True); time.sleep(30)
+        """)],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert holder.stdout.readline().strip() == b"held"
+        with pytest.raises(IndexLockedError, match="another process is writing"):
+            IndexLock(tmp_path, timeout=0.3).acquire()
+    finally:
+        holder.kill()
+        holder.wait()
+    IndexLock(tmp_path, timeout=5).acquire()  # released when the holder died
+
+
+def test_released_format_fixture_still_loads(tmp_path):
+    # tests/data/index_v1 was written by format_version 1 and is never rewritten.
+    shutil.copytree(FIXTURE_V1, tmp_path / "v1")
+    kb = KnowledgeBase.load(tmp_path / "v1")
+    assert kb.sources() == ["fox.txt", "greek.txt"]
+    hit = kb.search("lazy dog")[0]
+    assert hit.source == "fox.txt"
+    original = "The quick brown fox jumps over the lazy dog."
+    assert "lazy dog" in hit.text and original[hit.start : hit.end] == hit.text
+    assert kb.source_metadata("greek.txt") == {"n": 1}
+    assert [h.source for h in kb.search("kappa")] == ["greek.txt"]
