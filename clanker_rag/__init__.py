@@ -14,7 +14,16 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:
     from ._analysis import Analyzer
     from ._controller import InjectEvent, RagController, RetrieveEvent, StreamEvent, TextEvent, neutralize
-    from ._exceptions import BackendError, ClankerRagError, ConfigError, IndexFormatError, IndexLockedError, IngestError, MissingExtraError, RetrievalTimeoutError
+    from ._exceptions import (
+        BackendError,
+        ClankerRagError,
+        ConfigError,
+        IndexFormatError,
+        IndexLockedError,
+        IngestError,
+        MissingExtraError,
+        RetrievalTimeoutError,
+    )
     from ._generate import AsyncGenerateFn, GenerateFn, RequestStats, Token
     from ._index import TermExplanation
     from ._ingest import IngestReport
@@ -25,9 +34,10 @@ if TYPE_CHECKING:
     from ._types import Hit, HitLike, Retriever
 
 __all__ = [
+    "BM25",
+    "RETRIEVE_TOOL",
     "Analyzer",
     "AsyncGenerateFn",
-    "BM25",
     "BackendError",
     "ClankerRagError",
     "ConfigError",
@@ -42,7 +52,6 @@ __all__ = [
     "InjectEvent",
     "KnowledgeBase",
     "MissingExtraError",
-    "RETRIEVE_TOOL",
     "RagController",
     "RequestStats",
     "RetrievalTimeoutError",

@@ -34,6 +34,7 @@ import os
 import re
 import secrets
 import sys
+import threading
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -380,6 +381,9 @@ class HybridRetriever:
         self._hits: list[Hit] = []
         self._matrix: array[float] = array("f")
         self.last_computed = 0
+        # Searches may come from several threads (the controller retrieves in
+        # worker threads); only one may rebuild the matrix at a time.
+        self._lock = threading.RLock()
 
     @property
     def model(self) -> Any:
@@ -389,6 +393,10 @@ class HybridRetriever:
 
     def refresh(self) -> int:
         """Sync the embeddings with the knowledge base now; returns how many were computed."""
+        with self._lock:
+            return self._refresh()
+
+    def _refresh(self) -> int:
         if self.store is None:
             loaded = DenseStore.load(self.folder, self.model_name) if self.folder is not None else None
             self.store = loaded if loaded is not None else DenseStore(self.model_name)
@@ -410,29 +418,30 @@ class HybridRetriever:
         self.last_computed = computed
         return computed
 
-    def _ensure(self) -> None:
-        if self.store is None or _kb_signature(self.kb) != self._signature:
-            self.refresh()
+    def _ensure(self) -> tuple[list[Hit], array[float], int]:
+        """A consistent (chunks, matrix, dim) snapshot, refreshed if the knowledge base changed."""
+        with self._lock:
+            if self.store is None or _kb_signature(self.kb) != self._signature:
+                self._refresh()
+            assert self.store is not None
+            return self._hits, self._matrix, self.store.dim
 
     def dense_search(
         self, query: str, k: int = 10, *, source: str | None = None, where: Mapping[str, Any] | None = None
     ) -> list[Hit]:
         """The ``k`` chunks most similar to ``query`` by cosine similarity."""
-        self._ensure()
-        assert self.store is not None
-        if k <= 0 or not self._hits or not query.strip():
+        hits, matrix, stored_dim = self._ensure()
+        if k <= 0 or not hits or not query.strip():
             return []
         qvec, dim = encode(self.model, [query], batch_size=1, query=True)
-        if dim != self.store.dim:
-            raise ConfigError(f"query embedding has {dim} values but the stored ones have {self.store.dim}")
-        scores = dot_all(self._matrix, dim, qvec)
+        if dim != stored_dim:
+            raise ConfigError(f"query embedding has {dim} values but the stored ones have {stored_dim}")
+        scores = dot_all(matrix, dim, qvec)
         rows: Iterable[int] = range(len(scores))
         if source is not None or where:
-            rows = [
-                i for i in rows if _source_ok(self._hits[i].source, source) and _where_ok(self._hits[i].metadata, where)
-            ]
+            rows = [i for i in rows if _source_ok(hits[i].source, source) and _where_ok(hits[i].metadata, where)]
         best = heapq.nlargest(k, rows, key=scores.__getitem__)
-        return [_replace_score(self._hits[i], scores[i]) for i in best]
+        return [_replace_score(hits[i], scores[i]) for i in best]
 
     def search(
         self,

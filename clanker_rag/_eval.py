@@ -108,8 +108,7 @@ def load_beir(folder: str | os.PathLike[str], split: str = "test") -> BeirDatase
         if not (root / name).is_file():
             raise IngestError(f"{root}: not a BEIR data set (missing {name})")
     corpus = {
-        str(d["_id"]): (str(d.get("title") or ""), str(d.get("text") or ""))
-        for d in _read_jsonl(root / "corpus.jsonl")
+        str(d["_id"]): (str(d.get("title") or ""), str(d.get("text") or "")) for d in _read_jsonl(root / "corpus.jsonl")
     }
     queries = {str(q["_id"]): str(q["text"]) for q in _read_jsonl(root / "queries.jsonl")}
     qrels: dict[str, dict[str, int]] = {}

@@ -26,7 +26,7 @@ import heapq
 from array import array
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Container, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass
 from itertools import accumulate, compress, repeat
 from operator import add, and_, eq, ge, mul, or_, rshift, truediv
@@ -37,7 +37,7 @@ from ._scoring import BM25, length_norm, tf_weight
 __all__ = ["InvertedIndex", "TermExplanation"]
 
 _list_append = list.append
-_consume = deque(maxlen=0).extend
+_consume: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend
 # While building, a posting is one int, ``chunk_id << 32 | tf``, appended to a
 # per-term list: one C-level append per posting instead of two array appends.
 _SHIFT = 32
@@ -271,9 +271,7 @@ class InvertedIndex:
             weights: Iterable[float] = map(truediv, tfs, map(add, tfs, map(norms.__getitem__, docs)))
         else:
             k1, b, delta, avgdl, dls = bm.k1, bm.b, bm.delta_value, self.avgdl, self.dl
-            weights = [
-                tf_weight(bm.variant, tf, norms[d], k1, b, delta, dls[d], avgdl) for d, tf in zip(docs, tfs)
-            ]
+            weights = [tf_weight(bm.variant, tf, norms[d], k1, b, delta, dls[d], avgdl) for d, tf in zip(docs, tfs)]
         imps = array("f", map(mul, repeat(idf), weights))
         self.imps[tid] = imps
         self.maxes[tid] = max(imps) if imps else 0.0
@@ -305,8 +303,18 @@ class InvertedIndex:
         plan.sort(key=lambda item: (-item[0], item[1]))
         return plan
 
-    def _contribs(self, tid: int, w: float) -> Iterable[float]:
+    def _imp(self, tid: int) -> array[float]:
         imps = self.imps[tid]
+        assert imps is not None
+        return imps
+
+    def _tf(self, tid: int) -> array[int]:
+        tfs = self.tfs[tid]
+        assert tfs is not None
+        return tfs
+
+    def _contribs(self, tid: int, w: float) -> Iterable[float]:
+        imps = self._imp(tid)
         return imps if w == 1.0 else map(mul, imps, repeat(w))
 
     def champions(self, tid: int) -> tuple[array[int], float] | None:
@@ -385,7 +393,7 @@ class InvertedIndex:
 
     def _lookup(self, tid: int, w: float, cands: list[int]) -> Iterable[float]:
         """The term's contribution to each of ``cands`` (0.0 where absent)."""
-        docs = self.docs[tid]
+        docs = self.fold(tid)
         assert docs is not None
         if len(cands) * 4 < len(docs):
             return self._probe(tid, w, cands)
@@ -394,11 +402,11 @@ class InvertedIndex:
 
     def _probe(self, tid: int, w: float, cands: list[int]) -> Iterable[float]:
         """The term's contribution to each of ``cands`` (0.0 where absent), by binary search."""
-        docs = self.docs[tid]
+        docs = self.fold(tid)
         last = len(docs) - 1
         idx = list(map(min, map(bisect_left, repeat(docs), cands), repeat(last)))
         found = map(eq, map(docs.__getitem__, idx), cands)
-        vals: Iterable[float] = map(self.imps[tid].__getitem__, idx)
+        vals: Iterable[float] = map(self._imp(tid).__getitem__, idx)
         if w != 1.0:
             vals = map(mul, vals, repeat(w))
         return map(mul, vals, found)
@@ -423,7 +431,7 @@ class InvertedIndex:
         and_mode = False
         seen_ub = 0.0
         for i, (ub, tid, w) in enumerate(plan):
-            docs = self.docs[tid]
+            docs = self.fold(tid)
             if not and_mode:
                 contribs = self._contribs(tid, w)
                 if acc:
@@ -449,7 +457,7 @@ class InvertedIndex:
         return best[:k]
 
     def _update_candidates(self, acc: dict[int, float], tid: int, w: float) -> dict[int, float]:
-        docs = self.docs[tid]
+        docs = self.fold(tid)
         cands = list(acc)
         contribs: Iterable[float]
         if len(cands) * 16 < len(docs):
@@ -464,7 +472,7 @@ class InvertedIndex:
         """Exhaustive scores of every matching chunk (the reference for tests)."""
         acc: dict[int, float] = {}
         for _, tid, w in self._plan(weights):
-            for d, c in zip(self.docs[tid], self._contribs(tid, w)):
+            for d, c in zip(self.fold(tid), self._contribs(tid, w)):
                 acc[d] = acc.get(d, 0.0) + c
         return acc
 
@@ -476,14 +484,14 @@ class InvertedIndex:
         avgdl = self.avgdl
         dl = self.dl[cid] if cid < len(self.dl) else 0
         for _, tid, w in self._plan(weights):
-            docs = self.docs[tid]
+            docs = self.fold(tid)
             i = bisect_left(docs, cid)
             if i >= len(docs) or docs[i] != cid:
                 continue
-            imp = self.imps[tid][i]
+            imp = self._imp(tid)[i]
             contribution = imp if w == 1.0 else imp * w
             score = score + contribution
-            tf = self.tfs[tid][i]
+            tf = self._tf(tid)[i]
             norm = length_norm(bm.k1, bm.b, dl, avgdl)
             parts.append(
                 TermExplanation(
@@ -497,5 +505,3 @@ class InvertedIndex:
                 )
             )
         return score, parts
-
-

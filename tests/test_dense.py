@@ -231,3 +231,36 @@ def test_real_model_hybrid_recovers_paraphrases(tmp_path):
     assert "tides.txt" not in [h.source for h in kb.search(query, 2)]
     assert "tides.txt" in [h.source for h in hybrid.search(query, 2)]
     assert len(DenseStore.load(tmp_path, hybrid.model_name) or ()) == len(ARTICLES)
+
+
+# -- evaluation entry point ----------------------------------------------------------
+
+
+def tiny_beir(folder: Path) -> Path:
+    (folder / "qrels").mkdir(parents=True)
+    docs = {"d1": "Cats hunt mice at night.", "d2": "Dogs bark at strangers.", "d3": "Bread rises in the oven."}
+    with open(folder / "corpus.jsonl", "w") as fh:
+        for doc_id, text in docs.items():
+            fh.write(json.dumps({"_id": doc_id, "title": "", "text": text}) + "\n")
+    with open(folder / "queries.jsonl", "w") as fh:
+        fh.write(json.dumps({"_id": "q1", "text": "feline"}) + "\n")
+        fh.write(json.dumps({"_id": "q2", "text": "canine barking"}) + "\n")
+    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td2\t1\n")
+    return folder
+
+
+def test_evaluate_dataset_hybrid(tmp_path):
+    from clanker_rag._eval import evaluate_dataset
+
+    data = tiny_beir(tmp_path / "beir")
+    plain = evaluate_dataset(data)
+    assert plain.per_query["q1"]["ndcg@10"] == 0.0  # "feline" shares no word with d1
+    assert plain.per_query["q2"]["ndcg@10"] == 1.0
+    model = FakeBiEncoder()
+    result = evaluate_dataset(data, hybrid=model, cache_dir=tmp_path / "cache", batch_size=2)
+    assert result.per_query["q1"]["ndcg@10"] == 1.0
+    assert result.per_query["q2"]["ndcg@10"] == 1.0
+    assert set(model.batch_sizes) <= {1, 2}
+    assert list((tmp_path / "cache").glob("dense-*.json"))
+    with pytest.raises(ConfigError):
+        evaluate_dataset(data, hybrid=model, search=lambda kb, q, k: [])

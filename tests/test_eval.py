@@ -33,7 +33,8 @@ def test_evaluate_run_averages_over_judged_queries():
 
 def write_beir(folder, docs, queries, qrels):
     (folder / "qrels").mkdir(parents=True)
-    (folder / "corpus.jsonl").write_text("".join(json.dumps({"_id": i, "title": t, "text": x}) + "\n" for i, (t, x) in docs.items()))
+    corpus = "".join(json.dumps({"_id": i, "title": t, "text": x}) + "\n" for i, (t, x) in docs.items())
+    (folder / "corpus.jsonl").write_text(corpus)
     (folder / "queries.jsonl").write_text("".join(json.dumps({"_id": i, "text": x}) + "\n" for i, x in queries.items()))
     (folder / "qrels" / "test.tsv").write_text(
         "query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{d}\t{g}\n" for q, ds in qrels.items() for d, g in ds.items())

@@ -67,7 +67,7 @@ def test_scores_finite_and_positive(texts, q, variant):
 def test_score_monotone_in_tf(rest, extra, variant):
     # Same length, more occurrences of the query term: never a lower score.
     filler = ["t1"] * extra
-    base = ["t0"] + rest + filler
+    base = ["t0", *rest, *filler]
     more = ["t0"] * (1 + extra) + rest
     kb = build([" ".join(base), " ".join(more), "t2 t3"], variant)
     scores = {h.source: h.score for h in kb.search("t0", k=5)}

@@ -200,3 +200,24 @@ def test_stored_embeddings_are_reused():
     hits = RerankingRetriever(kb, reranker).search("report on a kitty", 3)
     assert hits[0].source == "c.md"
     assert model.texts == ["report on a kitty"]  # the passages came from the store
+
+
+def test_evaluate_dataset_rerank(tmp_path):
+    import json
+
+    from clanker_rag._eval import evaluate_dataset
+
+    data = tmp_path / "beir"
+    (data / "qrels").mkdir(parents=True)
+    with open(data / "corpus.jsonl", "w") as fh:
+        for doc_id, text in DOCS.items():
+            fh.write(json.dumps({"_id": doc_id, "text": text}) + "\n")
+    (data / "queries.jsonl").write_text(json.dumps({"_id": "q", "text": "report on a kitty"}) + "\n")
+    (data / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq\tc.md\t1\n")
+    plain = evaluate_dataset(data)
+    assert plain.n_queries == 1
+    assert 0.0 < plain.metrics["mrr@10"] < 1.0
+    model = FakeCrossEncoder()
+    result = evaluate_dataset(data, rerank=model, candidates=3, batch_size=4)
+    assert result.metrics["mrr@10"] == 1.0
+    assert model.batch_sizes == [4] and len(model.pairs) == 3

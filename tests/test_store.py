@@ -67,7 +67,7 @@ def test_newer_format_version_is_refused(tmp_path):
     small_kb().save(tmp_path)
     path = tmp_path / "index.json"
     path.write_text(path.read_text().replace('"format_version":1', '"format_version":99', 1))
-    with pytest.raises(IndexFormatError, match="newer clanker_rag.*format_version 99"):
+    with pytest.raises(IndexFormatError, match=r"newer clanker_rag.*format_version 99"):
         KnowledgeBase.load(tmp_path)
 
 
