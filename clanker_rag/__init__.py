@@ -34,10 +34,9 @@ if TYPE_CHECKING:
     from ._types import Hit, HitLike, Retriever
 
 __all__ = [
-    "BM25",
-    "RETRIEVE_TOOL",
     "Analyzer",
     "AsyncGenerateFn",
+    "BM25",
     "BackendError",
     "ClankerRagError",
     "ConfigError",
@@ -52,6 +51,7 @@ __all__ = [
     "InjectEvent",
     "KnowledgeBase",
     "MissingExtraError",
+    "RETRIEVE_TOOL",
     "RagController",
     "RequestStats",
     "RetrievalTimeoutError",

@@ -22,7 +22,8 @@ corpora repeat the same few hundred thousand words millions of times.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import chain
 from typing import Any
 
@@ -57,6 +58,27 @@ def split_words(text: str) -> list[str]:
 def find_words(text: str) -> list[str]:
     """The words of ``text``, as :func:`split_words` finds them."""
     return (_ASCII_SPLIT if text.isascii() else WORD_SPLIT).findall(text)
+
+
+class _OneTerm(dict[str, str]):
+    """Raw token -> its only term, or a marker: ``""`` for none, ``_MULTI`` for several."""
+
+    __slots__ = ("_terms",)
+
+    def __init__(self, terms: _TermCache) -> None:
+        super().__init__()
+        self._terms = terms
+
+    def __missing__(self, raw: str) -> str:
+        if len(self) >= _MAX_CACHE:
+            self.clear()
+        terms = self._terms[raw]
+        one = terms[0] if len(terms) == 1 else ("" if not terms else _MULTI)
+        self[raw] = one
+        return one
+
+
+_MULTI = "\x00"
 
 
 class _TermCache(dict[str, tuple[str, ...]]):
@@ -121,6 +143,8 @@ class Analyzer:
         self.custom = custom
         self._stem: Callable[[str], str] | None = porter2_stem if stemmer == "porter2" else None
         self.cache = _TermCache(self._expand)
+        self._one = _OneTerm(self.cache)
+        self._word_cache: dict[str, str | None] = {}
 
     # -- settings round trip -------------------------------------------------
     def settings(self) -> dict[str, Any]:
@@ -161,11 +185,40 @@ class Analyzer:
             return [t for t in self.custom(" ".join(words)) if t]
         return chain.from_iterable(map(self.cache.__getitem__, words))
 
+    def count(self, words: Sequence[str]) -> Counter[str]:
+        """Term frequencies of already split raw words.
+
+        Most words analyse to exactly one term, so they are counted straight
+        from a raw-token -> term table at C speed; stop words and identifiers
+        with several parts are patched in afterwards.
+        """
+        if self.custom is not None:
+            return Counter(t for t in self.custom(" ".join(words)) if t)
+        counts = Counter(map(self._one.__getitem__, words))
+        counts.pop("", None)
+        if _MULTI in counts:
+            del counts[_MULTI]
+            one = self._one
+            cache = self.cache
+            for raw, n in Counter(words).items():
+                if one[raw] == _MULTI:
+                    for term in cache[raw]:
+                        counts[term] += n
+        return counts
+
     def _word(self, low: str) -> str | None:
+        cached = self._word_cache.get(low, _MULTI)
+        if cached != _MULTI:
+            return cached
         if low in self._stop:
-            return None
-        stem = self._stem
-        return stem(low) if stem is not None and low.isascii() else low
+            term = None
+        else:
+            stem = self._stem
+            term = stem(low) if stem is not None and low.isascii() else low
+        if len(self._word_cache) >= _MAX_CACHE:
+            self._word_cache.clear()
+        self._word_cache[low] = term
+        return term
 
     def _expand(self, raw: str) -> tuple[str, ...]:
         if _CJK_RUN.match(raw):

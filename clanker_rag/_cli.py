@@ -14,7 +14,7 @@ import sys
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Callable, Iterable, Sequence
     from pathlib import Path
 
     from ._controller import StreamEvent
@@ -231,7 +231,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    _configure_logging(args)
+    restore = _configure_logging(args)
+    try:
+        return _run(args)
+    finally:
+        restore()
+
+
+def _run(args: argparse.Namespace) -> int:
     debug = bool(args.debug)
     from ._exceptions import ClankerRagError
 
@@ -278,7 +285,8 @@ def _silence_stdout() -> None:
         pass
 
 
-def _configure_logging(args: argparse.Namespace) -> None:
+def _configure_logging(args: argparse.Namespace) -> Callable[[], None]:
+    """Log to stderr for this run; returns a function that undoes it (main() may run in process)."""
     import logging
 
     if args.debug:
@@ -288,15 +296,20 @@ def _configure_logging(args: argparse.Namespace) -> None:
     else:
         level = logging.WARNING
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(f"{PROG}: %(levelname)s: %(message)s" if level > logging.INFO
-                                           else "%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+    if level > logging.INFO:
+        fmt = f"{PROG}: %(levelname)s: %(message)s"
+    handler.setFormatter(logging.Formatter(fmt))
     root = logging.getLogger()
-    # Reconfigure on every call: in-process callers (tests) run main() many times.
-    for old in [h for h in root.handlers if getattr(h, "_clanker_rag_cli", False)]:
-        root.removeHandler(old)
-    handler._clanker_rag_cli = True  # type: ignore[attr-defined]
+    old_level = root.level
     root.addHandler(handler)
     root.setLevel(level)
+
+    def restore() -> None:
+        root.removeHandler(handler)
+        root.setLevel(old_level)
+
+    return restore
 
 
 # -- knowledge-base selection ------------------------------------------------------------------

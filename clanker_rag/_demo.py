@@ -29,33 +29,41 @@ from ._types import Retriever
 
 __all__ = ["DEMO_QUESTION", "LlamaServerProcess", "locate_demo_model", "run_demo"]
 
-DEMO_QUESTION = "How do I add my own folder of notes to a knowledge base?"
+DEMO_QUESTION = "Which files does the secret guard keep out of the index?"
 _EXTRA_HINT = "clanker-rag demo needs the demo extra: pip install 'clanker-rag[demo]'"
 
 # A base model has no chat template: two worked examples teach it the format
 # (call the tool, read the numbered passages, answer in one sentence).
 _FEW_SHOT = """The assistant answers questions about the clanker-rag tool. It never guesses: it first searches the \
 documentation by writing <tool name="retrieve">search words</tool>, reads the numbered passages in the <result> \
-block, then answers in one or two sentences.
+block, then writes "Answer:" and answers in one sentence.
 
 Question: Which Python version does the tool need?
-Answer: <tool name="retrieve">python version requirement</tool>
+Search: <tool name="retrieve">python version requirement</tool>
 <result>
-[1] docs/install.md:3-4
-The tool runs on Python 3.10 or newer and has no runtime dependencies.
+[1] docs/install.md:1-6
+# Installing
+
+clanker_rag runs on Python 3.10 or newer and has no runtime dependencies.
+```console
+$ pip install clanker-rag
+```
 </result>
-It needs Python 3.10 or newer.
+Answer: It needs Python 3.10 or newer.
 
 Question: How do I see why a search result scored what it did?
-Answer: <tool name="retrieve">explain search score</tool>
+Search: <tool name="retrieve">explain search score</tool>
 <result>
-[1] docs/cli.md:40-44
-Add --explain to clanker-rag search to print each query term's part of the score.
+[1] docs/search.md:40-47
+## Explaining a score
+
+`kb.explain(query, hit)` returns each query term's part of the score.
+From the shell, add `--explain` to `clanker-rag search`.
 </result>
-Add --explain to the search command to see each term's part of the score.
+Answer: Add --explain to clanker-rag search to see each term's part of the score.
 
 Question: {question}
-Answer:"""
+Search:"""
 
 
 def _progress(message: str, stream: IO[str]) -> None:

@@ -80,12 +80,15 @@ def load_model(
         if kind != "auto" and kind != found:
             raise ConfigError(f"kind={kind!r} but the given model object is a {found}-encoder")
         return model, found
-    path = Path(model)
+    st = _sentence_transformers()  # first: without the extra, no path would work either
+    path = Path(model).expanduser()
+    text = str(model)
+    if not path.exists() and (path.is_absolute() or text.startswith((".", "~"))):
+        raise ConfigError(f"{text}: no such model folder")
     if path.exists() and not path.is_dir():
         raise ConfigError(f"{path}: a model must be a folder (a sentence-transformers model directory)")
     if kind == "auto":
         kind = _folder_kind(path) if path.is_dir() else "bi"
-    st = _sentence_transformers()
     where = str(path) if path.is_dir() else str(model)
     try:
         if kind == "cross":

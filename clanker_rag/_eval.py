@@ -250,5 +250,6 @@ def _model_search(
             device=device,
             embeddings=first.store if same else None,
         )
+        _ = reranker.model  # load now: a bad model path fails before any query, not silently never
         retriever = RerankingRetriever(first, reranker)
     return lambda _kb, query, k: retriever.search(query, k)

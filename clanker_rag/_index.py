@@ -28,8 +28,8 @@ from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass
-from itertools import accumulate, compress, repeat
-from operator import add, and_, eq, ge, mul, or_, rshift, truediv
+from itertools import accumulate, chain, compress, repeat
+from operator import add, and_, eq, ge, mul, or_, rshift, sub, truediv
 from typing import Any
 
 from ._scoring import BM25, length_norm, tf_weight
@@ -113,6 +113,7 @@ class InvertedIndex:
         self.tfs: list[array[int] | None] = []
         self.imps: list[array[float] | None] = []
         self._buffers: tuple[memoryview, memoryview, memoryview, array[int]] | None = None
+        self._n_buffered = 0
         self.maxes: list[float] = []
         self.imp_gen: list[int] = []
         self.pending: dict[int, list[int]] = _Pending()
@@ -130,9 +131,11 @@ class InvertedIndex:
         tid = len(self.terms)
         self.vocab[term] = tid
         self.terms.append(term)
-        self.docs.append(array("i"))
-        self.tfs.append(array("I"))
-        self.imps.append(array("f"))
+        # Arrays are created on first use (fold): most terms of a big build
+        # only ever live in the buffers that refresh() packs them into.
+        self.docs.append(None)
+        self.tfs.append(None)
+        self.imps.append(None)
         self.maxes.append(0.0)
         self.imp_gen.append(-1)
         return tid
@@ -161,6 +164,7 @@ class InvertedIndex:
         offsets = array("q", accumulate(lengths, initial=0))
         self._buffers = (memoryview(docs).cast("B"), memoryview(tfs).cast("B"), memoryview(imps).cast("B"), offsets)
         n = len(lengths)
+        self._n_buffered = n
         self.docs = [None] * n
         self.tfs = [None] * n
         self.imps = [None] * n
@@ -168,7 +172,10 @@ class InvertedIndex:
         self.imp_gen = [self.gen] * n
 
     def _cut(self, tid: int) -> array[int]:
-        assert self._buffers is not None
+        if self._buffers is None or tid >= self._n_buffered:
+            d0: array[int] = array("i")
+            self.docs[tid], self.tfs[tid], self.imps[tid] = d0, array("I"), array("f")
+            return d0
         mv_d, mv_t, mv_i, offsets = self._buffers
         a, b = offsets[tid] * 4, offsets[tid + 1] * 4
         d, t, i = array("i"), array("I"), array("f")
@@ -286,9 +293,47 @@ class InvertedIndex:
 
     def refresh(self) -> None:
         """Bring every term's impacts and champions up to date (before a save)."""
+        if self._buffers is None and self.docs.count(None) == len(self.docs):
+            self._freeze()
+            for tid, length in enumerate(self._lengths()):
+                if length >= LONG_LIST:
+                    self.champions(tid)
+            return
         for tid in range(len(self.terms)):
             self.impacts(tid)
             self.champions(tid)
+
+    def _lengths(self) -> Iterable[int]:
+        if self._buffers is None:
+            return map(len, map(self.fold, range(len(self.terms))))
+        offsets = self._buffers[3]
+        return map(sub, offsets[1:], offsets[:-1])
+
+    def _freeze(self) -> None:
+        """Pack a fresh build into the loaded-index layout in a few C-level passes.
+
+        Same values as :meth:`impacts` term by term (same operations in the
+        same order), without a Python-level loop over the postings.
+        """
+        n = len(self.terms)
+        plists = list(map(self.pending.get, range(n), repeat(())))
+        lengths = array("i", map(len, plists))
+        flat = list(chain.from_iterable(plists))
+        self.pending.clear()
+        del plists
+        docs = array("i", map(rshift, flat, repeat(_SHIFT)))
+        tfs = array("I", map(and_, flat, repeat(_TF_MASK)))
+        del flat
+        bm = self.bm25
+        norms = self._length_norms()
+        idfs = [bm.idf(self.n_docs, df) for df in lengths]
+        if bm.variant == "lucene":
+            weights: Iterable[float] = map(truediv, tfs, map(add, tfs, map(norms.__getitem__, docs)))
+        else:
+            k1, b, delta, avgdl, dls = bm.k1, bm.b, bm.delta_value, self.avgdl, self.dl
+            weights = [tf_weight(bm.variant, tf, norms[d], k1, b, delta, dls[d], avgdl) for d, tf in zip(docs, tfs)]
+        imps = array("f", map(mul, chain.from_iterable(map(repeat, idfs, lengths)), weights))
+        self.attach_buffers(lengths, docs, tfs, imps)
 
     # -- search ----------------------------------------------------------------
     def _plan(self, weights: Mapping[int, float]) -> list[tuple[float, int, float]]:
@@ -298,9 +343,11 @@ class InvertedIndex:
                 continue
             _, mx = self.impacts(tid)
             plan.append((mx * w, tid, w))
-        # Largest upper bound first; term id breaks ties so the order, and so
-        # the floating-point sum, is the same for pruned and exhaustive scoring.
-        plan.sort(key=lambda item: (-item[0], item[1]))
+        # Largest upper bound first; the term itself breaks ties, so the order,
+        # and so the floating-point sum, is the same for pruned and exhaustive
+        # scoring and for any history of adds and removes.
+        terms = self.terms
+        plan.sort(key=lambda item: (-item[0], terms[item[1]]))
         return plan
 
     def _imp(self, tid: int) -> array[float]:

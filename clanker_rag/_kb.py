@@ -237,7 +237,7 @@ class KnowledgeBase:
         index = self._index
         chunks = self._chunks
         for i, span in enumerate(self.chunker.split(text, sections)):
-            counts = Counter(analyzer.terms_of_words(span.words))
+            counts = analyzer.count(span.words)
             if span.label:
                 counts.update(analyzer(span.label))
             cid = chunks.append(doc, i, span.start, span.end, span.start_line, span.end_line, span.label)

@@ -211,7 +211,8 @@ class UpstreamError(Exception):
     def payload(self, secrets_: Sequence[str]) -> dict[str, Any]:
         if self.body is not None:
             # The upstream's own OpenAI-style error, passed on after redaction.
-            return json.loads(redact(json.dumps(self.body), secrets_))
+            cleaned: dict[str, Any] = json.loads(redact(json.dumps(self.body), secrets_))
+            return cleaned
         return _error_body(redact(self.message, secrets_), self.err_type, self.code)
 
 
@@ -331,6 +332,7 @@ class _Turn:
         self.usage_seen = False
         self.pieces = 0
         self.max_key = next((key for key in ("max_completion_tokens", "max_tokens") if key in body), None)
+        self.prefill = ""
 
     def _payload(self, prompt: str, stop: Sequence[str]) -> dict[str, Any]:
         payload = {key: value for key, value in self.body.items() if key != "stream_options"}
@@ -357,12 +359,13 @@ class _Turn:
         rest = context
         if self.initial_block and context.startswith(self.initial_block):
             lead, rest = self.initial_block, context[len(self.initial_block) :]
-        messages = copy.deepcopy(self.body["messages"])
+        messages: list[Any] = copy.deepcopy(self.body["messages"])
         if lead:
             for msg in reversed(messages):
                 if isinstance(msg, dict) and msg.get("role") == "user":
                     msg["content"] = _prepend_to_content(msg.get("content"), lead.strip("\n") + "\n\n")
                     break
+        self.prefill = rest
         if rest:
             messages.append({"role": "assistant", "content": rest})
         return messages
@@ -382,10 +385,13 @@ class _Turn:
             else:
                 objects = iter([_decode(_read(resp, None, url).decode("utf-8", errors="replace"), url)])
             finish: str | None = None
-            for obj in objects:
-                yield from self._tokens(obj, url)
-                if self.finish_reason is not None:
-                    finish = self.finish_reason
+            tokens: Iterator[Token] = (tok for obj in objects for tok in self._tokens(obj, url))
+            if self.kind == "chat" and self.prefill:
+                tokens = _drop_echo(tokens, self.prefill)
+            for tok in tokens:
+                if tok.finish_reason is not None:
+                    finish = tok.finish_reason
+                yield tok
             self.finish_reason = finish
         finally:
             # Closing mid-stream (a resume, or the client went away) makes the upstream stop generating.
@@ -454,6 +460,34 @@ class _Turn:
             "completion_tokens": self.completion_tokens,
             "total_tokens": self.prompt_tokens + self.completion_tokens,
         }
+
+
+def _drop_echo(tokens: Iterator[Token], prefill: str) -> Iterator[Token]:
+    """Remove the trailing assistant message if the server repeats it first.
+
+    llama.cpp continues a trailing assistant message but streams it back in
+    front of the continuation; other servers send only the continuation.
+    Text is held back only while it could still be that echo.
+    """
+    stripped = prefill.rstrip()
+    buf = ""
+    for tok in tokens:
+        buf += tok.text
+        if tok.finish_reason is None and (prefill.startswith(buf) or stripped.startswith(buf)):
+            continue  # could still be the echo
+        if buf.startswith(prefill):
+            rest = buf[len(prefill) :]
+        elif stripped and buf.startswith(stripped):
+            rest = buf[len(stripped) :]
+        elif prefill.startswith(buf) or stripped.startswith(buf):
+            rest = ""  # the stream ended inside the echo
+        else:
+            rest = buf
+        yield Token(rest, tok.logprob, tok.finish_reason, tok.stop)
+        break
+    else:
+        return
+    yield from tokens
 
 
 def _read(resp: http.client.HTTPResponse, limit: int | None, url: str) -> bytes:

@@ -46,3 +46,21 @@ def test_settings_round_trip():
     again = Analyzer.from_settings(an.settings())
     text = "foo Bar bazQux running"
     assert again(text) == an(text) == ["bazqux", "running"]
+
+
+from collections import Counter  # noqa: E402
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from clanker_rag._analysis import find_words  # noqa: E402
+
+pieces = st.sampled_from(["the", "The", "getUserName", "get_user_name", "HTTPServer2", "running", "x1", "東京都",
+                          "Straße", " ", "\n", ".", "_", "__init__", "a", "ÉCOLE", "ünïcode", "don't"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(pieces, max_size=40).map("".join))
+def test_fast_counting_equals_plain_analysis(text):
+    an = Analyzer()
+    assert an.count(find_words(text)) == Counter(an(text))

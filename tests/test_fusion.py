@@ -1,3 +1,4 @@
+import itertools
 import logging
 import math
 
@@ -244,7 +245,7 @@ def test_expansion_invariants(picks, window, budget):
         assert h.text == kb.source_text(h.source)[h.start : h.end]
     for s in ("a.txt", "b.txt"):
         spans = sorted((h.start, h.end) for h in out if h.source == s)
-        for (_, e1), (s2, _) in zip(spans, spans[1:]):
+        for (_, e1), (s2, _) in itertools.pairwise(spans):
             assert e1 < s2, "passages of one document must not overlap or touch"
     total = sum(len(h.text) for h in out)
     if budget is not None and len(out) > 1:

@@ -147,3 +147,19 @@ def test_champion_shortcut_equals_exhaustive(texts, q, k, champions):
         assert ranked(kb, q, k) == exhaustive(kb, q, k)
     finally:
         index_module.LONG_LIST, index_module.CHAMPIONS = old
+
+
+@settings(max_examples=100, deadline=None)
+@given(corpus, variants)
+def test_bulk_freeze_equals_term_by_term_impacts(texts, variant):
+    packed = build(texts, variant)
+    packed._index.refresh()  # a fresh build is packed in one pass
+    assert packed._index._buffers is not None or not packed._index.terms
+    one_by_one = build(texts, variant)
+    for tid in range(len(one_by_one._index.terms)):
+        one_by_one._index.impacts(tid)  # term by term
+    for term, tid in one_by_one._index.vocab.items():
+        a_imps, a_max = packed._index.impacts(packed._index.vocab[term])
+        b_imps, b_max = one_by_one._index.impacts(tid)
+        assert list(a_imps) == list(b_imps) and a_max == b_max
+        assert list(packed._index.fold(packed._index.vocab[term])) == list(one_by_one._index.fold(tid))

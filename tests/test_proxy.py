@@ -171,10 +171,16 @@ def test_tool_call_mid_stream_resumes_with_the_result_block(start: Any) -> None:
     assert "<result>\n[1] docs/server.md" in second
 
 
-def test_chat_question_written_by_the_model_resumes_as_assistant_prefill(start: Any) -> None:
+@pytest.mark.parametrize("echo", [False, True], ids=["continuation-only", "llama.cpp-echo"])
+def test_chat_question_written_by_the_model_resumes_as_assistant_prefill(start: Any, echo: bool) -> None:
     def responder(path: str, body: dict[str, Any]) -> Reply:
-        if body["messages"][-1]["role"] == "assistant":
-            return Reply(answer(" It is MIT."))
+        last = body["messages"][-1]
+        if last["role"] == "assistant":
+            if echo:
+                # llama.cpp streams the prefilled text back in front of the continuation.
+                prefill = last["content"]
+                return Reply([prefill[:10], prefill[10:] + " It", " is MIT."])
+            return Reply([" It", " is MIT."])
         return Reply(answer("Good question. Which license is clanker released under? More text"))
 
     with FakeUpstream(responder) as up:

@@ -169,6 +169,9 @@ def test_model_folders_load_as_the_right_kind(tmp_path, monkeypatch):
     (tmp_path / "file.bin").write_text("x")
     with pytest.raises(ConfigError, match="folder"):
         load_model(tmp_path / "file.bin")
+    with pytest.raises(ConfigError, match="no such model folder"):
+        load_model(tmp_path / "missing")
+    assert len(made) == 3  # neither bad path was handed to sentence-transformers
 
 
 # -- the real model ----------------------------------------------------------------
