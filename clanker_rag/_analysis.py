@@ -21,6 +21,7 @@ corpora repeat the same few hundred thousand words millions of times.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -37,11 +38,27 @@ __all__ = ["Analyzer", "find_words", "split_words"]
 # spaces, where a "word" run can span a whole paragraph.
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 # Capturing group: ``split`` then returns gap, word, gap, word, ..., gap.
-WORD_SPLIT = re.compile(rf"([^\W{_CJK}]+|[{_CJK}]{{1,16}})")
+_WORD_SPLIT_PATTERN = rf"([^\W{_CJK}]+|[{_CJK}]{{1,16}})"
 # The same split for pure-ASCII text, where it is equivalent and twice as fast.
 _ASCII_SPLIT = re.compile(r"(\w+)", re.ASCII)
-_CJK_RUN = re.compile(rf"[{_CJK}]")
-_IDENT_PART = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+|[^\W_0-9A-Za-z]+")
+_IDENT_PART_PATTERN = r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+|[^\W_0-9A-Za-z]+"
+
+
+@functools.cache
+def _unicode_patterns() -> tuple[re.Pattern[str], re.Pattern[str]]:
+    # Compiled on first use: the Unicode classes take a noticeable share of the
+    # command-line tool's start-up, and pure-ASCII text never needs them.
+    return re.compile(_WORD_SPLIT_PATTERN), re.compile(_IDENT_PART_PATTERN)
+
+
+def _is_cjk(ch: str) -> bool:
+    return (
+        "\u3040" <= ch <= "\u30ff"
+        or "\u3400" <= ch <= "\u4dbf"
+        or "\u4e00" <= ch <= "\u9fff"
+        or ("\uf900" <= ch <= "\ufaff")
+    )
+
 
 _MAX_CACHE = 2_000_000
 
@@ -52,12 +69,12 @@ def split_words(text: str) -> list[str]:
     The list always has odd length; ``"".join`` of it is ``text`` again, which
     is what lets chunking return exact slices of the original.
     """
-    return (_ASCII_SPLIT if text.isascii() else WORD_SPLIT).split(text)
+    return (_ASCII_SPLIT if text.isascii() else _unicode_patterns()[0]).split(text)
 
 
 def find_words(text: str) -> list[str]:
     """The words of ``text``, as :func:`split_words` finds them."""
-    return (_ASCII_SPLIT if text.isascii() else WORD_SPLIT).findall(text)
+    return (_ASCII_SPLIT if text.isascii() else _unicode_patterns()[0]).findall(text)
 
 
 class _OneTerm(dict[str, str]):
@@ -221,7 +238,7 @@ class Analyzer:
         return term
 
     def _expand(self, raw: str) -> tuple[str, ...]:
-        if _CJK_RUN.match(raw):
+        if _is_cjk(raw[0]):
             if not self.cjk_bigrams or len(raw) == 1:
                 return (raw,)
             return tuple(raw[i : i + 2] for i in range(len(raw) - 1))
@@ -230,7 +247,8 @@ class Analyzer:
             # Plain word ("word", "Word"): the common case.
             term = self._word(low)
             return (term,) if term else ()
-        parts = [p for piece in raw.split("_") for p in _IDENT_PART.findall(piece)]
+        ident_part = _unicode_patterns()[1]
+        parts = [p for piece in raw.split("_") for p in ident_part.findall(piece)]
         if len(parts) <= 1 and "_" not in raw:
             term = self._word(low)
             return (term,) if term else ()

@@ -262,6 +262,11 @@ def _run(args: argparse.Namespace) -> int:
 
             traceback.print_exc()
         return _fail(_one_line(exc), 1)
+    except Exception as exc:
+        # A bug, not a user error: still one line, with the way to the details.
+        if debug:
+            raise
+        return _fail(f"unexpected {type(exc).__name__}: {_one_line(exc)} (rerun with --debug for the traceback)", 1)
 
 
 def _fail(message: str, code: int) -> int:

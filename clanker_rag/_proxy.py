@@ -563,8 +563,10 @@ class _Handler(BaseHTTPRequestHandler):
     server: ProxyServer
     protocol_version = "HTTP/1.1"
     server_version = "clanker-rag"
-    sys_version = ""
     timeout = 600
+
+    def version_string(self) -> str:
+        return self.server_version
 
     def setup(self) -> None:
         super().setup()
@@ -703,6 +705,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_OPTIONS(self) -> None:
         self._dispatch()
 
+    def do_HEAD(self) -> None:
+        self._dispatch()
+
     def _dispatch(self) -> None:
         started = time.perf_counter()
         status = 500
@@ -750,14 +755,17 @@ class _Handler(BaseHTTPRequestHandler):
                 for name, value in resp.getheaders():
                     if name.lower() not in _DROP_RESPONSE_HEADERS:
                         self.send_header(name, value)
-                chunked = length is None
+                head = self.command == "HEAD"
+                chunked = length is None and not head
                 if chunked:
                     self.send_header("Transfer-Encoding", "chunked")
-                else:
+                elif length is not None:
                     self.send_header("Content-Length", str(length))
                 self.end_headers()
             except OSError as exc:
                 raise _ClientGone(str(exc)) from None
+            if head:
+                return resp.status
             url = self.server.upstream.url(self.path)
             while True:
                 try:
