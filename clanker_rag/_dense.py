@@ -388,7 +388,13 @@ class HybridRetriever:
     @property
     def model(self) -> Any:
         if self._model is None:
-            self._model, _ = load_model(self._spec, kind="bi", device=self.device)
+            model, kind = load_model(self._spec, kind="auto", device=self.device)
+            if kind != "bi":
+                raise ConfigError(
+                    f"{self._spec}: a CrossEncoder only scores pairs; hybrid search needs a bi-encoder "
+                    "(use the CrossEncoder with Reranker instead)"
+                )
+            self._model = model
         return self._model
 
     def refresh(self) -> int:

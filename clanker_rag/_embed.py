@@ -170,6 +170,8 @@ def dot_all(matrix: array[float], dim: int, vector: array[float]) -> list[float]
     if np is not None:
         mat = np.frombuffer(matrix, dtype=np.float32).reshape(-1, dim)
         vec = np.frombuffer(vector, dtype=np.float32)
-        return [float(x) for x in mat @ vec]
+        # einsum, not @: BLAS sgemv may wake OpenBLAS threads that spin after
+        # the call and steal the cores torch needs for the next query.
+        return [float(x) for x in np.einsum("ij,j->i", mat, vec)]
     vec_l = list(vector)
     return [sum(a * b for a, b in zip(matrix[i : i + dim], vec_l, strict=True)) for i in range(0, len(matrix), dim)]

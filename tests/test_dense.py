@@ -264,3 +264,27 @@ def test_evaluate_dataset_hybrid(tmp_path):
     assert list((tmp_path / "cache").glob("dense-*.json"))
     with pytest.raises(ConfigError):
         evaluate_dataset(data, hybrid=model, search=lambda kb, q, k: [])
+
+
+def test_pure_python_path_matches_numpy(monkeypatch):
+    from clanker_rag import _embed
+
+    kb = make_kb()
+    with_numpy = [(h.source, round(h.score, 6)) for h in HybridRetriever(kb, FakeBiEncoder()).dense_search("puppy", 4)]
+    monkeypatch.setattr(_embed, "_numpy", lambda: None)
+    without = [(h.source, round(h.score, 6)) for h in HybridRetriever(kb, FakeBiEncoder()).dense_search("puppy", 4)]
+    assert without == with_numpy
+    assert with_numpy[0][0] == "dogs.md" and with_numpy[0][1] > 0.9
+
+
+def test_a_cross_encoder_folder_is_refused_for_hybrid(tmp_path, monkeypatch):
+    import sys
+    import types
+
+    fake = types.ModuleType("sentence_transformers")
+    fake.CrossEncoder = lambda where, device=None: types.SimpleNamespace(predict=lambda pairs, **kw: [0.0] * len(pairs))
+    fake.SentenceTransformer = lambda where, device=None: pytest.fail("must not load a CrossEncoder as a bi-encoder")
+    monkeypatch.setitem(sys.modules, "sentence_transformers", fake)
+    (tmp_path / "config.json").write_text('{"architectures": ["XLMRobertaForSequenceClassification"]}')
+    with pytest.raises(ConfigError, match="CrossEncoder only scores pairs"):
+        HybridRetriever(make_kb(), tmp_path).search("cats", 2)
