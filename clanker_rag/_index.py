@@ -50,8 +50,9 @@ _TF_MASK = (1 << _SHIFT) - 1
 # champions, else the query falls back to term-at-a-time.
 LONG_LIST = 4096
 CHAMPIONS = 512
-MAX_POOL = 3000
-SHORT_POOL = 1024
+MAX_POOL = 8000
+CHAMPION_MAX_K = CHAMPIONS // 4
+TABLE_CACHE = 256
 # Relative and absolute slack on upper bounds: the pruned and the exhaustive
 # sums may round differently in the last bit.
 _UB_SLACK = 1e-9
@@ -125,6 +126,9 @@ class InvertedIndex:
         self._norms: list[float] = []
         # tid -> (impact generation it was computed for, (chunk ids, outside bound) or None)
         self._champions: dict[int, tuple[int, tuple[array[int], float] | None]] = {}
+        # tid -> (impact generation, {chunk id: impact}) for long terms: one C-level
+        # dict lookup per candidate instead of a binary search; bounded cache.
+        self._tables: dict[int, tuple[int, dict[int, float]]] = {}
 
     # -- building -------------------------------------------------------------
     def _new_term(self, term: str) -> int:
@@ -389,18 +393,20 @@ class InvertedIndex:
         """Install champions loaded from disk (valid for the loaded generation)."""
         self._champions[tid] = (self.imp_gen[tid], (chosen, bound))
 
-    def _top_k_assisted(
-        self, plan: list[tuple[float, int, float]], k: int, allowed: Container[int] | None
+    def _finish_with_champions(
+        self, acc: dict[int, float], rest: list[tuple[float, int, float]], k: int, allowed: Container[int] | None
     ) -> list[tuple[int, float]] | None:
-        """Exact top k from short lists plus the long lists' champions, or None.
+        """Exact top k when the terms still to visit are long, or None.
 
-        A chunk in no short list and in no champion list scores at most the
-        sum of the long terms' outside bounds; when the k-th best candidate
-        beats that sum, nothing outside the candidates can rank.
+        ``acc`` holds every chunk of the terms already visited (with their
+        partial scores).  Candidates are those chunks, the champions of the
+        long terms left and the lists of any short ones.  A chunk outside them
+        scores at most the sum of the long terms' outside bounds; when the
+        k-th best candidate beats that sum, nothing else can rank.
         """
         bound = 0.0
-        pool: set[int] = set()
-        for _, tid, w in plan:
+        pool: set[int] = set(acc)
+        for _, tid, w in rest:
             champ = self.champions(tid)
             if champ is None:
                 docs = self.fold(tid)
@@ -412,40 +418,47 @@ class InvertedIndex:
                 bound += champ[1] * w
             if len(pool) > MAX_POOL:
                 return None
-        cands = sorted(pool if allowed is None else compress(pool, map(allowed.__contains__, pool)))
-        if len(cands) < k:
+        if allowed is not None:
+            pool = {d for d in pool if d in allowed}
+        if len(pool) < k:
             return None
-        scores: Iterable[float] = repeat(0.0, len(cands))
-        for _, tid, w in plan:
+        cands = sorted(pool)
+        scores = list(map(acc.get, cands, repeat(0.0)))
+        for _, tid, w in rest:
             scores = list(map(add, scores, self._lookup(tid, w, cands)))
-        acc = dict(zip(cands, scores))
-        theta = heapq.nlargest(k, acc.values())[-1]
+        theta = heapq.nlargest(k, scores)[-1]
         if theta <= bound * (1 + _UB_SLACK) + _UB_SLACK:
             return None
-        best = sorted(compress(acc.items(), map(ge, acc.values(), repeat(theta))), key=lambda item: (-item[1], item[0]))
+        best = sorted(compress(zip(cands, scores), map(ge, scores, repeat(theta))), key=lambda item: (-item[1], item[0]))
         return best[:k]
 
-    def _assist_pays(self, plan: list[tuple[float, int, float]]) -> bool:
-        """Champions help when long lists dominate and the short lists are few
-        (else term-at-a-time prunes the long lists cheaply on its own)."""
-        short = 0
-        has_long = False
-        for _, tid, _ in plan:
-            n = len(self.fold(tid))
-            if n >= LONG_LIST:
-                has_long = True
-            else:
-                short += n
-        return has_long and short <= SHORT_POOL
+    def _table(self, tid: int) -> dict[int, float] | None:
+        """``{chunk id: impact}`` of a long term (cached), else None."""
+        docs = self.fold(tid)
+        if len(docs) < LONG_LIST:
+            return None
+        imps, _ = self.impacts(tid)
+        cached = self._tables.get(tid)
+        if cached is not None and cached[0] == self.imp_gen[tid]:
+            return cached[1]
+        if len(self._tables) >= TABLE_CACHE:
+            self._tables.clear()
+        table = dict(zip(docs, imps))
+        self._tables[tid] = (self.imp_gen[tid], table)
+        return table
 
     def _lookup(self, tid: int, w: float, cands: list[int]) -> Iterable[float]:
         """The term's contribution to each of ``cands`` (0.0 where absent)."""
+        table = self._table(tid)
+        if table is not None:
+            vals: Iterable[float] = map(table.get, cands, repeat(0.0))
+            # w * 0.0 is 0.0 and w * impact is what the other paths add, bit for bit.
+            return vals if w == 1.0 else map(mul, vals, repeat(w))
         docs = self.fold(tid)
-        assert docs is not None
         if len(cands) * 4 < len(docs):
             return self._probe(tid, w, cands)
-        table = dict(zip(docs, self._contribs(tid, w)))
-        return map(table.get, cands, repeat(0.0))
+        local = dict(zip(docs, self._contribs(tid, w)))
+        return map(local.get, cands, repeat(0.0))
 
     def _probe(self, tid: int, w: float, cands: list[int]) -> Iterable[float]:
         """The term's contribution to each of ``cands`` (0.0 where absent), by binary search."""
@@ -465,10 +478,6 @@ class InvertedIndex:
         plan = self._plan(weights)
         if k <= 0 or not plan:
             return []
-        if k <= CHAMPIONS // 4 and self._assist_pays(plan):
-            found = self._top_k_assisted(plan, k, allowed)
-            if found is not None:
-                return found
         remaining = [0.0] * len(plan)
         total = 0.0
         for i in range(len(plan) - 1, 0, -1):
@@ -477,8 +486,16 @@ class InvertedIndex:
         acc: dict[int, float] = {}
         and_mode = False
         seen_ub = 0.0
+        try_champions = k <= CHAMPION_MAX_K
         for i, (ub, tid, w) in enumerate(plan):
             docs = self.fold(tid)
+            if try_champions and not and_mode and len(docs) >= LONG_LIST:
+                # Merging a long list in full is the expensive step: first try
+                # to finish from the champions (once per query).
+                try_champions = False
+                found = self._finish_with_champions(acc, plan[i:], k, allowed)
+                if found is not None:
+                    return found
             if not and_mode:
                 contribs = self._contribs(tid, w)
                 if acc:
@@ -504,16 +521,8 @@ class InvertedIndex:
         return best[:k]
 
     def _update_candidates(self, acc: dict[int, float], tid: int, w: float) -> dict[int, float]:
-        docs = self.fold(tid)
         cands = list(acc)
-        contribs: Iterable[float]
-        if len(cands) * 16 < len(docs):
-            # Few candidates, long list: binary-search each candidate.
-            contribs = self._probe(tid, w, cands)
-        else:
-            table = dict(zip(docs, self._contribs(tid, w)))
-            contribs = map(table.get, cands, repeat(0.0))
-        return dict(zip(cands, map(add, acc.values(), contribs)))
+        return dict(zip(cands, map(add, acc.values(), self._lookup(tid, w, cands))))
 
     def score_all(self, weights: Mapping[int, float]) -> dict[int, float]:
         """Exhaustive scores of every matching chunk (the reference for tests)."""
