@@ -14,6 +14,7 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:
     from ._analysis import Analyzer
     from ._controller import InjectEvent, RagController, RetrieveEvent, StreamEvent, TextEvent, neutralize
+    from ._dense import DenseStore, HybridRetriever, update_embeddings
     from ._exceptions import (
         BackendError,
         ClankerRagError,
@@ -24,10 +25,12 @@ if TYPE_CHECKING:
         MissingExtraError,
         RetrievalTimeoutError,
     )
+    from ._fusion import MultiQueryRetriever, expand_neighbors, fuse_hits, reciprocal_rank_fusion
     from ._generate import AsyncGenerateFn, GenerateFn, RequestStats, Token
     from ._index import TermExplanation
     from ._ingest import IngestReport
     from ._kb import Explanation, KnowledgeBase
+    from ._rerank import Reranker, RerankingRetriever
     from ._scanner import TagScanner, ToolCall
     from ._scoring import BM25
     from ._tools import RETRIEVE_TOOL, retrieve_tool
@@ -40,10 +43,12 @@ __all__ = [
     "BackendError",
     "ClankerRagError",
     "ConfigError",
+    "DenseStore",
     "Explanation",
     "GenerateFn",
     "Hit",
     "HitLike",
+    "HybridRetriever",
     "IndexFormatError",
     "IndexLockedError",
     "IngestError",
@@ -51,9 +56,12 @@ __all__ = [
     "InjectEvent",
     "KnowledgeBase",
     "MissingExtraError",
+    "MultiQueryRetriever",
     "RETRIEVE_TOOL",
     "RagController",
     "RequestStats",
+    "Reranker",
+    "RerankingRetriever",
     "RetrievalTimeoutError",
     "RetrieveEvent",
     "Retriever",
@@ -64,9 +72,13 @@ __all__ = [
     "Token",
     "ToolCall",
     "__version__",
+    "expand_neighbors",
+    "fuse_hits",
     "neutralize",
+    "reciprocal_rank_fusion",
     "retrieve",
     "retrieve_tool",
+    "update_embeddings",
 ]
 
 _LAZY = {
@@ -101,6 +113,15 @@ _LAZY = {
     "Hit": "_types",
     "HitLike": "_types",
     "Retriever": "_types",
+    "Reranker": "_rerank",
+    "RerankingRetriever": "_rerank",
+    "DenseStore": "_dense",
+    "HybridRetriever": "_dense",
+    "update_embeddings": "_dense",
+    "MultiQueryRetriever": "_fusion",
+    "expand_neighbors": "_fusion",
+    "fuse_hits": "_fusion",
+    "reciprocal_rank_fusion": "_fusion",
 }
 
 _default_kb: KnowledgeBase | None = None

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import fnmatch
 import hashlib
 import heapq
 import json
@@ -43,7 +42,8 @@ from typing import Any
 from ._embed import dot_all, encode, load_model, model_id, passage_text
 from ._exceptions import ConfigError, IndexFormatError
 from ._fusion import DEFAULT_RRF_K, fuse_hits
-from ._types import Hit
+from ._store import fsync_dir, write_bytes_atomic
+from ._types import Hit, metadata_matches, source_matches
 
 __all__ = ["DEFAULT_DEPTH", "DenseStore", "HybridRetriever", "update_embeddings"]
 
@@ -62,29 +62,6 @@ def text_key(text: str) -> bytes:
 def _slug(mid: str) -> str:
     name = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(mid.rstrip("/\\")).name or "model")[:40].strip("._") or "model"
     return f"{name}-{hashlib.sha256(mid.encode('utf-8', 'surrogatepass')).hexdigest()[:10]}"
-
-
-def _fsync_dir(folder: Path) -> None:
-    if os.name != "posix":  # pragma: no cover - directories cannot be fsynced on Windows
-        return
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_atomic(target: Path, data: bytes) -> None:
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 class DenseStore:
@@ -177,7 +154,7 @@ class DenseStore:
             vectors.byteswap()
         data = vectors.tobytes()
         data_name = f"{manifest.stem}.{secrets.token_hex(6)}.f32"
-        _write_atomic(folder / data_name, data)
+        write_bytes_atomic(folder / data_name, data)
         body = {
             "format": FORMAT_NAME,
             "format_version": FORMAT_VERSION,
@@ -188,8 +165,8 @@ class DenseStore:
             "sha256": hashlib.sha256(data).hexdigest(),
             "keys": base64.b64encode(b"".join(self._keys)).decode("ascii"),
         }
-        _write_atomic(manifest, json.dumps(body, separators=(",", ":")).encode("ascii"))
-        _fsync_dir(folder)
+        write_bytes_atomic(manifest, json.dumps(body, separators=(",", ":")).encode("ascii"))
+        fsync_dir(folder)
         for old in folder.glob(f"{manifest.stem}.*.f32"):
             if old.name != data_name:
                 old.unlink(missing_ok=True)
@@ -278,28 +255,6 @@ def _kb_signature(kb: Any) -> object:
     # (a replaced source gets fresh ids) and the live count drops on removals,
     # so together they change on every modification.
     return (len(kb), len(getattr(kb, "_chunks", ())))
-
-
-def _source_ok(name: str, source: str | None) -> bool:
-    if source is None:
-        return True
-    if any(c in source for c in "*?["):
-        return fnmatch.fnmatchcase(name, source)
-    return name.startswith(source)
-
-
-def _where_ok(metadata: Mapping[str, Any], where: Mapping[str, Any] | None) -> bool:
-    if not where:
-        return True
-    missing = object()
-    for key, want in where.items():
-        have = metadata.get(key, missing)
-        if isinstance(want, (list, tuple, set, frozenset)):
-            if have not in want:
-                return False
-        elif have != want:
-            return False
-    return True
 
 
 def update_embeddings(
@@ -445,7 +400,9 @@ class HybridRetriever:
         scores = dot_all(matrix, dim, qvec)
         rows: Iterable[int] = range(len(scores))
         if source is not None or where:
-            rows = [i for i in rows if _source_ok(hits[i].source, source) and _where_ok(hits[i].metadata, where)]
+            rows = [
+                i for i in rows if source_matches(hits[i].source, source) and metadata_matches(hits[i].metadata, where)
+            ]
         best = heapq.nlargest(k, rows, key=scores.__getitem__)
         return [_replace_score(hits[i], scores[i]) for i in best]
 

@@ -429,7 +429,9 @@ class InvertedIndex:
         theta = heapq.nlargest(k, scores)[-1]
         if theta <= bound * (1 + _UB_SLACK) + _UB_SLACK:
             return None
-        best = sorted(compress(zip(cands, scores), map(ge, scores, repeat(theta))), key=lambda item: (-item[1], item[0]))
+        best = sorted(
+            compress(zip(cands, scores), map(ge, scores, repeat(theta))), key=lambda item: (-item[1], item[0])
+        )
         return best[:k]
 
     def _table(self, tid: int) -> dict[int, float] | None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fnmatch
 import hashlib
 import heapq
 import json
@@ -24,7 +23,7 @@ from ._exceptions import ConfigError, IndexFormatError, IndexLockedError
 from ._index import InvertedIndex, TermExplanation
 from ._lock import IndexLock
 from ._scoring import BM25
-from ._types import Hit
+from ._types import Hit, metadata_matches, source_matches
 
 if TYPE_CHECKING:
     from ._ingest import IngestReport
@@ -182,6 +181,11 @@ class KnowledgeBase:
     def n_terms(self) -> int:
         self._index.fold_all()
         return sum(1 for d in self._index.docs if d)
+
+    @property
+    def generation(self) -> int:
+        """A counter that changes whenever chunks are added or removed."""
+        return self._index.gen
 
     @property
     def path(self) -> Path | None:
@@ -369,18 +373,10 @@ class KnowledgeBase:
     def _allowed(self, source: str | None, where: Mapping[str, Any] | None) -> set[int] | None:
         if source is None and not where:
             return None
-        glob = source is not None and any(c in source for c in "*?[")
         allowed: set[int] = set()
         for name, doc in self._docs.items():
-            if source is not None:
-                if glob:
-                    if not fnmatch.fnmatchcase(name, source):
-                        continue
-                elif not name.startswith(source):
-                    continue
-            if where and not _matches(doc.metadata, where):
-                continue
-            allowed.update(doc.cids)
+            if source_matches(name, source) and metadata_matches(doc.metadata, where):
+                allowed.update(doc.cids)
         return allowed
 
     def _hit(self, cid: int, score: float) -> Hit:
@@ -724,20 +720,6 @@ class KnowledgeBase:
             kb.save(folder)
         finally:
             lock.release()
-
-
-def _matches(metadata: Mapping[str, Any], where: Mapping[str, Any]) -> bool:
-    for key, want in where.items():
-        have = metadata.get(key, _MISSING)
-        if isinstance(want, (list, tuple, set, frozenset)):
-            if have not in want:
-                return False
-        elif have != want:
-            return False
-    return True
-
-
-_MISSING = object()
 
 
 def _version() -> str:

@@ -31,7 +31,16 @@ from typing import Any
 
 from ._exceptions import IndexFormatError
 
-__all__ = ["FORMAT_VERSION", "INDEX_FILE", "pack", "read_index", "unpack", "write_index"]
+__all__ = [
+    "FORMAT_VERSION",
+    "INDEX_FILE",
+    "fsync_dir",
+    "pack",
+    "read_index",
+    "unpack",
+    "write_bytes_atomic",
+    "write_index",
+]
 
 FORMAT_NAME = "clanker-rag-index"
 FORMAT_VERSION = 1
@@ -86,11 +95,11 @@ def write_index(folder: str | os.PathLike[str], body: dict[str, Any]) -> str:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    _fsync_dir(folder)
+    fsync_dir(folder)
     return revision
 
 
-def _fsync_dir(folder: Path) -> None:
+def fsync_dir(folder: Path) -> None:
     if os.name != "posix":  # pragma: no cover - directories cannot be fsynced on Windows
         return
     fd = os.open(folder, os.O_RDONLY)
@@ -98,6 +107,20 @@ def _fsync_dir(folder: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def write_bytes_atomic(target: Path, data: bytes) -> None:
+    """Replace ``target`` with ``data`` atomically (temp file, fsync, rename)."""
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def read_revision(folder: str | os.PathLike[str]) -> str | None:

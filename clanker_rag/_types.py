@@ -7,11 +7,12 @@ stand in for the built-in index.
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["Hit", "HitLike", "Retriever"]
+__all__ = ["Hit", "HitLike", "Retriever", "metadata_matches", "source_matches"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,3 +71,29 @@ class Retriever(Protocol):
     """Anything that can answer ``search(query, k)`` with ranked hits."""
 
     def search(self, query: str, k: int = 10) -> Sequence[HitLike]: ...
+
+
+def source_matches(name: str, pattern: str | None) -> bool:
+    """The ``source=`` filter: a glob when ``pattern`` has a wildcard, else a prefix."""
+    if pattern is None:
+        return True
+    if any(c in pattern for c in "*?["):
+        return fnmatch.fnmatchcase(name, pattern)
+    return name.startswith(pattern)
+
+
+_MISSING = object()
+
+
+def metadata_matches(metadata: Mapping[str, Any], where: Mapping[str, Any] | None) -> bool:
+    """The ``where=`` filter: every key equals its value (a list value: any of them)."""
+    if not where:
+        return True
+    for key, want in where.items():
+        have = metadata.get(key, _MISSING)
+        if isinstance(want, (list, tuple, set, frozenset)):
+            if have not in want:
+                return False
+        elif have != want:
+            return False
+    return True
