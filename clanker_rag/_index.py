@@ -32,6 +32,7 @@ from itertools import accumulate, chain, compress, repeat
 from operator import add, and_, eq, ge, mul, or_, rshift, sub, truediv
 from typing import Any
 
+from ._exceptions import IndexFormatError
 from ._scoring import BM25, length_norm, tf_weight
 
 __all__ = ["InvertedIndex", "TermExplanation"]
@@ -115,6 +116,7 @@ class InvertedIndex:
         self.imps: list[array[float] | None] = []
         self._buffers: tuple[memoryview, memoryview, memoryview, array[int]] | None = None
         self._n_buffered = 0
+        self._check_chunks: tuple[int, str] | None = None
         self.maxes: list[float] = []
         self.imp_gen: list[int] = []
         self.pending: dict[int, list[int]] = _Pending()
@@ -163,8 +165,22 @@ class InvertedIndex:
         self.gen += 1
         return dl
 
-    def attach_buffers(self, lengths: array[int], docs: array[int], tfs: array[int], imps: array[float]) -> None:
-        """Adopt postings loaded from disk; each term's arrays are cut out on first use."""
+    def attach_buffers(
+        self,
+        lengths: array[int],
+        docs: array[int],
+        tfs: array[int],
+        imps: array[float],
+        *,
+        n_chunks: int | None = None,
+        where: str = "index",
+    ) -> None:
+        """Adopt postings loaded from disk; each term's arrays are cut out on first use.
+
+        With ``n_chunks``, each list is checked against it when it is cut out
+        (its ends suffice: lists are sorted), so a damaged index fails clearly.
+        """
+        self._check_chunks = (n_chunks, where) if n_chunks is not None else None
         offsets = array("q", accumulate(lengths, initial=0))
         self._buffers = (memoryview(docs).cast("B"), memoryview(tfs).cast("B"), memoryview(imps).cast("B"), offsets)
         n = len(lengths)
@@ -186,6 +202,8 @@ class InvertedIndex:
         d.frombytes(mv_d[a:b])
         t.frombytes(mv_t[a:b])
         i.frombytes(mv_i[a:b])
+        if self._check_chunks is not None and d and (d[0] < 0 or d[-1] >= self._check_chunks[0]):
+            raise IndexFormatError(f"{self._check_chunks[1]}: a posting points at a chunk that does not exist")
         self.docs[tid], self.tfs[tid], self.imps[tid] = d, t, i
         return d
 

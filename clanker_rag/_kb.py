@@ -674,14 +674,12 @@ class KnowledgeBase:
         terms = body["terms"]
         if not (len(terms) == len(lengths) and len(p_docs) == len(p_tfs) == len(p_imps) == sum(lengths)):
             raise IndexFormatError(f"{where}: postings tables have inconsistent lengths")
-        if p_docs and (min(p_docs) < 0 or max(p_docs) >= n):
-            raise IndexFormatError(f"{where}: a posting points at a chunk that does not exist")
         index.terms = list(terms)
         vocab = index.vocab
         vocab.update(zip(terms, range(len(terms))))
         if len(vocab) != len(terms):
             raise IndexFormatError(f"{where}: duplicate terms in the vocabulary")
-        index.attach_buffers(lengths, p_docs, p_tfs, p_imps)
+        index.attach_buffers(lengths, p_docs, p_tfs, p_imps, n_chunks=n, where=where)
         champ = body["champions"]
         ch_terms = unpack(champ["terms"], "i", f"{where}: champions.terms")
         ch_lengths = unpack(champ["lengths"], "i", f"{where}: champions.lengths")

@@ -214,3 +214,23 @@ def test_released_format_fixture_still_loads(tmp_path):
     assert "lazy dog" in hit.text and original[hit.start : hit.end] == hit.text
     assert kb.source_metadata("greek.txt") == {"n": 1}
     assert [h.source for h in kb.search("kappa")] == ["greek.txt"]
+
+
+def test_posting_beyond_the_chunk_table_fails_clearly(tmp_path):
+    import base64
+    import hashlib
+    from array import array
+
+    small_kb().save(tmp_path)
+    path = tmp_path / "index.json"
+    doc = json.loads(path.read_text())
+    chunks = array("i", base64.b64decode(doc["body"]["postings"]["chunks"]))
+    chunks[-1] = 10_000  # a chunk id that does not exist
+    doc["body"]["postings"]["chunks"] = base64.b64encode(chunks.tobytes()).decode()
+    body_text = json.dumps(doc["body"], ensure_ascii=True, separators=(",", ":"))
+    doc["sha256"] = hashlib.sha256(body_text.encode()).hexdigest()
+    path.write_text(json.dumps(doc))
+    kb = KnowledgeBase.load(tmp_path)
+    last_term = doc["body"]["terms"][-1]
+    with pytest.raises(IndexFormatError, match="points at a chunk that does not exist"):
+        kb.search(last_term)
