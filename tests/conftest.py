@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED = ROOT.parent / "shared"
+# The shared data sets sit beside the repository (CI lays them there); override with CLANKER_RAG_SHARED.
+SHARED = Path(os.environ.get("CLANKER_RAG_SHARED", ROOT.parent / "shared"))
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,8 @@ from snowballstemmer.english_stemmer import EnglishStemmer  # type: ignore[impor
 from clanker_rag._stemmer import stem
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-CRANFIELD = REPO_ROOT.parent / "shared" / "datasets" / "cranfield" / "corpus.jsonl"
+SHARED = Path(os.environ.get("CLANKER_RAG_SHARED", REPO_ROOT.parent / "shared"))
+CRANFIELD = SHARED / "datasets" / "cranfield" / "corpus.jsonl"
 
 # The algorithm revision implemented here (``inter``/``past``/... R1 prefixes,
 # ``-ogist``) is the one shipped from Snowball 3.1 on; older references stem
