@@ -27,6 +27,7 @@ import os
 import secrets
 import sys
 from array import array
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -84,20 +85,9 @@ def write_index(folder: str | os.PathLike[str], body: dict[str, Any]) -> str:
         {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, "revision": revision, "sha256": digest},
         separators=(",", ":"),
     )
-    target = folder / INDEX_FILE
-    tmp = folder / f".{INDEX_FILE}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-    try:
-        with open(tmp, "w", encoding="ascii", newline="\n") as fh:
-            fh.write(head[:-1])
-            fh.write("," + _BODY_KEY)
-            fh.write(body_text)
-            fh.write("}\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    # Written piece by piece: the body can be hundreds of MB, no need to copy it.
+    pieces = (head[:-1], "," + _BODY_KEY, body_text, "}\n")
+    write_atomic(folder / INDEX_FILE, [p.encode("ascii") for p in pieces])
     fsync_dir(folder)
     return revision
 
@@ -114,10 +104,17 @@ def fsync_dir(folder: Path) -> None:
 
 def write_bytes_atomic(target: Path, data: bytes) -> None:
     """Replace ``target`` with ``data`` atomically (temp file, fsync, rename)."""
+    write_atomic(target, [data])
+
+
+def write_atomic(target: Path, pieces: Iterable[bytes]) -> None:
+    """Replace ``target`` with the concatenated ``pieces``: temp file beside it,
+    flush, fsync, rename; the temp file is removed if anything fails."""
     tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
         with open(tmp, "wb") as fh:
-            fh.write(data)
+            for piece in pieces:
+                fh.write(piece)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, target)
