@@ -469,14 +469,18 @@ class InvertedIndex:
 
     def _lookup(self, tid: int, w: float, cands: list[int]) -> Iterable[float]:
         """The term's contribution to each of ``cands`` (0.0 where absent)."""
-        table = self._table(tid)
+        docs = self.fold(tid)
+        cached = self._tables.get(tid)
+        table = cached[1] if cached is not None and cached[0] == self.imp_gen[tid] else None
+        if table is None:
+            if len(cands) * 16 < len(docs):
+                # Few candidates: binary search beats building any table.
+                return self._probe(tid, w, cands)
+            table = self._table(tid)
         if table is not None:
             vals: Iterable[float] = map(table.get, cands, repeat(0.0))
             # w * 0.0 is 0.0 and w * impact is what the other paths add, bit for bit.
             return vals if w == 1.0 else map(mul, vals, repeat(w))
-        docs = self.fold(tid)
-        if len(cands) * 4 < len(docs):
-            return self._probe(tid, w, cands)
         local = dict(zip(docs, self._contribs(tid, w)))
         return map(local.get, cands, repeat(0.0))
 

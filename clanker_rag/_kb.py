@@ -500,6 +500,7 @@ class KnowledgeBase:
         terms: list[str] = []
         lengths, p_docs, p_tfs = array("i"), array("i"), array("I")
         p_imps: array[float] = array("f")
+        p_maxes: array[float] = array("f")
         remap = new_id.__getitem__
         ch_terms, ch_lengths, ch_docs = array("i"), array("i"), array("i")
         ch_bounds: array[float] = array("f")
@@ -517,7 +518,9 @@ class KnowledgeBase:
             lengths.append(len(docs))
             p_docs.extend(map(remap, docs))
             p_tfs.extend(index._tf(tid))
-            p_imps.extend(index._imp(tid))
+            imps, top = index.impacts(tid)
+            p_imps.extend(imps)
+            p_maxes.append(top)
         return {
             "created_by": f"clanker_rag {_version()}",
             "analyzer": self.analyzer.settings(),
@@ -541,6 +544,7 @@ class KnowledgeBase:
                 "chunks": _store.pack(p_docs),
                 "tfs": _store.pack(p_tfs),
                 "impacts": _store.pack(p_imps),
+                "maxes": _store.pack(p_maxes),
             },
             "champions": {
                 "terms": _store.pack(ch_terms),
@@ -680,6 +684,11 @@ class KnowledgeBase:
         if len(vocab) != len(terms):
             raise IndexFormatError(f"{where}: duplicate terms in the vocabulary")
         index.attach_buffers(lengths, p_docs, p_tfs, p_imps, n_chunks=n, where=where)
+        if "maxes" in post:  # absent from early v1 files: computed on first use then
+            maxes = unpack(post["maxes"], "f", f"{where}: postings.maxes")
+            if len(maxes) != len(terms):
+                raise IndexFormatError(f"{where}: postings.maxes has the wrong length")
+            index.maxes = maxes.tolist()
         champ = body["champions"]
         ch_terms = unpack(champ["terms"], "i", f"{where}: champions.terms")
         ch_lengths = unpack(champ["lengths"], "i", f"{where}: champions.lengths")
