@@ -7,12 +7,11 @@ binary or model is a test failure, not a skip, unless CLANKER_SKIP_LLAMA=1.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterator, Sequence
 
 import pytest
-from _llama_server import FEW_SHOT, KB_DOCS, LlamaServer, LlamaUnavailable
+from _llama_server import FEW_SHOT, KB_DOCS, LlamaServer
 
 from clanker_rag._controller import InjectEvent, RagController, RetrieveEvent, TextEvent
 from clanker_rag._kb import KnowledgeBase
@@ -22,14 +21,8 @@ pytestmark = pytest.mark.llama
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[LlamaServer]:
-    if os.environ.get("CLANKER_SKIP_LLAMA") == "1":
-        pytest.skip("CLANKER_SKIP_LLAMA=1")
-    try:
-        with LlamaServer() as srv:
-            yield srv
-    except LlamaUnavailable as exc:
-        pytest.fail(f"{exc} (set CLANKER_SKIP_LLAMA=1 to skip the llama.cpp tests)")
+def server(llama_server: LlamaServer) -> LlamaServer:
+    return llama_server
 
 
 @pytest.fixture()

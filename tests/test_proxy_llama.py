@@ -8,16 +8,14 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
 from typing import Any
 
 import openai
 import pytest
-from _llama_server import FEW_SHOT, KB_DOCS, LlamaServer, LlamaUnavailable
+from _llama_server import FEW_SHOT, KB_DOCS, LlamaServer
 
 from clanker_rag._kb import KnowledgeBase
 from clanker_rag._proxy import ProxyServer, make_server
@@ -26,14 +24,8 @@ pytestmark = pytest.mark.llama
 
 
 @pytest.fixture(scope="module")
-def llama() -> Iterator[LlamaServer]:
-    if os.environ.get("CLANKER_SKIP_LLAMA") == "1":
-        pytest.skip("CLANKER_SKIP_LLAMA=1")
-    try:
-        with LlamaServer() as srv:
-            yield srv
-    except LlamaUnavailable as exc:
-        pytest.fail(f"{exc} (set CLANKER_SKIP_LLAMA=1 to skip the llama.cpp tests)")
+def llama(llama_server: LlamaServer) -> LlamaServer:
+    return llama_server
 
 
 @pytest.fixture(scope="module")
