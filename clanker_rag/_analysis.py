@@ -80,17 +80,21 @@ def find_words(text: str) -> list[str]:
 class _OneTerm(dict[str, str]):
     """Raw token -> its only term, or a marker: ``""`` for none, ``_MULTI`` for several."""
 
-    __slots__ = ("_terms",)
+    __slots__ = ("_terms", "multi")
 
     def __init__(self, terms: _TermCache) -> None:
         super().__init__()
         self._terms = terms
+        self.multi: set[str] = set()  # the raw tokens mapped to _MULTI
 
     def __missing__(self, raw: str) -> str:
         if len(self) >= _MAX_CACHE:
             self.clear()
+            self.multi.clear()
         terms = self._terms[raw]
         one = terms[0] if len(terms) == 1 else ("" if not terms else _MULTI)
+        if one is _MULTI:
+            self.multi.add(raw)
         self[raw] = one
         return one
 
@@ -215,12 +219,10 @@ class Analyzer:
         counts.pop("", None)
         if _MULTI in counts:
             del counts[_MULTI]
-            one = self._one
-            cache = self.cache
-            for raw, n in Counter(words).items():
-                if one[raw] == _MULTI:
-                    for term in cache[raw]:
-                        counts[term] += n
+            # filter() with a set's __contains__ picks the multi-term tokens,
+            # and update() counts their terms, both without a Python loop.
+            multi = filter(self._one.multi.__contains__, words)
+            counts.update(chain.from_iterable(map(self.cache.__getitem__, multi)))
         return counts
 
     def _word(self, low: str) -> str | None:
