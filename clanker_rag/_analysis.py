@@ -200,12 +200,6 @@ class Analyzer:
             return [t for t in self.custom(text) if t]
         return list(chain.from_iterable(map(self.cache.__getitem__, find_words(text))))
 
-    def terms_of_words(self, words: Iterable[str]) -> Iterable[str]:
-        """Terms of already split raw words (used by chunking to avoid a second split)."""
-        if self.custom is not None:
-            return [t for t in self.custom(" ".join(words)) if t]
-        return chain.from_iterable(map(self.cache.__getitem__, words))
-
     def count(self, words: Sequence[str]) -> Counter[str]:
         """Term frequencies of already split raw words.
 

@@ -307,12 +307,6 @@ class InvertedIndex:
         self.imp_gen[tid] = self.gen
         return imps, self.maxes[tid]
 
-    def set_impacts(self, tid: int, imps: array[float]) -> None:
-        """Install impacts loaded from disk as valid for the current generation."""
-        self.imps[tid] = imps
-        self.maxes[tid] = max(imps) if imps else 0.0
-        self.imp_gen[tid] = self.gen
-
     def refresh(self) -> None:
         """Bring every term's impacts and champions up to date (before a save)."""
         if self._buffers is None and self.docs.count(None) == len(self.docs):
