@@ -569,10 +569,9 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     path = kb.path
     size = 0
     if path is not None:
-        try:
-            size = (path / "index.json").stat().st_size
-        except OSError:
-            size = 0
+        from ._home import index_size
+
+        size = index_size(path)
     sources = kb.sources()
     formats: dict[str, int] = {}
     for source in sources:

@@ -12,6 +12,7 @@ Nothing here imports the index code: listing names must stay instant.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -25,6 +26,16 @@ __all__ = ["HOME_ENV", "KbInfo", "create_kb", "data_home", "delete_kb", "kb_path
 
 HOME_ENV = "CLANKER_RAG_HOME"
 INDEX_FILE = "index.json"  # kept equal to _store.INDEX_FILE without importing it
+_DATA_FILE = re.compile(r"\.?data-[0-9a-f]{32}\.bin(\.\d+\.[0-9a-f]+\.tmp)?")  # _store's data files
+
+
+def index_size(path: Path) -> int:
+    """Bytes on disk of the index in ``path``: the manifest and its data file."""
+    total = 0
+    for entry in [path / INDEX_FILE, *path.glob("data-*.bin")]:
+        with contextlib.suppress(OSError):
+            total += entry.stat().st_size
+    return total
 
 # Names become folder names: keep them portable and free of path tricks.
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -102,7 +113,7 @@ def list_kbs() -> list[KbInfo]:
             st = index.stat()
         except OSError:
             continue
-        out.append(KbInfo(entry.name, entry, st.st_size, st.st_mtime))
+        out.append(KbInfo(entry.name, entry, index_size(entry), st.st_mtime))
     return out
 
 
@@ -125,7 +136,11 @@ def delete_kb(name: str) -> Path:
     # Refuse to remove a folder that holds anything an index does not write:
     # a mistaken CLANKER_RAG_HOME must not cost the user unrelated files.
     allowed = {INDEX_FILE, ".lock"}
-    foreign = [p.name for p in path.iterdir() if p.name not in allowed and not p.name.startswith(f".{INDEX_FILE}.")]
+    foreign = [
+        p.name
+        for p in path.iterdir()
+        if p.name not in allowed and not p.name.startswith(f".{INDEX_FILE}.") and not _DATA_FILE.fullmatch(p.name)
+    ]
     if foreign:
         listed = ", ".join(sorted(foreign)[:3])
         raise ConfigError(f"{path} holds files that are not part of an index ({listed}); not deleting it")

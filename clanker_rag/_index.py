@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import heapq
 from array import array
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass
 from itertools import accumulate, chain, compress, repeat
-from operator import add, and_, eq, ge, mul, or_, rshift, sub, truediv
+from operator import add, and_, eq, ge, lshift, mul, or_, rshift, sub, truediv
 from typing import Any
 
 from ._exceptions import IndexFormatError
@@ -43,20 +43,52 @@ _consume: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend
 # per-term list: one C-level append per posting instead of two array appends.
 _SHIFT = 32
 _TF_MASK = (1 << _SHIFT) - 1
-# Terms at least this long get "champion" lists: the chunks where the term's
-# impact is among its CHAMPIONS largest.  A query made only of such terms is
-# first answered from the union of their champions (the threshold algorithm
-# of Fagin, Lotem and Naor, in one batch); that answer is provably exact when
-# the k-th best score beats the sum of the best impacts left outside the
-# champions, else the query falls back to term-at-a-time.
-LONG_LIST = 4096
-CHAMPIONS = 512
-MAX_POOL = 8000
-CHAMPION_MAX_K = CHAMPIONS // 4
-TABLE_CACHE = 256
+# Lists longer than ORDER_MIN also keep their positions sorted by impact
+# (largest first), so the chunks where a term contributes at least some value
+# are a prefix found by binary search.  A query first scores the SEED best
+# chunks of each term in full; the k-th best of those is a lower bound on the
+# final threshold, and only the chunks that could still beat it are scored
+# (see top_k).  Terms at least TABLE_MIN long keep a {chunk id: impact} table
+# for lookups once a query needs many of them: a least-recently-used cache of
+# at most TABLE_ENTRIES entries in all (about 90 bytes each).
+ORDER_MIN = 32
+SEED = 16
+TABLE_MIN = 256
+TABLE_ENTRIES = 1_000_000
 # Relative and absolute slack on upper bounds: the pruned and the exhaustive
 # sums may round differently in the last bit.
 _UB_SLACK = 1e-9
+
+
+def _above(bound: float) -> float:
+    """``bound`` raised past any rounding difference between two ways of summing."""
+    return bound * (1 + _UB_SLACK) + _UB_SLACK
+
+
+def _best(cands: list[int], scores: list[float], k: int, theta: float) -> list[tuple[int, float]]:
+    kept = compress(zip(cands, scores), map(ge, scores, repeat(theta)))
+    return sorted(kept, key=lambda item: (-item[1], item[0]))[:k]
+
+
+_MASK = (1 << 32) - 1
+
+
+def _float_bits(values: array[float]) -> array[int]:
+    """The float32 bit patterns: for non-negative floats they sort like the floats."""
+    bits = array("I")
+    bits.frombytes(values.tobytes())
+    return bits
+
+
+def _order_of_bits(bits: array[int]) -> array[int]:
+    """Positions by decreasing value, ties by increasing position, from float bit patterns.
+
+    One C-level sort of plain ints (value bits above, inverted position
+    below) instead of a sort with a Python key function.  Impacts are never
+    negative, which is what makes the bit patterns order like the floats.
+    """
+    keys = sorted(map(or_, map(lshift, bits, repeat(32)), map(sub, repeat(_MASK), range(len(bits)))), reverse=True)
+    return array("i", map(sub, repeat(_MASK), map(and_, keys, repeat(_MASK))))
 
 
 class _Pending(dict[int, list[int]]):
@@ -126,11 +158,16 @@ class InvertedIndex:
         self.gen = 0
         self._norms_gen = -1
         self._norms: list[float] = []
-        # tid -> (impact generation it was computed for, (chunk ids, outside bound) or None)
-        self._champions: dict[int, tuple[int, tuple[array[int], float] | None]] = {}
-        # tid -> (impact generation, {chunk id: impact}) for long terms: one C-level
-        # dict lookup per candidate instead of a binary search; bounded cache.
+        # tid -> (impact generation it was computed for, positions by impact, largest first)
+        self._orders: dict[int, tuple[int, array[int]]] = {}
+        self._order_buffer: tuple[memoryview, dict[int, int], int, str] | None = None
+        # tid -> (impact generation, {chunk id: impact}), least recently used
+        # first: one C-level dict lookup per candidate instead of a binary search.
         self._tables: dict[int, tuple[int, dict[int, float]]] = {}
+        self._table_entries = 0
+        # tid -> candidates looked up by binary search so far: a table pays
+        # for itself once they pass a share of the list (like a ski rental).
+        self._probed: dict[int, int] = {}
 
     # -- building -------------------------------------------------------------
     def _new_term(self, term: str) -> int:
@@ -308,16 +345,13 @@ class InvertedIndex:
         return imps, self.maxes[tid]
 
     def refresh(self) -> None:
-        """Bring every term's impacts and champions up to date (before a save)."""
+        """Bring every term's impacts and impact order up to date (before a save)."""
         if self._buffers is None and self.docs.count(None) == len(self.docs):
             self._freeze()
-            for tid, length in enumerate(self._lengths()):
-                if length >= LONG_LIST:
-                    self.champions(tid)
             return
         for tid in range(len(self.terms)):
             self.impacts(tid)
-            self.champions(tid)
+            self.order(tid)
 
     def _lengths(self) -> Iterable[int]:
         if self._buffers is None:
@@ -350,6 +384,53 @@ class InvertedIndex:
             weights = [tf_weight(bm.variant, tf, norms[d], k1, b, delta, dls[d], avgdl) for d, tf in zip(docs, tfs)]
         imps = array("f", map(mul, chain.from_iterable(map(repeat, idfs, lengths)), weights))
         self.attach_buffers(lengths, docs, tfs, imps)
+        bits = _float_bits(imps)
+        offsets = self._buffers[3] if self._buffers is not None else array("q")
+        ordered = [tid for tid, length in enumerate(lengths) if length > ORDER_MIN]
+        positions: array[int] = array("i")
+        for tid in ordered:
+            positions.extend(_order_of_bits(bits[offsets[tid] : offsets[tid + 1]]))
+        self.attach_orders(array("i", ordered), positions)
+
+    def attach_orders(self, tids: array[int], positions: array[int], *, where: str = "index") -> None:
+        """Adopt impact orders (see :meth:`order`) saved for the loaded generation."""
+        lengths = list(self._lengths())
+        starts: dict[int, int] = {}
+        at = 0
+        for tid in tids:
+            if not 0 <= tid < len(lengths) or tid in starts:
+                raise IndexFormatError(f"{where}: an impact order names a term that does not exist")
+            starts[tid] = at
+            at += lengths[tid]
+        if at != len(positions):
+            raise IndexFormatError(f"{where}: impact orders have the wrong length")
+        self._order_buffer = (memoryview(positions).cast("B"), starts, self.gen, where)
+
+    def order(self, tid: int) -> array[int] | None:
+        """Positions in the term's lists by decreasing impact (ties: lower position first).
+
+        ``None`` for lists of at most ``ORDER_MIN`` postings.
+        """
+        docs = self.fold(tid)
+        if len(docs) <= ORDER_MIN:
+            return None
+        self.impacts(tid)
+        gen = self.imp_gen[tid]
+        cached = self._orders.get(tid)
+        if cached is not None and cached[0] == gen:
+            return cached[1]
+        order: array[int] | None = None
+        buf = self._order_buffer
+        if buf is not None and buf[2] == gen and tid in buf[1]:
+            start = buf[1][tid] * 4
+            order = array("i")
+            # Not range-checked here: the body's checksum vouches for it, and a
+            # bad position would fail loudly (IndexError), never rank silently.
+            order.frombytes(buf[0][start : start + 4 * len(docs)])
+        if order is None:
+            order = _order_of_bits(_float_bits(self._imp(tid)))
+        self._orders[tid] = (gen, order)
+        return order
 
     # -- search ----------------------------------------------------------------
     def _plan(self, weights: Mapping[int, float]) -> list[tuple[float, int, float]]:
@@ -380,103 +461,49 @@ class InvertedIndex:
         imps = self._imp(tid)
         return imps if w == 1.0 else map(mul, imps, repeat(w))
 
-    def champions(self, tid: int) -> tuple[array[int], float] | None:
-        """For a long term: the chunk ids whose impact is among its ``CHAMPIONS``
-        largest (ascending), and the largest impact outside them.  ``None`` for
-        a short term, or when ties at the cut make the set too big to help."""
-        docs = self.fold(tid)
-        if len(docs) < LONG_LIST:
+    def _cached_table(self, tid: int) -> dict[int, float] | None:
+        cached = self._tables.pop(tid, None)
+        if cached is None:
             return None
+        if cached[0] != self.imp_gen[tid]:
+            self._table_entries -= len(cached[1])
+            return None
+        self._tables[tid] = cached  # now the most recently used
+        return cached[1]
+
+    def _table(self, tid: int) -> dict[int, float]:
+        """``{chunk id: impact}`` of the term, cached."""
+        table = self._cached_table(tid)
+        if table is not None:
+            return table
         imps, _ = self.impacts(tid)
-        cached = self._champions.get(tid)
-        if cached is not None and cached[0] == self.imp_gen[tid]:
-            return cached[1]
-        ranked = sorted(imps)
-        tau = ranked[-CHAMPIONS] if len(ranked) > CHAMPIONS else ranked[0]
-        i = bisect_left(ranked, tau)
-        result: tuple[array[int], float] | None = None
-        if len(ranked) - i <= 4 * CHAMPIONS:
-            chosen = array("i", compress(docs, map(ge, imps, repeat(tau))))
-            result = (chosen, ranked[i - 1] if i else 0.0)
-        self._champions[tid] = (self.imp_gen[tid], result)
-        return result
-
-    def set_champions(self, tid: int, chosen: array[int], bound: float) -> None:
-        """Install champions loaded from disk (valid for the loaded generation)."""
-        self._champions[tid] = (self.imp_gen[tid], (chosen, bound))
-
-    def _finish_with_champions(
-        self, acc: dict[int, float], rest: list[tuple[float, int, float]], k: int, allowed: Container[int] | None
-    ) -> list[tuple[int, float]] | None:
-        """Exact top k when the terms still to visit are long, or None.
-
-        ``acc`` holds every chunk of the terms already visited (with their
-        partial scores).  Candidates are those chunks, the champions of the
-        long terms left and the lists of any short ones.  A chunk outside them
-        scores at most the sum of the long terms' outside bounds; when the
-        k-th best candidate beats that sum, nothing else can rank.
-        """
-        bound = 0.0
-        pool: set[int] = set(acc)
-        for _, tid, w in rest:
-            champ = self.champions(tid)
-            if champ is None:
-                docs = self.fold(tid)
-                if len(docs) >= LONG_LIST:
-                    return None
-                pool.update(docs)
-            else:
-                pool.update(champ[0])
-                bound += champ[1] * w
-            if len(pool) > MAX_POOL:
-                return None
-        if allowed is not None:
-            pool = {d for d in pool if d in allowed}
-        if len(pool) < k:
-            return None
-        cands = sorted(pool)
-        scores = list(map(acc.get, cands, repeat(0.0)))
-        for _, tid, w in rest:
-            scores = list(map(add, scores, self._lookup(tid, w, cands)))
-        theta = heapq.nlargest(k, scores)[-1]
-        if theta <= bound * (1 + _UB_SLACK) + _UB_SLACK:
-            return None
-        best = sorted(
-            compress(zip(cands, scores), map(ge, scores, repeat(theta))), key=lambda item: (-item[1], item[0])
-        )
-        return best[:k]
-
-    def _table(self, tid: int) -> dict[int, float] | None:
-        """``{chunk id: impact}`` of a long term (cached), else None."""
-        docs = self.fold(tid)
-        if len(docs) < LONG_LIST:
-            return None
-        imps, _ = self.impacts(tid)
-        cached = self._tables.get(tid)
-        if cached is not None and cached[0] == self.imp_gen[tid]:
-            return cached[1]
-        if len(self._tables) >= TABLE_CACHE:
-            self._tables.clear()
-        table = dict(zip(docs, imps))
+        table = dict(zip(self.fold(tid).tolist(), imps.tolist()))  # lists zip faster than arrays
         self._tables[tid] = (self.imp_gen[tid], table)
+        self._table_entries += len(table)
+        tables = self._tables
+        while self._table_entries > TABLE_ENTRIES and len(tables) > 1:
+            oldest = next(iter(tables))
+            self._table_entries -= len(tables.pop(oldest)[1])
         return table
 
     def _lookup(self, tid: int, w: float, cands: list[int]) -> Iterable[float]:
         """The term's contribution to each of ``cands`` (0.0 where absent)."""
         docs = self.fold(tid)
-        cached = self._tables.get(tid)
-        table = cached[1] if cached is not None and cached[0] == self.imp_gen[tid] else None
+        table = self._cached_table(tid)
         if table is None:
-            if len(cands) * 16 < len(docs):
-                # Few candidates: binary search beats building any table.
+            probed = self._probed.get(tid, 0) + len(cands)
+            if probed * 6 < len(docs):
+                # Few candidates so far: binary search beats building a table.
+                self._probed[tid] = probed
                 return self._probe(tid, w, cands)
-            table = self._table(tid)
-        if table is not None:
-            vals: Iterable[float] = map(table.get, cands, repeat(0.0))
-            # w * 0.0 is 0.0 and w * impact is what the other paths add, bit for bit.
-            return vals if w == 1.0 else map(mul, vals, repeat(w))
-        local = dict(zip(docs, self._contribs(tid, w)))
-        return map(local.get, cands, repeat(0.0))
+            if len(docs) >= TABLE_MIN:
+                table = self._table(tid)
+            else:
+                local = dict(zip(docs, self._contribs(tid, w)))
+                return map(local.get, cands, repeat(0.0))
+        vals: Iterable[float] = map(table.get, cands, repeat(0.0))
+        # w * 0.0 is 0.0 and w * impact is what the other paths add, bit for bit.
+        return vals if w == 1.0 else map(mul, vals, repeat(w))
 
     def _probe(self, tid: int, w: float, cands: list[int]) -> Iterable[float]:
         """The term's contribution to each of ``cands`` (0.0 where absent), by binary search."""
@@ -492,29 +519,175 @@ class InvertedIndex:
     def top_k(
         self, weights: Mapping[int, float], k: int, allowed: Container[int] | None = None
     ) -> list[tuple[int, float]]:
-        """The ``k`` best ``(chunk id, score)`` pairs, best first, ties by lower id."""
+        """The ``k`` best ``(chunk id, score)`` pairs, best first, ties by lower id.
+
+        First a threshold: the ``SEED`` highest-impact chunks of every term
+        are scored in full, and the k-th best of them, ``theta``, can only
+        rise.  A chunk then needs at least ``theta - (sum of the other terms'
+        upper bounds)`` from some term (MaxScore's essential terms), and the
+        chunks meeting that are a prefix of each term's impact order.  Those
+        few are scored in full.  When the bound is too loose for that to be
+        cheap, term-at-a-time scoring runs instead, starting from ``theta``.
+        """
         plan = self._plan(weights)
         if k <= 0 or not plan:
             return []
+        theta = 0.0
+        if sum(len(self.fold(tid)) for _, tid, _ in plan) > 4 * max(SEED, k):
+            seeded = self._seed(plan, k, allowed)
+            if seeded is not None:
+                found, theta = seeded
+                if found is not None:
+                    return found
+        return self._term_at_a_time(plan, k, allowed, theta)
+
+    def _seed(
+        self, plan: list[tuple[float, int, float]], k: int, allowed: Container[int] | None
+    ) -> tuple[list[tuple[int, float]] | None, float] | None:
+        """``(top k or None, theta)`` from the terms' best chunks, or None.
+
+        The threshold algorithm of Fagin, Lotem and Naor, in batches: the
+        pool is every chunk within ``depth`` of the top of some term's impact
+        order, scored in full, and a chunk outside it gets at most ``edge``
+        (the impact at ``depth``) from each term.  When the k-th best pool
+        score ``theta`` beats the sum of the edges, the pool's best are the
+        answer.  Otherwise the chunks that could still beat ``theta`` are in
+        prefixes of the essential terms' orders (MaxScore, over the edges);
+        when they are fewer than the postings term-at-a-time would merge,
+        they are scored too, else the pool deepens while that stays cheaper.
+        """
+        depth = max(SEED, k)
+        pool: set[int] = set()
+        cands: list[int] = []
+        scores: list[float] = []
+        bounds = [ub for ub, _, _ in plan]
+        theta = 0.0
+        total_len = sum(len(self.fold(tid)) for _, tid, _ in plan)
+        while True:
+            new: set[int] = set()
+            edges: list[float] = []
+            for _, tid, w in plan:
+                docs = self.fold(tid)
+                order = self.order(tid)
+                if order is None or depth >= len(order):
+                    new.update(docs)
+                    edges.append(0.0)
+                else:
+                    new.update(map(docs.__getitem__, order[:depth]))
+                    edges.append(self._imp(tid)[order[depth]] * w)
+            new.difference_update(pool)
+            pool.update(new)
+            # Chunks new to the pool lay below the last depth everywhere:
+            # the last edges bound what each term gives them.
+            more, more_scores = self._full_scores(
+                plan, list(new if allowed is None else filter(allowed.__contains__, new)), theta, bounds
+            )
+            cands.extend(more)
+            scores.extend(more_scores)
+            if len(cands) >= k:
+                theta = max(theta, heapq.nlargest(k, scores)[-1])
+            if not any(edges) or (theta > 0.0 and _above(sum(edges)) < theta):
+                return _best(cands, scores, k, theta), theta
+            budget = self._merge_cost(plan, theta) // 2 if theta > 0.0 else total_len // 2
+            deeper = 3 * depth * len(plan)  # at most this many chunks join the pool next round
+            if theta > 0.0:
+                ranges, n_fresh = self._beyond(plan, edges, depth, theta)
+                if n_fresh <= deeper or (n_fresh <= budget and len(pool) + deeper > budget):
+                    fresh: set[int] = set()
+                    for tid, lo, hi in ranges:
+                        fresh.update(map(self.fold(tid).__getitem__, self._order(tid)[lo:hi]))
+                    fresh.difference_update(pool)
+                    if allowed is not None:
+                        fresh = set(filter(allowed.__contains__, fresh))
+                    more, more_scores = self._full_scores(plan, list(fresh), theta, edges)
+                    cands.extend(more)
+                    scores.extend(more_scores)
+                    return _best(cands, scores, k, theta), theta
+            if len(pool) + deeper > budget:
+                return (None, theta) if theta > 0.0 else None
+            bounds = edges
+            depth *= 4
+
+    def _merge_cost(self, plan: list[tuple[float, int, float]], theta: float) -> int:
+        """Postings term-at-a-time merges before ``theta`` turns it to probing."""
+        rest = sum(ub for ub, _, _ in plan)
+        cost = 0
+        for ub, tid, _ in plan:
+            if _above(rest) < theta:
+                break
+            cost += len(self.fold(tid))
+            rest -= ub
+        return cost
+
+    def _beyond(
+        self, plan: list[tuple[float, int, float]], edges: list[float], depth: int, theta: float
+    ) -> tuple[list[tuple[int, int, int]], int]:
+        """Where the chunks outside the pool that could reach ``theta`` are:
+        ``(tid, start, end)`` slices of impact orders, and their total length."""
+        # MaxScore: the terms with the smallest edges, summing below theta,
+        # are not essential: a chunk in none of the others cannot reach it.
+        by_edge = sorted(range(len(plan)), key=edges.__getitem__)
+        low = 0.0
+        skip = set()
+        for i in by_edge:
+            if _above(low + edges[i]) >= theta:
+                break
+            low += edges[i]
+            skip.add(i)
+        total = sum(edges)
+        ranges = []
+        count = 0
+        for i, (_, tid, w) in enumerate(plan):
+            if i in skip or edges[i] == 0.0:
+                continue
+            # Below this contribution here, a chunk outside the pool stays under theta.
+            need = (theta - _above(total - edges[i])) / w
+            order = self._order(tid)
+            imps = self._imp(tid)
+            cut = bisect_right(order, -need, lo=depth, key=lambda pos: -imps[pos]) if need > 0.0 else len(order)
+            ranges.append((tid, depth, cut))
+            count += cut - depth
+        return ranges, count
+
+    def _order(self, tid: int) -> array[int]:
+        order = self.order(tid)
+        assert order is not None  # edges are 0.0 for lists without an order
+        return order
+
+    def _full_scores(
+        self, plan: list[tuple[float, int, float]], cands: list[int], theta: float, bounds: list[float]
+    ) -> tuple[list[int], list[float]]:
+        """Scores of ``cands`` summed in plan order.  With ``theta > 0``, a
+        chunk is dropped on the way once its partial score plus ``bounds``
+        (what each term left can still add to it) cannot reach ``theta``."""
+        scores = [0.0] * len(cands)
+        rest = sum(bounds)
+        for (_, tid, w), bound in zip(plan, bounds):
+            if not cands:
+                break
+            scores = list(map(add, scores, self._lookup(tid, w, cands)))
+            rest -= bound
+            if theta > 0.0:
+                keep = list(map(ge, map(add, scores, repeat(_above(rest))), repeat(theta)))
+                if not all(keep):
+                    cands = list(compress(cands, keep))
+                    scores = list(compress(scores, keep))
+        return cands, scores
+
+    def _term_at_a_time(
+        self, plan: list[tuple[float, int, float]], k: int, allowed: Container[int] | None, theta0: float
+    ) -> list[tuple[int, float]]:
         remaining = [0.0] * len(plan)
         total = 0.0
         for i in range(len(plan) - 1, 0, -1):
             total += plan[i][0]
-            remaining[i - 1] = total * (1 + _UB_SLACK) + _UB_SLACK
+            remaining[i - 1] = _above(total)
         acc: dict[int, float] = {}
         and_mode = False
         seen_ub = 0.0
-        try_champions = k <= CHAMPION_MAX_K
         for i, (ub, tid, w) in enumerate(plan):
-            docs = self.fold(tid)
-            if try_champions and not and_mode and len(docs) >= LONG_LIST:
-                # Merging a long list in full is the expensive step: first try
-                # to finish from the champions (once per query).
-                try_champions = False
-                found = self._finish_with_champions(acc, plan[i:], k, allowed)
-                if found is not None:
-                    return found
             if not and_mode:
+                docs = self.fold(tid)
                 contribs = self._contribs(tid, w)
                 if acc:
                     contribs = map(add, map(acc.get, docs, repeat(0.0)), contribs)
@@ -526,12 +699,11 @@ class InvertedIndex:
                 acc = self._update_candidates(acc, tid, w)
             rest = remaining[i]
             seen_ub += ub
-            if len(acc) >= k and (and_mode or rest < seen_ub):
-                theta = heapq.nlargest(k, acc.values())[-1]
+            if rest < theta0 or (len(acc) >= k and (and_mode or rest < seen_ub)):
+                theta = max(heapq.nlargest(k, acc.values())[-1], theta0) if len(acc) >= k else theta0
                 if rest < theta:
                     and_mode = True
-                    if len(acc) > k:
-                        acc = dict(compress(acc.items(), map(ge, map(add, acc.values(), repeat(rest)), repeat(theta))))
+                    acc = dict(compress(acc.items(), map(ge, map(add, acc.values(), repeat(rest)), repeat(theta))))
         if len(acc) > k:
             theta = heapq.nlargest(k, acc.values())[-1]
             acc = dict(compress(acc.items(), map(ge, acc.values(), repeat(theta))))

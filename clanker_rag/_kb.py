@@ -470,7 +470,8 @@ class KnowledgeBase:
         return out
 
     # -- persistence ---------------------------------------------------------
-    def _body(self) -> dict[str, Any]:
+    def _body(self) -> tuple[dict[str, Any], _store.Blob]:
+        blob = _store.Blob()
         index = self._index
         index.refresh()
         ct = self._chunks
@@ -496,24 +497,24 @@ class KnowledgeBase:
         sources = []
         for name in doc_order:
             doc = self._docs[name]
-            sources.append({"source": name, "text": doc.text, "metadata": doc.metadata, "fingerprint": doc.fingerprint})
+            sources.append(
+                {"source": name, "text": blob.text(doc.text), "metadata": doc.metadata, "fingerprint": doc.fingerprint}
+            )
         terms: list[str] = []
         lengths, p_docs, p_tfs = array("i"), array("i"), array("I")
         p_imps: array[float] = array("f")
         p_maxes: array[float] = array("f")
         remap = new_id.__getitem__
-        ch_terms, ch_lengths, ch_docs = array("i"), array("i"), array("i")
-        ch_bounds: array[float] = array("f")
+        o_terms, o_positions = array("i"), array("i")
         for tid, term in enumerate(index.terms):
             docs = index.fold(tid)
             if not docs:
                 continue
-            champ = index.champions(tid)
-            if champ is not None:
-                ch_terms.append(len(terms))
-                ch_lengths.append(len(champ[0]))
-                ch_docs.extend(map(remap, champ[0]))
-                ch_bounds.append(champ[1])
+            order = index.order(tid)
+            if order is not None:
+                # Positions within the list: the renumbering keeps chunk order.
+                o_terms.append(len(terms))
+                o_positions.extend(order)
             terms.append(term)
             lengths.append(len(docs))
             p_docs.extend(map(remap, docs))
@@ -521,7 +522,7 @@ class KnowledgeBase:
             imps, top = index.impacts(tid)
             p_imps.extend(imps)
             p_maxes.append(top)
-        return {
+        body = {
             "created_by": f"clanker_rag {_version()}",
             "analyzer": self.analyzer.settings(),
             "bm25": self.bm25.settings(),
@@ -529,30 +530,26 @@ class KnowledgeBase:
             "stats": {"chunks": len(live), "total_length": index.total_len, "terms": len(terms)},
             "sources": sources,
             "chunks": {
-                "source": _store.pack(c_doc),
-                "index": _store.pack(c_idx),
-                "start": _store.pack(c_start),
-                "end": _store.pack(c_end),
-                "start_line": _store.pack(c_sl),
-                "end_line": _store.pack(c_el),
-                "length": _store.pack(c_dl),
+                "source": blob.array(c_doc),
+                "index": blob.array(c_idx),
+                "start": blob.array(c_start),
+                "end": blob.array(c_end),
+                "start_line": blob.array(c_sl),
+                "end_line": blob.array(c_el),
+                "length": blob.array(c_dl),
                 "section": sections,
             },
             "terms": terms,
             "postings": {
-                "lengths": _store.pack(lengths),
-                "chunks": _store.pack(p_docs),
-                "tfs": _store.pack(p_tfs),
-                "impacts": _store.pack(p_imps),
-                "maxes": _store.pack(p_maxes),
+                "lengths": blob.array(lengths),
+                "chunks": blob.array(p_docs),
+                "tfs": blob.array(p_tfs),
+                "impacts": blob.array(p_imps),
+                "maxes": blob.array(p_maxes),
             },
-            "champions": {
-                "terms": _store.pack(ch_terms),
-                "lengths": _store.pack(ch_lengths),
-                "chunks": _store.pack(ch_docs),
-                "bounds": _store.pack(ch_bounds),
-            },
+            "orders": {"terms": blob.array(o_terms), "positions": blob.array(o_positions)},
         }
+        return body, blob
 
     def save(self, path: str | os.PathLike[str] | None = None) -> Path:
         """Atomically write the index to folder ``path`` (default: where it came from).
@@ -580,7 +577,7 @@ class KnowledgeBase:
                     f"{folder}: another process saved this index after it was loaded here; "
                     "saving now would drop its changes (reload and redo, or use KnowledgeBase.edit())"
                 )
-            self._revision = _store.write_index(folder, self._body())
+            self._revision = _store.write_index(folder, *self._body())
             self._path = folder
         finally:
             if not own_lock:
@@ -598,10 +595,10 @@ class KnowledgeBase:
         problem for a missing, truncated, tampered or newer-format index.
         """
         folder = Path(path)
-        body, revision = _store.read_index(folder)
+        body, revision, blob = _store.read_index(folder)
         where = str(folder / _store.INDEX_FILE if folder.is_dir() else folder)
         try:
-            kb = cls._from_body(body, where, analyzer)
+            kb = cls._from_body(body, where, analyzer, blob)
         except IndexFormatError:
             raise
         except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
@@ -612,7 +609,11 @@ class KnowledgeBase:
 
     @classmethod
     def _from_body(
-        cls, body: dict[str, Any], where: str, analyzer: Callable[[str], Iterable[str]] | None
+        cls,
+        body: dict[str, Any],
+        where: str,
+        analyzer: Callable[[str], Iterable[str]] | None,
+        blob: memoryview | None = None,
     ) -> KnowledgeBase:
         settings = body["analyzer"]
         if settings.get("type") == "custom":
@@ -634,13 +635,16 @@ class KnowledgeBase:
         )
         docs = []
         for rec in body["sources"]:
-            doc = _Doc(rec["source"], rec["text"], rec["metadata"], rec["fingerprint"])
+            text = _store.text(rec["text"], blob, f"{where}: sources.text")
+            doc = _Doc(rec["source"], text, rec["metadata"], rec["fingerprint"])
             if not isinstance(doc.text, str) or not isinstance(doc.source, str) or not isinstance(doc.metadata, dict):
                 raise IndexFormatError(f"{where}: a source record has the wrong types")
             kb._docs[doc.source] = doc
             docs.append(doc)
         cols = body["chunks"]
-        unpack = _store.unpack
+        def unpack(value: Any, typecode: str, name: str) -> array[Any]:
+            return _store.unpack(value, typecode, name, blob)
+
         c_doc = unpack(cols["source"], "i", f"{where}: chunks.source")
         n = len(c_doc)
         ct = kb._chunks
@@ -689,19 +693,11 @@ class KnowledgeBase:
             if len(maxes) != len(terms):
                 raise IndexFormatError(f"{where}: postings.maxes has the wrong length")
             index.maxes = maxes.tolist()
-        champ = body["champions"]
-        ch_terms = unpack(champ["terms"], "i", f"{where}: champions.terms")
-        ch_lengths = unpack(champ["lengths"], "i", f"{where}: champions.lengths")
-        ch_docs = unpack(champ["chunks"], "i", f"{where}: champions.chunks")
-        ch_bounds = unpack(champ["bounds"], "f", f"{where}: champions.bounds")
-        if not (len(ch_terms) == len(ch_lengths) == len(ch_bounds) and sum(ch_lengths) == len(ch_docs)):
-            raise IndexFormatError(f"{where}: champion tables have inconsistent lengths")
-        pos = 0
-        for tid, length, bound in zip(ch_terms, ch_lengths, ch_bounds):
-            if not 0 <= tid < len(terms):
-                raise IndexFormatError(f"{where}: a champion list names a term that does not exist")
-            index.set_champions(tid, ch_docs[pos : pos + length], bound)
-            pos += length
+        if "orders" in body:  # format 1 kept champion lists instead: orders are then computed on first use
+            orders = body["orders"]
+            o_terms = unpack(orders["terms"], "i", f"{where}: orders.terms")
+            o_positions = unpack(orders["positions"], "i", f"{where}: orders.positions")
+            index.attach_orders(o_terms, o_positions, where=where)
         return kb
 
     @classmethod

@@ -1,20 +1,28 @@
-"""The on-disk index: one JSON file inside an index folder.
+"""The on-disk index: a JSON manifest and one data file inside an index folder.
 
 Layout of ``<folder>/index.json``::
 
-    {"format": "clanker-rag-index", "format_version": 1,
+    {"format": "clanker-rag-index", "format_version": 2,
      "revision": "<random hex, new on every save>",
      "sha256": "<hex digest of the text of the body value>",
-     "body": {...}}
+     "body": {..., "data": {"file": "data-<digest>.bin", "size": N, "sha256": "<hex>"}}}
 
-Numeric arrays (postings, impacts, chunk tables) are little-endian packed
-arrays, base64-encoded inside the JSON strings, which is what lets a large
-index load in well under a second.  No pickle, no eval: loading parses JSON
-and decodes base64, nothing else.
+The bulky parts (source texts in UTF-8, and the postings, impacts and chunk
+tables as little-endian packed arrays) live in the data file, referenced from
+the body as ``[offset, length]`` byte ranges: loading reads it in one go and
+copies ranges out, with no JSON string parsing and no base64 on the hot path.
+No pickle, no eval.  The data file is named by its digest and verified
+against the manifest, whose own digest covers that record.
 
-Saves are atomic: the new file is written beside the old one, flushed and
-fsynced, then renamed over it, and the folder is fsynced.  A process killed at
-any moment leaves the old index or the new one, never a mix.
+Saves are atomic: the data file is written and fsynced under its new name,
+then the manifest is written beside the old one, fsynced and renamed over
+it, and the folder is fsynced; only then are data files no manifest names
+removed.  A process killed at any moment leaves the old index or the new one,
+never a mix (at worst an unreferenced data file, removed by the next save).
+
+Format history: 1 kept everything inside ``index.json`` (arrays in base64)
+with "champion" lists for long terms; 2 moves the bulk into the data file and
+stores every longer list's impact order (``body.orders``).  Both load.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ import binascii
 import hashlib
 import json
 import os
+import re
 import secrets
 import sys
 from array import array
@@ -36,18 +45,70 @@ from ._exceptions import IndexFormatError
 __all__ = [
     "FORMAT_VERSION",
     "INDEX_FILE",
+    "Blob",
     "fsync_dir",
     "pack",
     "read_index",
+    "text",
     "unpack",
     "write_bytes_atomic",
     "write_index",
 ]
 
 FORMAT_NAME = "clanker-rag-index"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 INDEX_FILE = "index.json"
 _BODY_KEY = '"body":'
+_DATA_NAME = re.compile(r"data-[0-9a-f]{32}\.bin")
+_READ_ATTEMPTS = 3
+
+
+class Blob:
+    """The data file of an index being written; parts are referenced from the
+    body as ``[offset, length]``."""
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+        self.size = 0
+
+    def add(self, data: bytes) -> list[int]:
+        ref = [self.size, len(data)]
+        self.parts.append(data)
+        self.size += len(data)
+        return ref
+
+    def array(self, values: array[Any]) -> list[int]:
+        if sys.byteorder != "little":  # pragma: no cover - big-endian hosts
+            values = array(values.typecode, values)
+            values.byteswap()
+        return self.add(values.tobytes())
+
+    def text(self, value: str) -> list[int]:
+        # surrogatepass: a text decoded with surrogateescape round-trips too.
+        return self.add(value.encode("utf-8", "surrogatepass"))
+
+
+def _range(ref: Any, blob: memoryview | None, where: str) -> memoryview:
+    if blob is None:
+        raise IndexFormatError(f"{where}: refers to a data file the index does not name")
+    if (
+        not isinstance(ref, list)
+        or len(ref) != 2
+        or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in ref)
+        or ref[0] + ref[1] > len(blob)
+    ):
+        raise IndexFormatError(f"{where}: not a valid range of the data file")
+    return blob[ref[0] : ref[0] + ref[1]]
+
+
+def text(value: Any, blob: memoryview | None, where: str) -> str:
+    """A text stored inline (format 1) or as a range of the data file."""
+    if isinstance(value, str):
+        return value
+    try:
+        return str(_range(value, blob, where), "utf-8", "surrogatepass")
+    except UnicodeDecodeError as exc:
+        raise IndexFormatError(f"{where}: not valid UTF-8 ({exc.reason})") from None
 
 
 def pack(values: array[Any]) -> str:
@@ -58,13 +119,18 @@ def pack(values: array[Any]) -> str:
     return base64.b64encode(values.tobytes()).decode("ascii")
 
 
-def unpack(text: str, typecode: str, where: str) -> array[Any]:
-    try:
-        # Not validate=True: it is several times slower, and the body's sha256
-        # has already vouched for every character.
-        raw = binascii.a2b_base64(text)
-    except (ValueError, TypeError, binascii.Error) as exc:
-        raise IndexFormatError(f"{where}: not valid base64 ({exc})") from None
+def unpack(value: Any, typecode: str, where: str, blob: memoryview | None = None) -> array[Any]:
+    """An array stored as base64 (format 1) or as a range of the data file."""
+    raw: bytes | memoryview
+    if isinstance(value, str):
+        try:
+            # Not validate=True: it is several times slower, and the body's
+            # sha256 has already vouched for every character.
+            raw = binascii.a2b_base64(value)
+        except (ValueError, TypeError, binascii.Error) as exc:
+            raise IndexFormatError(f"{where}: not valid base64 ({exc})") from None
+    else:
+        raw = _range(value, blob, where)
     values: array[Any] = array(typecode)
     if len(raw) % values.itemsize:
         raise IndexFormatError(f"{where}: {len(raw)} bytes is not a whole number of {values.itemsize}-byte items")
@@ -74,10 +140,19 @@ def unpack(text: str, typecode: str, where: str) -> array[Any]:
     return values
 
 
-def write_index(folder: str | os.PathLike[str], body: dict[str, Any]) -> str:
-    """Atomically write ``body`` as the folder's index; returns the new revision."""
+def write_index(folder: str | os.PathLike[str], body: dict[str, Any], blob: Blob | None = None) -> str:
+    """Atomically write ``body`` (and its data file) as the folder's index; returns the new revision."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    data_name = None
+    if blob is not None:
+        h = hashlib.sha256()
+        for part in blob.parts:
+            h.update(part)
+        data_digest = h.hexdigest()
+        data_name = f"data-{data_digest[:32]}.bin"
+        write_atomic(folder / data_name, blob.parts)
+        body = {**body, "data": {"file": data_name, "size": blob.size, "sha256": data_digest}}
     body_text = json.dumps(body, ensure_ascii=True, separators=(",", ":"), allow_nan=False)
     digest = hashlib.sha256(body_text.encode("ascii")).hexdigest()
     revision = secrets.token_hex(8)
@@ -89,6 +164,9 @@ def write_index(folder: str | os.PathLike[str], body: dict[str, Any]) -> str:
     pieces = (head[:-1], "," + _BODY_KEY, body_text, "}\n")
     write_atomic(folder / INDEX_FILE, [p.encode("ascii") for p in pieces])
     fsync_dir(folder)
+    for stale in folder.glob("data-*.bin"):
+        if stale.name != data_name and _DATA_NAME.fullmatch(stale.name):
+            stale.unlink(missing_ok=True)
     return revision
 
 
@@ -139,10 +217,42 @@ def read_revision(folder: str | os.PathLike[str]) -> str | None:
     return head[i + len(key) : j] if j > 0 else None
 
 
-def read_index(folder: str | os.PathLike[str]) -> tuple[dict[str, Any], str]:
-    """Parse and verify ``folder``'s index; returns ``(body, revision)``."""
+def read_index(folder: str | os.PathLike[str]) -> tuple[dict[str, Any], str, memoryview | None]:
+    """Parse and verify ``folder``'s index; returns ``(body, revision, data file or None)``."""
     folder = Path(folder)
     target = folder / INDEX_FILE if folder.is_dir() else folder
+    for attempt in range(_READ_ATTEMPTS):
+        body, revision = _read_manifest(target)
+        record = body.get("data")
+        if record is None:
+            return body, revision, None
+        if (
+            not isinstance(record, dict)
+            or not isinstance(record.get("file"), str)
+            or not _DATA_NAME.fullmatch(record["file"])
+            or not isinstance(record.get("size"), int)
+            or not isinstance(record.get("sha256"), str)
+        ):
+            raise IndexFormatError(f"{target}: the data file record is malformed")
+        path = target.parent / record["file"]
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            # A writer may have replaced the index between our two reads: read the new manifest.
+            if attempt + 1 < _READ_ATTEMPTS:
+                continue
+            raise IndexFormatError(f"{path}: the index's data file is missing") from None
+        except OSError as exc:
+            raise IndexFormatError(f"{path}: cannot read the index's data file ({exc.strerror or exc})") from None
+        if len(data) != record["size"]:
+            raise IndexFormatError(f"{path}: truncated ({len(data)} of {record['size']} bytes)")
+        if hashlib.sha256(data).hexdigest() != record["sha256"]:
+            raise IndexFormatError(f"{path}: checksum mismatch: the data file was modified or damaged after saving")
+        return body, revision, memoryview(data)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _read_manifest(target: Path) -> tuple[dict[str, Any], str]:
     try:
         data = target.read_bytes()
     except FileNotFoundError:
@@ -173,7 +283,7 @@ def read_index(folder: str | os.PathLike[str]) -> tuple[dict[str, Any], str]:
     expected = doc.get("sha256")
     key = _BODY_KEY.encode("ascii")
     i = data.find(key)
-    end = data.rstrip().rfind(b"}")
+    end = data.rfind(b"}")  # trailing whitespace, if any, lies after it
     body_bytes = memoryview(data)[i + len(key) : end] if i >= 0 and end > i else b""
     if hashlib.sha256(body_bytes).hexdigest() != expected:
         # The file may be valid but re-formatted; compare canonical forms before calling it tampered.

@@ -133,14 +133,25 @@ def test_index_round_trips_exactly(tmp_path_factory, texts, queries, removals):
 
 
 @settings(max_examples=300, deadline=None)
-@given(corpus, query, st.integers(1, 3), st.sampled_from([1, 2, 3, 8]), st.sampled_from([1, 3, 6]))
-def test_champion_shortcut_equals_exhaustive(texts, q, k, champions, long_list):
-    # Shrink the thresholds so the champion path runs on small random corpora.
+@given(
+    corpus,
+    query,
+    st.integers(1, 3),
+    st.sampled_from([1, 2, 3]),
+    st.sampled_from([0, 1, 3]),
+    st.sampled_from([1, 4, 4096]),
+)
+def test_threshold_search_equals_exhaustive(texts, q, k, seed, order_min, table_min):
+    # Shrink the thresholds so impact orders, seeding rounds and tables all
+    # run on small random corpora.
     import clanker_rag._index as index_module
 
-    old = index_module.LONG_LIST, index_module.CHAMPIONS, index_module.CHAMPION_MAX_K
-    index_module.LONG_LIST, index_module.CHAMPIONS, index_module.CHAMPION_MAX_K = long_list, champions, 3
+    old = index_module.SEED, index_module.ORDER_MIN, index_module.TABLE_MIN
+    index_module.SEED, index_module.ORDER_MIN, index_module.TABLE_MIN = seed, order_min, table_min
     try:
+        frozen = build(texts)
+        frozen._index.refresh()  # the bulk path computes every order at once
+        assert ranked(frozen, q, k) == exhaustive(frozen, q, k)
         kb = build(texts)
         assert ranked(kb, q, k) == exhaustive(kb, q, k)
         where = {"keep": True}
@@ -148,10 +159,10 @@ def test_champion_shortcut_equals_exhaustive(texts, q, k, champions, long_list):
             kb.add_text(text, f"d{2 * i}", {"keep": i % 3 != 0})
         allowed = {cid for cid, d in enumerate(kb._chunks.doc) if d is not None and d.metadata.get("keep")}
         assert ranked(kb, q, k, where=where) == exhaustive(kb, q, k, allowed)
-        kb.add_text("t0 t1 t2 t3", "late")  # the cache must follow the new generation
+        kb.add_text("t0 t1 t2 t3", "late")  # orders and tables must follow the new generation
         assert ranked(kb, q, k) == exhaustive(kb, q, k)
     finally:
-        index_module.LONG_LIST, index_module.CHAMPIONS, index_module.CHAMPION_MAX_K = old
+        index_module.SEED, index_module.ORDER_MIN, index_module.TABLE_MIN = old
 
 
 @settings(max_examples=100, deadline=None)

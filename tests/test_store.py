@@ -13,9 +13,11 @@ from pathlib import Path
 import pytest
 
 from clanker_rag import IndexFormatError, IndexLockedError, KnowledgeBase
+from clanker_rag._store import FORMAT_VERSION
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE_V1 = Path(__file__).parent / "data" / "index_v1"
+FIXTURE_V2 = Path(__file__).parent / "data" / "index_v2"
 
 
 def small_kb():
@@ -42,10 +44,16 @@ def test_missing_index_is_a_clear_error(tmp_path):
         KnowledgeBase.load(tmp_path / "nowhere")
 
 
+def data_file(folder):
+    (path,) = folder.glob("data-*.bin")
+    return path
+
+
+@pytest.mark.parametrize("which", ["manifest", "data"])
 @pytest.mark.parametrize("cut", [0.0, 0.3, 0.9, 0.999])
-def test_truncated_file_names_file_and_problem(tmp_path, cut):
+def test_truncated_file_names_file_and_problem(tmp_path, cut, which):
     small_kb().save(tmp_path)
-    path = tmp_path / "index.json"
+    path = tmp_path / "index.json" if which == "manifest" else data_file(tmp_path)
     data = path.read_bytes()
     path.write_bytes(data[: int(len(data) * cut)])
     with pytest.raises(IndexFormatError) as info:
@@ -54,19 +62,55 @@ def test_truncated_file_names_file_and_problem(tmp_path, cut):
     assert "truncated" in str(info.value) or "not valid JSON" in str(info.value)
 
 
-def test_tampered_file_is_refused(tmp_path):
+def test_tampered_manifest_is_refused(tmp_path):
     small_kb().save(tmp_path)
     path = tmp_path / "index.json"
     text = path.read_text()
-    path.write_text(text.replace("quick brown fox", "quick brown cat"))
-    with pytest.raises(IndexFormatError, match="checksum mismatch"):
+    assert '"n":1' in text
+    path.write_text(text.replace('"n":1', '"n":2'))
+    with pytest.raises(IndexFormatError, match="checksum mismatch") as info:
         KnowledgeBase.load(tmp_path)
+    assert str(path) in str(info.value)
+
+
+def test_tampered_data_file_is_refused(tmp_path):
+    small_kb().save(tmp_path)
+    path = data_file(tmp_path)
+    data = path.read_bytes()
+    assert b"quick brown fox" in data
+    path.write_bytes(data.replace(b"quick brown fox", b"quick brown cat"))
+    with pytest.raises(IndexFormatError, match="checksum mismatch") as info:
+        KnowledgeBase.load(tmp_path)
+    assert str(path) in str(info.value)
+
+
+def test_missing_data_file_is_a_clear_error(tmp_path):
+    small_kb().save(tmp_path)
+    path = data_file(tmp_path)
+    path.unlink()
+    with pytest.raises(IndexFormatError, match="data file is missing") as info:
+        KnowledgeBase.load(tmp_path)
+    assert str(path) in str(info.value)
+
+
+def test_data_file_is_named_by_content_and_old_ones_go(tmp_path):
+    kb = small_kb()
+    kb.save(tmp_path)
+    first = data_file(tmp_path)
+    kb.save(tmp_path)
+    assert data_file(tmp_path) == first  # same content, same file
+    kb.add_text("new words entirely", "new.txt")
+    kb.save(tmp_path)
+    assert data_file(tmp_path) != first and not first.exists()
+    assert KnowledgeBase.load(tmp_path).sources() == ["fox.txt", "greek.txt", "new.txt"]
 
 
 def test_newer_format_version_is_refused(tmp_path):
     small_kb().save(tmp_path)
     path = tmp_path / "index.json"
-    path.write_text(path.read_text().replace('"format_version":1', '"format_version":99', 1))
+    current = f'"format_version":{FORMAT_VERSION}'
+    assert current in path.read_text()
+    path.write_text(path.read_text().replace(current, '"format_version":99', 1))
     with pytest.raises(IndexFormatError, match=r"newer clanker_rag.*format_version 99"):
         KnowledgeBase.load(tmp_path)
 
@@ -110,6 +154,7 @@ def test_failed_save_leaves_the_old_index(tmp_path, monkeypatch):
     monkeypatch.undo()
     assert (tmp_path / "index.json").read_bytes() == before
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    assert len(list(tmp_path.glob("data-*.bin"))) == 1
     assert KnowledgeBase.load(tmp_path).sources() == ["fox.txt", "greek.txt"]
 
 
@@ -216,17 +261,40 @@ def test_released_format_fixture_still_loads(tmp_path):
     assert [h.source for h in kb.search("kappa")] == ["greek.txt"]
 
 
+def test_format_2_fixture_still_loads_with_its_impact_orders(tmp_path):
+    # tests/data/index_v2 was written by format_version 2 and is never rewritten:
+    # small_kb() plus "echo.txt", whose term "echo" is in enough chunks to carry
+    # a saved impact order.
+    shutil.copytree(FIXTURE_V2, tmp_path / "v2")
+    kb = KnowledgeBase.load(tmp_path / "v2")
+    assert kb.sources() == ["echo.txt", "fox.txt", "greek.txt"]
+    assert kb.search("lazy dog")[0].source == "fox.txt"
+    assert kb.source_metadata("greek.txt") == {"n": 1}
+    index = kb._index
+    tid = index.vocab["echo"]
+    saved = index.order(tid)
+    assert saved is not None and sorted(saved) == list(range(index.df("echo")))
+    imps = index.impacts(tid)[0]
+    assert all(imps[a] >= imps[b] for a, b in zip(saved, saved[1:]))
+    weights = kb._query_weights("echo w3 pad")
+    exhaustive = sorted(index.score_all(weights).items(), key=lambda item: (-item[1], item[0]))[:5]
+    assert index.top_k(weights, 5) == exhaustive
+
+
 def test_posting_beyond_the_chunk_table_fails_clearly(tmp_path):
-    import base64
     import hashlib
     from array import array
 
     small_kb().save(tmp_path)
     path = tmp_path / "index.json"
     doc = json.loads(path.read_text())
-    chunks = array("i", base64.b64decode(doc["body"]["postings"]["chunks"]))
+    data = bytearray(data_file(tmp_path).read_bytes())
+    start, size = doc["body"]["postings"]["chunks"]
+    chunks = array("i", data[start : start + size])
     chunks[-1] = 10_000  # a chunk id that does not exist
-    doc["body"]["postings"]["chunks"] = base64.b64encode(chunks.tobytes()).decode()
+    data[start : start + size] = chunks.tobytes()
+    data_file(tmp_path).write_bytes(data)
+    doc["body"]["data"]["sha256"] = hashlib.sha256(data).hexdigest()
     body_text = json.dumps(doc["body"], ensure_ascii=True, separators=(",", ":"))
     doc["sha256"] = hashlib.sha256(body_text.encode()).hexdigest()
     path.write_text(json.dumps(doc))
