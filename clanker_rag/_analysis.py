@@ -72,9 +72,17 @@ def split_words(text: str) -> list[str]:
     return (_ASCII_SPLIT if text.isascii() else _unicode_patterns()[0]).split(text)
 
 
+# ASCII word characters (what ``\w`` matches with re.ASCII) kept, the rest blanked.
+_BLANK_NON_WORD = bytes(c if (chr(c).isalnum() and c < 128) or c == 0x5F else 0x20 for c in range(256))
+
+
 def find_words(text: str) -> list[str]:
     """The words of ``text``, as :func:`split_words` finds them."""
-    return (_ASCII_SPLIT if text.isascii() else _unicode_patterns()[0]).findall(text)
+    if text.isascii():
+        # Blanking the gaps with bytes.translate and splitting on whitespace
+        # finds the same words as the regex, in well under its time.
+        return text.encode("ascii").translate(_BLANK_NON_WORD).decode("ascii").split()
+    return _unicode_patterns()[0].findall(text)
 
 
 class _OneTerm(dict[str, str]):
@@ -199,6 +207,10 @@ class Analyzer:
         if self.custom is not None:
             return [t for t in self.custom(text) if t]
         return list(chain.from_iterable(map(self.cache.__getitem__, find_words(text))))
+
+    def terms_of(self, raw: str) -> tuple[str, ...]:
+        """The terms of one raw word (as :func:`find_words` yields them); cached."""
+        return self.cache[raw]
 
     def count(self, words: Sequence[str]) -> Counter[str]:
         """Term frequencies of already split raw words.

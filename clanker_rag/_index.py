@@ -29,7 +29,7 @@ from collections import deque
 from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass
 from itertools import accumulate, chain, compress, repeat
-from operator import add, and_, eq, ge, lshift, mul, or_, rshift, sub, truediv
+from operator import add, eq, ge, mul, rshift, sub, truediv
 from typing import Any
 
 from ._exceptions import IndexFormatError
@@ -37,12 +37,12 @@ from ._scoring import BM25, length_norm, tf_weight
 
 __all__ = ["InvertedIndex", "TermExplanation"]
 
-_list_append = list.append
+_list_extend = list.extend
 _consume: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend
-# While building, a posting is one int, ``chunk_id << 32 | tf``, appended to a
-# per-term list: one C-level append per posting instead of two array appends.
-_SHIFT = 32
-_TF_MASK = (1 << _SHIFT) - 1
+# While building, a term's postings wait in one list as chunk id, tf, chunk
+# id, tf, ...: one C-level extend per posting, and the ints are the chunk's
+# one id object and small cached tfs, so packing them later stays in cache
+# (a fresh int per posting, e.g. ``id << 32 | tf``, costs a cache miss each).
 # Lists longer than ORDER_MIN also keep their positions sorted by impact
 # (largest first), so the chunks where a term contributes at least some value
 # are a prefix found by binary search.  A query first scores the SEED best
@@ -70,25 +70,9 @@ def _best(cands: list[int], scores: list[float], k: int, theta: float) -> list[t
     return sorted(kept, key=lambda item: (-item[1], item[0]))[:k]
 
 
-_MASK = (1 << 32) - 1
-
-
-def _float_bits(values: array[float]) -> array[int]:
-    """The float32 bit patterns: for non-negative floats they sort like the floats."""
-    bits = array("I")
-    bits.frombytes(values.tobytes())
-    return bits
-
-
-def _order_of_bits(bits: array[int]) -> array[int]:
-    """Positions by decreasing value, ties by increasing position, from float bit patterns.
-
-    One C-level sort of plain ints (value bits above, inverted position
-    below) instead of a sort with a Python key function.  Impacts are never
-    negative, which is what makes the bit patterns order like the floats.
-    """
-    keys = sorted(map(or_, map(lshift, bits, repeat(32)), map(sub, repeat(_MASK), range(len(bits)))), reverse=True)
-    return array("i", map(sub, repeat(_MASK), map(and_, keys, repeat(_MASK))))
+def _impact_order(imps: array[float]) -> array[int]:
+    """Positions by decreasing impact; ties keep increasing position (the sort is stable)."""
+    return array("i", sorted(range(len(imps)), key=imps.__getitem__, reverse=True))
 
 
 class _Pending(dict[int, list[int]]):
@@ -183,13 +167,16 @@ class InvertedIndex:
         self.imp_gen.append(-1)
         return tid
 
-    def add(self, cid: int, counts: Mapping[str, int]) -> int:
-        """Index chunk ``cid`` (larger than every id added before) with its term counts."""
+    def add(self, cid: int, counts: Mapping[int, int]) -> int:
+        """Index chunk ``cid`` (larger than every id added before) with its term-id counts.
+
+        Term ids come from ``vocab``, which creates them on first lookup.
+        """
         _consume(
             map(
-                _list_append,
-                map(self.pending.__getitem__, map(self.vocab.__getitem__, counts)),
-                map(or_, repeat(cid << _SHIFT), counts.values()),
+                _list_extend,
+                map(self.pending.__getitem__, counts),
+                zip(repeat(cid), counts.values()),
             )
         )
         dl = sum(counts.values())
@@ -253,8 +240,8 @@ class InvertedIndex:
             pending = self.pending.pop(tid)
             tfs = self.tfs[tid]
             assert tfs is not None
-            docs.extend(map(rshift, pending, repeat(_SHIFT)))
-            tfs.extend(map(and_, pending, repeat(_TF_MASK)))
+            docs.fromlist(pending[0::2])
+            tfs.fromlist(pending[1::2])
             self.imp_gen[tid] = -1
         return docs
 
@@ -367,13 +354,17 @@ class InvertedIndex:
         """
         n = len(self.terms)
         plists = list(map(self.pending.get, range(n), repeat(())))
-        lengths = array("i", map(len, plists))
+        lengths = array("i", map(rshift, map(len, plists), repeat(1)))  # two ints per posting
         flat = list(chain.from_iterable(plists))
         self.pending.clear()
         del plists
-        docs = array("i", map(rshift, flat, repeat(_SHIFT)))
-        tfs = array("I", map(and_, flat, repeat(_TF_MASK)))
+        pairs = array("i")
+        pairs.fromlist(flat)
         del flat
+        docs = pairs[0::2]
+        tfs = array("I")
+        tfs.frombytes(pairs[1::2].tobytes())
+        del pairs
         bm = self.bm25
         norms = self._length_norms()
         idfs = [bm.idf(self.n_docs, df) for df in lengths]
@@ -384,12 +375,11 @@ class InvertedIndex:
             weights = [tf_weight(bm.variant, tf, norms[d], k1, b, delta, dls[d], avgdl) for d, tf in zip(docs, tfs)]
         imps = array("f", map(mul, chain.from_iterable(map(repeat, idfs, lengths)), weights))
         self.attach_buffers(lengths, docs, tfs, imps)
-        bits = _float_bits(imps)
         offsets = self._buffers[3] if self._buffers is not None else array("q")
         ordered = [tid for tid, length in enumerate(lengths) if length > ORDER_MIN]
         positions: array[int] = array("i")
         for tid in ordered:
-            positions.extend(_order_of_bits(bits[offsets[tid] : offsets[tid + 1]]))
+            positions.extend(_impact_order(imps[offsets[tid] : offsets[tid + 1]]))
         self.attach_orders(array("i", ordered), positions)
 
     def attach_orders(self, tids: array[int], positions: array[int], *, where: str = "index") -> None:
@@ -428,7 +418,7 @@ class InvertedIndex:
             # bad position would fail loudly (IndexError), never rank silently.
             order.frombytes(buf[0][start : start + 4 * len(docs)])
         if order is None:
-            order = _order_of_bits(_float_bits(self._imp(tid)))
+            order = _impact_order(self._imp(tid))
         self._orders[tid] = (gen, order)
         return order
 

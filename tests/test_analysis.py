@@ -64,3 +64,12 @@ pieces = st.sampled_from(["the", "The", "getUserName", "get_user_name", "HTTPSer
 def test_fast_counting_equals_plain_analysis(text):
     an = Analyzer()
     assert an.count(find_words(text)) == Counter(an(text))
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.one_of(st.text(st.characters(max_codepoint=127)), st.lists(pieces, max_size=40).map("".join), st.text()))
+def test_word_finding_fast_path_equals_the_splitting_regex(text):
+    # find_words blanks ASCII gaps with bytes.translate; split_words uses the regex.
+    from clanker_rag._analysis import split_words
+
+    assert find_words(text) == split_words(text)[1::2]
