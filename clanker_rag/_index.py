@@ -7,13 +7,18 @@ as float32.  Impacts depend on the collection statistics (``N`` and
 recomputed lazily, one term at a time, after the collection changes: statistics
 stay exact under any sequence of adds and removes, and nothing is rebuilt.
 
-Search is term-at-a-time with MaxScore-style pruning.  Terms are visited in
-decreasing order of their largest impact.  Once the impacts still to come
-cannot lift an unseen chunk above the current k-th best score, the remaining
-terms only update the surviving candidates, found by binary search, and
-candidates that cannot reach the top k are dropped.  The ranking equals
-exhaustive scoring (a property test checks it); scores are summed in the same
-term order either way, so they are bit-identical too.
+Search is exact top-k in two stages.  Every list longer than ``ORDER_MIN``
+also keeps its positions sorted by impact.  A query first runs the threshold
+algorithm of Fagin, Lotem and Naor in batches: the chunks among the best few
+impacts of each term are scored in full, and their k-th best score is a
+floor for the answer; a chunk never seen can only gain the impact at the
+cut from each term.  When that bound is already below the floor, the answer
+is found; otherwise MaxScore over those bounds names the few chunks still in
+the running (prefixes of the essential terms' orders), or, when they would
+be too many, term-at-a-time scoring with MaxScore pruning finishes the job,
+starting from the floor.  Scores are always summed in the same term order,
+so the ranking equals exhaustive scoring bit for bit (property tests check
+it).
 
 The hot loops are written as ``map``/``zip``/``dict`` pipelines over builtin
 callables so that CPython runs them without executing Python bytecode per
@@ -52,9 +57,14 @@ _consume: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend
 # for lookups once a query needs many of them: a least-recently-used cache of
 # at most TABLE_ENTRIES entries in all (about 90 bytes each).
 ORDER_MIN = 32
-SEED = 16
+SEED = 8
 TABLE_MIN = 256
 TABLE_ENTRIES = 1_000_000
+# A term's table is built once its binary-searched candidates pass 1/PROBE_SHARE
+# of its list; candidates scored one by one may cost 1/BUDGET_SHARE of the
+# postings that term-at-a-time scoring would merge instead.
+PROBE_SHARE = 6
+BUDGET_SHARE = 2
 # Relative and absolute slack on upper bounds: the pruned and the exhaustive
 # sums may round differently in the last bit.
 _UB_SLACK = 1e-9
@@ -482,7 +492,7 @@ class InvertedIndex:
         table = self._cached_table(tid)
         if table is None:
             probed = self._probed.get(tid, 0) + len(cands)
-            if probed * 6 < len(docs):
+            if probed * PROBE_SHARE < len(docs):
                 # Few candidates so far: binary search beats building a table.
                 self._probed[tid] = probed
                 return self._probe(tid, w, cands)
@@ -578,7 +588,7 @@ class InvertedIndex:
                 theta = max(theta, heapq.nlargest(k, scores)[-1])
             if not any(edges) or (theta > 0.0 and _above(sum(edges)) < theta):
                 return _best(cands, scores, k, theta), theta
-            budget = self._merge_cost(plan, theta) // 2 if theta > 0.0 else total_len // 2
+            budget = (self._merge_cost(plan, theta) if theta > 0.0 else total_len) // BUDGET_SHARE
             deeper = 3 * depth * len(plan)  # at most this many chunks join the pool next round
             if theta > 0.0:
                 ranges, n_fresh = self._beyond(plan, edges, depth, theta)

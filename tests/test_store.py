@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -275,7 +276,7 @@ def test_format_2_fixture_still_loads_with_its_impact_orders(tmp_path):
     saved = index.order(tid)
     assert saved is not None and sorted(saved) == list(range(index.df("echo")))
     imps = index.impacts(tid)[0]
-    assert all(imps[a] >= imps[b] for a, b in zip(saved, saved[1:]))
+    assert all(imps[a] >= imps[b] for a, b in pairwise(saved))
     weights = kb._query_weights("echo w3 pad")
     exhaustive = sorted(index.score_all(weights).items(), key=lambda item: (-item[1], item[0]))[:5]
     assert index.top_k(weights, 5) == exhaustive
