@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, Protocol, Union
 
+from ._bulk import collector_paused
 from ._discovery import (
     DEFAULT_SKIP_DIRS,
     Candidate,
@@ -284,12 +285,13 @@ def ingest(
     show = sys.stderr.isatty() if progress is None else progress
     started = time.monotonic()
     try:
-        for root in roots:
-            # Several roots: each one's sources start with its folder name
-            # ("docs/guide.md", "src/app.py") so equal relative paths
-            # (two __init__.py) cannot overwrite each other.
-            run.prefix = prefix + _root_name(root) + "/" if len(roots) > 1 and os.path.isdir(root) else prefix
-            run.ingest_root(root, sync=sync, show_progress=show)
+        with collector_paused():
+            for root in roots:
+                # Several roots: each one's sources start with its folder name
+                # ("docs/guide.md", "src/app.py") so equal relative paths
+                # (two __init__.py) cannot overwrite each other.
+                run.prefix = prefix + _root_name(root) + "/" if len(roots) > 1 and os.path.isdir(root) else prefix
+                run.ingest_root(root, sync=sync, show_progress=show)
     finally:
         run.report.seconds = time.monotonic() - started
         if run.dirty and index_path is not None:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import _store
 from ._analysis import Analyzer
+from ._bulk import collector_paused
 from ._chunking import Chunker
 from ._exceptions import ConfigError, IndexFormatError, IndexLockedError
 from ._index import InvertedIndex, TermExplanation
@@ -309,13 +310,14 @@ class KnowledgeBase:
     def add_texts(self, items: Iterable[tuple[str, str] | tuple[str, str, Mapping[str, Any] | None]]) -> int:
         """Bulk :meth:`add_text` of ``(text, source[, metadata])`` items; returns chunks added."""
         total = 0
-        for item in items:
-            if len(item) == 2:
-                text, source = item
-                meta = None
-            else:
-                text, source, meta = item
-            total += self.add_text(text, source, meta)
+        with collector_paused():
+            for item in items:
+                if len(item) == 2:
+                    text, source = item
+                    meta = None
+                else:
+                    text, source, meta = item
+                total += self.add_text(text, source, meta)
         return total
 
     def _chunk_terms(self, cid: int) -> list[str]:
