@@ -481,9 +481,15 @@ class InvertedIndex:
         self._tables[tid] = (self.imp_gen[tid], table)
         self._table_entries += len(table)
         tables = self._tables
-        while self._table_entries > TABLE_ENTRIES and len(tables) > 1:
-            oldest = next(iter(tables))
-            self._table_entries -= len(tables.pop(oldest)[1])
+        try:
+            while self._table_entries > TABLE_ENTRIES and len(tables) > 1:
+                oldest = next(iter(tables))
+                self._table_entries -= len(tables.pop(oldest)[1])
+        except (RuntimeError, KeyError, StopIteration):
+            # Another thread searching at the same time changed the cache
+            # under us: start it afresh rather than let the accounting drift.
+            tables.clear()
+            self._table_entries = 0
         return table
 
     def _lookup(self, tid: int, w: float, cands: list[int]) -> Iterable[float]:

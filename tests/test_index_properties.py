@@ -179,3 +179,27 @@ def test_bulk_freeze_equals_term_by_term_impacts(texts, variant):
         b_imps, b_max = one_by_one._index.impacts(tid)
         assert list(a_imps) == list(b_imps) and a_max == b_max
         assert list(packed._index.fold(packed._index.vocab[term])) == list(one_by_one._index.fold(tid))
+
+
+def test_lookup_tables_stay_within_their_budget(monkeypatch):
+    import random
+
+    import clanker_rag._index as index_module
+
+    monkeypatch.setattr(index_module, "TABLE_MIN", 1)
+    monkeypatch.setattr(index_module, "TABLE_ENTRIES", 60)
+    monkeypatch.setattr(index_module, "PROBE_SHARE", 1)  # build a table on first use
+    monkeypatch.setattr(index_module, "ORDER_MIN", 2)
+    monkeypatch.setattr(index_module, "SEED", 2)
+    rng = random.Random(5)
+    words = [f"w{i}" for i in range(30)]
+    texts = [" ".join(rng.choices(words, k=rng.randint(3, 12))) for _ in range(150)]
+    kb = build(texts)
+    index = kb._index
+    for _ in range(40):
+        q = " ".join(rng.sample(words, rng.randint(1, 4)))
+        assert ranked(kb, q, 5) == exhaustive(kb, q, 5)
+        tables = index._tables
+        assert tables, "lookups should have built tables"
+        assert index._table_entries == sum(len(table) for _, table in tables.values())
+        assert index._table_entries <= 60 or len(tables) == 1
