@@ -20,10 +20,12 @@ import json
 import os
 import re
 import zipfile
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from html.parser import HTMLParser
+from itertools import accumulate, repeat
+from operator import add, itemgetter
 from typing import IO, Any
 from xml.etree import ElementTree
 
@@ -216,62 +218,80 @@ def has_private_key(text: str) -> bool:
 
 _WORD = re.compile(r"\w+")
 _BLANK_LINES = re.compile(r"\n[ \t]*\n(?:[ \t]*\n)*")
-_WORD_BYTES = bytes(b if chr(b).isalnum() or b == 0x5F else 0x20 for b in range(128)) + bytes(range(128, 256))
+# ASCII byte -> 1 for a word character (what \w matches), 0 otherwise.
+_WORD_BYTES = bytes(1 if chr(b).isalnum() or b == 0x5F else 0 for b in range(128)) + bytes(128)
+_WORD_START = b"\x02"
+_WORD_INSIDE = b"\x01"
 
 
 class _WordCounts:
-    """Word counts of any span of one text, from one scan of it.
+    """Word counts of any span of one text, from work done once per text.
 
-    The text is cut into paragraphs once and each paragraph counted; a span's
-    count is a difference of prefix sums plus the two partial paragraphs at
-    its ends.  The spans asked about overlap heavily, so counting each one
-    afresh would scan big files many times over.
+    Sectioning asks about many overlapping spans of the same text; counting
+    each afresh made big files cost many passes over the same characters.
+
+    Counts come from a mask with one byte per character: 2 where a word
+    starts, 1 for the rest of a word, 0 between words.  The words in a span
+    are then the 2s in it, plus one if it starts on a 1 (inside a word), and
+    ``bytes.count`` finds those in C without making any word objects.
     """
 
-    __slots__ = ("_ascii", "bounds", "prefix", "text")
+    __slots__ = ("_mask", "text")
 
     def __init__(self, text: str) -> None:
         self.text = text
-        # ASCII text (most code) is counted on bytes: non-word bytes become
-        # spaces and bytes.split does the rest, several times faster than a regex.
-        self._ascii = text.encode("ascii").translate(_WORD_BYTES) if text.isascii() else None
-        bounds = [0]
-        bounds.extend(m.end() for m in _BLANK_LINES.finditer(text))
-        if bounds[-1] != len(text):
-            bounds.append(len(text))
-        prefix = [0]
-        total = 0
-        count = self._count
-        for i in range(1, len(bounds)):
-            total += count(bounds[i - 1], bounds[i])
-            prefix.append(total)
-        self.bounds = bounds
-        self.prefix = prefix
-
-    def _count(self, start: int, end: int) -> int:
-        if self._ascii is not None:
-            return len(self._ascii[start:end].split())
-        return len(_WORD.findall(self.text, start, end))
+        # "replace" turns each non-ASCII character into one b"?", so offsets
+        # in the mask stay character offsets.
+        raw = text.encode("ascii", "replace")
+        words = raw.translate(_WORD_BYTES)
+        if not text.isascii():
+            # Even non-ASCII files are mostly ASCII: only the b"?" bytes need a
+            # look, and the word regex itself says which are word characters.
+            fixed = bytearray(words)
+            q = raw.find(b"?")
+            while q >= 0:
+                if _WORD.match(text, q) is not None:
+                    fixed[q] = 1
+                q = raw.find(b"?", q + 1)
+            words = bytes(fixed)
+        # Bytewise "word here and not just before", on one big integer: read
+        # little-endian, a left shift by 8 bits moves each byte one character
+        # later, and no byte of the sum exceeds 2, so nothing carries over.
+        bits = int.from_bytes(words, "little")
+        starts = bits & ~(bits << 8)
+        self._mask = (bits + starts).to_bytes(len(words), "little")
 
     def count(self, start: int, end: int) -> int:
-        bounds = self.bounds
-        i = bisect_left(bounds, start)
-        j = bisect_right(bounds, end) - 1
-        if i >= j:
-            return self._count(start, end)
-        return self._count(start, bounds[i]) + self.prefix[j] - self.prefix[i] + self._count(bounds[j], end)
+        """``len(_WORD.findall(text, start, end))``: the words the span overlaps."""
+        # Both terms are 0 for an empty or reversed span.
+        return self._mask.count(_WORD_START, start, end) + self._mask.startswith(_WORD_INSIDE, start, end)
+
+    def counts(self, starts: list[int], ends: list[int]) -> list[int]:
+        """``[count(s, e) for s, e in zip(starts, ends)]``, looped in C.
+
+        Each span is scanned whole, which is what a caller wants for spans
+        that tile a stretch of text (its lines, its sections).
+        """
+        mask = self._mask
+        return list(map(add, map(mask.count, repeat(_WORD_START), starts, ends),
+                        map(mask.startswith, repeat(_WORD_INSIDE), starts, ends)))
 
 
 _counts: _WordCounts | None = None
 
 
-def _tokens(text: str, start: int, end: int) -> int:
-    """Words in ``text[start:end]``, counted like the chunker counts them (near enough)."""
+def _word_counts(text: str) -> _WordCounts:
+    # One document is sectioned at a time; parse_text drops the counts after.
     global _counts
     counts = _counts
     if counts is None or counts.text is not text:
         counts = _counts = _WordCounts(text)
-    return counts.count(start, end)
+    return counts
+
+
+def _tokens(text: str, start: int, end: int) -> int:
+    """Words in ``text[start:end]``, counted like the chunker counts them (near enough)."""
+    return _word_counts(text).count(start, end)
 
 
 def _fits(text: str, start: int, end: int, budget: int | None) -> bool:
@@ -279,10 +299,34 @@ def _fits(text: str, start: int, end: int, budget: int | None) -> bool:
         return True
     if end - start <= 2 * budget:
         return True
-    return _tokens(text, start, end) <= budget
+    counts = _word_counts(text)
+    # A span has at least the words of its head, and code and prose run well
+    # over one word per 8 characters: counting a head that long settles most
+    # big spans (a whole class) without scanning all of them.
+    head = start + 8 * budget
+    if head < end and counts.count(start, head) > budget:
+        return False
+    return counts.count(start, end) <= budget
 
 
-def _paragraph_starts(text: str, start: int, end: int, atomic: list[tuple[int, int]],
+def _outside(positions: list[int], atomic: Sequence[tuple[int, int]]) -> list[int]:
+    """The ``positions`` not strictly inside any ``atomic`` span."""
+    if not atomic:
+        return positions
+    spans = sorted(atomic)
+    lows = [a for a, _ in spans]
+    # reach[k]: the furthest end among the first k + 1 spans, so a position
+    # is inside one of the spans that open before it iff it is below that.
+    reach = list(accumulate((b for _, b in spans), max))
+    out = []
+    for pos in positions:
+        k = bisect_left(lows, pos)
+        if k == 0 or reach[k - 1] <= pos:
+            out.append(pos)
+    return out
+
+
+def _paragraph_starts(text: str, start: int, end: int, atomic: Sequence[tuple[int, int]],
                       *, code: bool = False) -> list[int]:
     """Offsets in ``(start, end)`` where a paragraph starts, never inside ``atomic`` spans."""
     cuts = []
@@ -290,69 +334,76 @@ def _paragraph_starts(text: str, start: int, end: int, atomic: list[tuple[int, i
         pos = m.end()
         if pos >= end:
             break
-        if any(a < pos < b for a, b in atomic):
-            continue
         # An indented paragraph continues the one above (literal blocks,
         # list continuations, directive bodies): keep them together.
         if not code and text[pos:pos + 1] in (" ", "\t"):
             continue
         cuts.append(pos)
-    return cuts
+    return _outside(cuts, atomic)
 
 
-def _pack(text: str, start: int, end: int, label: str | None, cuts: list[int],
-          budget: int | None, atomic: Sequence[tuple[int, int]] = ()) -> list[Section]:
-    """Split ``[start, end)`` at some of ``cuts`` so each piece fits ``budget`` tokens.
+def _pack(text: str, start: int, end: int, label: str | None, budget: int | None,
+          atomic: Sequence[tuple[int, int]] = (), *, code: bool = False) -> list[Section]:
+    """Split ``[start, end)`` at paragraph starts so each piece fits ``budget`` tokens.
 
-    A block between two cuts that is too big on its own (a long list, a
-    function without blank lines) is cut at line starts instead, except
-    inside ``atomic`` spans (fenced code), which the chunker windows if it must.
+    A block between two paragraph starts that is too big on its own (a long
+    list, a function without blank lines) is cut at line starts instead,
+    except inside ``atomic`` spans (fenced code), which the chunker windows if
+    it must.  ``code`` lets indented paragraphs start a piece.
     """
     if _fits(text, start, end, budget):
         return [(start, end, label)]
     assert budget is not None
+    counts = _word_counts(text)
+    cuts = _paragraph_starts(text, start, end, atomic, code=code)
+    lows, highs = [start, *cuts], [*cuts, end]
+    # Each paragraph with its word count, then each line of the ones too big.
     bounds: list[int] = []
-    prev = start
-    for cut in [c for c in cuts if start < c < end] + [end]:
-        if not _fits(text, prev, cut, budget):
-            bounds.extend(
-                pos for pos in _line_starts(text, prev, cut) if not any(a < pos < b for a, b in atomic)
-            )
+    sizes: list[int] = []
+    for prev, cut, n in zip(lows, highs, counts.counts(lows, highs), strict=True):
+        if cut - prev > 2 * budget and n > budget:
+            lines = _outside(_line_starts(text, prev, cut), atomic)
+            if lines:
+                sizes.extend(counts.counts([prev, *lines], [*lines, cut]))
+                bounds.extend(lines)
+                bounds.append(cut)
+                continue
+        sizes.append(n)
         bounds.append(cut)
-        prev = cut
     out: list[Section] = []
     piece_start = start
     prev = start
-    count = 0
-    for cut in bounds:
-        n = _tokens(text, prev, cut)
-        if count and count + n > budget:
+    total = 0
+    for cut, n in zip(bounds, sizes, strict=True):
+        if total and total + n > budget:
             out.append((piece_start, prev, label))
             piece_start = prev
-            count = 0
-        count += n
+            total = 0
+        total += n
         prev = cut
     out.append((piece_start, end, label))
     return out
 
 
-def _line_starts(text: str, start: int, end: int) -> Iterator[int]:
-    pos = text.find("\n", start, end)
-    while pos >= 0 and pos + 1 < end:
-        yield pos + 1
-        pos = text.find("\n", pos + 1, end)
+def _line_starts(text: str, start: int, end: int) -> list[int]:
+    """Offsets strictly inside ``(start, end)`` that begin a line."""
+    # Line lengths from str.split and a running sum keep the loop in C; a
+    # function without blank lines can run to thousands of lines.
+    lines = text[start:end].split("\n")
+    starts = list(accumulate(map(add, map(len, lines[:-1]), repeat(1)), initial=start))
+    if starts[-1] >= end:
+        starts.pop()
+    return starts[1:]
 
 
 def _spans(starts: list[tuple[int, str | None]], length: int) -> list[tuple[int, int, str | None]]:
     """Turn sorted ``(offset, label)`` boundaries into contiguous spans over the text."""
     if not starts or starts[0][0] != 0:
         starts = [(0, None), *starts]
-    out = []
-    for i, (pos, label) in enumerate(starts):
-        end = starts[i + 1][0] if i + 1 < len(starts) else length
-        if end > pos:
-            out.append((pos, end, label))
-    return out
+    ends = list(map(itemgetter(0), starts))
+    ends[:-1] = ends[1:]
+    ends[-1] = length
+    return [(pos, end, label) for (pos, label), end in zip(starts, ends, strict=True) if end > pos]
 
 
 # Markdown ---------------------------------------------------------------
@@ -417,7 +468,7 @@ def _heading_sections(text: str, heads: list[tuple[int, int, str]],
         starts.append((pos, " > ".join(t for _, t in stack if t) or None))
     out: list[Section] = []
     for s, e, label in _spans(starts, len(text)):
-        out.extend(_pack(text, s, e, label, _paragraph_starts(text, s, e, atomic), budget, atomic))
+        out.extend(_pack(text, s, e, label, budget, atomic))
     return out
 
 
@@ -540,21 +591,29 @@ def _line_matches(pats: tuple[re.Pattern[str], re.Pattern[str]], text: str) -> I
         yield m.start() + 1, m
 
 
-def _py_methods(text: str, start: int, end: int) -> Iterator[tuple[int, str, str]]:
+def _py_methods(text: str, start: int, end: int) -> list[tuple[int, str, str]]:
     """``(line start, indent, name)`` of indented ``def`` lines in ``text[start:end]``."""
+    out = []
     for m in _PY_DEF.finditer(text, start, end):
-        line_start = text.rfind("\n", start, m.start()) + 1
-        prefix = text[line_start:m.start()]
-        if prefix.strip(" \t") not in ("", "async"):
+        at = m.start()
+        line_start = text.rfind("\n", start, at) + 1
+        prefix = text[line_start:at]
+        rest = prefix.strip(" \t")
+        if not rest:
+            indent = prefix  # nearly every method: only indentation before "def"
+        elif rest == "async":
+            indent = prefix[:len(prefix) - len(prefix.lstrip(" \t"))]
+        else:
             continue
-        indent = prefix[:len(prefix) - len(prefix.lstrip(" \t"))]
         if indent:
-            yield line_start, indent, m.group("name")
+            out.append((line_start, indent, m["name"]))
+    return out
 
 
 def _symbol(m: re.Match[str]) -> str:
+    names = m.re.groupindex
     for group in ("name", "method", "func"):
-        value = m.groupdict().get(group)
+        value = m[group] if group in names else None
         if value:
             return value.strip().strip("\"'`[]")
     return m.group(0).strip()
@@ -606,11 +665,10 @@ def _code_sections(text: str, lang: str, budget: int | None, path: str | None) -
                 pos = _attach_comments(text, line_start, inner[-1][0] + 1)
                 if pos > inner[-1][0]:
                     inner.append((pos, f"{label}.{name}"))
-        pieces = _spans(inner, e)
-        for ps, pe, plabel in pieces:
+        for ps, pe, plabel in _spans(inner, e):
             if ps < s:
                 continue
-            out.extend(_pack(text, ps, pe, plabel, _paragraph_starts(text, ps, pe, [], code=True), budget))
+            out.extend(_pack(text, ps, pe, plabel, budget, code=True))
     merged = _merge_small(text, out, budget)
     if path:
         # The path is part of every label so a file is found by its name,
@@ -624,10 +682,10 @@ def _merge_small(text: str, sections: list[Section], budget: int | None) -> list
     if budget is None or len(sections) < 2:
         return sections
     out: list[Section] = []
+    sizes = _word_counts(text).counts(list(map(itemgetter(0), sections)), list(map(itemgetter(1), sections)))
     cur_s, cur_e, labels = sections[0][0], sections[0][1], [sections[0][2]]
-    cur_tokens = _tokens(text, cur_s, cur_e)
-    for s, e, label in sections[1:]:
-        n = _tokens(text, s, e)
+    cur_tokens = sizes[0]
+    for (s, e, label), n in zip(sections[1:], sizes[1:], strict=True):
         if cur_tokens + n <= budget:
             cur_e = e
             cur_tokens += n
@@ -640,12 +698,21 @@ def _merge_small(text: str, sections: list[Section], budget: int | None) -> list
 
 
 def _join_labels(labels: list[str | None]) -> str | None:
-    seen: list[str] = []
-    for label in labels:
-        if label and label not in seen:
-            seen.append(label)
-    # "Widget, Widget.polish" says no more than "Widget.polish".
-    kept = [x for x in seen if not any(other.startswith(x + ".") for other in seen)]
+    if len(labels) == 1:
+        return labels[0] or None
+    seen = [label for label in dict.fromkeys(labels) if label]
+    if len(seen) < 2:
+        return seen[0] if seen else None
+    # "Widget, Widget.polish" says no more than "Widget.polish": drop every
+    # label that is another's part before a dot.  A set of those parts
+    # avoids comparing every pair of a long label list.
+    parents: set[str] = set()
+    for other in seen:
+        dot = other.find(".")
+        while dot >= 0:
+            parents.add(other[:dot])
+            dot = other.find(".", dot + 1)
+    kept = [x for x in seen if x not in parents]
     return ", ".join(kept) if kept else None
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import codecs
 import itertools
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -147,6 +148,55 @@ def test_markdown_sections_respect_fences_and_front_matter() -> None:
     assert sections is not None
     labels = [label for _, _, label in sections]
     assert labels == [None, "A", "A > B"]
+
+
+# The sectioning helpers below are fast paths; each is checked against the
+# plain definition it must agree with.  The text draws on what trips them up:
+# word characters beyond ASCII, "?" (what non-ASCII turns into inside the
+# word counter), underscores, digits and line breaks.
+count_text = st.lists(
+    st.sampled_from([*"ab_1 ?\n\t.-", "é", "中", "٣", "\u00a0", "\ufffd", "\u2028"]), max_size=120,
+).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=count_text, data=st.data())
+def test_word_counts_match_the_word_regex_on_any_span(text: str, data: st.DataObject) -> None:
+    counts = formats._WordCounts(text)
+    offset = st.integers(0, len(text))
+    spans = data.draw(st.lists(st.tuples(offset, offset), max_size=8))  # reversed spans included
+    expected = [len(re.findall(r"\w+", text[s:e])) for s, e in spans]
+    assert [counts.count(s, e) for s, e in spans] == expected
+    assert counts.counts([s for s, _ in spans], [e for _, e in spans]) == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=count_text, data=st.data())
+def test_line_starts_are_the_offsets_after_each_newline(text: str, data: st.DataObject) -> None:
+    start = data.draw(st.integers(0, len(text)))
+    end = data.draw(st.integers(start, len(text)))
+    expected = [i + 1 for i in range(start, end) if text[i] == "\n" and i + 1 < end]
+    assert formats._line_starts(text, start, end) == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(positions=st.lists(st.integers(0, 40), unique=True).map(sorted),
+       atomic=st.lists(st.tuples(st.integers(0, 40), st.integers(0, 40)), max_size=6))
+def test_outside_drops_positions_strictly_inside_an_atomic_span(positions: list[int],
+                                                                 atomic: list[tuple[int, int]]) -> None:
+    expected = [pos for pos in positions if not any(a < pos < b for a, b in atomic)]
+    assert formats._outside(positions, atomic) == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from([None, "", "A", "A.b", "A.b.c", "Ab", "B", "A.", "A..c", "b"]), min_size=1, max_size=7))
+def test_join_labels_keeps_the_most_specific_labels_in_order(labels: list[str | None]) -> None:
+    seen: list[str] = []
+    for label in labels:
+        if label and label not in seen:
+            seen.append(label)
+    kept = [x for x in seen if not any(other.startswith(x + ".") for other in seen)]
+    assert formats._join_labels(labels) == (", ".join(kept) if kept else None)
 
 
 # ------------------------------------------------------------ bad input
