@@ -529,11 +529,12 @@ class InvertedIndex:
 
         First a threshold: the ``SEED`` highest-impact chunks of every term
         are scored in full, and the k-th best of them, ``theta``, can only
-        rise.  A chunk then needs at least ``theta - (sum of the other terms'
-        upper bounds)`` from some term (MaxScore's essential terms), and the
-        chunks meeting that are a prefix of each term's impact order.  Those
-        few are scored in full.  When the bound is too loose for that to be
-        cheap, term-at-a-time scoring runs instead, starting from ``theta``.
+        rise.  A chunk not yet seen then needs at least ``theta - (what the
+        other terms can still give it)`` from some term (MaxScore's essential
+        terms), and the chunks meeting that are a prefix of each term's impact
+        order; they are scored in full when few (see :meth:`_seed`).  When
+        they are too many, term-at-a-time scoring runs instead, starting from
+        ``theta``.
         """
         plan = self._plan(weights)
         if k <= 0 or not plan:
@@ -583,7 +584,7 @@ class InvertedIndex:
                     edges.append(self._imp(tid)[order[depth]] * w)
             new.difference_update(pool)
             pool.update(new)
-            # Chunks new to the pool lay below the last depth everywhere:
+            # Chunks new to the pool lie below the last depth everywhere:
             # the last edges bound what each term gives them.
             more, more_scores = self._full_scores(
                 plan, list(new if allowed is None else filter(allowed.__contains__, new)), theta, bounds
