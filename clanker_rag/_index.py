@@ -514,8 +514,10 @@ class InvertedIndex:
     def _probe(self, tid: int, w: float, cands: list[int]) -> Iterable[float]:
         """The term's contribution to each of ``cands`` (0.0 where absent), by binary search."""
         docs = self.fold(tid)
+        # hi=last keeps every index valid; a chunk beyond the end lands on
+        # the last posting and fails the equality test below.
         last = len(docs) - 1
-        idx = list(map(min, map(bisect_left, repeat(docs), cands), repeat(last)))
+        idx = list(map(bisect_left, repeat(docs), cands, repeat(0), repeat(last)))
         found = map(eq, map(docs.__getitem__, idx), cands)
         vals: Iterable[float] = map(self._imp(tid).__getitem__, idx)
         if w != 1.0:
@@ -667,15 +669,19 @@ class InvertedIndex:
         """Scores of ``cands`` summed in plan order.  With ``theta > 0``, a
         chunk is dropped on the way once its partial score plus ``bounds``
         (what each term left can still add to it) cannot reach ``theta``."""
-        scores = [0.0] * len(cands)
+        scores: list[float] = []
         rest = sum(bounds)
-        for (_, tid, w), bound in zip(plan, bounds):
+        last = len(plan) - 1
+        for i, ((_, tid, w), bound) in enumerate(zip(plan, bounds)):
             if not cands:
                 break
-            scores = list(map(add, scores, self._lookup(tid, w, cands)))
+            # 0.0 + x is x, bit for bit, so the first term needs no addition.
+            found = self._lookup(tid, w, cands)
+            scores = list(map(add, scores, found)) if i else list(found)
             rest -= bound
-            if theta > 0.0:
-                keep = list(map(ge, map(add, scores, repeat(_above(rest))), repeat(theta)))
+            if theta > 0.0 and i < last:
+                # score + rest >= theta, with the slack on the side of keeping.
+                keep = list(map(ge, scores, repeat(theta - _above(rest))))
                 if not all(keep):
                     cands = list(compress(cands, keep))
                     scores = list(compress(scores, keep))
