@@ -26,7 +26,11 @@ __all__ = ["HOME_ENV", "KbInfo", "create_kb", "data_home", "delete_kb", "kb_path
 
 HOME_ENV = "CLANKER_RAG_HOME"
 INDEX_FILE = "index.json"  # kept equal to _store.INDEX_FILE without importing it
-_DATA_FILE = re.compile(r"\.?data-[0-9a-f]{32}\.bin(\.\d+\.[0-9a-f]+\.tmp)?")  # _store's data files
+# Files an index folder may hold besides index.json and .lock: the index's
+# data file (_store) and stored embeddings (_dense), and their temporary files.
+_INDEX_FILES = re.compile(
+    r"\.?(data-[0-9a-f]{32}\.bin|dense-[A-Za-z0-9_.-]*-[0-9a-f]{10}(\.json|\.[0-9a-f]{12}\.f32))(\.\d+\.[0-9a-f]+\.tmp)?"
+)
 
 
 def index_size(path: Path) -> int:
@@ -139,7 +143,7 @@ def delete_kb(name: str) -> Path:
     foreign = [
         p.name
         for p in path.iterdir()
-        if p.name not in allowed and not p.name.startswith(f".{INDEX_FILE}.") and not _DATA_FILE.fullmatch(p.name)
+        if p.name not in allowed and not p.name.startswith(f".{INDEX_FILE}.") and not _INDEX_FILES.fullmatch(p.name)
     ]
     if foreign:
         listed = ", ".join(sorted(foreign)[:3])

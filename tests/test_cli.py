@@ -268,6 +268,17 @@ def test_delete_refuses_a_folder_with_foreign_files(home: Path, capsys: pytest.C
     assert (home / "mine" / "thesis.docx").exists()
 
 
+def test_delete_removes_stored_embeddings_with_the_index(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from clanker_rag._dense import DenseStore
+
+    assert run(capsys, "create", "mine")[0] == 0
+    DenseStore("/models/all-MiniLM-L6-v2").save(home / "mine")  # what hybrid search leaves beside the index
+    assert {p.suffix for p in (home / "mine").iterdir()} >= {".json", ".bin", ".f32"}
+    code, _, err = run(capsys, "delete", "mine")
+    assert code == 0, err
+    assert not (home / "mine").exists()
+
+
 # -- eval -----------------------------------------------------------------------------------------------------
 
 
