@@ -633,14 +633,16 @@ class KnowledgeBase:
         problem for a missing, truncated, tampered or newer-format index.
         """
         folder = Path(path)
-        body, revision, blob = _store.read_index(folder)
         where = str(folder / _store.INDEX_FILE if folder.is_dir() else folder)
-        try:
-            kb = cls._from_body(body, where, analyzer, blob)
-        except IndexFormatError:
-            raise
-        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
-            raise IndexFormatError(f"{where}: malformed index ({type(exc).__name__}: {exc})") from None
+        # Loading creates a few hundred thousand objects and no cycles.
+        with collector_paused():
+            body, revision, blob = _store.read_index(folder)
+            try:
+                kb = cls._from_body(body, where, analyzer, blob)
+            except IndexFormatError:
+                raise
+            except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+                raise IndexFormatError(f"{where}: malformed index ({type(exc).__name__}: {exc})") from None
         kb._path = folder if folder.is_dir() else folder.parent
         kb._revision = revision
         return kb
