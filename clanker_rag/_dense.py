@@ -44,6 +44,7 @@ from ._exceptions import ConfigError, IndexFormatError
 from ._fusion import DEFAULT_RRF_K, fuse_hits
 from ._store import fsync_dir, write_bytes_atomic
 from ._types import Hit, metadata_matches, source_matches
+from ._validate import positive_int
 
 __all__ = ["DEFAULT_DEPTH", "DenseStore", "HybridRetriever", "update_embeddings"]
 
@@ -313,9 +314,8 @@ class HybridRetriever:
         save: bool = True,
         model_name: str | None = None,
     ) -> None:
-        for name, value in (("depth", depth), ("batch_size", batch_size)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name}={value!r} must be a positive integer")
+        positive_int("depth", depth)
+        positive_int("batch_size", batch_size)
         if len(weights) != 2:
             raise ConfigError(f"weights={weights!r} must be (bm25_weight, dense_weight)")
         self.kb = kb

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 from ._exceptions import ConfigError
 from ._types import Hit, HitLike, Retriever
+from ._validate import positive_int
 
 __all__ = [
     "MultiQueryRetriever",
@@ -142,8 +143,7 @@ class MultiQueryRetriever:
             raise ConfigError(f"rewrite={rewrite!r} must be a callable str -> list[str]")
         if depth is not None and (isinstance(depth, bool) or not isinstance(depth, int) or depth < 1):
             raise ConfigError(f"depth={depth!r} must be a positive integer or None")
-        if isinstance(max_queries, bool) or not isinstance(max_queries, int) or max_queries < 1:
-            raise ConfigError(f"max_queries={max_queries!r} must be a positive integer")
+        positive_int("max_queries", max_queries)
         self.retriever = retriever
         self.rewrite = rewrite
         self.include_original = include_original

@@ -31,6 +31,7 @@ from ._embed import ModelKind, dot_all, encode, load_model, passage_text
 from ._exceptions import ConfigError
 from ._fusion import DEFAULT_RRF_K, reciprocal_rank_fusion
 from ._types import HitLike, Retriever
+from ._validate import positive_int
 
 if TYPE_CHECKING:
     from ._dense import DenseStore
@@ -42,12 +43,6 @@ log = logging.getLogger(__name__)
 H = TypeVar("H", bound=HitLike)
 
 DEFAULT_CANDIDATES = 50
-
-
-def _positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{name}={value!r} must be a positive integer")
-    return value
 
 
 def _rescored(hit: H, score: float) -> H:
@@ -90,8 +85,8 @@ class Reranker:
     ) -> None:
         if kind not in ("auto", "bi", "cross"):
             raise ConfigError(f"kind={kind!r} must be 'auto', 'bi' or 'cross'")
-        self.candidates = _positive_int("candidates", candidates)
-        self.batch_size = _positive_int("batch_size", batch_size)
+        self.candidates = positive_int("candidates", candidates)
+        self.batch_size = positive_int("batch_size", batch_size)
         if isinstance(cache_size, bool) or not isinstance(cache_size, int) or cache_size < 0:
             raise ConfigError(f"cache_size={cache_size!r} must be an integer >= 0")
         self.device = device

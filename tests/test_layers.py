@@ -13,6 +13,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "clanker_rag"
 
 LAYERS = [
     {"_exceptions", "_types", "_bulk", "_stopwords", "_stemmer", "_generate", "_tools", "_formats"},
+    {"_validate"},
     {"_analysis", "_scoring", "_lock", "_store", "_scanner", "_embed", "_fusion"},
     {"_chunking", "_index", "_discovery"},
     {"_kb", "_dense"},
