@@ -85,29 +85,7 @@ def find_words(text: str) -> list[str]:
     return _unicode_patterns()[0].findall(text)
 
 
-class _OneTerm(dict[str, str]):
-    """Raw token -> its only term, or a marker: ``""`` for none, ``_MULTI`` for several."""
-
-    __slots__ = ("_terms", "multi")
-
-    def __init__(self, terms: _TermCache) -> None:
-        super().__init__()
-        self._terms = terms
-        self.multi: set[str] = set()  # the raw tokens mapped to _MULTI
-
-    def __missing__(self, raw: str) -> str:
-        if len(self) >= _MAX_CACHE:
-            self.clear()
-            self.multi.clear()
-        terms = self._terms[raw]
-        one = terms[0] if len(terms) == 1 else ("" if not terms else _MULTI)
-        if one is _MULTI:
-            self.multi.add(raw)
-        self[raw] = one
-        return one
-
-
-_MULTI = "\x00"
+_MISSING = "\x00"  # not a word: marks a _word_cache miss
 
 
 class _TermCache(dict[str, tuple[str, ...]]):
@@ -172,7 +150,6 @@ class Analyzer:
         self.custom = custom
         self._stem: Callable[[str], str] | None = porter2_stem if stemmer == "porter2" else None
         self.cache = _TermCache(self._expand)
-        self._one = _OneTerm(self.cache)
         self._word_cache: dict[str, str | None] = {}
 
     # -- settings round trip -------------------------------------------------
@@ -213,27 +190,14 @@ class Analyzer:
         return self.cache[raw]
 
     def count(self, words: Sequence[str]) -> Counter[str]:
-        """Term frequencies of already split raw words.
-
-        Most words analyse to exactly one term, so they are counted straight
-        from a raw-token -> term table at C speed; stop words and identifiers
-        with several parts are patched in afterwards.
-        """
+        """Term frequencies of already split raw words."""
         if self.custom is not None:
             return Counter(t for t in self.custom(" ".join(words)) if t)
-        counts = Counter(map(self._one.__getitem__, words))
-        counts.pop("", None)
-        if _MULTI in counts:
-            del counts[_MULTI]
-            # filter() with a set's __contains__ picks the multi-term tokens,
-            # and update() counts their terms, both without a Python loop.
-            multi = filter(self._one.multi.__contains__, words)
-            counts.update(chain.from_iterable(map(self.cache.__getitem__, multi)))
-        return counts
+        return Counter(chain.from_iterable(map(self.cache.__getitem__, words)))
 
     def _word(self, low: str) -> str | None:
-        cached = self._word_cache.get(low, _MULTI)
-        if cached != _MULTI:
+        cached = self._word_cache.get(low, _MISSING)
+        if cached != _MISSING:
             return cached
         if low in self._stop:
             term = None

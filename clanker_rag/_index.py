@@ -154,7 +154,7 @@ class InvertedIndex:
         self._norms: list[float] = []
         # tid -> (impact generation it was computed for, positions by impact, largest first)
         self._orders: dict[int, tuple[int, array[int]]] = {}
-        self._order_buffer: tuple[memoryview, dict[int, int], int, str] | None = None
+        self._order_buffer: tuple[memoryview, dict[int, int], int] | None = None
         # tid -> (impact generation, {chunk id: impact}), least recently used
         # first: one C-level dict lookup per candidate instead of a binary search.
         self._tables: dict[int, tuple[int, dict[int, float]]] = {}
@@ -404,7 +404,7 @@ class InvertedIndex:
             at += lengths[tid]
         if at != len(positions):
             raise IndexFormatError(f"{where}: impact orders have the wrong length")
-        self._order_buffer = (memoryview(positions).cast("B"), starts, self.gen, where)
+        self._order_buffer = (memoryview(positions).cast("B"), starts, self.gen)
 
     def order(self, tid: int) -> array[int] | None:
         """Positions in the term's lists by decreasing impact (ties: lower position first).
@@ -542,8 +542,9 @@ class InvertedIndex:
         if k <= 0 or not plan:
             return []
         theta = 0.0
-        if sum(len(self.fold(tid)) for _, tid, _ in plan) > 4 * max(SEED, k):
-            seeded = self._seed(plan, k, allowed)
+        total_len = sum(len(self.fold(tid)) for _, tid, _ in plan)
+        if total_len > 4 * max(SEED, k):
+            seeded = self._seed(plan, k, allowed, total_len)
             if seeded is not None:
                 found, theta = seeded
                 if found is not None:
@@ -551,7 +552,7 @@ class InvertedIndex:
         return self._term_at_a_time(plan, k, allowed, theta)
 
     def _seed(
-        self, plan: list[tuple[float, int, float]], k: int, allowed: Container[int] | None
+        self, plan: list[tuple[float, int, float]], k: int, allowed: Container[int] | None, total_len: int
     ) -> tuple[list[tuple[int, float]] | None, float] | None:
         """``(top k or None, theta)`` from the terms' best chunks, or None.
 
@@ -571,7 +572,6 @@ class InvertedIndex:
         scores: list[float] = []
         bounds = [ub for ub, _, _ in plan]
         theta = 0.0
-        total_len = sum(len(self.fold(tid)) for _, tid, _ in plan)
         while True:
             new: set[int] = set()
             edges: list[float] = []

@@ -27,7 +27,6 @@ stores every longer list's impact order (``body.orders``).  Both load.
 
 from __future__ import annotations
 
-import base64
 import binascii
 import hashlib
 import json
@@ -47,7 +46,6 @@ __all__ = [
     "INDEX_FILE",
     "Blob",
     "fsync_dir",
-    "pack",
     "read_index",
     "text",
     "unpack",
@@ -109,14 +107,6 @@ def text(value: Any, blob: memoryview | None, where: str) -> str:
         return str(_range(value, blob, where), "utf-8", "surrogatepass")
     except UnicodeDecodeError as exc:
         raise IndexFormatError(f"{where}: not valid UTF-8 ({exc.reason})") from None
-
-
-def pack(values: array[Any]) -> str:
-    """Base64 of the array's little-endian bytes."""
-    if sys.byteorder != "little":  # pragma: no cover - big-endian hosts
-        values = array(values.typecode, values)
-        values.byteswap()
-    return base64.b64encode(values.tobytes()).decode("ascii")
 
 
 def unpack(value: Any, typecode: str, where: str, blob: memoryview | None = None) -> array[Any]:
