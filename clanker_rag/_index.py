@@ -53,13 +53,20 @@ _consume: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend
 # are a prefix found by binary search.  A query first scores the SEED best
 # chunks of each term in full; the k-th best of those is a lower bound on the
 # final threshold, and only the chunks that could still beat it are scored
-# (see top_k).  Terms at least TABLE_MIN long keep a {chunk id: impact} table
-# for lookups once a query needs many of them: a least-recently-used cache of
-# at most TABLE_ENTRIES entries in all (about 90 bytes each).
+# (see top_k).  Terms at least TABLE_MIN long keep a lookup table once a
+# query needs many of their impacts: a least-recently-used cache of at most
+# TABLE_BYTES in all.  A term in at least 1/DENSE_SHARE of the chunks gets a
+# dense list indexed by chunk id (8 bytes a slot, and list indexing is twice
+# as fast as a dict lookup); a rarer one a {chunk id: impact} dict (about 90
+# bytes an entry with its float).
 ORDER_MIN = 32
 SEED = 8
 TABLE_MIN = 256
-TABLE_ENTRIES = 1_000_000
+TABLE_BYTES = 96_000_000
+DENSE_SHARE = 16
+_DICT_ENTRY_BYTES = 90
+_SLOT_BYTES = 8
+_FLOAT_BYTES = 24
 # A term's table is built once its binary-searched candidates pass 1/PROBE_SHARE
 # of its list; candidates scored one by one may cost 1/BUDGET_SHARE of the
 # postings that term-at-a-time scoring would merge instead.
@@ -155,10 +162,11 @@ class InvertedIndex:
         # tid -> (impact generation it was computed for, positions by impact, largest first)
         self._orders: dict[int, tuple[int, array[int]]] = {}
         self._order_buffer: tuple[memoryview, dict[int, int], int] | None = None
-        # tid -> (impact generation, {chunk id: impact}), least recently used
-        # first: one C-level dict lookup per candidate instead of a binary search.
-        self._tables: dict[int, tuple[int, dict[int, float]]] = {}
-        self._table_entries = 0
+        # tid -> (impact generation, table, its size in bytes), least recently
+        # used first: one C-level lookup per candidate instead of a binary
+        # search.  A table is a dense list indexed by chunk id or a dict.
+        self._tables: dict[int, tuple[int, list[float] | dict[int, float], int]] = {}
+        self._table_bytes = 0
         # tid -> candidates looked up by binary search so far: a table pays
         # for itself once they pass a share of the list (like a ski rental).
         self._probed: dict[int, int] = {}
@@ -461,35 +469,45 @@ class InvertedIndex:
         imps = self._imp(tid)
         return imps if w == 1.0 else map(mul, imps, repeat(w))
 
-    def _cached_table(self, tid: int) -> dict[int, float] | None:
+    def _cached_table(self, tid: int) -> list[float] | dict[int, float] | None:
         cached = self._tables.pop(tid, None)
         if cached is None:
             return None
         if cached[0] != self.imp_gen[tid]:
-            self._table_entries -= len(cached[1])
+            self._table_bytes -= cached[2]
             return None
         self._tables[tid] = cached  # now the most recently used
         return cached[1]
 
-    def _table(self, tid: int) -> dict[int, float]:
-        """``{chunk id: impact}`` of the term, cached."""
+    def _table(self, tid: int) -> list[float] | dict[int, float]:
+        """The term's impacts by chunk id, cached: a dense list or a dict."""
         table = self._cached_table(tid)
         if table is not None:
             return table
         imps, _ = self.impacts(tid)
-        table = dict(zip(self.fold(tid).tolist(), imps.tolist()))  # lists zip faster than arrays
-        self._tables[tid] = (self.imp_gen[tid], table)
-        self._table_entries += len(table)
+        docs = self.fold(tid)
+        n = len(self.dl)
+        if len(docs) * DENSE_SHARE >= n:
+            dense = [0.0] * n
+            # Lists zip and index faster than arrays.
+            _consume(map(dense.__setitem__, docs.tolist(), imps.tolist()))
+            table = dense
+            size = n * _SLOT_BYTES + len(docs) * _FLOAT_BYTES
+        else:
+            table = dict(zip(docs.tolist(), imps.tolist()))
+            size = len(docs) * _DICT_ENTRY_BYTES
+        self._tables[tid] = (self.imp_gen[tid], table, size)
+        self._table_bytes += size
         tables = self._tables
         try:
-            while self._table_entries > TABLE_ENTRIES and len(tables) > 1:
+            while self._table_bytes > TABLE_BYTES and len(tables) > 1:
                 oldest = next(iter(tables))
-                self._table_entries -= len(tables.pop(oldest)[1])
+                self._table_bytes -= tables.pop(oldest)[2]
         except (RuntimeError, KeyError, StopIteration):
             # Another thread searching at the same time changed the cache
             # under us: start it afresh rather than let the accounting drift.
             tables.clear()
-            self._table_entries = 0
+            self._table_bytes = 0
         return table
 
     def _lookup(self, tid: int, w: float, cands: list[int]) -> Iterable[float]:
@@ -507,7 +525,9 @@ class InvertedIndex:
             else:
                 local = dict(zip(docs, self._contribs(tid, w)))
                 return map(local.get, cands, repeat(0.0))
-        vals: Iterable[float] = map(table.get, cands, repeat(0.0))
+        vals: Iterable[float] = (
+            map(table.__getitem__, cands) if isinstance(table, list) else map(table.get, cands, repeat(0.0))
+        )
         # w * 0.0 is 0.0 and w * impact is what the other paths add, bit for bit.
         return vals if w == 1.0 else map(mul, vals, repeat(w))
 

@@ -140,14 +140,17 @@ def test_index_round_trips_exactly(tmp_path_factory, texts, queries, removals):
     st.sampled_from([1, 2, 3]),
     st.sampled_from([0, 1, 3]),
     st.sampled_from([1, 4, 4096]),
+    st.sampled_from([1, 16, 10**9]),
 )
-def test_threshold_search_equals_exhaustive(texts, q, k, seed, order_min, table_min):
+def test_threshold_search_equals_exhaustive(texts, q, k, seed, order_min, table_min, dense_share):
     # Shrink the thresholds so impact orders, seeding rounds and tables all
     # run on small random corpora.
     import clanker_rag._index as index_module
 
-    old = index_module.SEED, index_module.ORDER_MIN, index_module.TABLE_MIN
-    index_module.SEED, index_module.ORDER_MIN, index_module.TABLE_MIN = seed, order_min, table_min
+    names = ("SEED", "ORDER_MIN", "TABLE_MIN", "DENSE_SHARE")
+    old = [getattr(index_module, name) for name in names]
+    for name, value in zip(names, (seed, order_min, table_min, dense_share)):
+        setattr(index_module, name, value)
     try:
         frozen = build(texts)
         frozen._index.refresh()  # the bulk path computes every order at once
@@ -162,7 +165,8 @@ def test_threshold_search_equals_exhaustive(texts, q, k, seed, order_min, table_
         kb.add_text("t0 t1 t2 t3", "late")  # orders and tables must follow the new generation
         assert ranked(kb, q, k) == exhaustive(kb, q, k)
     finally:
-        index_module.SEED, index_module.ORDER_MIN, index_module.TABLE_MIN = old
+        for name, value in zip(names, old):
+            setattr(index_module, name, value)
 
 
 @settings(max_examples=100, deadline=None)
@@ -187,7 +191,8 @@ def test_lookup_tables_stay_within_their_budget(monkeypatch):
     import clanker_rag._index as index_module
 
     monkeypatch.setattr(index_module, "TABLE_MIN", 1)
-    monkeypatch.setattr(index_module, "TABLE_ENTRIES", 60)
+    monkeypatch.setattr(index_module, "TABLE_BYTES", 60 * 90)
+    monkeypatch.setattr(index_module, "DENSE_SHARE", 5)  # words in a fifth of the texts: both kinds
     monkeypatch.setattr(index_module, "PROBE_SHARE", 1)  # build a table on first use
     monkeypatch.setattr(index_module, "ORDER_MIN", 2)
     monkeypatch.setattr(index_module, "SEED", 2)
@@ -196,10 +201,16 @@ def test_lookup_tables_stay_within_their_budget(monkeypatch):
     texts = [" ".join(rng.choices(words, k=rng.randint(3, 12))) for _ in range(150)]
     kb = build(texts)
     index = kb._index
+    kinds: set[type] = set()
     for _ in range(40):
         q = " ".join(rng.sample(words, rng.randint(1, 4)))
         assert ranked(kb, q, 5) == exhaustive(kb, q, 5)
         tables = index._tables
         assert tables, "lookups should have built tables"
-        assert index._table_entries == sum(len(table) for _, table in tables.values())
-        assert index._table_entries <= 60 or len(tables) == 1
+        assert index._table_bytes == sum(size for _, _, size in tables.values())
+        for _, table, size in tables.values():
+            # A dense list costs a slot per chunk, a dict an entry per posting.
+            assert size >= (len(table) * 8 if isinstance(table, list) else len(table) * 90)
+        assert index._table_bytes <= 60 * 90 or len(tables) == 1
+        kinds.update(type(table) for _, table, _ in tables.values())
+    assert kinds == {list, dict}, "both kinds of table should have been used"
