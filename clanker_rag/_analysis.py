@@ -25,14 +25,14 @@ import functools
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from itertools import chain
+from itertools import accumulate, chain
 from typing import Any
 
 from ._exceptions import ConfigError
 from ._stemmer import stem as porter2_stem
 from ._stopwords import ENGLISH_STOPWORDS
 
-__all__ = ["Analyzer", "find_words", "split_words"]
+__all__ = ["Analyzer", "find_words", "piece_offsets", "split_words"]
 
 # Hiragana, Katakana and the CJK ideograph blocks: scripts written without
 # spaces, where a "word" run can span a whole paragraph.
@@ -83,6 +83,35 @@ def find_words(text: str) -> list[str]:
         # finds the same words as the regex, in well under its time.
         return text.encode("ascii").translate(_BLANK_NON_WORD).decode("ascii").split()
     return _unicode_patterns()[0].findall(text)
+
+
+# Word characters (left non-blank by _BLANK_NON_WORD) blanked, blanks kept as "x".
+_BLANK_WORD = bytes(0x78 if c == 0x20 else 0x20 for c in range(256))
+
+
+def piece_offsets(text: str, words: list[str]) -> list[int]:
+    """Where each piece of :func:`split_words` starts, plus ``len(text)`` at the end.
+
+    ``words`` is ``find_words(text)``.  Offset ``2i`` is where the gap before
+    word ``i`` starts and ``2i + 1`` where word ``i`` starts.
+    """
+    if not text.isascii():
+        return list(accumulate(map(len, split_words(text)), initial=0))
+    # The gaps are the runs that the word blanking left blank: swap the two
+    # and split, instead of running the splitting regex over the whole text.
+    blanked = text.encode("ascii").translate(_BLANK_NON_WORD)
+    gaps = list(map(len, blanked.translate(_BLANK_WORD).split()))
+    if not words:
+        gaps = [len(text)]
+    else:
+        if not blanked[:1].isspace():
+            gaps.insert(0, 0)
+        if not blanked[-1:].isspace():
+            gaps.append(0)
+    lengths = [0] * (2 * len(words) + 1)
+    lengths[0::2] = gaps
+    lengths[1::2] = map(len, words)
+    return list(accumulate(lengths, initial=0))
 
 
 _MISSING = "\x00"  # not a word: marks a _word_cache miss

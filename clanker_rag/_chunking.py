@@ -13,9 +13,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import accumulate
 
-from ._analysis import find_words, split_words
+from ._analysis import find_words, piece_offsets
 from ._exceptions import ConfigError
 
 __all__ = ["ChunkSpan", "Chunker"]
@@ -113,8 +112,8 @@ class Chunker:
         size = self.chunk_size
         stride = self.stride
         assert size is not None and stride is not None
-        pieces = split_words(text[sec_start:sec_end])
-        words = pieces[1::2]
+        section = text[sec_start:sec_end]
+        words = find_words(section)
         n = len(words)
         if n == 0:
             if label:
@@ -123,8 +122,8 @@ class Chunker:
         if n <= size:
             out.append(self._span(lines, text, sec_start, sec_end, label, words))
             return
-        # offs[j] is where piece j starts; word i is piece 2i+1.
-        offs = list(accumulate(map(len, pieces), initial=0))
+        # offs[2i] is where the gap before word i starts, offs[2i + 1] the word.
+        offs = piece_offsets(section, words)
         s = 0
         while True:
             e = s + size
@@ -132,8 +131,8 @@ class Chunker:
                 e = n
                 end = sec_end
             else:
-                e = self._snap(pieces, s, e, n)
-                gap = pieces[2 * e]
+                e = self._snap(section, offs, s, e, n)
+                gap = section[offs[2 * e] : offs[2 * e + 1]]
                 end = sec_start + offs[2 * e] + _LEADING_NONSPACE.match(gap).end()  # type: ignore[union-attr]
             start = sec_start if s == 0 else sec_start + offs[2 * s + 1]
             out.append(self._span(lines, text, start, end, label, words[s:e]))
@@ -141,7 +140,7 @@ class Chunker:
                 return
             s = max(s + 1, min(s + stride, e))
 
-    def _snap(self, pieces: list[str], s: int, e: int, n: int) -> int:
+    def _snap(self, section: str, offs: list[int], s: int, e: int, n: int) -> int:
         slack = self.slack
         if slack == 0:
             return e
@@ -152,7 +151,7 @@ class Chunker:
         for dist in range(0, slack + 1):
             for p in (e - dist, e + dist) if dist else (e,):
                 if low <= p <= high:
-                    rank = _boundary_rank(pieces[2 * p])
+                    rank = _boundary_rank(section[offs[2 * p] : offs[2 * p + 1]])
                     if rank < best_rank:
                         best_rank, best_pos = rank, p
                         if rank == 0:

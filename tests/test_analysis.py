@@ -73,3 +73,16 @@ def test_word_finding_fast_path_equals_the_splitting_regex(text):
     from clanker_rag._analysis import split_words
 
     assert find_words(text) == split_words(text)[1::2]
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.one_of(st.text(st.characters(max_codepoint=127)), st.lists(pieces, max_size=40).map("".join), st.text()))
+def test_piece_offsets_fast_path_equals_the_splitting_regex(text):
+    # piece_offsets finds ASCII gaps by blanking the words; the definition is
+    # the running length of split_words' pieces.
+    from itertools import accumulate
+
+    from clanker_rag._analysis import piece_offsets, split_words
+
+    expected = list(accumulate(map(len, split_words(text)), initial=0))
+    assert piece_offsets(text, find_words(text)) == expected
