@@ -26,14 +26,13 @@ if TYPE_CHECKING:
         RetrievalTimeoutError,
     )
     from ._fusion import MultiQueryRetriever, expand_neighbors, fuse_hits, reciprocal_rank_fusion
-    from ._generate import AsyncGenerateFn, GenerateFn, RequestStats, Token
+    from ._generate import RETRIEVE_TOOL, AsyncGenerateFn, GenerateFn, RequestStats, Token, retrieve_tool
     from ._index import TermExplanation
     from ._ingest import IngestReport
     from ._kb import Explanation, KnowledgeBase
     from ._rerank import Reranker, RerankingRetriever
     from ._scanner import TagScanner, ToolCall
     from ._scoring import BM25
-    from ._tools import RETRIEVE_TOOL, retrieve_tool
     from ._types import Hit, HitLike, Retriever
 
 __all__ = [
@@ -108,8 +107,8 @@ _LAZY = {
     "TagScanner": "_scanner",
     "ToolCall": "_scanner",
     "BM25": "_scoring",
-    "RETRIEVE_TOOL": "_tools",
-    "retrieve_tool": "_tools",
+    "RETRIEVE_TOOL": "_generate",
+    "retrieve_tool": "_generate",
     "Hit": "_types",
     "HitLike": "_types",
     "Retriever": "_types",

@@ -17,8 +17,8 @@ import pytest
 
 from clanker_rag._controller import InjectEvent, RagController, RetrieveEvent
 from clanker_rag._exceptions import BackendError, ConfigError
+from clanker_rag._generate import RETRIEVE_TOOL, ToolCallDeltas, render_tool_call
 from clanker_rag._kb import KnowledgeBase
-from clanker_rag._tools import RETRIEVE_TOOL, ToolCallDeltas, render_tool_call
 from clanker_rag.backends import ChatBackend, CompletionsBackend, LlamaCppBackend, Token
 from clanker_rag.backends._openai_http import iter_sse
 

@@ -3,7 +3,7 @@
 Function-level imports are how a lower layer offers a convenience that lives
 higher up (``KnowledgeBase.ingest``) without a cycle at import time; they are
 not checked here.  Model backends import nothing of ours but the generate
-protocol, its exceptions and the tool schema.
+protocol (with the native tool-call schema) and the exception hierarchy.
 """
 
 import ast
@@ -12,7 +12,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "clanker_rag"
 
 LAYERS = [
-    {"_exceptions", "_types", "_bulk", "_stopwords", "_stemmer", "_generate", "_tools", "_formats"},
+    {"_exceptions", "_types", "_bulk", "_stopwords", "_stemmer", "_generate", "_formats"},
     {"_validate"},
     {"_analysis", "_scoring", "_lock", "_store", "_scanner", "_embed", "_fusion"},
     {"_chunking", "_index", "_discovery"},
@@ -21,7 +21,7 @@ LAYERS = [
     {"_proxy", "_cli", "_demo", "__init__", "__main__"},
 ]
 RANK = {name: i for i, layer in enumerate(LAYERS) for name in layer}
-BACKEND_DEPS = {"_generate", "_exceptions", "_tools"}
+BACKEND_DEPS = {"_generate", "_exceptions"}
 
 
 def module_level_imports(path: Path) -> set[str]:

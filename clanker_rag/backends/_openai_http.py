@@ -28,8 +28,7 @@ from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
 
 from .._exceptions import BackendError, ConfigError
-from .._generate import RequestStats, Token
-from .._tools import ToolCallDeltas, retrieve_tool
+from .._generate import RequestStats, Token, ToolCallDeltas, retrieve_tool
 
 __all__ = ["ChatBackend", "CompletionsBackend", "LlamaCppBackend", "iter_sse"]
 
