@@ -161,8 +161,15 @@ class InvertedIndex:
         self.gen = 0
         self._norms_gen = -1
         self._norms: list[float] = []
+        # (generation, postings whose length norms were computed one by one in it)
+        self._norm_work = (-1, 0)
         # tid -> (impact generation it was computed for, positions by impact, largest first)
         self._orders: dict[int, tuple[int, array[int]]] = {}
+        # tid -> impact generation a search last found its order missing in:
+        # an order is sorted on a term's second use in one generation, so a
+        # search right after each add (an agent's memory loop) does not pay
+        # for sorting lists that the next add makes stale again.
+        self._order_wanted: dict[int, int] = {}
         self._order_buffer: tuple[memoryview, dict[int, int], int] | None = None
         # tid -> (impact generation, table, its size in bytes), least recently
         # used first: one C-level lookup per candidate instead of a binary
@@ -325,6 +332,31 @@ class InvertedIndex:
             self._norms_gen = self.gen
         return self._norms
 
+    def _norms_of(self, docs: array[int]) -> list[float]:
+        """The length norms of ``docs``, bit for bit those of :meth:`_length_norms`.
+
+        A search right after an add needs fresh impacts for a few terms only:
+        their own chunks' norms cost less than every chunk's, until the lists
+        asking for them in this generation add up to half the collection.
+        """
+        if self._norms_gen != self.gen:
+            gen, work = self._norm_work
+            work = (work if gen == self.gen else 0) + len(docs)
+            self._norm_work = (self.gen, work)
+            avgdl = self.avgdl
+            if 2 * work < len(self.dl) and avgdl > 0:
+                bm = self.bm25
+                lengths = map(self.dl.__getitem__, docs)
+                # Same operations, in the same order, as _length_norms().
+                return list(
+                    map(
+                        mul,
+                        repeat(bm.k1),
+                        map(add, repeat(1.0 - bm.b), map(truediv, map(mul, repeat(bm.b), lengths), repeat(avgdl))),
+                    )
+                )
+        return list(map(self._length_norms().__getitem__, docs))
+
     def impacts(self, tid: int) -> tuple[array[float], float]:
         """The term's impacts (current generation) and their maximum."""
         docs = self.fold(tid)
@@ -338,13 +370,15 @@ class InvertedIndex:
         tfs = self.tfs[tid]
         assert tfs is not None
         bm = self.bm25
-        norms = self._length_norms()
+        norms = self._norms_of(docs)
         idf = bm.idf(self.n_docs, len(docs)) if docs else 0.0
         if bm.variant == "lucene":
-            weights: Iterable[float] = map(truediv, tfs, map(add, tfs, map(norms.__getitem__, docs)))
+            weights: Iterable[float] = map(truediv, tfs, map(add, tfs, norms))
         else:
             k1, b, delta, avgdl, dls = bm.k1, bm.b, bm.delta_value, self.avgdl, self.dl
-            weights = [tf_weight(bm.variant, tf, norms[d], k1, b, delta, dls[d], avgdl) for d, tf in zip(docs, tfs)]
+            weights = [
+                tf_weight(bm.variant, tf, norm, k1, b, delta, dls[d], avgdl) for d, tf, norm in zip(docs, tfs, norms)
+            ]
         imps = array("f", map(mul, repeat(idf), weights))
         self.imps[tid] = imps
         self.maxes[tid] = max(imps) if imps else 0.0
@@ -415,6 +449,28 @@ class InvertedIndex:
         if at != len(positions):
             raise IndexFormatError(f"{where}: impact orders have the wrong length")
         self._order_buffer = (memoryview(positions).cast("B"), starts, self.gen)
+
+    def _order_ready(self, tid: int) -> bool:
+        """Whether the term's impact order is at hand, or worth sorting now.
+
+        False the first time a search finds a long list's order missing in
+        the current generation; that search then scores term at a time.
+        """
+        docs = self.fold(tid)
+        if len(docs) <= ORDER_MIN:
+            return True
+        self.impacts(tid)
+        gen = self.imp_gen[tid]
+        cached = self._orders.get(tid)
+        if cached is not None and cached[0] == gen:
+            return True
+        buf = self._order_buffer
+        if buf is not None and buf[2] == gen and tid in buf[1]:
+            return True
+        if self._order_wanted.get(tid) == gen:
+            return True
+        self._order_wanted[tid] = gen
+        return False
 
     def order(self, tid: int) -> array[int] | None:
         """Positions in the term's lists by decreasing impact (ties: lower position first).
@@ -565,7 +621,7 @@ class InvertedIndex:
             return []
         theta = 0.0
         total_len = sum(len(self.fold(tid)) for _, tid, _ in plan)
-        if total_len > 4 * max(SEED, k):
+        if total_len > 4 * max(SEED, k) and all([self._order_ready(tid) for _, tid, _ in plan]):
             seeded = self._seed(plan, k, allowed, total_len)
             if seeded is not None:
                 found, theta = seeded

@@ -163,6 +163,9 @@ def test_threshold_search_equals_exhaustive(texts, q, k, seed, order_min, table_
         allowed = {cid for cid, d in enumerate(kb._chunks.doc) if d is not None and d.metadata.get("keep")}
         assert ranked(kb, q, k, where=where) == exhaustive(kb, q, k, allowed)
         kb.add_text("t0 t1 t2 t3", "late")  # orders and tables must follow the new generation
+        # The first search after the add scores term at a time; the second
+        # sorts the orders it was missing and seeds from them.
+        assert ranked(kb, q, k) == exhaustive(kb, q, k)
         assert ranked(kb, q, k) == exhaustive(kb, q, k)
     finally:
         for name, value in zip(names, old):
@@ -183,6 +186,48 @@ def test_bulk_freeze_equals_term_by_term_impacts(texts, variant):
         b_imps, b_max = one_by_one._index.impacts(tid)
         assert list(a_imps) == list(b_imps) and a_max == b_max
         assert list(packed._index.fold(packed._index.vocab[term])) == list(one_by_one._index.fold(tid))
+
+
+@settings(max_examples=100, deadline=None)
+@given(corpus, variants)
+def test_norms_of_a_few_chunks_equal_the_whole_collections(texts, variant):
+    # After an add, a term's impacts may take its own chunks' length norms one
+    # by one instead of every chunk's: they must be the same floats.
+    kb = build(texts, variant)
+    index = kb._index
+    for i in range(6):  # rare terms, so some lists are short enough for the one-by-one path
+        kb.add_text(f"pad{i} t1", f"pad{i}")
+    whole = index._length_norms()
+    one_by_one = 0
+    for tid in range(len(index.terms)):
+        docs = index.fold(tid)
+        index._norms_gen = -1  # stale again, and no work done in this generation yet
+        index._norm_work = (-1, 0)
+        one_by_one += 2 * len(docs) < len(index.dl)
+        assert index._norms_of(docs) == [whole[d] for d in docs]
+    assert one_by_one
+
+
+def test_a_search_right_after_an_add_does_not_sort_impact_orders(monkeypatch):
+    import clanker_rag._index as index_module
+
+    monkeypatch.setattr(index_module, "ORDER_MIN", 2)
+    texts = [f"alpha beta gamma w{i} w{i % 7}" for i in range(60)]
+    kb = build(texts)
+    sorted_terms: list[int] = []
+    real = index_module._impact_order
+
+    def spy(imps):
+        sorted_terms.append(len(imps))
+        return real(imps)
+
+    monkeypatch.setattr(index_module, "_impact_order", spy)
+    for i in range(3):
+        kb.add_text(f"alpha note {i}", f"note{i}")
+        assert ranked(kb, "alpha beta w3", 5) == exhaustive(kb, "alpha beta w3", 5)
+    assert sorted_terms == [], "one search per add: term at a time, no sorting"
+    assert ranked(kb, "alpha beta w3", 5) == exhaustive(kb, "alpha beta w3", 5)
+    assert sorted_terms, "a second search in the same generation sorts and seeds"
 
 
 def test_lookup_tables_stay_within_their_budget(monkeypatch):
