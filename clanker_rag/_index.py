@@ -165,10 +165,10 @@ class InvertedIndex:
         self._norm_work = (-1, 0)
         # tid -> (impact generation it was computed for, positions by impact, largest first)
         self._orders: dict[int, tuple[int, array[int]]] = {}
-        # tid -> impact generation a search last found its order missing in:
-        # an order is sorted on a term's second use in one generation, so a
-        # search right after each add (an agent's memory loop) does not pay
-        # for sorting lists that the next add makes stale again.
+        # tid -> impact generation a search last found its order stale in: a
+        # stale order is sorted again on the term's second use in one
+        # generation, so a search right after each add (an agent's memory
+        # loop) does not pay for sorting lists the next add makes stale again.
         self._order_wanted: dict[int, int] = {}
         self._order_buffer: tuple[memoryview, dict[int, int], int] | None = None
         # tid -> (impact generation, table, its size in bytes), least recently
@@ -453,8 +453,11 @@ class InvertedIndex:
     def _order_ready(self, tid: int) -> bool:
         """Whether the term's impact order is at hand, or worth sorting now.
 
-        False the first time a search finds a long list's order missing in
-        the current generation; that search then scores term at a time.
+        An order made stale by adds since it was sorted is sorted again on
+        the term's second use in the current generation: the first search
+        returns False and scores term at a time.  A term that never had an
+        order (a fresh bulk ingest) is sorted on first use: its next search
+        will likely find it still current.
         """
         docs = self.fold(tid)
         if len(docs) <= ORDER_MIN:
@@ -465,9 +468,10 @@ class InvertedIndex:
         if cached is not None and cached[0] == gen:
             return True
         buf = self._order_buffer
-        if buf is not None and buf[2] == gen and tid in buf[1]:
+        buffered = buf is not None and tid in buf[1]
+        if buffered and buf is not None and buf[2] == gen:
             return True
-        if self._order_wanted.get(tid) == gen:
+        if (cached is None and not buffered) or self._order_wanted.get(tid) == gen:
             return True
         self._order_wanted[tid] = gen
         return False

@@ -222,6 +222,9 @@ def test_a_search_right_after_an_add_does_not_sort_impact_orders(monkeypatch):
         return real(imps)
 
     monkeypatch.setattr(index_module, "_impact_order", spy)
+    assert ranked(kb, "alpha beta w3", 5) == exhaustive(kb, "alpha beta w3", 5)
+    assert sorted_terms, "terms that never had an order are sorted on first use"
+    sorted_terms.clear()
     for i in range(3):
         kb.add_text(f"alpha note {i}", f"note{i}")
         assert ranked(kb, "alpha beta w3", 5) == exhaustive(kb, "alpha beta w3", 5)
