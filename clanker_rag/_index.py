@@ -34,7 +34,7 @@ from collections import deque
 from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass
 from itertools import accumulate, chain, compress, repeat
-from operator import add, eq, ge, mul, rshift, sub, truediv
+from operator import add, eq, ge, gt, mul, rshift, sub, truediv
 from typing import Any
 
 from ._exceptions import IndexFormatError
@@ -151,6 +151,7 @@ class InvertedIndex:
         self.imps: list[array[float] | None] = []
         self._buffers: tuple[memoryview, memoryview, memoryview, array[int]] | None = None
         self._n_buffered = 0
+        self._buffers_gen = -1
         self._check_chunks: tuple[int, str] | None = None
         self.maxes: list[float] = []
         self.imp_gen: list[int] = []
@@ -171,6 +172,7 @@ class InvertedIndex:
         # loop) does not pay for sorting lists the next add makes stale again.
         self._order_wanted: dict[int, int] = {}
         self._order_buffer: tuple[memoryview, dict[int, int], int] | None = None
+        self._order_tids: array[int] = array("i")
         # tid -> (impact generation, table, its size in bytes), least recently
         # used first: one C-level lookup per candidate instead of a binary
         # search.  A table is a dense list indexed by chunk id or a dict.
@@ -236,6 +238,7 @@ class InvertedIndex:
         self._buffers = (memoryview(docs).cast("B"), memoryview(tfs).cast("B"), memoryview(imps).cast("B"), offsets)
         n = len(lengths)
         self._n_buffered = n
+        self._buffers_gen = self.gen
         self.docs = [None] * n
         self.tfs = [None] * n
         self.imps = [None] * n
@@ -436,6 +439,43 @@ class InvertedIndex:
             positions.extend(_impact_order(imps[offsets[tid] : offsets[tid + 1]]))
         self.attach_orders(array("i", ordered), positions)
 
+    def packed(
+        self,
+    ) -> tuple[array[int], array[int], array[int], array[float], array[float], array[int], array[int]] | None:
+        """The postings as a save writes them, straight from the buffers, or None.
+
+        ``(lengths, chunk ids, tfs, impacts, maxima, ordered terms, order
+        positions)`` when nothing changed since the buffers were attached (a
+        fresh bulk build, or a load): a save then copies them whole instead of
+        walking every term.  None when any list, statistic or order moved on.
+        """
+        buf = self._order_buffer
+        if (
+            self._buffers is None
+            or self._buffers_gen != self.gen
+            or self._n_buffered != len(self.terms)
+            or self.pending
+            or buf is None
+            or buf[2] != self.gen
+        ):
+            return None
+        mv_d, mv_t, mv_i, offsets = self._buffers
+        lengths = array("i", map(sub, offsets[1:], offsets[:-1]))
+        if not all(lengths) or len(self._order_tids) != sum(map(gt, lengths, repeat(ORDER_MIN))):
+            return None
+        imps = mv_i.obj
+        assert isinstance(imps, array)
+        maxes = self.maxes
+        if min(maxes, default=0.0) < 0:  # a fresh build: the maxima were not needed yet
+            for tid in [tid for tid, mx in enumerate(maxes) if mx < 0]:
+                a, b = offsets[tid], offsets[tid + 1]
+                maxes[tid] = max(imps[a:b])
+        docs, tfs = mv_d.obj, mv_t.obj
+        assert isinstance(docs, array) and isinstance(tfs, array)
+        positions = buf[0].obj
+        assert isinstance(positions, array)
+        return lengths, docs, tfs, imps, array("f", maxes), self._order_tids, positions
+
     def attach_orders(self, tids: array[int], positions: array[int], *, where: str = "index") -> None:
         """Adopt impact orders (see :meth:`order`) saved for the loaded generation."""
         lengths = list(self._lengths())
@@ -449,6 +489,7 @@ class InvertedIndex:
         if at != len(positions):
             raise IndexFormatError(f"{where}: impact orders have the wrong length")
         self._order_buffer = (memoryview(positions).cast("B"), starts, self.gen)
+        self._order_tids = tids
 
     def _order_ready(self, tid: int) -> bool:
         """Whether the term's impact order is at hand, or worth sorting now.

@@ -213,7 +213,7 @@ def ingest(
     sync: bool = True,
     prefix: str = "",
     index_path: StrPath | None = None,
-    checkpoint_files: int = 500,
+    checkpoint_files: int | None = None,
     checkpoint_seconds: float = 30.0,
     progress: bool | None = None,
 ) -> IngestReport:
@@ -254,14 +254,17 @@ def ingest(
     prefix:
         Put before every source name (``"docs/"``) to keep roots apart.
     index_path:
-        Save the knowledge base there every ``checkpoint_files`` indexed
-        files or ``checkpoint_seconds`` seconds, and at the end.
+        Save the knowledge base there every ``checkpoint_seconds`` seconds
+        (but never more often than every four save durations, so saving stays
+        under a fifth of the run), every ``checkpoint_files`` indexed files
+        when that is given, and at the end.
     progress:
         Show a progress bar on stderr; ``None`` shows it when stderr is a terminal.
     """
     _check_positive("max_file_size", max_file_size)
     _check_positive("max_record_file_size", max_record_file_size)
-    _check_positive("checkpoint_files", checkpoint_files)
+    if checkpoint_files is not None:
+        _check_positive("checkpoint_files", checkpoint_files)
     _check_positive("checkpoint_seconds", checkpoint_seconds, allow_float=True)
     paths: list[StrPath] = [path] if isinstance(path, str | os.PathLike) else list(path)
     if not paths:
@@ -308,7 +311,7 @@ def _root_name(root: str) -> str:
 class _Run:
     def __init__(self, kb: _KnowledgeBaseLike, options: DiscoveryOptions, max_file_size: int,
                  max_record_file_size: int, prefix: str, index_path: StrPath | None,
-                 checkpoint_files: int, checkpoint_seconds: float) -> None:
+                 checkpoint_files: int | None, checkpoint_seconds: float) -> None:
         self.kb = kb
         self.options = options
         self.max_file_size = max_file_size
@@ -321,19 +324,28 @@ class _Run:
         self.report = IngestReport()
         self.dirty = 0
         self.last_save = time.monotonic()
+        self.save_seconds = 0.0  # how long the last save took
 
     def save(self) -> None:
         assert self.index_path is not None
+        started = time.monotonic()
         self.kb.save(self.index_path)
         self.report.saves += 1
         self.dirty = 0
         self.last_save = time.monotonic()
-        logger.debug("checkpoint saved to %s", self.index_path)
+        self.save_seconds = self.last_save - started
+        logger.debug("checkpoint saved to %s in %.2fs", self.index_path, self.save_seconds)
 
     def _maybe_checkpoint(self) -> None:
         if self.index_path is None or not self.dirty:
             return
-        if self.dirty >= self.checkpoint_files or time.monotonic() - self.last_save >= self.checkpoint_seconds:
+        if self.checkpoint_files is not None and self.dirty >= self.checkpoint_files:
+            self.save()
+            return
+        # A save rewrites the whole index, so its cost grows with the index:
+        # spacing saves by four of their durations keeps them under a fifth
+        # of a long run, however large the index gets.
+        if time.monotonic() - self.last_save >= max(self.checkpoint_seconds, 4 * self.save_seconds):
             self.save()
 
     def skip(self, rel: str, reason: str, *, level: int = logging.DEBUG) -> None:

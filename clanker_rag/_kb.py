@@ -200,6 +200,10 @@ class KnowledgeBase:
         self._path: Path | None = None
         self._revision: str | None = None
         self._lock: IndexLock | None = None
+        # Sources added, replaced or removed so far, and that count at the last
+        # save or load: edit() skips a save that would rewrite the same index.
+        self._changes = 0
+        self._saved_changes: int | None = None
 
     # -- construction ----------------------------------------------------------
     @classmethod
@@ -273,6 +277,7 @@ class KnowledgeBase:
             self.remove(source)
         doc = _Doc(source, text, meta, fingerprint)
         self._docs[source] = doc
+        self._changes += 1
         analyzer = self.analyzer
         index = self._index
         chunks = self._chunks
@@ -338,6 +343,7 @@ class KnowledgeBase:
         doc = self._docs.pop(source, None)
         if doc is None:
             return 0
+        self._changes += 1
         index = self._index
         for cid in doc.cids:
             removed = index.remove(cid, self._chunk_terms(cid))
@@ -544,7 +550,12 @@ class KnowledgeBase:
         p_maxes: array[float] = array("f")
         remap = new_id.__getitem__
         o_terms, o_positions = array("i"), array("i")
-        for tid, term in enumerate(index.terms):
+        # Nothing changed since a bulk build or a load: the buffers are the answer.
+        packed = index.packed() if len(live) == len(ct.doc) else None
+        if packed is not None:
+            lengths, p_docs, p_tfs, p_imps, p_maxes, o_terms, o_positions = packed
+            terms = list(index.terms)
+        for tid, term in enumerate(index.terms if packed is None else ()):
             docs = index.fold(tid)
             if not docs:
                 continue
@@ -617,6 +628,7 @@ class KnowledgeBase:
                 )
             self._revision = _store.write_index(folder, *self._body())
             self._path = folder
+            self._saved_changes = self._changes
         finally:
             if not own_lock:
                 lock.release()
@@ -645,6 +657,7 @@ class KnowledgeBase:
                 raise IndexFormatError(f"{where}: malformed index ({type(exc).__name__}: {exc})") from None
         kb._path = folder if folder.is_dir() else folder.parent
         kb._revision = revision
+        kb._saved_changes = kb._changes
         return kb
 
     @classmethod
@@ -746,7 +759,9 @@ class KnowledgeBase:
         """Load-modify-save under the index's writer lock.
 
         Creates the index (with ``create`` options) if the folder has none;
-        saves when the block exits without an exception.  Writers in other
+        saves when the block exits without an exception, unless the block
+        changed nothing since the index was loaded or last saved there (an
+        ingest with ``index_path=`` saves as it goes).  Writers in other
         processes wait for the lock, so none loses another's documents.
         """
         folder = Path(path)
@@ -760,7 +775,8 @@ class KnowledgeBase:
                 kb._path = folder
             kb._lock = lock
             yield kb
-            kb.save(folder)
+            if kb._saved_changes != kb._changes or kb._path != folder:
+                kb.save(folder)
         finally:
             lock.release()
 

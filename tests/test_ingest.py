@@ -704,3 +704,60 @@ def test_kb_ingest_method_delegates(tmp_path: Path) -> None:
     report = kb.ingest(tmp_path)
     assert isinstance(report, IngestReport)
     assert report.added == ["a.md"] and kb.sources() == ["a.md"]
+
+
+def test_edit_rewrites_the_index_only_when_the_block_changed_it(tmp_path: Path) -> None:
+    from clanker_rag import _store
+
+    tree, index = tmp_path / "tree", tmp_path / "index"
+    for i in range(4):
+        write(tree, f"f{i}.md", f"document {i}")
+    with KnowledgeBase.edit(index) as kb:
+        report = kb.ingest(tree, index_path=index)
+    # The ingest saved at its end; the block's exit had nothing left to write.
+    assert report.saves == 1
+    first = _store.read_revision(index)
+    with KnowledgeBase.edit(index) as kb:
+        again = kb.ingest(tree, index_path=index)  # nothing changed on disk
+    assert len(again.unchanged) == 4 and again.saves == 0
+    assert _store.read_revision(index) == first
+    with KnowledgeBase.edit(index) as kb:
+        kb.remove("f1.md")
+    second = _store.read_revision(index)
+    assert second != first
+    assert KnowledgeBase.load(index).sources() == ["f0.md", "f2.md", "f3.md"]
+    with KnowledgeBase.edit(index) as kb:
+        kb.add_text("a new note", "note.md")
+    assert _store.read_revision(index) != second
+    assert "note.md" in KnowledgeBase.load(index).sources()
+
+
+def test_timed_checkpoints_keep_saving_under_a_fifth_of_the_run(tmp_path: Path, monkeypatch) -> None:
+    import clanker_rag._ingest as ingest_module
+
+    clock = [1000.0]
+    monkeypatch.setattr(ingest_module.time, "monotonic", lambda: clock[0])
+    run = ingest_module._Run(KnowledgeBase(), ingest_module.DiscoveryOptions(), 1 << 20, 1 << 20, "",
+                             tmp_path / "index", None, 30.0)
+    saves: list[float] = []
+
+    def fake_save() -> None:
+        saves.append(clock[0])
+        clock[0] += 50.0  # a save of a large index takes 50 s
+        run.dirty, run.last_save, run.save_seconds = 0, clock[0], 50.0
+
+    monkeypatch.setattr(run, "save", fake_save)
+    run.dirty = 1
+    clock[0] += 29.0
+    run._maybe_checkpoint()
+    assert saves == []  # not yet 30 s
+    clock[0] += 1.0
+    run._maybe_checkpoint()
+    assert saves == [1030.0]
+    run.dirty = 1
+    clock[0] += 199.0
+    run._maybe_checkpoint()
+    assert len(saves) == 1  # 199 s of work after a 50 s save: not yet 4 x 50 s
+    clock[0] += 1.0
+    run._maybe_checkpoint()
+    assert len(saves) == 2
