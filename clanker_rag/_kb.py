@@ -520,7 +520,6 @@ class KnowledgeBase:
         index.refresh()
         ct = self._chunks
         live = [cid for cid, d in enumerate(ct.doc) if d is not None]
-        new_id = dict(zip(live, range(len(live))))
         doc_order: dict[str, int] = {}
         c_doc = array("i")
         for cid in live:
@@ -548,7 +547,13 @@ class KnowledgeBase:
         lengths, p_docs, p_tfs = array("i"), array("i"), array("I")
         p_imps: array[float] = array("f")
         p_maxes: array[float] = array("f")
-        remap = new_id.__getitem__
+        # Chunk ids close up over removed chunks when saved; without removals
+        # they stay as they are and the lists are copied whole.
+        renumber: list[int] | None = None
+        if len(live) != len(ct.doc):
+            renumber = [-1] * len(ct.doc)
+            for new_cid, cid in enumerate(live):
+                renumber[cid] = new_cid
         o_terms, o_positions = array("i"), array("i")
         # Nothing changed since a bulk build or a load: the buffers are the answer.
         packed = index.packed() if len(live) == len(ct.doc) else None
@@ -566,7 +571,7 @@ class KnowledgeBase:
                 o_positions.extend(order)
             terms.append(term)
             lengths.append(len(docs))
-            p_docs.extend(map(remap, docs))
+            p_docs.extend(docs if renumber is None else map(renumber.__getitem__, docs))
             p_tfs.extend(index._tf(tid))
             imps, top = index.impacts(tid)
             p_imps.extend(imps)
