@@ -34,7 +34,7 @@ from collections import deque
 from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass
 from itertools import accumulate, chain, compress, repeat
-from operator import add, eq, ge, gt, mul, rshift, sub, truediv
+from operator import add, eq, ge, gt, mul, ne, rshift, sub, truediv
 from typing import Any
 
 from ._exceptions import IndexFormatError
@@ -92,6 +92,11 @@ def _best(cands: list[int], scores: list[float], k: int, theta: float) -> list[t
 def _impact_order(imps: array[float]) -> array[int]:
     """Positions by decreasing impact; ties keep increasing position (the sort is stable)."""
     return array("i", sorted(range(len(imps)), key=imps.__getitem__, reverse=True))
+
+
+# (terms, lengths, chunk ids, tfs, impacts, maxima, ordered terms, order positions)
+_Packed = tuple[list[str], "array[int]", "array[int]", "array[int]", "array[float]", "array[float]", "array[int]",
+                "array[int]"]
 
 
 class _Pending(dict[int, list[int]]):
@@ -393,9 +398,34 @@ class InvertedIndex:
         if self._buffers is None and self.docs.count(None) == len(self.docs):
             self._freeze()
             return
+        if 2 * sum(map(ne, self.imp_gen, repeat(self.gen))) > len(self.terms):
+            # Most terms are stale (any add or remove changes N and the
+            # average length for all of them): repack and recompute in bulk.
+            self._refreeze()
+            return
         for tid in range(len(self.terms)):
             self.impacts(tid)
             self.order(tid)
+
+    def _refreeze(self) -> None:
+        """Repack every list (loaded buffers, cut arrays, pending postings) and
+        recompute all impacts and orders in bulk, as :meth:`_freeze` does."""
+        docs, tfs, lengths = array("i"), array("I"), array("i")
+        bufs = self._buffers
+        pending = self.pending
+        for tid in range(len(self.terms)):
+            if bufs is not None and self.docs[tid] is None and tid < self._n_buffered and tid not in pending:
+                mv_d, mv_t, _, offsets = bufs
+                a, b = offsets[tid] * 4, offsets[tid + 1] * 4
+                docs.frombytes(mv_d[a:b])
+                tfs.frombytes(mv_t[a:b])
+                lengths.append((b - a) >> 2)
+            else:
+                d = self.fold(tid)
+                docs.extend(d)
+                tfs.extend(self._tf(tid))
+                lengths.append(len(d))
+        self._pack(lengths, docs, tfs)
 
     def _lengths(self) -> Iterable[int]:
         if self._buffers is None:
@@ -422,9 +452,17 @@ class InvertedIndex:
         tfs = array("I")
         tfs.frombytes(pairs[1::2].tobytes())
         del pairs
+        self._pack(lengths, docs, tfs)
+
+    def _pack(self, lengths: array[int], docs: array[int], tfs: array[int]) -> None:
+        """Adopt ``docs``/``tfs`` (lists laid end to end) as the buffers, with
+        impacts and orders computed in a few C-level passes: the same values
+        as :meth:`impacts` and :meth:`order` term by term (same operations in
+        the same order)."""
         bm = self.bm25
         norms = self._length_norms()
-        idfs = [bm.idf(self.n_docs, df) for df in lengths]
+        # An emptied list (every chunk of the term removed) has no impacts.
+        idfs = [bm.idf(self.n_docs, df) if df else 0.0 for df in lengths]
         if bm.variant == "lucene":
             weights: Iterable[float] = map(truediv, tfs, map(add, tfs, map(norms.__getitem__, docs)))
         else:
@@ -439,15 +477,14 @@ class InvertedIndex:
             positions.extend(_impact_order(imps[offsets[tid] : offsets[tid + 1]]))
         self.attach_orders(array("i", ordered), positions)
 
-    def packed(
-        self,
-    ) -> tuple[array[int], array[int], array[int], array[float], array[float], array[int], array[int]] | None:
+    def packed(self) -> _Packed | None:
         """The postings as a save writes them, straight from the buffers, or None.
 
-        ``(lengths, chunk ids, tfs, impacts, maxima, ordered terms, order
-        positions)`` when nothing changed since the buffers were attached (a
-        fresh bulk build, or a load): a save then copies them whole instead of
-        walking every term.  None when any list, statistic or order moved on.
+        ``(terms, lengths, chunk ids, tfs, impacts, maxima, ordered terms,
+        order positions)``, leaving out terms whose lists are empty, when
+        nothing changed since the buffers were packed (a bulk build, a load,
+        a bulk refresh): a save then copies them whole instead of walking
+        every term.  None when any list, statistic or order moved on.
         """
         buf = self._order_buffer
         if (
@@ -461,20 +498,30 @@ class InvertedIndex:
             return None
         mv_d, mv_t, mv_i, offsets = self._buffers
         lengths = array("i", map(sub, offsets[1:], offsets[:-1]))
-        if not all(lengths) or len(self._order_tids) != sum(map(gt, lengths, repeat(ORDER_MIN))):
+        order_tids = self._order_tids
+        if len(order_tids) != sum(map(gt, lengths, repeat(ORDER_MIN))):
             return None
         imps = mv_i.obj
         assert isinstance(imps, array)
         maxes = self.maxes
-        if min(maxes, default=0.0) < 0:  # a fresh build: the maxima were not needed yet
+        if min(maxes, default=0.0) < 0:  # the maxima were not needed yet
             for tid in [tid for tid, mx in enumerate(maxes) if mx < 0]:
                 a, b = offsets[tid], offsets[tid + 1]
-                maxes[tid] = max(imps[a:b])
+                maxes[tid] = max(imps[a:b]) if b > a else 0.0
         docs, tfs = mv_d.obj, mv_t.obj
         assert isinstance(docs, array) and isinstance(tfs, array)
         positions = buf[0].obj
         assert isinstance(positions, array)
-        return lengths, docs, tfs, imps, array("f", maxes), self._order_tids, positions
+        terms = self.terms
+        kept_maxes = array("f", maxes)
+        if not all(lengths):
+            # A save leaves emptied terms out and numbers the rest densely.
+            terms = list(compress(terms, lengths))
+            kept_maxes = array("f", compress(maxes, lengths))
+            rank = list(accumulate(map(bool, lengths)))  # 1 + new number of each kept term
+            order_tids = array("i", map(sub, map(rank.__getitem__, order_tids), repeat(1)))
+            lengths = array("i", filter(None, lengths))
+        return list(terms), lengths, docs, tfs, imps, kept_maxes, order_tids, positions
 
     def attach_orders(self, tids: array[int], positions: array[int], *, where: str = "index") -> None:
         """Adopt impact orders (see :meth:`order`) saved for the loaded generation."""

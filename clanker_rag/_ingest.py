@@ -197,6 +197,9 @@ def _check_positive(name: str, value: object, *, allow_float: bool = False) -> N
         raise ConfigError(f"{name}={value!r} is out of range: expected a positive {kind}")
 
 
+DEFAULT_CHECKPOINT_FILES = 500
+
+
 def ingest(
     kb: _KnowledgeBaseLike,
     path: StrPath | Sequence[StrPath],
@@ -254,10 +257,11 @@ def ingest(
     prefix:
         Put before every source name (``"docs/"``) to keep roots apart.
     index_path:
-        Save the knowledge base there every ``checkpoint_seconds`` seconds
-        (but never more often than every four save durations, so saving stays
-        under a fifth of the run), every ``checkpoint_files`` indexed files
-        when that is given, and at the end.
+        Save the knowledge base there as it goes and at the end: every
+        ``checkpoint_files`` indexed files when that is given; otherwise
+        after the first 500 files, then every ``checkpoint_seconds`` seconds
+        but never sooner than four times the last save took, so saving a
+        large index stays under a fifth of the run.
     progress:
         Show a progress bar on stderr; ``None`` shows it when stderr is a terminal.
     """
@@ -345,7 +349,11 @@ class _Run:
         # A save rewrites the whole index, so its cost grows with the index:
         # spacing saves by four of their durations keeps them under a fifth
         # of a long run, however large the index gets.
-        if time.monotonic() - self.last_save >= max(self.checkpoint_seconds, 4 * self.save_seconds):
+        # The first save comes after a few hundred files, so even a short run
+        # killed early keeps most of its work; later ones come by the clock.
+        elapsed = time.monotonic() - self.last_save
+        first = self.checkpoint_files is None and self.report.saves == 0 and self.dirty >= DEFAULT_CHECKPOINT_FILES
+        if first or (elapsed >= self.checkpoint_seconds and elapsed >= 4 * self.save_seconds):
             self.save()
 
     def skip(self, rel: str, reason: str, *, level: int = logging.DEBUG) -> None:

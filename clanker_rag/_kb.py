@@ -556,10 +556,11 @@ class KnowledgeBase:
                 renumber[cid] = new_cid
         o_terms, o_positions = array("i"), array("i")
         # Nothing changed since a bulk build or a load: the buffers are the answer.
-        packed = index.packed() if len(live) == len(ct.doc) else None
+        packed = index.packed()
         if packed is not None:
-            lengths, p_docs, p_tfs, p_imps, p_maxes, o_terms, o_positions = packed
-            terms = list(index.terms)
+            terms, lengths, p_docs, p_tfs, p_imps, p_maxes, o_terms, o_positions = packed
+            if renumber is not None:
+                p_docs = array("i", map(renumber.__getitem__, p_docs))
         for tid, term in enumerate(index.terms if packed is None else ()):
             docs = index.fold(tid)
             if not docs:

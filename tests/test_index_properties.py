@@ -301,3 +301,52 @@ def test_saving_from_the_buffers_writes_what_walking_every_term_writes(tmp_path_
         assert again._index.packed() is None
     finally:
         index_module.ORDER_MIN = old
+
+
+@settings(max_examples=80, deadline=None)
+@given(corpus, variants, st.lists(st.integers(0, 39), max_size=6), st.sampled_from([1, 4, 32]))
+def test_bulk_refresh_after_changes_equals_term_by_term(tmp_path_factory, texts, variant, removals, order_min):
+    # After adds and removes every term is stale; refresh() then repacks all
+    # lists and recomputes impacts and orders in bulk (_refreeze).  The values,
+    # and the saved bytes, must equal the term-by-term path.
+    import clanker_rag._index as index_module
+
+    old = index_module.ORDER_MIN
+    index_module.ORDER_MIN = order_min
+    try:
+
+        def changed() -> KnowledgeBase:
+            kb = KnowledgeBase(chunk_size=None, variant=variant)
+            kb.add_texts((text, f"d{i}") for i, text in enumerate(texts))
+            kb._index.refresh()
+            for r in removals:
+                kb.remove(f"d{r}")
+            kb.add_text("t1 t2 late words", "late")
+            return kb
+
+        bulk, walk = changed(), changed()
+        bulk._index.refresh()
+        assert bulk._index.packed() is not None
+        w = walk._index
+        for tid in range(len(w.terms)):  # the term-by-term path
+            w.impacts(tid)
+            w.order(tid)
+        b = bulk._index
+        for term, tid in w.vocab.items():
+            btid = b.vocab[term]
+            assert list(b.fold(btid)) == list(w.fold(tid))
+            b_imps, b_max = b.impacts(btid)
+            w_imps, w_max = w.impacts(tid)
+            assert list(b_imps) == list(w_imps) and b_max == w_max
+            b_order, w_order = b.order(btid), w.order(tid)
+            assert (b_order is None and w_order is None) or list(b_order or ()) == list(w_order or ())
+        fast, slow = tmp_path_factory.mktemp("fast"), tmp_path_factory.mktemp("slow")
+        bulk.save(fast)
+        walk.save(slow)
+        body = lambda data: data[data.index(b'"sha256"') :]  # noqa: E731  revision differs per save
+        assert body((fast / "index.json").read_bytes()) == body((slow / "index.json").read_bytes())
+        loaded = KnowledgeBase.load(fast)
+        for q in ("t1 t2", "late words t3", "t0"):
+            assert ranked(loaded, q, 5) == exhaustive(loaded, q, 5) == ranked(walk, q, 5)
+    finally:
+        index_module.ORDER_MIN = old

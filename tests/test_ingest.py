@@ -761,3 +761,19 @@ def test_timed_checkpoints_keep_saving_under_a_fifth_of_the_run(tmp_path: Path, 
     clock[0] += 1.0
     run._maybe_checkpoint()
     assert len(saves) == 2
+    # After the first save, 500 more files alone do not trigger one.
+    run.report.saves = 2
+    run.dirty = 500
+    clock[0] += 10.0
+    run._maybe_checkpoint()
+    assert len(saves) == 2
+    # Before it, 500 files do: a run killed early keeps them.
+    fresh = ingest_module._Run(KnowledgeBase(), ingest_module.DiscoveryOptions(), 1 << 20, 1 << 20, "",
+                               tmp_path / "index", None, 30.0)
+    monkeypatch.setattr(fresh, "save", lambda: saves.append(-1.0))
+    fresh.dirty = 499
+    fresh._maybe_checkpoint()
+    assert saves[-1] != -1.0
+    fresh.dirty = 500
+    fresh._maybe_checkpoint()
+    assert saves[-1] == -1.0
