@@ -398,6 +398,8 @@ class InvertedIndex:
         if self._buffers is None and self.docs.count(None) == len(self.docs):
             self._freeze()
             return
+        if self._packed_current():
+            return  # nothing changed since the lists were packed (or loaded)
         if 2 * sum(map(ne, self.imp_gen, repeat(self.gen))) > len(self.terms):
             # Most terms are stale (any add or remove changes N and the
             # average length for all of them): repack and recompute in bulk.
@@ -477,6 +479,18 @@ class InvertedIndex:
             positions.extend(_impact_order(imps[offsets[tid] : offsets[tid + 1]]))
         self.attach_orders(array("i", ordered), positions)
 
+    def _packed_current(self) -> bool:
+        """Whether the packed buffers and orders still hold every list as it is."""
+        buf = self._order_buffer
+        return not (
+            self._buffers is None
+            or self._buffers_gen != self.gen
+            or self._n_buffered != len(self.terms)
+            or self.pending
+            or buf is None
+            or buf[2] != self.gen
+        )
+
     def packed(self) -> _Packed | None:
         """The postings as a save writes them, straight from the buffers, or None.
 
@@ -486,16 +500,10 @@ class InvertedIndex:
         a bulk refresh): a save then copies them whole instead of walking
         every term.  None when any list, statistic or order moved on.
         """
-        buf = self._order_buffer
-        if (
-            self._buffers is None
-            or self._buffers_gen != self.gen
-            or self._n_buffered != len(self.terms)
-            or self.pending
-            or buf is None
-            or buf[2] != self.gen
-        ):
+        if not self._packed_current():
             return None
+        buf = self._order_buffer
+        assert self._buffers is not None and buf is not None
         mv_d, mv_t, mv_i, offsets = self._buffers
         lengths = array("i", map(sub, offsets[1:], offsets[:-1]))
         order_tids = self._order_tids
