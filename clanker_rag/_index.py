@@ -323,20 +323,22 @@ class InvertedIndex:
         tid = self.vocab.get(term)
         return 0 if tid is None else len(self.fold(tid))
 
+    def _norm_values(self, lengths: Iterable[int]) -> Iterable[float]:
+        """BM25 length norms of chunk lengths (``avgdl > 0``): the same
+        operations, in the same order, as length_norm()."""
+        bm, avgdl = self.bm25, self.avgdl
+        return map(
+            mul,
+            repeat(bm.k1),
+            map(add, repeat(1.0 - bm.b), map(truediv, map(mul, repeat(bm.b), lengths), repeat(avgdl))),
+        )
+
     def _length_norms(self) -> list[float]:
         if self._norms_gen != self.gen:
-            bm, avgdl = self.bm25, self.avgdl
-            if avgdl > 0:
-                # Same operations, in the same order, as length_norm().
-                self._norms = list(
-                    map(
-                        mul,
-                        repeat(bm.k1),
-                        map(add, repeat(1.0 - bm.b), map(truediv, map(mul, repeat(bm.b), self.dl), repeat(avgdl))),
-                    )
-                )
+            if self.avgdl > 0:
+                self._norms = list(self._norm_values(self.dl))
             else:
-                self._norms = [bm.k1] * len(self.dl)
+                self._norms = [self.bm25.k1] * len(self.dl)
             self._norms_gen = self.gen
         return self._norms
 
@@ -351,18 +353,8 @@ class InvertedIndex:
             gen, work = self._norm_work
             work = (work if gen == self.gen else 0) + len(docs)
             self._norm_work = (self.gen, work)
-            avgdl = self.avgdl
-            if 2 * work < len(self.dl) and avgdl > 0:
-                bm = self.bm25
-                lengths = map(self.dl.__getitem__, docs)
-                # Same operations, in the same order, as _length_norms().
-                return list(
-                    map(
-                        mul,
-                        repeat(bm.k1),
-                        map(add, repeat(1.0 - bm.b), map(truediv, map(mul, repeat(bm.b), lengths), repeat(avgdl))),
-                    )
-                )
+            if 2 * work < len(self.dl) and self.avgdl > 0:
+                return list(self._norm_values(map(self.dl.__getitem__, docs)))
         return list(map(self._length_norms().__getitem__, docs))
 
     def impacts(self, tid: int) -> tuple[array[float], float]:
@@ -505,7 +497,7 @@ class InvertedIndex:
         buf = self._order_buffer
         assert self._buffers is not None and buf is not None
         mv_d, mv_t, mv_i, offsets = self._buffers
-        lengths = array("i", map(sub, offsets[1:], offsets[:-1]))
+        lengths = array("i", self._lengths())
         order_tids = self._order_tids
         if len(order_tids) != sum(map(gt, lengths, repeat(ORDER_MIN))):
             return None
@@ -530,6 +522,39 @@ class InvertedIndex:
             order_tids = array("i", map(sub, map(rank.__getitem__, order_tids), repeat(1)))
             lengths = array("i", filter(None, lengths))
         return list(terms), lengths, docs, tfs, imps, kept_maxes, order_tids, positions
+
+    def saved_postings(self, renumber: list[int] | None = None) -> _Packed:
+        """What a save writes, in the layout of :meth:`packed`, after a
+        :meth:`refresh`: the packed buffers when they are current, else a walk
+        over every term.  ``renumber`` maps chunk ids to their saved ids (when
+        chunks were removed)."""
+        packed = self.packed()
+        if packed is not None:
+            if renumber is None:
+                return packed
+            docs = array("i", map(renumber.__getitem__, packed[2]))
+            return (*packed[:2], docs, *packed[3:])
+        terms: list[str] = []
+        lengths, p_docs, p_tfs, o_terms, o_positions = array("i"), array("i"), array("I"), array("i"), array("i")
+        p_imps: array[float] = array("f")
+        p_maxes: array[float] = array("f")
+        for tid, term in enumerate(self.terms):
+            docs = self.fold(tid)
+            if not docs:
+                continue
+            order = self.order(tid)
+            if order is not None:
+                # Positions within the list: the renumbering keeps chunk order.
+                o_terms.append(len(terms))
+                o_positions.extend(order)
+            terms.append(term)
+            lengths.append(len(docs))
+            p_docs.extend(docs if renumber is None else map(renumber.__getitem__, docs))
+            p_tfs.extend(self._tf(tid))
+            imps, top = self.impacts(tid)
+            p_imps.extend(imps)
+            p_maxes.append(top)
+        return terms, lengths, p_docs, p_tfs, p_imps, p_maxes, o_terms, o_positions
 
     def attach_orders(self, tids: array[int], positions: array[int], *, where: str = "index") -> None:
         """Adopt impact orders (see :meth:`order`) saved for the loaded generation."""
@@ -560,17 +585,30 @@ class InvertedIndex:
             return True
         self.impacts(tid)
         gen = self.imp_gen[tid]
-        cached = self._orders.get(tid)
-        if cached is not None and cached[0] == gen:
+        if self._known_order(tid, gen, len(docs)) is not None:
             return True
         buf = self._order_buffer
-        buffered = buf is not None and tid in buf[1]
-        if buffered and buf is not None and buf[2] == gen:
-            return True
-        if (cached is None and not buffered) or self._order_wanted.get(tid) == gen:
+        never_sorted = tid not in self._orders and (buf is None or tid not in buf[1])
+        if never_sorted or self._order_wanted.get(tid) == gen:
             return True
         self._order_wanted[tid] = gen
         return False
+
+    def _known_order(self, tid: int, gen: int, length: int) -> array[int] | None:
+        """The term's order for impact generation ``gen``, cached or saved, else None."""
+        cached = self._orders.get(tid)
+        if cached is not None and cached[0] == gen:
+            return cached[1]
+        buf = self._order_buffer
+        if buf is None or buf[2] != gen or tid not in buf[1]:
+            return None
+        start = buf[1][tid] * 4
+        order = array("i")
+        # Not range-checked here: the body's checksum vouches for it, and a
+        # bad position would fail loudly (IndexError), never rank silently.
+        order.frombytes(buf[0][start : start + 4 * length])
+        self._orders[tid] = (gen, order)
+        return order
 
     def order(self, tid: int) -> array[int] | None:
         """Positions in the term's lists by decreasing impact (ties: lower position first).
@@ -582,20 +620,10 @@ class InvertedIndex:
             return None
         self.impacts(tid)
         gen = self.imp_gen[tid]
-        cached = self._orders.get(tid)
-        if cached is not None and cached[0] == gen:
-            return cached[1]
-        order: array[int] | None = None
-        buf = self._order_buffer
-        if buf is not None and buf[2] == gen and tid in buf[1]:
-            start = buf[1][tid] * 4
-            order = array("i")
-            # Not range-checked here: the body's checksum vouches for it, and a
-            # bad position would fail loudly (IndexError), never rank silently.
-            order.frombytes(buf[0][start : start + 4 * len(docs)])
+        order = self._known_order(tid, gen, len(docs))
         if order is None:
             order = _impact_order(self._imp(tid))
-        self._orders[tid] = (gen, order)
+            self._orders[tid] = (gen, order)
         return order
 
     # -- search ----------------------------------------------------------------

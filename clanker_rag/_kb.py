@@ -543,10 +543,6 @@ class KnowledgeBase:
             sources.append(
                 {"source": name, "text": blob.text(doc.text), "metadata": doc.metadata, "fingerprint": doc.fingerprint}
             )
-        terms: list[str] = []
-        lengths, p_docs, p_tfs = array("i"), array("i"), array("I")
-        p_imps: array[float] = array("f")
-        p_maxes: array[float] = array("f")
         # Chunk ids close up over removed chunks when saved; without removals
         # they stay as they are and the lists are copied whole.
         renumber: list[int] | None = None
@@ -554,29 +550,7 @@ class KnowledgeBase:
             renumber = [-1] * len(ct.doc)
             for new_cid, cid in enumerate(live):
                 renumber[cid] = new_cid
-        o_terms, o_positions = array("i"), array("i")
-        # Nothing changed since a bulk build or a load: the buffers are the answer.
-        packed = index.packed()
-        if packed is not None:
-            terms, lengths, p_docs, p_tfs, p_imps, p_maxes, o_terms, o_positions = packed
-            if renumber is not None:
-                p_docs = array("i", map(renumber.__getitem__, p_docs))
-        for tid, term in enumerate(index.terms if packed is None else ()):
-            docs = index.fold(tid)
-            if not docs:
-                continue
-            order = index.order(tid)
-            if order is not None:
-                # Positions within the list: the renumbering keeps chunk order.
-                o_terms.append(len(terms))
-                o_positions.extend(order)
-            terms.append(term)
-            lengths.append(len(docs))
-            p_docs.extend(docs if renumber is None else map(renumber.__getitem__, docs))
-            p_tfs.extend(index._tf(tid))
-            imps, top = index.impacts(tid)
-            p_imps.extend(imps)
-            p_maxes.append(top)
+        terms, lengths, p_docs, p_tfs, p_imps, p_maxes, o_terms, o_positions = index.saved_postings(renumber)
         body = {
             "created_by": f"clanker_rag {_version()}",
             "analyzer": self.analyzer.settings(),
