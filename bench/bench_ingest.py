@@ -1,9 +1,10 @@
 """Ingest benchmarks: the stdlib tree, a re-ingest of it, a generated 32 MB CSV.
 
-Run: ``python bench/bench_ingest.py [--skip-bm25s] [--all-files] [--csv-mb 32] [--tree PATH]``
+Run: ``python bench/bench_ingest.py [--skip-bm25s] [--all-files] [--csv-mb 32] [--tree PATH] [--jobs N]``
 
 Prints files/s and MB/s for an end-to-end ingest of the Python standard
-library's .py files (site-packages excluded, about 1,800 files), the same texts tokenised and indexed by
+library's .py files (site-packages excluded, about 1,800 files), in one
+process (``jobs=1``) and with the default worker processes, the same texts tokenised and indexed by
 bm25s (when installed) for comparison, the unchanged re-ingest as a fraction
 of the first, and the time to ingest a generated CSV.
 """
@@ -25,17 +26,28 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from clanker_rag._ingest import ingest
 from clanker_rag._kb import KnowledgeBase
+from clanker_rag._parallel import usable_cpus
 
 
-def bench_tree(tree: str, with_bm25s: bool, include: list[str]) -> None:
+def bench_tree(tree: str, with_bm25s: bool, include: list[str], jobs: int | None) -> None:
+    print(f"stdlib tree: {tree} (include={include or 'default allow-list'}); {usable_cpus()} usable cores")
+    # One process first: the figure to compare with single-threaded peers.
     kb = KnowledgeBase()
     t0 = time.perf_counter()
-    report = ingest(kb, tree, progress=False, include=include)
-    first = time.perf_counter() - t0
+    report = ingest(kb, tree, progress=False, include=include, jobs=1)
+    single = time.perf_counter() - t0
     n = len(report.added)
     mb = report.bytes_read / 1e6
-    print(f"stdlib tree: {tree} (include={include or 'default allow-list'})")
-    print(f"  clanker_rag ingest : {n} files, {mb:.1f} MB, {len(kb)} chunks in {first:.2f}s"
+    print(f"  clanker_rag ingest, jobs=1 : {n} files, {mb:.1f} MB, {len(kb)} chunks in {single:.2f}s"
+          f" -> {n / single:.0f} files/s, {mb / single:.2f} MB/s")
+    serial_chunks = len(kb)
+    kb = KnowledgeBase()
+    t0 = time.perf_counter()
+    report = ingest(kb, tree, progress=False, include=include, jobs=jobs)
+    first = time.perf_counter() - t0
+    assert len(kb) == serial_chunks, (len(kb), serial_chunks)
+    label = "default" if jobs is None else f"jobs={jobs}"
+    print(f"  clanker_rag ingest, {label:7}: {n} files, {mb:.1f} MB, {len(kb)} chunks in {first:.2f}s"
           f" -> {n / first:.0f} files/s, {mb / first:.2f} MB/s")
     print(f"  skipped            : {len(report.skipped)} ({report.skip_reasons()})")
 
@@ -45,7 +57,7 @@ def bench_tree(tree: str, with_bm25s: bool, include: list[str]) -> None:
     print(f"  unchanged re-ingest: {len(again.unchanged)} unchanged, {len(again.added) + len(again.updated)}"
           f" re-read in {second:.2f}s = {100 * second / first:.1f}% of the first ingest")
 
-    # The command-line path: a fresh process, the writer lock, the final save.
+    # The command-line path (default jobs): a fresh process, the writer lock, the final save.
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [sys.executable, "-m", "clanker_rag", "ingest", tree, "--index", tmp, "--no-progress"]
         for pattern in include:
@@ -128,10 +140,12 @@ def main() -> None:
     parser.add_argument("--all-files", action="store_true",
                         help="ingest every allow-listed file, not only the .py files")
     parser.add_argument("--skip-tree", action="store_true")
+    parser.add_argument("--jobs", type=int, default=None,
+                        help="worker processes for the second tree ingest (default: the library's choice)")
     parser.add_argument("--skip-csv", action="store_true")
     args = parser.parse_args()
     if not args.skip_tree:
-        bench_tree(args.tree, not args.skip_bm25s, [] if args.all_files else ["*.py"])
+        bench_tree(args.tree, not args.skip_bm25s, [] if args.all_files else ["*.py"], args.jobs)
     if not args.skip_csv:
         bench_csv(args.csv_mb)
 

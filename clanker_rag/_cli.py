@@ -107,6 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-file-size", type=_size, metavar="SIZE", help="skip files larger than SIZE (10M, 512k...)")
     p.add_argument("--no-sync", action="store_true", help="keep sources whose files were deleted")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.add_argument("-j", "--jobs", type=_positive_int, metavar="N",
+                   help="processes reading files, this one included (default: one per core; 1: this one only)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("-v", "--verbose", action="store_true", help="list every skipped file with its reason")
     p.set_defaults(func=_cmd_ingest)
@@ -195,6 +197,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", metavar="NAME")
     p.set_defaults(func=_cmd_delete)
     return parser
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid count {text!r} (expected a whole number, 1 or more)") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"invalid count {text!r} (expected a whole number, 1 or more)")
+    return value
 
 
 def _size(text: str) -> int:
@@ -404,6 +416,8 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
         options["extensions"] = args.ext
     if args.max_file_size is not None:
         options["max_file_size"] = args.max_file_size
+    if args.jobs is not None:
+        options["jobs"] = args.jobs
     with KnowledgeBase.edit(path) as kb:
         report = kb.ingest(args.paths, index_path=path, **options)
     if args.json:

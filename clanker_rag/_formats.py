@@ -32,6 +32,7 @@ from xml.etree import ElementTree
 __all__ = [
     "DEFAULT_EXTENSIONS",
     "DEFAULT_FILENAMES",
+    "READER_ERRORS",
     "STREAMED_FORMATS",
     "Document",
     "SkipFile",
@@ -78,6 +79,10 @@ DEFAULT_FILENAMES: frozenset[str] = frozenset({
 })
 # Record formats are read as a stream, so they get their own (larger) size cap.
 STREAMED_FORMATS: frozenset[str] = frozenset({"csv", "tsv", "jsonl", "json"})
+
+# What a reader may raise on a file it cannot handle (deep nesting, odd
+# encodings, I/O trouble): the file is skipped with the error as its reason.
+READER_ERRORS: tuple[type[Exception], ...] = (RecursionError, MemoryError, ValueError, LookupError, OSError)
 
 
 class SkipFile(Exception):

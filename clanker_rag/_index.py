@@ -31,7 +31,7 @@ import heapq
 from array import array
 from bisect import bisect_left, bisect_right
 from collections import deque
-from collections.abc import Callable, Container, Iterable, Mapping
+from collections.abc import Callable, Collection, Container, Iterable, Mapping
 from dataclasses import dataclass
 from itertools import accumulate, chain, compress, repeat
 from operator import add, eq, ge, gt, mul, ne, rshift, sub, truediv
@@ -206,14 +206,12 @@ class InvertedIndex:
 
         Term ids come from ``vocab``, which creates them on first lookup.
         """
-        _consume(
-            map(
-                _list_extend,
-                map(self.pending.__getitem__, counts),
-                zip(repeat(cid), counts.values()),
-            )
-        )
-        dl = sum(counts.values())
+        return self.add_runs(cid, counts, counts.values())
+
+    def add_runs(self, cid: int, tids: Iterable[int], tfs: Collection[int]) -> int:
+        """:meth:`add` with the distinct term ids and their counts side by side."""
+        _consume(map(_list_extend, map(self.pending.__getitem__, tids), zip(repeat(cid), tfs)))
+        dl = sum(tfs)
         gap = cid + 1 - len(self.dl)
         if gap > 0:
             self.dl.extend(repeat(0, gap))

@@ -18,10 +18,10 @@ import logging
 import os
 import sys
 import time
-from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any, Protocol, Union
+from typing import IO, TYPE_CHECKING, Any, Protocol, Union
 
 from ._bulk import collector_paused
 from ._discovery import (
@@ -35,11 +35,19 @@ from ._discovery import (
 from ._exceptions import ConfigError, IngestError
 from ._formats import (
     DEFAULT_EXTENSIONS,
+    READER_ERRORS,
     STREAMED_FORMATS,
+    Document,
     SkipFile,
     has_private_key,
     read_document,
 )
+from ._kb import KnowledgeBase
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
+
+    from ._parallel import BatchResult, Pool, Task, Worker, WorkerTerms
 
 __all__ = ["IngestReport", "ingest"]
 
@@ -93,6 +101,7 @@ class IngestReport:
     bytes_read: int = 0
     seconds: float = 0.0
     saves: int = 0
+    workers: int = 0  # worker processes that read and counted files (0: all done in this process)
 
     @property
     def indexed(self) -> list[str]:
@@ -115,7 +124,8 @@ class IngestReport:
         rate = ""
         if self.seconds > 0:
             mb = self.bytes_read / 1e6
-            rate = f" in {self.seconds:.1f}s ({mb / self.seconds:.1f} MB/s)"
+            helpers = f", {self.workers} worker processes" if self.workers else ""
+            rate = f" in {self.seconds:.1f}s ({mb / self.seconds:.1f} MB/s{helpers})"
         return (
             ", ".join(parts)
             + f"; {self.chunks_added} chunks added, {self.chunks_removed} removed,"
@@ -136,6 +146,7 @@ class IngestReport:
             "chunks_total": self.chunks_total,
             "bytes_read": self.bytes_read,
             "seconds": round(self.seconds, 3),
+            "workers": self.workers,
         }
 
 
@@ -219,6 +230,7 @@ def ingest(
     checkpoint_files: int | None = None,
     checkpoint_seconds: float = 30.0,
     progress: bool | None = None,
+    jobs: int | None = None,
 ) -> IngestReport:
     """Ingest files and folders into ``kb``; returns an :class:`IngestReport`.
 
@@ -264,12 +276,23 @@ def ingest(
         large index stays under a fifth of the run.
     progress:
         Show a progress bar on stderr; ``None`` shows it when stderr is a terminal.
+    jobs:
+        Worker processes that read, chunk and count files while this one
+        indexes them; ``1`` reads everything here.  ``None`` (the default)
+        uses one per core when there are enough files to be worth it, the
+        platform forks (Linux, BSD), no other thread is running and ``kb``
+        is a :class:`KnowledgeBase` with the built-in analyser.  An explicit
+        ``jobs`` above 1 in a program running threads (or on macOS and
+        Windows) starts workers by spawning, which needs the usual
+        ``if __name__ == "__main__":`` guard.  The index is the same either way.
     """
     _check_positive("max_file_size", max_file_size)
     _check_positive("max_record_file_size", max_record_file_size)
     if checkpoint_files is not None:
         _check_positive("checkpoint_files", checkpoint_files)
     _check_positive("checkpoint_seconds", checkpoint_seconds, allow_float=True)
+    if jobs is not None:
+        _check_positive("jobs", jobs)
     paths: list[StrPath] = [path] if isinstance(path, str | os.PathLike) else list(path)
     if not paths:
         raise IngestError("nothing to ingest: no path given")
@@ -288,7 +311,7 @@ def ingest(
         skip_real=frozenset({os.path.realpath(index_path)}) if index_path is not None else frozenset(),
     )
     run = _Run(kb, options, max_file_size, max_record_file_size, prefix, index_path,
-               checkpoint_files, checkpoint_seconds)
+               checkpoint_files, checkpoint_seconds, jobs)
     show = sys.stderr.isatty() if progress is None else progress
     started = time.monotonic()
     try:
@@ -300,6 +323,7 @@ def ingest(
                 run.prefix = prefix + _root_name(root) + "/" if len(roots) > 1 and os.path.isdir(root) else prefix
                 run.ingest_root(root, sync=sync, show_progress=show)
     finally:
+        run.close_pool()
         run.report.seconds = time.monotonic() - started
         if run.dirty and index_path is not None:
             run.save()
@@ -312,10 +336,97 @@ def _root_name(root: str) -> str:
     return os.path.basename(os.path.realpath(root)) or "root"
 
 
+@dataclass(slots=True)
+class _Read:
+    """A file to read: whether its source existed, its size cap, the indexed content's hash."""
+
+    existed: bool
+    cap: int
+    sha: str | None
+    size: int
+
+    def known(self) -> Callable[[str, os.stat_result], bool] | None:
+        sha = self.sha
+        if sha is None:
+            return None
+        return lambda digest, _st: digest == sha
+
+
+@dataclass(slots=True)
+class _Entry:
+    """One file of a parallel ingest, from planning to settling."""
+
+    cand: Candidate
+    source: str
+    plan: _Read | tuple[str, str] | None  # None: not planned (the pool broke first)
+    task: Task | None = None
+    batch: _Batch | None = None
+    slot: int = 0
+
+
+@dataclass(slots=True)
+class _Batch:
+    """Files read and counted together, by a worker process or by this one."""
+
+    limit: int  # files; fewer bytes than BATCH_BYTES
+    entries: list[_Entry] = field(default_factory=list)
+    size: int = 0  # bytes
+    future: Future[str] | None = None  # handed to the workers
+    result: BatchResult | None = None  # prepared (here, or collected from a worker)
+    local: bool = False
+    ahead: bool = False  # prepared here while waiting for an earlier batch
+    settled: int = 0
+
+    def add(self, entry: _Entry, size: int) -> None:
+        entry.batch, entry.slot = self, len(self.entries)
+        self.entries.append(entry)
+        self.size += size
+
+    def full(self) -> bool:
+        return len(self.entries) >= self.limit or self.size >= BATCH_BYTES
+
+
+# A batch is at most 16 files or about a megabyte, some 50 ms of work: few
+# round trips, and small enough to keep every process busy to the end.
+BATCH_FILES = 16
+BATCH_BYTES = 1 << 20
+# Batches per worker handed out and not back yet: one running, one queued,
+# so a worker never waits while this process is busy adding chunks.
+WORKER_QUEUE = 2
+# Larger files are read here, when their turn comes: shipping their text and
+# counts back costs more than it saves.
+INLINE_BYTES = 4 << 20
+
+
+def _plain_kb(kb: object) -> bool:
+    """Whether ``kb`` is a KnowledgeBase whose add_text is ours (not overridden or wrapped)."""
+    add_text = getattr(kb, "add_text", None)
+    return isinstance(kb, KnowledgeBase) and getattr(add_text, "__func__", None) is KnowledgeBase.add_text
+
+
+def _workers_for(kb: KnowledgeBase, jobs: int | None) -> tuple[int, str]:
+    """Processes that read and count for an ingest, this one included (1: this
+    one alone), and the start method of the others."""
+    if jobs == 1:
+        return 1, ""
+    from ._parallel import can_parallel, start_method, usable_cpus
+
+    reason = can_parallel(kb)
+    if reason is not None:
+        logger.log(logging.INFO if jobs else logging.DEBUG, "ingesting in one process: %s", reason)
+        return 1, ""
+    method = start_method(explicit=jobs is not None)
+    if method is None:
+        logger.debug("ingesting in one process: other threads are running (pass jobs=N to use workers anyway)")
+        return 1, ""
+    n = usable_cpus() if jobs is None else jobs
+    return (n, method) if n > 1 else (1, "")
+
+
 class _Run:
     def __init__(self, kb: _KnowledgeBaseLike, options: DiscoveryOptions, max_file_size: int,
                  max_record_file_size: int, prefix: str, index_path: StrPath | None,
-                 checkpoint_files: int | None, checkpoint_seconds: float) -> None:
+                 checkpoint_files: int | None, checkpoint_seconds: float, jobs: int | None = 1) -> None:
         self.kb = kb
         self.options = options
         self.max_file_size = max_file_size
@@ -329,6 +440,15 @@ class _Run:
         self.dirty = 0
         self.last_save = time.monotonic()
         self.save_seconds = 0.0  # how long the last save took
+        self.root_id = ""
+        # A plain KnowledgeBase takes chunks counted by workers and the file
+        # hash for its change check; anything else gets add_text calls.
+        self.own_kb = _plain_kb(kb)
+        self.workers, self.method = _workers_for(kb, jobs) if isinstance(kb, KnowledgeBase) and self.own_kb else (1, "")
+        self.pool: Pool | None = None
+        self.local: Worker | None = None  # reads and counts here while the workers are busy
+        self.broken = False
+        self.terms: dict[str, WorkerTerms] = {}  # worker token -> its term numbers
 
     def save(self) -> None:
         assert self.index_path is not None
@@ -381,20 +501,46 @@ class _Run:
             else:
                 candidates.append(item)
         bar = _Progress(len(candidates), sys.stderr if show_progress else None)
-        for done, cand in enumerate(candidates, start=1):
-            source = self.prefix + cand.rel
-            if self._one(cand, source, root_id):
-                keep.add(source)
-            self._maybe_checkpoint()
-            bar.update(done)
+        self.root_id = root_id
+        if self.workers > 1 and not self.broken:
+            self._parallel(candidates, keep, bar)
+        else:
+            for done, cand in enumerate(candidates, start=1):
+                source = self.prefix + cand.rel
+                if self._one(cand, source):
+                    keep.add(source)
+                self._maybe_checkpoint()
+                bar.update(done)
         bar.close(len(candidates))
         if sync and is_dir:
             self._sync(root_id, keep, tuple(keep_folders))
 
-    def _one(self, cand: Candidate, source: str, root_id: str) -> bool:
+    def _one(self, cand: Candidate, source: str) -> bool:
         """Index one file; True if its source should stay in the index."""
-        kb = self.kb
-        old = kb.source_metadata(source)
+        plan = self._plan(cand, source)
+        if not isinstance(plan, _Read):
+            return self._settle(source, plan)
+        return self._read_here(cand, source, plan)
+
+    def _read_here(self, cand: Candidate, source: str, plan: _Read) -> bool:
+        try:
+            doc = read_document(cand.path, cand.fmt, max_bytes=plan.cap, budget=self.budget,
+                                known_hash=plan.known(), name=source)
+        except SkipFile as exc:
+            return self._skipped(cand, source, exc.reason, exc.transient)
+        except READER_ERRORS as exc:
+            logger.warning("reading %s failed", source, exc_info=True)
+            return self._failed(source, f"{type(exc).__name__}: {exc}")
+        return self._apply(cand, source, plan, doc, None)
+
+    def _plan(self, cand: Candidate, source: str) -> _Read | tuple[str, str]:
+        """What a file needs: a read, or an outcome known from its metadata and stat alone.
+
+        Nothing is recorded yet, so a parallel ingest can plan files ahead of
+        settling them in order.
+        """
+        root_id = self.root_id
+        old = self.kb.source_metadata(source)
         if old is not None and old.get("root") not in (None, root_id):
             logger.warning("%s from %s replaces the source of the same name from %s; use prefix= to keep both",
                            source, root_id, old.get("root"))
@@ -404,30 +550,35 @@ class _Run:
         try:
             st = os.stat(cand.path)
         except FileNotFoundError:
-            self.skip(source, "vanished before it could be read", level=logging.WARNING)
-            return False
+            return ("vanished", "vanished before it could be read")
         except OSError as exc:
-            self.skip(source, f"unreadable: {exc.strerror or exc}", level=logging.WARNING)
-            return True
+            return ("unreadable", f"unreadable: {exc.strerror or exc}")
         if same_origin and old is not None and old.get("size") == st.st_size and old.get("mtime_ns") == st.st_mtime_ns:
+            return ("unchanged", "")
+        cap = self.max_record_file_size if cand.fmt in STREAMED_FORMATS else self.max_file_size
+        sha = old.get("sha256") if same_origin and old is not None else None
+        return _Read(old is not None, cap, sha if isinstance(sha, str) else None, st.st_size)
+
+    def _settle(self, source: str, outcome: tuple[str, str]) -> bool:
+        kind, reason = outcome
+        if kind == "unchanged":
             self.report.unchanged.append(source)
             return True
-        cap = self.max_record_file_size if cand.fmt in STREAMED_FORMATS else self.max_file_size
+        self.skip(source, reason, level=logging.WARNING)
+        # A file that cannot be read for the moment keeps its old chunks.
+        return kind == "unreadable"
 
-        def known(sha: str, _st: os.stat_result) -> bool:
-            return same_origin and old is not None and bool(old.get("sha256") == sha)
+    def _skipped(self, cand: Candidate, source: str, reason: str, transient: bool) -> bool:
+        self.skip(source, reason, level=logging.WARNING if transient else logging.INFO)
+        # A passing failure keeps the old chunks, unless the file is gone.
+        return transient and os.path.exists(cand.path)
 
-        try:
-            doc = read_document(cand.path, cand.fmt, max_bytes=cap, budget=self.budget,
-                                known_hash=known, name=source)
-        except SkipFile as exc:
-            self.skip(source, exc.reason, level=logging.WARNING if exc.transient else logging.INFO)
-            # A passing failure keeps the old chunks, unless the file is gone.
-            return exc.transient and os.path.exists(cand.path)
-        except (RecursionError, MemoryError, ValueError, LookupError, OSError) as exc:
-            logger.warning("reading %s failed", source, exc_info=True)
-            self.skip(source, f"reader failed: {type(exc).__name__}: {exc}", level=logging.WARNING)
-            return True
+    def _failed(self, source: str, what: str) -> bool:
+        self.skip(source, f"reader failed: {what}", level=logging.WARNING)
+        return True
+
+    def _apply(self, cand: Candidate, source: str, plan: _Read, doc: Document | None,
+               counted: Iterable[tuple[int, int, int, int, str | None, Mapping[int, int]]] | None) -> bool:
         if doc is None:
             self.report.unchanged.append(source)
             return True
@@ -437,7 +588,7 @@ class _Run:
             return False
         metadata: dict[str, Any] = {
             "path": cand.rel,
-            "root": root_id,
+            "root": self.root_id,
             "format": cand.fmt,
             "size": doc.size,
             "mtime_ns": doc.mtime_ns,
@@ -445,11 +596,207 @@ class _Run:
             "encoding": doc.encoding,
             "reader": READER_VERSION,
         }
-        n = kb.add_text(doc.text, source, metadata, sections=doc.sections)
+        add = getattr(self.kb, "_add", None)
+        if self.own_kb and add is not None:
+            n = add(doc.text, source, metadata, doc.sections, content=doc.sha256, counted=counted)
+        else:
+            n = self.kb.add_text(doc.text, source, metadata, sections=doc.sections)
         self.report.chunks_added += n
-        (self.report.updated if old is not None else self.report.added).append(source)
+        (self.report.updated if plan.existed else self.report.added).append(source)
         self.dirty += 1
         return True
+
+    # -- parallel ----------------------------------------------------------------
+    def _parallel(self, candidates: list[Candidate], keep: set[str], bar: _Progress) -> None:
+        """Ingest ``candidates`` in order while worker processes read and count ahead.
+
+        Files are planned (stat, unchanged check) as they are handed out and
+        settled strictly in order, so the report, the checkpoints and the
+        index come out as a serial ingest makes them.  Full batches go to the
+        workers, two per worker at most; when the next file's batch is not
+        back yet, this process reads and counts the next batch nobody has
+        taken instead of waiting (it must add every chunk anyway, so it has
+        less time for reading than a worker).  Files over ``INLINE_BYTES``
+        are read here when their turn comes: shipping them costs more than
+        it saves.
+        """
+        from ._parallel import Task
+
+        fifo: deque[_Entry] = deque()  # planned, not settled, in order
+        ready: deque[_Batch] = deque()  # full batches nobody has taken yet
+        handed: deque[_Batch] = deque()  # batches given to the workers, not settled yet
+        workers = self.workers - 1
+        pending = iter(candidates)
+        left = len(candidates)
+
+        def new_batch() -> _Batch:
+            # Smaller batches towards the end, so no process is left with
+            # a big one while the others have run out of work.
+            return _Batch(limit=max(1, min(BATCH_FILES, left // (4 * self.workers))))
+
+        open_batch = new_batch()
+        more = True
+        here_ahead = 0  # batches prepared here ahead of their turn, not yet settled
+        done = 0
+
+        def free_slots() -> int:
+            # Two batches per worker in the works (one running, one queued)
+            # keep it busy while this process is away adding chunks; more
+            # finished ones than that waiting to be settled only use memory.
+            busy = sum(1 for b in handed if b.future is not None and not b.future.done())
+            return max(0, min(WORKER_QUEUE * workers - busy, 3 * WORKER_QUEUE * workers - len(handed)))
+
+        def plan_more() -> None:
+            # Plan files until a batch is ready for every free worker slot
+            # and one more to take here, then hand batches out.
+            nonlocal more, open_batch, left
+            while more and len(ready) <= free_slots():
+                cand = next(pending, None)
+                if cand is None:
+                    more = False
+                    if open_batch.entries:
+                        ready.append(open_batch)
+                        open_batch = new_batch()
+                    break
+                left -= 1
+                source = self.prefix + cand.rel
+                entry = _Entry(cand, source, self._plan(cand, source))
+                fifo.append(entry)
+                plan = entry.plan
+                if isinstance(plan, _Read) and plan.size <= INLINE_BYTES:
+                    entry.task = Task(cand.path, cand.fmt, plan.cap, self.budget, plan.sha, source)
+                    open_batch.add(entry, plan.size)
+                    if open_batch.full():
+                        ready.append(open_batch)
+                        open_batch = new_batch()
+            slots = free_slots()
+            while ready and slots > 0 and not self.broken:
+                # A small run is not worth starting processes for.
+                if self.pool is None and len(candidates) < 2 * BATCH_FILES:
+                    break
+                batch = ready.popleft()
+                batch.future = self._submit([e.task for e in batch.entries if e.task is not None])
+                if batch.future is None:
+                    ready.appendleft(batch)
+                    break
+                handed.append(batch)
+                slots -= 1
+
+        while True:
+            plan_more()
+            if not fifo:
+                break
+            entry = fifo.popleft()
+            batch = entry.batch
+            if batch is not None and batch.result is None and not self.broken:
+                if batch.future is None:
+                    # Its turn came before anyone took it.
+                    assert ready and ready[0] is batch
+                    ready.popleft()
+                    self._prepare_here(batch)
+                else:
+                    while not batch.future.done() and ready and here_ahead < 2:
+                        ahead = ready.popleft()
+                        self._prepare_here(ahead)
+                        ahead.ahead = True
+                        here_ahead += 1
+                        plan_more()
+                    self._collect(batch)
+            if self._settle_entry(entry):
+                keep.add(entry.source)
+            if batch is not None:
+                batch.settled += 1
+                if batch.settled == len(batch.entries):
+                    if batch.future is not None:
+                        first = handed.popleft()  # batches settle in order
+                        assert first is batch
+                        batch.future = None  # let the result go
+                    elif batch.ahead:
+                        here_ahead -= 1
+            done += 1
+            self._maybe_checkpoint()
+            bar.update(done)
+            if self.broken and more:
+                # The pool is gone: the rest is read here, in order.
+                for cand in pending:
+                    fifo.append(_Entry(cand, self.prefix + cand.rel, None))
+                more = False
+
+    def _prepare_here(self, batch: _Batch) -> None:
+        from ._parallel import prepare_with
+
+        if self.local is None:
+            from ._parallel import Worker
+
+            self.local = Worker(self.kb.analyzer, self.kb.chunker)  # type: ignore[attr-defined]
+        batch.result = prepare_with(self.local, [e.task for e in batch.entries if e.task is not None])
+        batch.local = True
+
+    def _collect(self, batch: _Batch) -> None:
+        if self.pool is None or batch.future is None:  # the pool broke meanwhile: read here
+            return
+        try:
+            batch.result = self.pool.result(batch.future)
+        except Exception as exc:  # a worker died (killed, out of memory) or its result did not arrive
+            self._break(exc)
+
+    def _submit(self, tasks: list[Task]) -> Future[str] | None:
+        from ._parallel import Pool
+
+        try:
+            if self.pool is None:
+                self.pool = Pool(self.kb, self.workers - 1, self.method)  # type: ignore[arg-type]
+                self.report.workers = self.workers - 1
+            return self.pool.submit(tasks)
+        except Exception as exc:  # cannot start processes here (limits, sandbox): read serially
+            self._break(exc)
+            return None
+
+    def _break(self, exc: BaseException) -> None:
+        if not self.broken:
+            logger.warning("worker processes failed (%s: %s); reading the remaining files in this process",
+                           type(exc).__name__, exc)
+        self.broken = True
+        self.close_pool()
+
+    def close_pool(self) -> None:
+        pool, self.pool = self.pool, None
+        if pool is not None:
+            pool.close()
+
+    def _settle_entry(self, entry: _Entry) -> bool:
+        cand, source, plan = entry.cand, entry.source, entry.plan
+        if plan is None:  # planned after the pool broke
+            return self._one(cand, source)
+        if not isinstance(plan, _Read):
+            return self._settle(source, plan)
+        batch = entry.batch
+        if batch is None or batch.result is None or (self.broken and not batch.local):
+            return self._read_here(cand, source, plan)
+        token, fresh, outcomes = batch.result
+        terms = self.terms.get(token)
+        if terms is None:
+            from ._parallel import WorkerTerms
+
+            terms = self.terms[token] = WorkerTerms(self.kb._term_vocab)  # type: ignore[attr-defined]
+        if entry.slot == 0:
+            # A preparer's new term numbers, learnt before any of its batch is used.
+            terms.strings.extend(fresh)
+        outcome = outcomes[entry.slot]
+        kind = outcome[0]
+        if kind == "doc":
+            return self._apply(cand, source, plan, outcome[1], outcome[2].chunks(terms))
+        if kind == "same":
+            return self._apply(cand, source, plan, None, None)
+        if kind == "skip":
+            return self._skipped(cand, source, outcome[1], outcome[2])
+        if kind == "fail":
+            logger.warning("reading %s failed:\n%s", source, outcome[2])
+            return self._failed(source, outcome[1])
+        # Anything else went wrong while preparing it: read the file again
+        # here, where it succeeds or fails exactly as in a serial ingest.
+        logger.debug("could not prepare %s, reading it again:\n%s", source, outcome[-1])
+        return self._read_here(cand, source, plan)
 
     def _sync(self, root_id: str, keep: set[str], keep_folders: tuple[str, ...]) -> None:
         kb = self.kb

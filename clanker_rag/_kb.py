@@ -9,7 +9,7 @@ import logging
 import os
 from array import array
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import chain
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from . import _store
 from ._analysis import Analyzer
 from ._bulk import collector_paused
-from ._chunking import Chunker
+from ._chunking import Chunker, ChunkSpan
 from ._exceptions import ConfigError, IndexFormatError, IndexLockedError
 from ._index import InvertedIndex, TermExplanation
 from ._lock import IndexLock
@@ -90,6 +90,18 @@ class _TermIds(dict[str, tuple[int, ...]]):
 
 
 _MAX_TERM_IDS = 2_000_000
+
+
+def span_counts(span: ChunkSpan, term_ids: _TermIds, analyzer: Analyzer, vocab: Mapping[str, int]) -> Counter[int]:
+    """Term-id frequencies of one chunk: its words, then its section label's terms.
+
+    The one definition of what a chunk counts, shared by :meth:`KnowledgeBase.add_text`
+    and the parallel ingest's workers so both build the same index.
+    """
+    counts = term_ids.count(span.words)
+    if span.label:
+        counts.update(map(vocab.__getitem__, analyzer(span.label)))
+    return counts
 
 
 class _ChunkTable:
@@ -233,8 +245,13 @@ class KnowledgeBase:
         return self._path
 
     # -- adding and removing -----------------------------------------------------
-    def _fingerprint(self, text: str, metadata: Mapping[str, Any], sections: object) -> str:
-        h = hashlib.sha256(text.encode("utf-8", "surrogatepass"))
+    def _fingerprint(self, text: str, metadata: Mapping[str, Any], sections: object, content: str | None) -> str:
+        # ``content`` (a hash of what the text was read from) stands in for
+        # the text, which then needs no second pass of hashing.
+        if content is None:
+            h = hashlib.sha256(text.encode("utf-8", "surrogatepass"))
+        else:
+            h = hashlib.sha256(b"content\0" + content.encode("utf-8", "surrogatepass"))
         if metadata:
             h.update(b"\0" + json.dumps(metadata, sort_keys=True, ensure_ascii=True).encode("ascii"))
         if sections is not None:
@@ -257,6 +274,66 @@ class KnowledgeBase:
         label (heading path, code symbol) is searchable and comes back as
         ``Hit.section`` while the chunk text stays the exact original slice.
         """
+        return self._add(text, source, metadata, sections)
+
+    def _add(
+        self,
+        text: str,
+        source: str,
+        metadata: Mapping[str, Any] | None,
+        sections: Sequence[tuple[int, int, str | None]] | None,
+        *,
+        content: str | None = None,
+        counted: Iterable[tuple[int, int, int, int, str | None, Iterable[int], Collection[int]]] | None = None,
+    ) -> int:
+        """:meth:`add_text`, for the ingest.
+
+        ``content`` is a hash of the bytes the text was read from, which
+        ``metadata`` also records; the change check then uses it instead of
+        hashing the text again.  ``counted`` yields
+        ``(start, end, start_line, end_line, label, tids, tfs)`` per chunk,
+        its distinct term ids (of :attr:`_term_vocab`) and their counts, when
+        the chunking and counting were done elsewhere (in the parallel
+        ingest's workers, see :mod:`._parallel`): exactly what
+        :meth:`_count` computes here for the same text and sections.
+        """
+        replaced = self._replace(text, source, metadata, sections, content)
+        if replaced is None:
+            return 0
+        doc, checked = replaced
+        index = self._index
+        chunks = self._chunks
+        for i, (start, end, start_line, end_line, label, tids, tfs) in enumerate(
+            self._count(text, checked) if counted is None else counted
+        ):
+            cid = chunks.append(doc, i, start, end, start_line, end_line, label)
+            index.add_runs(cid, tids, tfs)
+            doc.cids.append(cid)
+        return len(doc.cids)
+
+    def _count(
+        self, text: str, sections: Sequence[tuple[int, int, str | None]] | None
+    ) -> Iterator[tuple[int, int, int, int, str | None, Iterable[int], Collection[int]]]:
+        term_ids, analyzer, vocab = self._term_ids, self.analyzer, self._index.vocab
+        for span in self.chunker.split(text, sections):
+            counts = span_counts(span, term_ids, analyzer, vocab)
+            yield span.start, span.end, span.start_line, span.end_line, span.label, counts.keys(), counts.values()
+
+    @property
+    def _term_vocab(self) -> Mapping[str, int]:
+        """Term -> term id; looking up a new term creates its id."""
+        return self._index.vocab
+
+    def _replace(
+        self,
+        text: str,
+        source: str,
+        metadata: Mapping[str, Any] | None,
+        sections: Sequence[tuple[int, int, str | None]] | None,
+        content: str | None,
+    ) -> tuple[_Doc, list[tuple[int, int, str | None]] | None] | None:
+        """Check an add and drop what ``source`` held: the new document and its
+        checked sections, or None when the same text and metadata are indexed."""
         if not isinstance(text, str):
             raise ConfigError(f"text must be str, not {type(text).__name__}")
         if not isinstance(source, str) or not source:
@@ -267,29 +344,17 @@ class KnowledgeBase:
                 json.dumps(meta, allow_nan=False)
             except (TypeError, ValueError) as exc:
                 raise ConfigError(f"metadata of {source!r} must be JSON-serialisable: {exc}") from None
-        if sections is not None:
-            sections = self._check_sections(sections, len(text), source)
-        fingerprint = self._fingerprint(text, meta, sections)
+        checked = self._check_sections(sections, len(text), source) if sections is not None else None
+        fingerprint = self._fingerprint(text, meta, checked, content)
         old = self._docs.get(source)
         if old is not None:
             if old.fingerprint == fingerprint:
-                return 0
+                return None
             self.remove(source)
         doc = _Doc(source, text, meta, fingerprint)
         self._docs[source] = doc
         self._changes += 1
-        analyzer = self.analyzer
-        index = self._index
-        chunks = self._chunks
-        term_ids = self._term_ids
-        for i, span in enumerate(self.chunker.split(text, sections)):
-            counts = term_ids.count(span.words)
-            if span.label:
-                counts.update(map(index.vocab.__getitem__, analyzer(span.label)))
-            cid = chunks.append(doc, i, span.start, span.end, span.start_line, span.end_line, span.label)
-            index.add(cid, counts)
-            doc.cids.append(cid)
-        return len(doc.cids)
+        return doc, checked
 
     @staticmethod
     def _check_sections(

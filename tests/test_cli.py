@@ -105,6 +105,25 @@ def test_ingest_options_reach_ingest(tmp_path: Path, corpus: Path, capsys: pytes
     assert "1 added" in out
 
 
+def test_ingest_jobs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    for i in range(40):
+        (tree / f"note{i:02d}.md").write_text(f"# Note {i}\n\nharbor lantern number {i}\n", encoding="utf-8")
+    reports = {}
+    for jobs in ("1", "2"):
+        code, out, _ = run(capsys, "ingest", str(tree), "--index", str(tmp_path / jobs), "--json", "-j", jobs)
+        assert code == 0
+        reports[jobs] = json.loads(out)
+    assert reports["1"]["workers"] == 0 and reports["2"]["workers"] == 1
+    assert sorted(reports["2"]["added"]) == sorted(reports["1"]["added"]) and len(reports["2"]["added"]) == 40
+    one, two = KnowledgeBase.load(tmp_path / "1"), KnowledgeBase.load(tmp_path / "2")
+    hits = [[(h.source, h.score) for h in kb.search("harbor 7", 5)] for kb in (one, two)]
+    assert hits[0] and hits[0] == hits[1]
+    code, _, err = run(capsys, "ingest", str(tree), "--index", str(tmp_path / "x"), "--jobs", "0")
+    assert_one_line_error(code, err, "invalid count '0'")
+
+
 def test_ingest_refuses_the_shipped_kb(corpus: Path, capsys: pytest.CaptureFixture[str]) -> None:
     before = (default_index_path() / "index.json").stat().st_mtime_ns
     code, _, err = run(capsys, "ingest", str(corpus))

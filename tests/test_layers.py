@@ -17,6 +17,7 @@ LAYERS = [
     {"_analysis", "_scoring", "_lock", "_store", "_scanner", "_embed", "_fusion"},
     {"_chunking", "_index", "_discovery"},
     {"_kb", "_dense"},
+    {"_parallel"},
     {"_ingest", "_rerank", "_eval", "_controller", "_home"},
     {"_proxy", "_cli", "_demo", "__init__", "__main__"},
 ]
