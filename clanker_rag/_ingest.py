@@ -18,6 +18,7 @@ import logging
 import os
 import sys
 import time
+from array import array
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -393,6 +394,8 @@ BATCH_BYTES = 1 << 20
 # Batches per worker handed out and not back yet: one running, one queued,
 # so a worker never waits while this process is busy adding chunks.
 WORKER_QUEUE = 2
+# Worker processes start once this much reading is planned.
+POOL_MIN_BYTES = 2 << 20
 # Larger files are read here, when their turn comes: shipping their text and
 # counts back costs more than it saves.
 INLINE_BYTES = 4 << 20
@@ -578,7 +581,7 @@ class _Run:
         return True
 
     def _apply(self, cand: Candidate, source: str, plan: _Read, doc: Document | None,
-               counted: Iterable[tuple[int, int, int, int, str | None, Mapping[int, int]]] | None) -> bool:
+               counted: Iterable[tuple[int, int, int, int, str | None, list[int], array[int]]] | None) -> bool:
         if doc is None:
             self.report.unchanged.append(source)
             return True
@@ -636,6 +639,7 @@ class _Run:
 
         open_batch = new_batch()
         more = True
+        to_read = bytes_to_read = 0  # files planned for reading so far, and their bytes
         here_ahead = 0  # batches prepared here ahead of their turn, not yet settled
         done = 0
 
@@ -649,7 +653,7 @@ class _Run:
         def plan_more() -> None:
             # Plan files until a batch is ready for every free worker slot
             # and one more to take here, then hand batches out.
-            nonlocal more, open_batch, left
+            nonlocal more, open_batch, left, to_read, bytes_to_read
             while more and len(ready) <= free_slots():
                 cand = next(pending, None)
                 if cand is None:
@@ -664,6 +668,8 @@ class _Run:
                 fifo.append(entry)
                 plan = entry.plan
                 if isinstance(plan, _Read) and plan.size <= INLINE_BYTES:
+                    to_read += 1
+                    bytes_to_read += plan.size
                     entry.task = Task(cand.path, cand.fmt, plan.cap, self.budget, plan.sha, source)
                     open_batch.add(entry, plan.size)
                     if open_batch.full():
@@ -671,8 +677,10 @@ class _Run:
                         open_batch = new_batch()
             slots = free_slots()
             while ready and slots > 0 and not self.broken:
-                # A small run is not worth starting processes for.
-                if self.pool is None and len(candidates) < 2 * BATCH_FILES:
+                # Starting processes pays only for a few batches' worth of
+                # reading: not for a small run, nor for a re-ingest that finds
+                # a few dozen new or changed files.
+                if self.pool is None and (to_read < 2 * BATCH_FILES or bytes_to_read < POOL_MIN_BYTES):
                     break
                 batch = ready.popleft()
                 batch.future = self._submit([e.task for e in batch.entries if e.task is not None])

@@ -4,13 +4,14 @@ A parallel ingest hands batches of files to a process pool.  A worker reads
 and structures each file (:func:`._formats.read_document`), splits it with
 the knowledge base's chunker and counts each chunk's terms with its analyser,
 through the same :func:`._kb.span_counts` as :meth:`KnowledgeBase.add_text`.
-The main process only turns the worker's term numbers into the index's term
-ids and appends the postings, so the analysis, most of an ingest, runs on
-every core.
+The main process turns the worker's term numbers into the index's term ids
+and appends the postings, and prepares batches itself (with a
+:class:`Worker` of its own) while it would otherwise wait, so the analysis,
+most of an ingest, runs on every core.
 
 Term strings cross the process boundary once per worker: each batch result
 carries the terms its worker numbered for the first time while preparing it.
-The main process consumes batches in the order it submitted them, and a
+The main process settles batches in the order it handed them out, and a
 worker prepares its batches in that order too, so a number is always learnt
 before it is met.  Index term ids are created as chunks are added, in the
 order a serial ingest creates them, so both build the same index.
@@ -21,11 +22,13 @@ main process reports them.
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 import pickle
 import shutil
 import signal
+import sys
 import tempfile
 import threading
 import traceback
@@ -45,16 +48,17 @@ from ._kb import KnowledgeBase, _TermIds, span_counts
 __all__ = [
     "BatchResult",
     "Counted",
+    "Pool",
     "Task",
     "Worker",
     "WorkerTerms",
     "can_parallel",
-    "Pool",
     "prepare_batch",
     "prepare_with",
     "start_method",
     "usable_cpus",
 ]
+
 
 @dataclass(frozen=True, slots=True)
 class Task:
@@ -151,6 +155,8 @@ class _Numbers(dict[str, int]):
 
 
 class Worker:
+    """Reads, chunks and counts files, numbering terms its own way (see :class:`WorkerTerms`)."""
+
     def __init__(self, analyzer: Analyzer, chunker: Chunker) -> None:
         self.token = os.urandom(8).hex()
         self.analyzer = analyzer
@@ -199,7 +205,9 @@ class Worker:
         return Counted(bounds, labels, sizes, known, keys, tfs)
 
 
+# The worker process's own Worker and the pool's spool folder.
 _worker: Worker | None = None
+_spool = ""
 
 
 def _start_worker(analyzer_settings: dict[str, Any], chunker_settings: dict[str, Any], spool: str) -> None:
@@ -207,11 +215,11 @@ def _start_worker(analyzer_settings: dict[str, Any], chunker_settings: dict[str,
     # Ctrl-C is the main process's to handle: it saves what is done and
     # shuts the pool down; workers dying on their own would only add noise.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # A forked worker starts with a copy of the whole parent heap: frozen,
+    # the collector never walks it, so its pages stay shared.
+    gc.freeze()
     _worker = Worker(Analyzer.from_settings(analyzer_settings), Chunker(**chunker_settings))
     _spool = spool
-
-
-_spool = ""
 
 
 def prepare_batch(tasks: list[Task], name: str) -> str:
@@ -263,19 +271,13 @@ def start_method(explicit: bool) -> str | None:
     ``forkserver`` or ``spawn`` (which need an importable main module).
     """
     methods = multiprocessing.get_all_start_methods()
-    if "fork" in methods and threading.active_count() == 1 and os.name == "posix" and not _is_macos():
+    # Forking on macOS can crash system frameworks: Python itself stopped
+    # defaulting to it there.
+    if "fork" in methods and threading.active_count() == 1 and sys.platform != "darwin":
         return "fork"
     if not explicit:
         return None
     return "forkserver" if "forkserver" in methods else "spawn"
-
-
-def _is_macos() -> bool:
-    # Forking on macOS can crash system frameworks; Python itself stopped
-    # defaulting to it there.
-    import sys
-
-    return sys.platform == "darwin"
 
 
 class Pool:

@@ -105,7 +105,10 @@ def test_ingest_options_reach_ingest(tmp_path: Path, corpus: Path, capsys: pytes
     assert "1 added" in out
 
 
-def test_ingest_jobs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_ingest_jobs(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from clanker_rag import _ingest
+
+    monkeypatch.setattr(_ingest, "POOL_MIN_BYTES", 0)  # a small tree: start the worker anyway
     tree = tmp_path / "tree"
     tree.mkdir()
     for i in range(40):

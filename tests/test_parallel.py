@@ -35,6 +35,8 @@ def fork_workers(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
     itself opt out with ``real_start_method``."""
     if "real_start_method" not in request.keywords:
         monkeypatch.setattr(_parallel, "start_method", lambda explicit: "fork")
+    # The test trees are small: start workers for them anyway.
+    monkeypatch.setattr(_ingest, "POOL_MIN_BYTES", 0)
 
 
 def write(root: Path, rel: str, content: str | bytes) -> Path:
@@ -172,12 +174,21 @@ def test_this_process_reads_too_while_the_workers_are_busy(tmp_path: Path, monke
     assert_same(serial_kb, parallel_kb, tmp_path)
 
 
-def test_small_runs_stay_in_this_process(tmp_path: Path) -> None:
+def test_small_runs_stay_in_this_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     tree = tmp_path / "tree"
     for i in range(_ingest.BATCH_FILES * 2 - 1):
         write(tree, f"f{i:02d}.md", f"small file {i}")
     report = ingest(KnowledgeBase(), tree, jobs=2, progress=False)
     assert len(report.added) == _ingest.BATCH_FILES * 2 - 1 and report.workers == 0  # fewer than two batches
+    write(tree, "more.md", "one more")
+    kb = KnowledgeBase()
+    assert ingest(kb, tree, jobs=2, progress=False).workers == 1
+    # A re-ingest finding a few dozen changed files, or many tiny ones, reads them here.
+    monkeypatch.setattr(_ingest, "POOL_MIN_BYTES", 1 << 20)
+    for i in range(_ingest.BATCH_FILES * 3):
+        write(tree, f"new{i:02d}.md", f"another small file {i}")
+    report = ingest(kb, tree, jobs=2, progress=False)
+    assert len(report.added) == _ingest.BATCH_FILES * 3 and report.workers == 0
 
 
 def test_worker_that_dies_leaves_the_rest_to_this_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
