@@ -2,14 +2,18 @@
 
 ``fcntl.flock`` on POSIX, ``msvcrt.locking`` on Windows.  The lock belongs to
 an open file description, so the operating system drops it when the process
-dies: a killed writer never leaves a stale lock behind.
+dies: a killed writer never leaves a stale lock behind.  A forked child (a
+parallel ingest's worker) closes its copies of the locks' descriptors at
+once, so it can never keep a lock alive after the writer is gone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
+import weakref
 from pathlib import Path
 from types import TracebackType
 
@@ -24,6 +28,24 @@ try:
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
     import msvcrt
+
+
+_held: weakref.WeakSet[IndexLock] = weakref.WeakSet()
+
+
+def _forget_in_child() -> None:
+    # Close, never unlock: unlocking would free the parent's lock too (the
+    # descriptors share one open file description).
+    for lock in list(_held):
+        fd, lock._fd = lock._fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+    _held.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
 
 
 class IndexLock:
@@ -60,10 +82,12 @@ class IndexLock:
                     ) from None
                 time.sleep(0.05)
         self._fd = fd
+        _held.add(self)
         log.debug("locked %s", self.path)
 
     def release(self) -> None:
         fd, self._fd = self._fd, None
+        _held.discard(self)
         if fd is None:
             return
         try:

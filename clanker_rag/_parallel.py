@@ -31,6 +31,7 @@ import signal
 import sys
 import tempfile
 import threading
+import time
 import traceback
 from array import array
 from collections.abc import Iterator, Mapping
@@ -220,6 +221,18 @@ def _start_worker(analyzer_settings: dict[str, Any], chunker_settings: dict[str,
     gc.freeze()
     _worker = Worker(Analyzer.from_settings(analyzer_settings), Chunker(**chunker_settings))
     _spool = spool
+    threading.Thread(target=_watch_parent, args=(os.getppid(), spool), daemon=True).start()
+
+
+def _watch_parent(parent: int, spool: str) -> None:
+    # A worker waiting for its next batch would outlive a main process killed
+    # outright (kill -9, out of memory): nothing else tells it to stop.  When
+    # its parent is gone, clean the spool folder up and leave.
+    while True:
+        time.sleep(0.25)
+        if os.getppid() != parent:
+            shutil.rmtree(spool, ignore_errors=True)
+            os._exit(1)
 
 
 def prepare_batch(tasks: list[Task], name: str) -> str:

@@ -6,6 +6,11 @@ import json
 import logging
 import os
 import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
 import threading
 import time
 from pathlib import Path
@@ -19,6 +24,7 @@ from clanker_rag._exceptions import ConfigError
 from clanker_rag._ingest import IngestReport, ingest
 from clanker_rag._kb import KnowledgeBase
 
+ROOT = Path(__file__).resolve().parent.parent
 KEY_BLOCK = "-----BEGIN " + "OPENSSH PRIVATE KEY-----\nabc\n-----END " + "OPENSSH PRIVATE KEY-----\n"
 WORDS = ("river", "stone", "lantern", "copper", "meadow", "signal", "harbor", "thistle", "orbit", "quartz",
          "Élan", "naïve", "東京大学", "parse_config", "HTTPServer2", "getValue", "x2", "the", "and", "running")
@@ -273,6 +279,63 @@ def test_parallel_ingest_interrupted_keeps_saved_work(tmp_path: Path, monkeypatc
     fresh = KnowledgeBase()
     ingest(fresh, tree, jobs=1, progress=False)
     assert KnowledgeBase.load(index).sources() == fresh.sources()
+
+
+def test_parallel_ingest_killed_outright_leaves_no_worker_no_lock_no_spool(tmp_path: Path) -> None:
+    tree, index, pids = tmp_path / "tree", tmp_path / "index", tmp_path / "pids"
+    make_tree(tree)
+    # The writer holds the index lock (as `clanker-rag ingest` does), forks a
+    # slow worker and dies by SIGKILL midway, after a few checkpoints.
+    script = textwrap.dedent(f"""
+        import os, signal, sys, time
+        sys.path.insert(0, {str(ROOT)!r})
+        from clanker_rag import _ingest, _parallel
+        from clanker_rag._kb import KnowledgeBase
+        _ingest.POOL_MIN_BYTES = 0
+        real_start, real_prepare, main = _parallel._start_worker, _parallel.Worker.prepare, os.getpid()
+        def start(*args):
+            with open({str(pids)!r}, "a") as fh:
+                fh.write(f"{{os.getpid()}}\\n")
+            real_start(*args)
+        def prepare(self, task):
+            if os.getpid() != main:
+                time.sleep(0.02)
+            return real_prepare(self, task)
+        _parallel._start_worker, _parallel.Worker.prepare = start, prepare
+        real_add, calls = KnowledgeBase._add, 0
+        def add_then_die(self, *args, **kwargs):
+            global calls
+            calls += 1
+            if calls == 40:
+                os.kill(main, signal.SIGKILL)
+            return real_add(self, *args, **kwargs)
+        KnowledgeBase._add = add_then_die
+        with KnowledgeBase.edit({str(index)!r}) as kb:
+            kb.ingest({str(tree)!r}, index_path={str(index)!r}, checkpoint_files=10, jobs=3, progress=False)
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
+    workers = [int(line) for line in pids.read_text().split()]
+    assert len(workers) == 2
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(alive(pid) for pid in workers):
+        time.sleep(0.05)
+    assert not any(alive(pid) for pid in workers), "a worker outlived the killed ingest"
+    assert not [p for p in Path(tempfile.gettempdir()).glob("clanker-rag-ingest-*") if p.stat().st_uid == os.getuid()
+                and p.stat().st_mtime > time.time() - 60], "the spool folder was left behind"
+    saved = KnowledgeBase.load(index)
+    assert len(saved.sources()) == 30  # three checkpoints of ten files
+    with KnowledgeBase.edit(index, timeout=2) as kb:  # no worker keeps the lock
+        report = kb.ingest(tree, index_path=index, jobs=2, progress=False)
+    assert len(report.unchanged) == 30 and len(report.added) == 40 * 2 + 5 - 30
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            return "\nState:\tZ" not in fh.read()  # a zombie has exited
+    except FileNotFoundError:
+        return False
 
 
 def test_jobs_is_validated() -> None:

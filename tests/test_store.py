@@ -303,3 +303,36 @@ def test_posting_beyond_the_chunk_table_fails_clearly(tmp_path):
     last_term = doc["body"]["terms"][-1]
     with pytest.raises(IndexFormatError, match="points at a chunk that does not exist"):
         kb.search(last_term)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork (POSIX)")
+def test_forked_child_does_not_keep_the_lock_after_the_writer_dies(tmp_path):
+    from clanker_rag._lock import IndexLock
+
+    # The writer takes the lock, forks a long-lived child (as a parallel
+    # ingest forks its workers) and is killed without unlocking.
+    writer = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(f"""
+            import os, sys, time
+            sys.path.insert(0, {str(ROOT)!r})
+            from clanker_rag._lock import IndexLock
+            lock = IndexLock({str(tmp_path)!r}); lock.acquire()
+            child = os.fork()
+            if child == 0:
+                time.sleep(30)
+                os._exit(0)
+            print(child, flush=True)
+            os._exit(0)
+        """)],
+        stdout=subprocess.PIPE,
+    )
+    child = int(writer.stdout.readline())
+    writer.wait(timeout=60)
+    try:
+        os.kill(child, 0)  # the child still runs...
+        lock = IndexLock(tmp_path, timeout=1.0)
+        lock.acquire()  # ...yet the lock is free
+        lock.release()
+    finally:
+        os.kill(child, signal.SIGKILL)
+        writer.stdout.close()
