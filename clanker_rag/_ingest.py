@@ -317,14 +317,18 @@ def ingest(
     started = time.monotonic()
     try:
         with collector_paused():
-            for root in roots:
-                # Several roots: each one's sources start with its folder name
-                # ("docs/guide.md", "src/app.py") so equal relative paths
-                # (two __init__.py) cannot overwrite each other.
-                run.prefix = prefix + _root_name(root) + "/" if len(roots) > 1 and os.path.isdir(root) else prefix
-                run.ingest_root(root, sync=sync, show_progress=show)
+            try:
+                for root in roots:
+                    # Several roots: each one's sources start with its folder name
+                    # ("docs/guide.md", "src/app.py") so equal relative paths
+                    # (two __init__.py) cannot overwrite each other.
+                    run.prefix = prefix + _root_name(root) + "/" if len(roots) > 1 and os.path.isdir(root) else prefix
+                    run.ingest_root(root, sync=sync, show_progress=show)
+            finally:
+                # Before the collector resumes: what only the run needed
+                # (the local worker's caches) is freed, not walked.
+                run.close_pool()
     finally:
-        run.close_pool()
         run.report.seconds = time.monotonic() - started
         if run.dirty and index_path is not None:
             run.save()
@@ -650,11 +654,18 @@ class _Run:
             busy = sum(1 for b in handed if b.future is not None and not b.future.done())
             return max(0, min(WORKER_QUEUE * workers - busy, 3 * WORKER_QUEUE * workers - len(handed)))
 
+        def pool_worth() -> bool:
+            # Starting processes pays only for a few batches' worth of
+            # reading: not for a small run, nor for a re-ingest that finds a
+            # few dozen new or changed files.  Until that much is planned,
+            # planning runs ahead (a stat per file) to find out.
+            return to_read >= 2 * BATCH_FILES and bytes_to_read >= POOL_MIN_BYTES
+
         def plan_more() -> None:
             # Plan files until a batch is ready for every free worker slot
             # and one more to take here, then hand batches out.
             nonlocal more, open_batch, left, to_read, bytes_to_read
-            while more and len(ready) <= free_slots():
+            while more and (len(ready) <= free_slots() or (self.pool is None and not pool_worth())):
                 cand = next(pending, None)
                 if cand is None:
                     more = False
@@ -677,10 +688,7 @@ class _Run:
                         open_batch = new_batch()
             slots = free_slots()
             while ready and slots > 0 and not self.broken:
-                # Starting processes pays only for a few batches' worth of
-                # reading: not for a small run, nor for a re-ingest that finds
-                # a few dozen new or changed files.
-                if self.pool is None and (to_read < 2 * BATCH_FILES or bytes_to_read < POOL_MIN_BYTES):
+                if self.pool is None and not pool_worth():
                     break
                 batch = ready.popleft()
                 batch.future = self._submit([e.task for e in batch.entries if e.task is not None])
@@ -765,12 +773,18 @@ class _Run:
             logger.warning("worker processes failed (%s: %s); reading the remaining files in this process",
                            type(exc).__name__, exc)
         self.broken = True
-        self.close_pool()
+        self._stop_pool()
 
-    def close_pool(self) -> None:
+    def _stop_pool(self) -> None:
         pool, self.pool = self.pool, None
         if pool is not None:
             pool.close()
+
+    def close_pool(self) -> None:
+        """At the end of the run: stop the workers, drop the term maps and this process's worker."""
+        self._stop_pool()
+        self.local = None
+        self.terms.clear()
 
     def _settle_entry(self, entry: _Entry) -> bool:
         cand, source, plan = entry.cand, entry.source, entry.plan

@@ -133,10 +133,15 @@ class WorkerTerms:
         new index ids in the order a serial ingest creates them.
         """
         ids, strings, vocab = self.ids, self.strings, self.vocab
-        for j, tid in enumerate(tids):
-            if tid < 0:
-                number = nums[j]
-                tids[j] = ids[number] = vocab[strings[number]]
+        find = tids.index  # a C-level scan: a chunk holds few new terms among many
+        j = find(-1)
+        while True:
+            number = nums[j]
+            tids[j] = ids[number] = vocab[strings[number]]
+            try:
+                j = find(-1, j + 1)
+            except ValueError:
+                return
 
 
 class _Numbers(dict[str, int]):
