@@ -19,6 +19,13 @@ def collector_paused() -> Iterator[None]:
     still frees everything as usual.  Nested and concurrent uses are safe:
     whoever found the collector on turns it back on, and a collector the
     caller had turned off stays off.
+
+    What survives the block is long-lived by construction (an index), so it
+    goes straight to the oldest generation (``gc.freeze()`` then
+    ``gc.unfreeze()``) instead of being walked by the next young collection
+    and again on its way up, about 0.3 s each for a 30k-chunk build.  It is
+    still walked, and any cycle in it freed, by full collections.  A program
+    that keeps frozen objects of its own is left alone.
     """
     was_enabled = gc.isenabled()
     gc.disable()
@@ -26,4 +33,7 @@ def collector_paused() -> Iterator[None]:
         yield
     finally:
         if was_enabled:
+            if gc.get_freeze_count() == 0:
+                gc.freeze()
+                gc.unfreeze()
             gc.enable()
