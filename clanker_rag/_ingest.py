@@ -398,8 +398,10 @@ BATCH_BYTES = 1 << 20
 # Batches per worker handed out and not back yet: one running, one queued,
 # so a worker never waits while this process is busy adding chunks.
 WORKER_QUEUE = 2
-# Worker processes start once this much reading is planned.
+# Worker processes start once this much reading is planned; to find out,
+# planning (a stat per file) runs up to PLAN_AHEAD files ahead of settling.
 POOL_MIN_BYTES = 2 << 20
+PLAN_AHEAD = 4096
 # Larger files are read here, when their turn comes: shipping their text and
 # counts back costs more than it saves.
 INLINE_BYTES = 4 << 20
@@ -665,7 +667,9 @@ class _Run:
             # Plan files until a batch is ready for every free worker slot
             # and one more to take here, then hand batches out.
             nonlocal more, open_batch, left, to_read, bytes_to_read
-            while more and (len(ready) <= free_slots() or (self.pool is None and not pool_worth())):
+            while more and (
+                len(ready) <= free_slots() or (self.pool is None and not pool_worth() and len(fifo) < PLAN_AHEAD)
+            ):
                 cand = next(pending, None)
                 if cand is None:
                     more = False

@@ -197,6 +197,31 @@ def test_small_runs_stay_in_this_process(tmp_path: Path, monkeypatch: pytest.Mon
     assert len(report.added) == _ingest.BATCH_FILES * 3 and report.workers == 0
 
 
+def test_planning_runs_only_so_far_ahead_of_settling(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tree = tmp_path / "tree"
+    make_tree(tree)
+    monkeypatch.setattr(_ingest, "POOL_MIN_BYTES", 1 << 40)  # never worth starting workers here
+    monkeypatch.setattr(_ingest, "PLAN_AHEAD", 5)
+    events: list[str] = []
+    real_plan, real_settle = _ingest._Run._plan, _ingest._Run._settle_entry
+
+    def plan(self: _ingest._Run, *args: object) -> object:
+        events.append("plan")
+        return real_plan(self, *args)  # type: ignore[arg-type]
+
+    def settle(self: _ingest._Run, *args: object) -> bool:
+        events.append("settle")
+        return real_settle(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_ingest._Run, "_plan", plan)
+    monkeypatch.setattr(_ingest._Run, "_settle_entry", settle)
+    report = ingest(KnowledgeBase(), tree, jobs=2, progress=False)
+    assert report.workers == 0 and len(report.added) == 40 * 2 + 5
+    # A huge tree must not be stat-ed whole (and held in memory) before the
+    # first file is indexed: planning runs a few batches and PLAN_AHEAD ahead.
+    assert events.index("settle") <= 3 * _ingest.BATCH_FILES + 5 < events.count("plan")
+
+
 def test_worker_that_dies_leaves_the_rest_to_this_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                           caplog: pytest.LogCaptureFixture) -> None:
     tree = tmp_path / "tree"
