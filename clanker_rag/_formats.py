@@ -37,6 +37,7 @@ __all__ = [
     "Document",
     "SkipFile",
     "binary_reason",
+    "content_known",
     "decode_bytes",
     "format_for",
     "has_private_key",
@@ -1116,6 +1117,16 @@ def _read_streamed_csv(path: str, fmt: str, st_key: tuple[int, int], head: bytes
         except UnicodeDecodeError:
             continue
     raise SkipFile("undecodable text")  # latin-1 cannot fail; kept for the type checker
+
+
+def content_known(sha: str | None) -> Callable[[str, os.stat_result], bool] | None:
+    """A ``known_hash`` for :func:`read_document`: is the content the one that hashed to ``sha``?
+
+    None (no check) when nothing of the file is indexed yet.
+    """
+    if sha is None:
+        return None
+    return lambda digest, _st: digest == sha
 
 
 def read_document(

@@ -20,9 +20,9 @@ import sys
 import time
 from array import array
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import IO, TYPE_CHECKING, Any, Protocol, Union
+from typing import IO, TYPE_CHECKING, Any, Protocol, TypeGuard, Union
 
 from ._bulk import collector_paused
 from ._discovery import (
@@ -40,6 +40,7 @@ from ._formats import (
     STREAMED_FORMATS,
     Document,
     SkipFile,
+    content_known,
     has_private_key,
     read_document,
 )
@@ -350,12 +351,6 @@ class _Read:
     sha: str | None
     size: int
 
-    def known(self) -> Callable[[str, os.stat_result], bool] | None:
-        sha = self.sha
-        if sha is None:
-            return None
-        return lambda digest, _st: digest == sha
-
 
 @dataclass(slots=True)
 class _Entry:
@@ -378,8 +373,7 @@ class _Batch:
     size: int = 0  # bytes
     future: Future[str] | None = None  # handed to the workers
     result: BatchResult | None = None  # prepared (here, or collected from a worker)
-    local: bool = False
-    ahead: bool = False  # prepared here while waiting for an earlier batch
+    local: bool = False  # prepared here while waiting for an earlier batch
     settled: int = 0
 
     def add(self, entry: _Entry, size: int) -> None:
@@ -389,6 +383,10 @@ class _Batch:
 
     def full(self) -> bool:
         return len(self.entries) >= self.limit or self.size >= BATCH_BYTES
+
+    def tasks(self) -> list[Task]:
+        # Only files with a task join a batch.
+        return [entry.task for entry in self.entries if entry.task is not None]
 
 
 # A batch is at most 16 files or about a megabyte, some 50 ms of work: few
@@ -407,7 +405,7 @@ PLAN_AHEAD = 4096
 INLINE_BYTES = 4 << 20
 
 
-def _plain_kb(kb: object) -> bool:
+def _plain_kb(kb: object) -> TypeGuard[KnowledgeBase]:
     """Whether ``kb`` is a KnowledgeBase whose add_text is ours (not overridden or wrapped)."""
     add_text = getattr(kb, "add_text", None)
     return isinstance(kb, KnowledgeBase) and getattr(add_text, "__func__", None) is KnowledgeBase.add_text
@@ -452,8 +450,8 @@ class _Run:
         self.root_id = ""
         # A plain KnowledgeBase takes chunks counted by workers and the file
         # hash for its change check; anything else gets add_text calls.
-        self.own_kb = _plain_kb(kb)
-        self.workers, self.method = _workers_for(kb, jobs) if isinstance(kb, KnowledgeBase) and self.own_kb else (1, "")
+        self.plain: KnowledgeBase | None = kb if _plain_kb(kb) else None
+        self.workers, self.method = _workers_for(self.plain, jobs) if self.plain is not None else (1, "")
         self.pool: Pool | None = None
         self.local: Worker | None = None  # reads and counts here while the workers are busy
         self.broken = False
@@ -534,7 +532,7 @@ class _Run:
     def _read_here(self, cand: Candidate, source: str, plan: _Read) -> bool:
         try:
             doc = read_document(cand.path, cand.fmt, max_bytes=plan.cap, budget=self.budget,
-                                known_hash=plan.known(), name=source)
+                                known_hash=content_known(plan.sha), name=source)
         except SkipFile as exc:
             return self._skipped(cand, source, exc.reason, exc.transient)
         except READER_ERRORS as exc:
@@ -605,9 +603,8 @@ class _Run:
             "encoding": doc.encoding,
             "reader": READER_VERSION,
         }
-        add = getattr(self.kb, "_add", None)
-        if self.own_kb and add is not None:
-            n = add(doc.text, source, metadata, doc.sections, content=doc.sha256, counted=counted)
+        if self.plain is not None:
+            n = self.plain._add(doc.text, source, metadata, doc.sections, content=doc.sha256, counted=counted)
         else:
             n = self.kb.add_text(doc.text, source, metadata, sections=doc.sections)
         self.report.chunks_added += n
@@ -625,9 +622,9 @@ class _Run:
         workers, two per worker at most; when the next file's batch is not
         back yet, this process reads and counts the next batch nobody has
         taken instead of waiting (it must add every chunk anyway, so it has
-        less time for reading than a worker).  Files over ``INLINE_BYTES``
-        are read here when their turn comes: shipping them costs more than
-        it saves.
+        less time for reading than a worker).  A batch whose turn comes
+        before anyone took it, and every file over ``INLINE_BYTES``, is read
+        here file by file, exactly as in a one-process ingest.
         """
         from ._parallel import Task
 
@@ -695,7 +692,7 @@ class _Run:
                 if self.pool is None and not pool_worth():
                     break
                 batch = ready.popleft()
-                batch.future = self._submit([e.task for e in batch.entries if e.task is not None])
+                batch.future = self._submit(batch.tasks())
                 if batch.future is None:
                     ready.appendleft(batch)
                     break
@@ -708,20 +705,17 @@ class _Run:
                 break
             entry = fifo.popleft()
             batch = entry.batch
-            if batch is not None and batch.result is None and not self.broken:
-                if batch.future is None:
-                    # Its turn came before anyone took it.
-                    assert ready and ready[0] is batch
-                    ready.popleft()
-                    self._prepare_here(batch)
-                else:
-                    while not batch.future.done() and ready and here_ahead < 2:
-                        ahead = ready.popleft()
-                        self._prepare_here(ahead)
-                        ahead.ahead = True
-                        here_ahead += 1
-                        plan_more()
-                    self._collect(batch)
+            if batch is not None and batch.result is None and batch.future is not None and not self.broken:
+                while not batch.future.done() and ready and here_ahead < 2:
+                    self._prepare_here(ready.popleft())
+                    here_ahead += 1
+                    plan_more()
+                self._collect(batch)
+            elif batch is not None and ready and ready[0] is batch:
+                # Its turn came before anyone took it (a small run, the start
+                # of a large one): its files are read here one by one, as in
+                # a one-process ingest.
+                ready.popleft()
             if self._settle_entry(entry):
                 keep.add(entry.source)
             if batch is not None:
@@ -731,7 +725,7 @@ class _Run:
                         first = handed.popleft()  # batches settle in order
                         assert first is batch
                         batch.future = None  # let the result go
-                    elif batch.ahead:
+                    elif batch.local:
                         here_ahead -= 1
             done += 1
             self._maybe_checkpoint()
@@ -748,8 +742,9 @@ class _Run:
         if self.local is None:
             from ._parallel import Worker
 
-            self.local = Worker(self.kb.analyzer, self.kb.chunker)  # type: ignore[attr-defined]
-        batch.result = prepare_with(self.local, [e.task for e in batch.entries if e.task is not None])
+            assert self.plain is not None  # workers are only used for a plain KnowledgeBase
+            self.local = Worker(self.plain.analyzer, self.plain.chunker)
+        batch.result = prepare_with(self.local, batch.tasks())
         batch.local = True
 
     def _collect(self, batch: _Batch) -> None:
@@ -765,7 +760,8 @@ class _Run:
 
         try:
             if self.pool is None:
-                self.pool = Pool(self.kb, self.workers - 1, self.method)  # type: ignore[arg-type]
+                assert self.plain is not None  # workers are only used for a plain KnowledgeBase
+                self.pool = Pool(self.plain, self.workers - 1, self.method)
                 self.report.workers = self.workers - 1
             return self.pool.submit(tasks)
         except Exception as exc:  # cannot start processes here (limits, sandbox): read serially
@@ -804,7 +800,8 @@ class _Run:
         if terms is None:
             from ._parallel import WorkerTerms
 
-            terms = self.terms[token] = WorkerTerms(self.kb._term_vocab)  # type: ignore[attr-defined]
+            assert self.plain is not None  # workers are only used for a plain KnowledgeBase
+            terms = self.terms[token] = WorkerTerms(self.plain._term_vocab)
         if entry.slot == 0:
             # A preparer's new term numbers, learnt before any of its batch is used.
             terms.strings.extend(fresh)

@@ -43,7 +43,7 @@ from typing import Any
 from ._analysis import Analyzer
 from ._bulk import collector_paused
 from ._chunking import Chunker
-from ._formats import READER_ERRORS, Document, SkipFile, read_document
+from ._formats import READER_ERRORS, Document, SkipFile, content_known, read_document
 from ._kb import KnowledgeBase, _TermIds, span_counts
 
 __all__ = [
@@ -171,14 +171,9 @@ class Worker:
         self.term_ids = _TermIds(analyzer, self.numbers)
 
     def prepare(self, task: Task) -> Outcome:
-        known = task.known_sha
-
-        def same(sha: str, _st: os.stat_result) -> bool:
-            return sha == known
-
         try:
             doc = read_document(task.path, task.fmt, max_bytes=task.max_bytes, budget=task.budget,
-                                known_hash=same if known is not None else None, name=task.name)
+                                known_hash=content_known(task.known_sha), name=task.name)
         except SkipFile as exc:
             return ("skip", exc.reason, exc.transient)
         except READER_ERRORS as exc:
@@ -319,7 +314,6 @@ class Pool:
         except BaseException:
             shutil.rmtree(self.spool, ignore_errors=True)
             raise
-        self.workers = workers
         self._names = count()
 
     def submit(self, tasks: list[Task]) -> Future[str]:

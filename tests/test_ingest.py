@@ -14,6 +14,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from _trees import write
 
 from clanker_rag._exceptions import ConfigError, IngestError
 from clanker_rag._ingest import IngestReport, ingest
@@ -24,16 +25,6 @@ from clanker_rag._kb import KnowledgeBase
 KEY_HEADER = "-----BEGIN " + "RSA PRIVATE KEY-----"
 KEY_FOOTER = "-----END " + "RSA PRIVATE KEY-----"
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def write(root: Path, rel: str, content: str | bytes) -> Path:
-    path = root / rel
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if isinstance(content, bytes):
-        path.write_bytes(content)
-    else:
-        path.write_text(content, encoding="utf-8")
-    return path
 
 
 def skipped_reason(report: IngestReport, rel: str) -> str:

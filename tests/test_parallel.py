@@ -13,9 +13,11 @@ import tempfile
 import textwrap
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from _trees import write
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -43,16 +45,6 @@ def fork_workers(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
         monkeypatch.setattr(_parallel, "start_method", lambda explicit: "fork")
     # The test trees are small: start workers for them anyway.
     monkeypatch.setattr(_ingest, "POOL_MIN_BYTES", 0)
-
-
-def write(root: Path, rel: str, content: str | bytes) -> Path:
-    path = root / rel
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if isinstance(content, bytes):
-        path.write_bytes(content)
-    else:
-        path.write_text(content, encoding="utf-8")
-    return path
 
 
 def make_tree(root: Path, n: int = 40) -> None:
@@ -242,16 +234,22 @@ def test_worker_that_dies_leaves_the_rest_to_this_process(tmp_path: Path, monkey
     assert_same(serial_kb, parallel_kb, tmp_path)
 
 
+def raising_reader(suffix: str, error: Exception) -> Callable[..., object]:
+    """``read_document``, raising ``error`` for the file whose path ends with ``suffix``."""
+    real = _parallel.read_document
+
+    def reader(path: str, *args: object, **kwargs: object) -> object:
+        if path.endswith(suffix):
+            raise error
+        return real(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    return reader
+
+
 def test_unexpected_worker_error_rereads_the_file_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     tree = tmp_path / "tree"
     make_tree(tree)
-    real = _parallel.read_document
-
-    def broken(path: str, *args: object, **kwargs: object) -> object:
-        if path.endswith("mod07.py"):
-            raise RuntimeError("a bug in a reader")
-        return real(path, *args, **kwargs)  # type: ignore[arg-type]
-
+    broken = raising_reader("mod07.py", RuntimeError("a bug in a reader"))
     monkeypatch.setattr(_parallel, "read_document", broken)  # the workers' reader only
     serial_kb, serial, parallel_kb, parallel = both(tree, tmp_path)
     assert "src/mod07.py" in parallel.added
@@ -263,13 +261,7 @@ def test_reader_failure_in_a_worker_is_a_reported_skip(tmp_path: Path, monkeypat
                                                       caplog: pytest.LogCaptureFixture) -> None:
     tree = tmp_path / "tree"
     make_tree(tree)
-    real = _parallel.read_document
-
-    def failing(path: str, *args: object, **kwargs: object) -> object:
-        if path.endswith("page11.md"):
-            raise ValueError("nesting too deep")
-        return real(path, *args, **kwargs)  # type: ignore[arg-type]
-
+    failing = raising_reader("page11.md", ValueError("nesting too deep"))
     monkeypatch.setattr(_parallel, "read_document", failing)
     monkeypatch.setattr(_ingest, "read_document", failing)
     caplog.set_level(logging.WARNING)
