@@ -40,8 +40,14 @@ def import_time(module: str, runs: int) -> float:
     """Cumulative import time of ``module`` in seconds, as ``-X importtime`` reports it."""
     values = []
     for _ in range(runs):
-        done = subprocess.run([sys.executable, "-X", "importtime", "-c", f"import {module}"], check=True,
-                              capture_output=True, text=True, env=ENV, cwd=ROOT)
+        done = subprocess.run(
+            [sys.executable, "-X", "importtime", "-c", f"import {module}"],
+            check=True,
+            capture_output=True,
+            text=True,
+            env=ENV,
+            cwd=ROOT,
+        )
         for line in done.stderr.splitlines():
             m = re.match(r"import time:\s+\d+ \|\s+(\d+) \|\s+(\S+)$", line)
             if m and m.group(2) == module:
@@ -60,10 +66,14 @@ def main() -> None:
         ("import clanker_rag._cli (importtime, cumulative)", import_time("clanker_rag._cli", args.runs)),
         ("import clanker_rag (importtime, cumulative)", import_time("clanker_rag", args.runs)),
         ("clanker-rag --help", wall([py, "-m", "clanker_rag", "--help"], args.runs)),
-        (f"clanker-rag search {args.query!r} (data/kb)", wall([py, "-m", "clanker_rag", "search", args.query],
-                                                               args.runs)),
-        (f"clanker-rag search {args.query!r} --json", wall([py, "-m", "clanker_rag", "search", args.query, "--json"],
-                                                             args.runs)),
+        (
+            f"clanker-rag search {args.query!r} (data/kb)",
+            wall([py, "-m", "clanker_rag", "search", args.query], args.runs),
+        ),
+        (
+            f"clanker-rag search {args.query!r} --json",
+            wall([py, "-m", "clanker_rag", "search", args.query, "--json"], args.runs),
+        ),
     ]
     print(f"median of {args.runs} runs, Python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
     for name, seconds in rows:

@@ -52,6 +52,7 @@ def main() -> None:
     print(f"floor: lower+split {split_s:.2f} s + Counter {count_s:.2f} s = {floor:.2f} s (process CPU)")
     rows = {}
     for system in ("clanker_rag", "bm25s", "tantivy"):
+
         def one(system: str = system) -> None:
             folder = tempfile.mkdtemp(prefix=f"floor-{system}-")
             try:

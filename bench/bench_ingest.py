@@ -41,8 +41,12 @@ def timed_ingest(tree: str, include: list[str], jobs: int | None) -> tuple[float
         "print(time.perf_counter() - t, len(kb), r.workers)"
     )
     root = str(Path(__file__).resolve().parent.parent)
-    run = subprocess.run([sys.executable, "-c", code, root, tree, json.dumps(include), json.dumps(jobs)],
-                         check=True, capture_output=True, text=True)
+    run = subprocess.run(
+        [sys.executable, "-c", code, root, tree, json.dumps(include), json.dumps(jobs)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     if run.stderr.strip():
         print(run.stderr.strip(), file=sys.stderr)
     seconds, chunks, workers = run.stdout.split()
@@ -59,20 +63,26 @@ def bench_tree(tree: str, with_bm25s: bool, include: list[str], jobs: int | None
     n = len(report.added)
     mb = report.bytes_read / 1e6
     assert len(kb) == serial_chunks, (len(kb), serial_chunks)
-    print(f"  clanker_rag ingest, jobs=1 : {n} files, {mb:.1f} MB, {len(kb)} chunks in {single:.2f}s"
-          f" -> {n / single:.0f} files/s, {mb / single:.2f} MB/s")
+    print(
+        f"  clanker_rag ingest, jobs=1 : {n} files, {mb:.1f} MB, {len(kb)} chunks in {single:.2f}s"
+        f" -> {n / single:.0f} files/s, {mb / single:.2f} MB/s"
+    )
     first, chunks, workers = timed_ingest(tree, include, jobs)
     assert chunks == serial_chunks, (chunks, serial_chunks)
     label = "default" if jobs is None else f"jobs={jobs}"
-    print(f"  clanker_rag ingest, {label:7}: {n} files, {mb:.1f} MB, {chunks} chunks in {first:.2f}s"
-          f" -> {n / first:.0f} files/s, {mb / first:.2f} MB/s ({workers} worker processes and this one)")
+    print(
+        f"  clanker_rag ingest, {label:7}: {n} files, {mb:.1f} MB, {chunks} chunks in {first:.2f}s"
+        f" -> {n / first:.0f} files/s, {mb / first:.2f} MB/s ({workers} worker processes and this one)"
+    )
     print(f"  skipped            : {len(report.skipped)} ({report.skip_reasons()})")
 
     t0 = time.perf_counter()
     again = ingest(kb, tree, progress=False, include=include)
     second = time.perf_counter() - t0
-    print(f"  unchanged re-ingest: {len(again.unchanged)} unchanged, {len(again.added) + len(again.updated)}"
-          f" re-read in {second:.2f}s = {100 * second / first:.1f}% of the first ingest")
+    print(
+        f"  unchanged re-ingest: {len(again.unchanged)} unchanged, {len(again.added) + len(again.updated)}"
+        f" re-read in {second:.2f}s = {100 * second / first:.1f}% of the first ingest"
+    )
 
     # The command-line path (default jobs): a fresh process, the writer lock, the final save.
     with tempfile.TemporaryDirectory() as tmp:
@@ -105,8 +115,10 @@ def bench_tree(tree: str, with_bm25s: bool, include: list[str], jobs: int | None
     retriever = bm25s.BM25()
     retriever.index(tokens, show_progress=False)
     other = time.perf_counter() - t0
-    print(f"  bm25s tokenise+index of the same {len(texts)} chunk texts (already read and chunked):"
-          f" {other:.2f}s -> {n / other:.0f} files/s, {mb / other:.2f} MB/s")
+    print(
+        f"  bm25s tokenise+index of the same {len(texts)} chunk texts (already read and chunked):"
+        f" {other:.2f}s -> {n / other:.0f} files/s, {mb / other:.2f} MB/s"
+    )
     # Reading + decoding the files is part of clanker_rag's figure, so add it for bm25s too.
     t0 = time.perf_counter()
     raw = []
@@ -118,14 +130,34 @@ def bench_tree(tree: str, with_bm25s: bool, include: list[str], jobs: int | None
     tokens = bm25s.tokenize(raw, stopwords="en", stemmer=stemmer, show_progress=False)
     bm25s.BM25().index(tokens, show_progress=False)
     whole = time.perf_counter() - t0
-    print(f"  bm25s read+tokenise+index of the whole files (one doc per file): {read + whole:.2f}s"
-          f" -> {n / (read + whole):.0f} files/s, {mb / (read + whole):.2f} MB/s")
+    print(
+        f"  bm25s read+tokenise+index of the whole files (one doc per file): {read + whole:.2f}s"
+        f" -> {n / (read + whole):.0f} files/s, {mb / (read + whole):.2f} MB/s"
+    )
 
 
 def bench_csv(megabytes: int) -> None:
     rng = random.Random(7)
-    words = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india",
-             "juliet", "kilo", "lima", "mike", "november", "oscar", "papa", "quebec", "romeo"]
+    words = [
+        "alpha",
+        "bravo",
+        "charlie",
+        "delta",
+        "echo",
+        "foxtrot",
+        "golf",
+        "hotel",
+        "india",
+        "juliet",
+        "kilo",
+        "lima",
+        "mike",
+        "november",
+        "oscar",
+        "papa",
+        "quebec",
+        "romeo",
+    ]
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "big.csv"
         with open(path, "w", newline="", encoding="utf-8") as fh:
@@ -134,8 +166,15 @@ def bench_csv(megabytes: int) -> None:
             i = 0
             while fh.tell() < megabytes * 1_000_000:
                 for _ in range(1000):
-                    writer.writerow([i, rng.choice(words).title(), rng.choice(words), rng.randint(0, 999),
-                                     " ".join(rng.choices(words, k=8))])
+                    writer.writerow(
+                        [
+                            i,
+                            rng.choice(words).title(),
+                            rng.choice(words),
+                            rng.randint(0, 999),
+                            " ".join(rng.choices(words, k=8)),
+                        ]
+                    )
                     i += 1
         size = path.stat().st_size / 1e6
         kb = KnowledgeBase()
@@ -154,11 +193,16 @@ def main() -> None:
     parser.add_argument("--tree", default=sysconfig.get_paths()["stdlib"])
     parser.add_argument("--csv-mb", type=int, default=32)
     parser.add_argument("--skip-bm25s", action="store_true")
-    parser.add_argument("--all-files", action="store_true",
-                        help="ingest every allow-listed file, not only the .py files")
+    parser.add_argument(
+        "--all-files", action="store_true", help="ingest every allow-listed file, not only the .py files"
+    )
     parser.add_argument("--skip-tree", action="store_true")
-    parser.add_argument("--jobs", type=int, default=None,
-                        help="worker processes for the second tree ingest (default: the library's choice)")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="worker processes for the second tree ingest (default: the library's choice)",
+    )
     parser.add_argument("--skip-csv", action="store_true")
     args = parser.parse_args()
     if not args.skip_tree:

@@ -97,8 +97,10 @@ def main() -> None:
     print(f"{args.runs} runs x {args.chunks} chunks, one every {args.interval * 1e3:.1f} ms, {os.cpu_count()} CPUs")
     print(f"  direct   median {d50 * 1e3:6.3f} ms   p95 {d95 * 1e3:6.3f} ms   ({len(direct)} chunks)")
     print(f"  proxied  median {p50 * 1e3:6.3f} ms   p95 {p95 * 1e3:6.3f} ms   ({len(proxied)} chunks)")
-    print(f"  added by the proxy: median {(p50 - d50) * 1e3:.3f} ms, p95 {(p95 - d95) * 1e3:.3f} ms per chunk "
-          "(target <= 5 ms)")
+    print(
+        f"  added by the proxy: median {(p50 - d50) * 1e3:.3f} ms, p95 {(p95 - d95) * 1e3:.3f} ms per chunk "
+        "(target <= 5 ms)"
+    )
 
 
 if __name__ == "__main__":

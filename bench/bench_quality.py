@@ -68,8 +68,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dataset", nargs="?", default=str(ROOT.parent / "shared" / "datasets" / "cranfield"))
     ap.add_argument("--model", default=None, help="sentence-transformers bi-encoder folder")
-    ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "clanker-rag-bench"),
-                    help="folder for the corpus embeddings (reused between runs)")
+    ap.add_argument(
+        "--cache",
+        default=str(Path(tempfile.gettempdir()) / "clanker-rag-bench"),
+        help="folder for the corpus embeddings (reused between runs)",
+    )
     ap.add_argument("--latency-queries", type=int, default=10, help="queries timed cold for reranking")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (1: CPU time = work done)")
     args = ap.parse_args()
@@ -132,7 +135,7 @@ def main() -> None:
             # BM25's own time per query over the latency sample too, for a like-for-like subtraction.
             base_cpu, base_wall = cpu, wall
             base_lat = timed(kb.search, lat_queries)
-        ref_cpu, ref_wall = (base_lat if cold is not None else (base_cpu, base_wall))
+        ref_cpu, ref_wall = base_lat if cold is not None else (base_cpu, base_wall)
         rows.append((name, metrics, cpu, wall, cpu - ref_cpu, wall - ref_wall, len(timing_queries)))
         print(f"  done {name}", file=sys.stderr, flush=True)
 

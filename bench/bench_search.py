@@ -198,8 +198,18 @@ def main() -> None:
             n_queries = args.rank_bm25_queries if system == "rank_bm25" else args.queries
             row = {}
             for phase in ("build", "query"):
-                cmd = [sys.executable, __file__, "--phase", phase, "--system", system, "--folder", folder,
-                       "--queries", str(n_queries)]
+                cmd = [
+                    sys.executable,
+                    __file__,
+                    "--phase",
+                    phase,
+                    "--system",
+                    system,
+                    "--folder",
+                    folder,
+                    "--queries",
+                    str(n_queries),
+                ]
                 proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
                 if proc.returncode != 0:
                     print(f"{system} {phase} failed:\n{proc.stderr[-2000:]}", file=sys.stderr)
@@ -208,8 +218,9 @@ def main() -> None:
             size = sum(f.stat().st_size for f in Path(folder).rglob("*") if f.is_file())
             row["disk_mb"] = size / 2**20
             results[system] = row
-            print(system, json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}),
-                  flush=True)
+            print(
+                system, json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}), flush=True
+            )
         finally:
             shutil.rmtree(folder, ignore_errors=True)
     print()
@@ -217,8 +228,10 @@ def main() -> None:
     for system, r in results.items():
         if "qps_cpu" not in r:
             continue
-        print(f"{system:12} {r['wall']:7.2f} ({r['cpu']:5.2f}) {r['load_wall']:8.2f} {r['memory_mb']:8.1f}"
-              f" {r['qps_wall']:9.1f} {r['qps_cpu']:9.1f}")
+        print(
+            f"{system:12} {r['wall']:7.2f} ({r['cpu']:5.2f}) {r['load_wall']:8.2f} {r['memory_mb']:8.1f}"
+            f" {r['qps_wall']:9.1f} {r['qps_cpu']:9.1f}"
+        )
     out = HERE / "results"
     out.mkdir(exist_ok=True)
     (out / "search.json").write_text(json.dumps(results, indent=2) + "\n")

@@ -28,12 +28,16 @@ def collector_paused() -> Iterator[None]:
     that keeps frozen objects of its own is left alone.
     """
     was_enabled = gc.isenabled()
+    # Decided on entry: the permanent generation's size moves while the block
+    # runs (another thread may free or freeze objects), so a count read on exit
+    # says nothing about whether the program keeps frozen objects of its own.
+    promote = was_enabled and gc.get_freeze_count() == 0
     gc.disable()
     try:
         yield
     finally:
+        if promote:
+            gc.freeze()
+            gc.unfreeze()
         if was_enabled:
-            if gc.get_freeze_count() == 0:
-                gc.freeze()
-                gc.unfreeze()
             gc.enable()

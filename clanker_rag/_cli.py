@@ -107,8 +107,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-file-size", type=_size, metavar="SIZE", help="skip files larger than SIZE (10M, 512k...)")
     p.add_argument("--no-sync", action="store_true", help="keep sources whose files were deleted")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-    p.add_argument("-j", "--jobs", type=_positive_int, metavar="N",
-                   help="processes reading files, this one included (default: one per core; 1: this one only)")
+    p.add_argument(
+        "-j",
+        "--jobs",
+        type=_positive_int,
+        metavar="N",
+        help="processes reading files, this one included (default: one per core; 1: this one only)",
+    )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("-v", "--verbose", action="store_true", help="list every skipped file with its reason")
     p.set_defaults(func=_cmd_ingest)
@@ -169,7 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-k", "--k", type=int, default=3, metavar="N", help="passages per injection (default 3)")
     p.add_argument("--show-blocks", action="store_true", help="include the injected blocks in the answers")
     p.add_argument("--no-live", action="store_true", help="inject for the question only, then forward untouched")
-    p.add_argument("--no-tools", action="store_true", help="ignore <tool name=\"retrieve\"> calls in the output")
+    p.add_argument("--no-tools", action="store_true", help='ignore <tool name="retrieve"> calls in the output')
     p.add_argument("--min-score", type=float, metavar="S", help="drop passages scoring below S")
     p.add_argument("--max-request-bytes", type=_size, metavar="SIZE", help="request body cap (default 8M)")
     p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS", help="upstream timeout (default 300)")
@@ -632,8 +637,11 @@ def _cmd_rm(args: argparse.Namespace) -> int:
     missing: list[str] = []
     with KnowledgeBase.edit(path) as kb:
         for pattern in args.sources:
-            names = [s for s in kb.sources() if fnmatch.fnmatchcase(s, pattern)] if any(
-                c in pattern for c in "*?[") else ([pattern] if pattern in kb else [])
+            names = (
+                [s for s in kb.sources() if fnmatch.fnmatchcase(s, pattern)]
+                if any(c in pattern for c in "*?[")
+                else ([pattern] if pattern in kb else [])
+            )
             if not names:
                 missing.append(pattern)
                 continue

@@ -205,9 +205,7 @@ def run_demo(
         err.write("\n")
         err.flush()
         started = time.monotonic()
-        counts = render_events(
-            ctl.events(backend, _FEW_SHOT.format(question=question)), out=out, err=err, color=color
-        )
+        counts = render_events(ctl.events(backend, _FEW_SHOT.format(question=question)), out=out, err=err, color=color)
         stats = backend.last_stats
         cached = f", {stats.cached_tokens} prompt tokens reused from the cache" if stats and stats.cached_tokens else ""
         _progress(

@@ -38,27 +38,88 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_SKIP_DIRS: frozenset[str] = frozenset({
-    ".git", ".hg", ".svn", ".bzr", "_darcs", "CVS",
-    "node_modules", "bower_components", "__pycache__", ".venv", "venv", "virtualenv",
-    ".tox", ".nox", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".hypothesis",
-    ".eggs", "dist", "build", "site-packages", ".gradle", ".next", ".nuxt", ".cache",
-})
+DEFAULT_SKIP_DIRS: frozenset[str] = frozenset(
+    {
+        ".git",
+        ".hg",
+        ".svn",
+        ".bzr",
+        "_darcs",
+        "CVS",
+        "node_modules",
+        "bower_components",
+        "__pycache__",
+        ".venv",
+        "venv",
+        "virtualenv",
+        ".tox",
+        ".nox",
+        ".mypy_cache",
+        ".pytest_cache",
+        ".ruff_cache",
+        ".hypothesis",
+        ".eggs",
+        "dist",
+        "build",
+        "site-packages",
+        ".gradle",
+        ".next",
+        ".nuxt",
+        ".cache",
+    }
+)
 
 # Matched case-insensitively against the file name.
 SECRET_NAME_PATTERNS: tuple[str, ...] = (
-    ".env", ".env.*", ".envrc", "*.env",
-    "*.pem", "*.key", "*.p12", "*.pfx", "*.keystore", "*.jks", "*.ppk", "*.gpg", "*.asc",
-    "id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*",
-    ".netrc", "_netrc", ".npmrc", ".pypirc", ".pgpass", ".htpasswd", ".git-credentials",
-    ".dockercfg", ".boto", ".s3cfg", "credentials*", "*.tfstate", "*.tfstate.backup",
-    "client_secret*.json", "application_default_credentials.json", "service-account*.json",
-    "*-service-account.json", "accesstokens.json", "azureprofile.json",
-    "secrets.yaml", "secrets.yml", "secrets.json", "secrets.toml",
+    ".env",
+    ".env.*",
+    ".envrc",
+    "*.env",
+    "*.pem",
+    "*.key",
+    "*.p12",
+    "*.pfx",
+    "*.keystore",
+    "*.jks",
+    "*.ppk",
+    "*.gpg",
+    "*.asc",
+    "id_rsa*",
+    "id_dsa*",
+    "id_ecdsa*",
+    "id_ed25519*",
+    ".netrc",
+    "_netrc",
+    ".npmrc",
+    ".pypirc",
+    ".pgpass",
+    ".htpasswd",
+    ".git-credentials",
+    ".dockercfg",
+    ".boto",
+    ".s3cfg",
+    "credentials*",
+    "*.tfstate",
+    "*.tfstate.backup",
+    "client_secret*.json",
+    "application_default_credentials.json",
+    "service-account*.json",
+    "*-service-account.json",
+    "accesstokens.json",
+    "azureprofile.json",
+    "secrets.yaml",
+    "secrets.yml",
+    "secrets.json",
+    "secrets.toml",
 )
 # Matched against the end of the relative path (posix separators).
 _SECRET_PATH_PATTERNS: tuple[str, ...] = (
-    ".aws/*", ".ssh/*", ".docker/config.json", ".kube/config", ".config/gcloud/*", ".azure/*",
+    ".aws/*",
+    ".ssh/*",
+    ".docker/config.json",
+    ".kube/config",
+    ".config/gcloud/*",
+    ".azure/*",
     ".gnupg/*",
 )
 _SECRET_RE = re.compile("|".join(fnmatch.translate(p) for p in SECRET_NAME_PATTERNS), re.IGNORECASE)
@@ -79,6 +140,7 @@ def secret_name_reason(rel: str) -> str | None:
 
 
 # ------------------------------------------------------------- git globs
+
 
 def _segment_regex(seg: str) -> str:
     out: list[str] = []
@@ -106,7 +168,7 @@ def _segment_regex(seg: str) -> str:
             if j >= len(seg):
                 out.append(re.escape(c))
             else:
-                body = seg[i + 1:j]
+                body = seg[i + 1 : j]
                 negate = body[:1] in ("!", "^")
                 if negate:
                     body = body[1:]
@@ -190,7 +252,7 @@ class GitIgnore:
         if self.strip:
             if not rel.startswith(self.strip):
                 return None
-            rel = rel[len(self.strip):]
+            rel = rel[len(self.strip) :]
         rel = self.add + rel
         for rule in reversed(self.rules):
             if rule.dir_only and not is_dir:
@@ -210,6 +272,7 @@ def _ignored(rel: str, is_dir: bool, ignores: tuple[GitIgnore, ...]) -> bool:
 
 
 # ------------------------------------------------------------------ walk
+
 
 @dataclass(frozen=True, slots=True)
 class Candidate:
@@ -389,8 +452,9 @@ def discover(root: str, options: DiscoveryOptions) -> Iterator[Candidate | Skipp
         stack.extend(reversed(subdirs))
 
 
-def _dir_skip_reason(entry: os.DirEntry[str], rel: str, active: tuple[GitIgnore, ...],
-                     options: DiscoveryOptions) -> str | None:
+def _dir_skip_reason(
+    entry: os.DirEntry[str], rel: str, active: tuple[GitIgnore, ...], options: DiscoveryOptions
+) -> str | None:
     name = entry.name
     if name in options.skip_dirs or name.endswith(".egg-info"):
         return f"skipped folder ({name})"
@@ -407,8 +471,9 @@ def _dir_skip_reason(entry: os.DirEntry[str], rel: str, active: tuple[GitIgnore,
     return None
 
 
-def _file_decision(path: str, rel: str, active: tuple[GitIgnore, ...],
-                   options: DiscoveryOptions) -> Candidate | Skipped:
+def _file_decision(
+    path: str, rel: str, active: tuple[GitIgnore, ...], options: DiscoveryOptions
+) -> Candidate | Skipped:
     name = rel.rsplit("/", 1)[-1]
     if options.secret_guard and (reason := secret_name_reason(rel)):
         return Skipped(rel, reason)

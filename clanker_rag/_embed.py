@@ -129,9 +129,7 @@ def _numpy() -> Any:
     return numpy
 
 
-def encode(
-    model: Any, texts: Sequence[str], *, batch_size: int = 32, query: bool = False
-) -> tuple[array[float], int]:
+def encode(model: Any, texts: Sequence[str], *, batch_size: int = 32, query: bool = False) -> tuple[array[float], int]:
     """Unit-length embeddings of ``texts`` as one flat ``array('f')`` and the dimension.
 
     Uses the model's query/document prompts when it has them

@@ -49,35 +49,92 @@ Section = tuple[int, int, "str | None"]
 
 # Extension -> reader name.  The keys are the default allow-list.
 _FORMATS: dict[str, str] = {
-    ".txt": "text", ".log": "text", ".tex": "text",
-    ".md": "markdown", ".markdown": "markdown", ".mdx": "markdown",
+    ".txt": "text",
+    ".log": "text",
+    ".tex": "text",
+    ".md": "markdown",
+    ".markdown": "markdown",
+    ".mdx": "markdown",
     ".rst": "rst",
-    ".py": "python", ".pyi": "python",
-    ".js": "js", ".mjs": "js", ".cjs": "js", ".jsx": "js", ".ts": "js", ".tsx": "js",
-    ".sh": "shell", ".bash": "shell", ".zsh": "shell",
-    ".yaml": "yaml", ".yml": "yaml",
-    ".json": "json", ".jsonl": "jsonl", ".ndjson": "jsonl",
+    ".py": "python",
+    ".pyi": "python",
+    ".js": "js",
+    ".mjs": "js",
+    ".cjs": "js",
+    ".jsx": "js",
+    ".ts": "js",
+    ".tsx": "js",
+    ".sh": "shell",
+    ".bash": "shell",
+    ".zsh": "shell",
+    ".yaml": "yaml",
+    ".yml": "yaml",
+    ".json": "json",
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
     ".xml": "text",
-    ".toml": "ini", ".ini": "ini", ".cfg": "ini", ".conf": "ini", ".properties": "text",
-    ".c": "c", ".h": "c", ".cpp": "c", ".hpp": "c", ".cc": "c", ".cxx": "c", ".hh": "c",
-    ".go": "go", ".rs": "rust",
-    ".java": "jvm", ".kt": "jvm", ".kts": "jvm", ".scala": "jvm", ".swift": "jvm", ".cs": "jvm",
+    ".toml": "ini",
+    ".ini": "ini",
+    ".cfg": "ini",
+    ".conf": "ini",
+    ".properties": "text",
+    ".c": "c",
+    ".h": "c",
+    ".cpp": "c",
+    ".hpp": "c",
+    ".cc": "c",
+    ".cxx": "c",
+    ".hh": "c",
+    ".go": "go",
+    ".rs": "rust",
+    ".java": "jvm",
+    ".kt": "jvm",
+    ".kts": "jvm",
+    ".scala": "jvm",
+    ".swift": "jvm",
+    ".cs": "jvm",
     ".gradle": "jvm",
-    ".rb": "ruby", ".php": "php",
-    ".css": "css", ".scss": "css", ".less": "css",
-    ".html": "html", ".htm": "html", ".xhtml": "html",
+    ".rb": "ruby",
+    ".php": "php",
+    ".css": "css",
+    ".scss": "css",
+    ".less": "css",
+    ".html": "html",
+    ".htm": "html",
+    ".xhtml": "html",
     ".sql": "sql",
-    ".bat": "text", ".cmd": "text", ".ps1": "powershell",
-    ".csv": "csv", ".tsv": "tsv",
-    ".docx": "docx", ".pdf": "pdf",
+    ".bat": "text",
+    ".cmd": "text",
+    ".ps1": "powershell",
+    ".csv": "csv",
+    ".tsv": "tsv",
+    ".docx": "docx",
+    ".pdf": "pdf",
 }
 DEFAULT_EXTENSIONS: frozenset[str] = frozenset(_FORMATS)
 # Extension-less files worth indexing by default.
-DEFAULT_FILENAMES: frozenset[str] = frozenset({
-    "Makefile", "GNUmakefile", "Dockerfile", "Containerfile", "Jenkinsfile", "Vagrantfile",
-    "Gemfile", "Rakefile", "Procfile", "README", "LICENSE", "COPYING", "NOTICE", "AUTHORS",
-    "CHANGELOG", "CONTRIBUTING", "INSTALL", "TODO",
-})
+DEFAULT_FILENAMES: frozenset[str] = frozenset(
+    {
+        "Makefile",
+        "GNUmakefile",
+        "Dockerfile",
+        "Containerfile",
+        "Jenkinsfile",
+        "Vagrantfile",
+        "Gemfile",
+        "Rakefile",
+        "Procfile",
+        "README",
+        "LICENSE",
+        "COPYING",
+        "NOTICE",
+        "AUTHORS",
+        "CHANGELOG",
+        "CONTRIBUTING",
+        "INSTALL",
+        "TODO",
+    }
+)
 # Record formats are read as a stream, so they get their own (larger) size cap.
 STREAMED_FORMATS: frozenset[str] = frozenset({"csv", "tsv", "jsonl", "json"})
 
@@ -279,8 +336,13 @@ class _WordCounts:
         that tile a stretch of text (its lines, its sections).
         """
         mask = self._mask
-        return list(map(add, map(mask.count, repeat(_WORD_START), starts, ends),
-                        map(mask.startswith, repeat(_WORD_INSIDE), starts, ends)))
+        return list(
+            map(
+                add,
+                map(mask.count, repeat(_WORD_START), starts, ends),
+                map(mask.startswith, repeat(_WORD_INSIDE), starts, ends),
+            )
+        )
 
 
 _counts: _WordCounts | None = None
@@ -332,8 +394,9 @@ def _outside(positions: list[int], atomic: Sequence[tuple[int, int]]) -> list[in
     return out
 
 
-def _paragraph_starts(text: str, start: int, end: int, atomic: Sequence[tuple[int, int]],
-                      *, code: bool = False) -> list[int]:
+def _paragraph_starts(
+    text: str, start: int, end: int, atomic: Sequence[tuple[int, int]], *, code: bool = False
+) -> list[int]:
     """Offsets in ``(start, end)`` where a paragraph starts, never inside ``atomic`` spans."""
     cuts = []
     for m in _BLANK_LINES.finditer(text, start, end):
@@ -342,14 +405,22 @@ def _paragraph_starts(text: str, start: int, end: int, atomic: Sequence[tuple[in
             break
         # An indented paragraph continues the one above (literal blocks,
         # list continuations, directive bodies): keep them together.
-        if not code and text[pos:pos + 1] in (" ", "\t"):
+        if not code and text[pos : pos + 1] in (" ", "\t"):
             continue
         cuts.append(pos)
     return _outside(cuts, atomic)
 
 
-def _pack(text: str, start: int, end: int, label: str | None, budget: int | None,
-          atomic: Sequence[tuple[int, int]] = (), *, code: bool = False) -> list[Section]:
+def _pack(
+    text: str,
+    start: int,
+    end: int,
+    label: str | None,
+    budget: int | None,
+    atomic: Sequence[tuple[int, int]] = (),
+    *,
+    code: bool = False,
+) -> list[Section]:
     """Split ``[start, end)`` at paragraph starts so each piece fits ``budget`` tokens.
 
     A block between two paragraph starts that is too big on its own (a long
@@ -451,7 +522,7 @@ def _md_sections(text: str, budget: int | None) -> list[Section]:
             if line_start == 0:
                 continue
             prev_start = text.rfind("\n", 0, line_start - 1) + 1
-            prev = text[prev_start:line_start - 1].strip()
+            prev = text[prev_start : line_start - 1].strip()
             if not prev or prev_start < skip_until or prev.startswith(("#", "-", "*", ">", "|")):
                 continue
             if heads and heads[-1][0] == prev_start:
@@ -463,8 +534,9 @@ def _md_sections(text: str, budget: int | None) -> list[Section]:
     return _heading_sections(text, heads, fences, budget)
 
 
-def _heading_sections(text: str, heads: list[tuple[int, int, str]],
-                      atomic: list[tuple[int, int]], budget: int | None) -> list[Section]:
+def _heading_sections(
+    text: str, heads: list[tuple[int, int, str]], atomic: list[tuple[int, int]], budget: int | None
+) -> list[Section]:
     stack: list[tuple[int, str]] = []
     starts: list[tuple[int, str | None]] = []
     for pos, level, title in heads:
@@ -497,7 +569,7 @@ def _rst_sections(text: str, budget: int | None) -> list[Section]:
         title = text[title_start:title_end].strip()
         if not title or len(title) > under_len + 2 or _RST_ADORN.fullmatch(text[title_start:title_end]):
             continue
-        if text[title_start:title_start + 1] in (" ", "\t") and not title:
+        if text[title_start : title_start + 1] in (" ", "\t") and not title:
             continue
         start = title_start
         overline = False
@@ -562,8 +634,7 @@ _CODE_DEF_SOURCES: dict[str, tuple[str, int]] = {
         r"(?:function|class|interface|trait|enum)[ \t]+&?(?P<name>\w+)",
         re.MULTILINE,
     ),
-    "shell": (r"(?:function[ \t]+(?P<name>[\w-]+)|(?P<func>[\w-]+)[ \t]*\(\)[ \t]*\{?)",
-                        re.MULTILINE),
+    "shell": (r"(?:function[ \t]+(?P<name>[\w-]+)|(?P<func>[\w-]+)[ \t]*\(\)[ \t]*\{?)", re.MULTILINE),
     "powershell": (r"(?:function|filter)[ \t]+(?P<name>[\w-]+)", re.MULTILINE | re.IGNORECASE),
     "sql": (
         r"(?:CREATE|ALTER)[ \t]+(?:OR[ \t]+REPLACE[ \t]+)?(?:TEMP(?:ORARY)?[ \t]+)?(?:UNIQUE[ \t]+)?"
@@ -608,7 +679,7 @@ def _py_methods(text: str, start: int, end: int) -> list[tuple[int, str, str]]:
         if not rest:
             indent = prefix  # nearly every method: only indentation before "def"
         elif rest == "async":
-            indent = prefix[:len(prefix) - len(prefix.lstrip(" \t"))]
+            indent = prefix[: len(prefix) - len(prefix.lstrip(" \t"))]
         else:
             continue
         if indent:
@@ -724,12 +795,47 @@ def _join_labels(labels: list[str | None]) -> str | None:
 
 # HTML -------------------------------------------------------------------
 
-_HTML_BLOCK = frozenset({
-    "address", "article", "aside", "blockquote", "br", "dd", "details", "div", "dl", "dt",
-    "figcaption", "figure", "footer", "form", "h1", "h2", "h3", "h4", "h5", "h6", "header",
-    "hr", "li", "main", "nav", "ol", "p", "pre", "section", "summary", "table", "tr", "ul",
-    "title", "caption", "th", "td",
-})
+_HTML_BLOCK = frozenset(
+    {
+        "address",
+        "article",
+        "aside",
+        "blockquote",
+        "br",
+        "dd",
+        "details",
+        "div",
+        "dl",
+        "dt",
+        "figcaption",
+        "figure",
+        "footer",
+        "form",
+        "h1",
+        "h2",
+        "h3",
+        "h4",
+        "h5",
+        "h6",
+        "header",
+        "hr",
+        "li",
+        "main",
+        "nav",
+        "ol",
+        "p",
+        "pre",
+        "section",
+        "summary",
+        "table",
+        "tr",
+        "ul",
+        "title",
+        "caption",
+        "th",
+        "td",
+    }
+)
 _HTML_HIDDEN = frozenset({"script", "style", "noscript", "template", "svg", "head", "iframe", "object"})
 _SPACES = re.compile(r"\s+")
 
@@ -849,7 +955,7 @@ def _json_sections(text: str) -> list[Section] | None:
         else:
             key, pos = _DECODER.raw_decode(text, pos)
             pos = _WS.match(text, pos).end()  # type: ignore[union-attr]
-            if text[pos:pos + 1] != ":":
+            if text[pos : pos + 1] != ":":
                 raise ValueError("expected ':'")
             pos = _WS.match(text, pos + 1).end()  # type: ignore[union-attr]
             _, pos = _DECODER.raw_decode(text, pos)
@@ -857,10 +963,10 @@ def _json_sections(text: str) -> list[Section] | None:
         starts.append((item_start, label))
         index += 1
         pos = _WS.match(text, pos).end()  # type: ignore[union-attr]
-        if text[pos:pos + 1] == ",":
+        if text[pos : pos + 1] == ",":
             pos += 1
             continue
-        if text[pos:pos + 1] in ("]", "}"):
+        if text[pos : pos + 1] in ("]", "}"):
             break
         raise ValueError("expected ',' or closing bracket")
     if not starts:
@@ -886,8 +992,10 @@ def _jsonl_sections(text: str) -> list[Section]:
 
 # Entry points -------------------------------------------------------------
 
-def parse_text(text: str, fmt: str, *, budget: int | None = None,
-               path: str | None = None) -> tuple[str, list[Section] | None]:
+
+def parse_text(
+    text: str, fmt: str, *, budget: int | None = None, path: str | None = None
+) -> tuple[str, list[Section] | None]:
     """Structure a decoded text: returns ``(text_to_index, sections)``.
 
     ``budget`` is the chunk size in words; sections longer than it are split

@@ -265,9 +265,7 @@ def expand_neighbors(
         while True:
             for g in touching:
                 lo, hi = min(lo, g.start), max(hi, g.end)
-            more = [
-                g for g in groups_by_source[source] if g not in touching and g.start <= hi and lo <= g.end
-            ]
+            more = [g for g in groups_by_source[source] if g not in touching and g.start <= hi and lo <= g.end]
             if not more:
                 break
             touching.extend(more)

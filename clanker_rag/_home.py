@@ -41,6 +41,7 @@ def index_size(path: Path) -> int:
             total += entry.stat().st_size
     return total
 
+
 # Names become folder names: keep them portable and free of path tricks.
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 

@@ -95,8 +95,9 @@ def _impact_order(imps: array[float]) -> array[int]:
 
 
 # (terms, lengths, chunk ids, tfs, impacts, maxima, ordered terms, order positions)
-_Packed = tuple[list[str], "array[int]", "array[int]", "array[int]", "array[float]", "array[float]", "array[int]",
-                "array[int]"]
+_Packed = tuple[
+    list[str], "array[int]", "array[int]", "array[int]", "array[float]", "array[float]", "array[int]", "array[int]"
+]
 
 
 class _Pending(dict[int, list[int]]):

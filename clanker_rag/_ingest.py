@@ -312,8 +312,9 @@ def ingest(
         follow_symlinks=follow_symlinks,
         skip_real=frozenset({os.path.realpath(index_path)}) if index_path is not None else frozenset(),
     )
-    run = _Run(kb, options, max_file_size, max_record_file_size, prefix, index_path,
-               checkpoint_files, checkpoint_seconds, jobs)
+    run = _Run(
+        kb, options, max_file_size, max_record_file_size, prefix, index_path, checkpoint_files, checkpoint_seconds, jobs
+    )
     show = sys.stderr.isatty() if progress is None else progress
     started = time.monotonic()
     try:
@@ -431,9 +432,18 @@ def _workers_for(kb: KnowledgeBase, jobs: int | None) -> tuple[int, str]:
 
 
 class _Run:
-    def __init__(self, kb: _KnowledgeBaseLike, options: DiscoveryOptions, max_file_size: int,
-                 max_record_file_size: int, prefix: str, index_path: StrPath | None,
-                 checkpoint_files: int | None, checkpoint_seconds: float, jobs: int | None = 1) -> None:
+    def __init__(
+        self,
+        kb: _KnowledgeBaseLike,
+        options: DiscoveryOptions,
+        max_file_size: int,
+        max_record_file_size: int,
+        prefix: str,
+        index_path: StrPath | None,
+        checkpoint_files: int | None,
+        checkpoint_seconds: float,
+        jobs: int | None = 1,
+    ) -> None:
         self.kb = kb
         self.options = options
         self.max_file_size = max_file_size
@@ -499,8 +509,9 @@ class _Run:
         entries = discover(root, self.options) if is_dir else iter([single_file(root, self.options)])
         for item in entries:
             if isinstance(item, Skipped):
-                self.skip(self.prefix + item.rel, item.reason,
-                          level=logging.WARNING if item.transient else logging.DEBUG)
+                self.skip(
+                    self.prefix + item.rel, item.reason, level=logging.WARNING if item.transient else logging.DEBUG
+                )
                 if item.transient:
                     keep.add(self.prefix + item.rel)
                     if item.rel.endswith("/"):
@@ -531,8 +542,14 @@ class _Run:
 
     def _read_here(self, cand: Candidate, source: str, plan: _Read) -> bool:
         try:
-            doc = read_document(cand.path, cand.fmt, max_bytes=plan.cap, budget=self.budget,
-                                known_hash=content_known(plan.sha), name=source)
+            doc = read_document(
+                cand.path,
+                cand.fmt,
+                max_bytes=plan.cap,
+                budget=self.budget,
+                known_hash=content_known(plan.sha),
+                name=source,
+            )
         except SkipFile as exc:
             return self._skipped(cand, source, exc.reason, exc.transient)
         except READER_ERRORS as exc:
@@ -549,11 +566,13 @@ class _Run:
         root_id = self.root_id
         old = self.kb.source_metadata(source)
         if old is not None and old.get("root") not in (None, root_id):
-            logger.warning("%s from %s replaces the source of the same name from %s; use prefix= to keep both",
-                           source, root_id, old.get("root"))
-        same_origin = (
-            old is not None and old.get("root") == root_id and old.get("reader") == READER_VERSION
-        )
+            logger.warning(
+                "%s from %s replaces the source of the same name from %s; use prefix= to keep both",
+                source,
+                root_id,
+                old.get("root"),
+            )
+        same_origin = old is not None and old.get("root") == root_id and old.get("reader") == READER_VERSION
         try:
             st = os.stat(cand.path)
         except FileNotFoundError:
@@ -584,8 +603,14 @@ class _Run:
         self.skip(source, f"reader failed: {what}", level=logging.WARNING)
         return True
 
-    def _apply(self, cand: Candidate, source: str, plan: _Read, doc: Document | None,
-               counted: Iterable[tuple[int, int, int, int, str | None, list[int], array[int]]] | None) -> bool:
+    def _apply(
+        self,
+        cand: Candidate,
+        source: str,
+        plan: _Read,
+        doc: Document | None,
+        counted: Iterable[tuple[int, int, int, int, str | None, list[int], array[int]]] | None,
+    ) -> bool:
         if doc is None:
             self.report.unchanged.append(source)
             return True
@@ -770,8 +795,9 @@ class _Run:
 
     def _break(self, exc: BaseException) -> None:
         if not self.broken:
-            logger.warning("worker processes failed (%s: %s); reading the remaining files in this process",
-                           type(exc).__name__, exc)
+            logger.warning(
+                "worker processes failed (%s: %s); reading the remaining files in this process", type(exc).__name__, exc
+            )
         self.broken = True
         self._stop_pool()
 

@@ -740,6 +740,7 @@ class KnowledgeBase:
             kb._docs[doc.source] = doc
             docs.append(doc)
         cols = body["chunks"]
+
         def unpack(value: Any, typecode: str, name: str) -> array[Any]:
             return _store.unpack(value, typecode, name, blob)
 

@@ -172,8 +172,14 @@ class Worker:
 
     def prepare(self, task: Task) -> Outcome:
         try:
-            doc = read_document(task.path, task.fmt, max_bytes=task.max_bytes, budget=task.budget,
-                                known_hash=content_known(task.known_sha), name=task.name)
+            doc = read_document(
+                task.path,
+                task.fmt,
+                max_bytes=task.max_bytes,
+                budget=task.budget,
+                known_hash=content_known(task.known_sha),
+                name=task.name,
+            )
         except SkipFile as exc:
             return ("skip", exc.reason, exc.transient)
         except READER_ERRORS as exc:

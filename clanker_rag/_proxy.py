@@ -199,8 +199,14 @@ class SharedRetriever:
 class UpstreamError(Exception):
     """An upstream failure, already mapped to the status and JSON the client gets."""
 
-    def __init__(self, status: int, message: str, err_type: str, code: str | int | None = None,
-                 body: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        err_type: str,
+        code: str | int | None = None,
+        body: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
@@ -409,8 +415,9 @@ class _Turn:
                 yield _decode(data, url)
                 finished = finished or self.finish_reason is not None
         except TimeoutError:
-            raise UpstreamError(504, f"upstream {url} timed out after {self.upstream.config.timeout:g} s",
-                                "upstream_timeout") from None
+            raise UpstreamError(
+                504, f"upstream {url} timed out after {self.upstream.config.timeout:g} s", "upstream_timeout"
+            ) from None
         except (OSError, http.client.HTTPException) as exc:
             raise UpstreamError(502, f"connection to upstream {url} broke: {exc}", "upstream_error") from None
         if not finished:
@@ -503,8 +510,9 @@ def _decode(data: str, url: str) -> dict[str, Any]:
     try:
         obj = json.loads(data)
     except ValueError:
-        raise UpstreamError(502, f"upstream {url} answered something that is not JSON: {data[:200]!r}",
-                            "upstream_error") from None
+        raise UpstreamError(
+            502, f"upstream {url} answered something that is not JSON: {data[:200]!r}", "upstream_error"
+        ) from None
     if not isinstance(obj, dict):
         raise UpstreamError(502, f"upstream {url} answered JSON that is not an object", "upstream_error")
     return obj
@@ -608,8 +616,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _finish_log(self, status: int, started: float, note: str = "") -> None:
         logger.info(
-            "%s %s %s %d %.0f ms%s", self.address_string(), self.command, self._safe_path(), status,
-            (time.perf_counter() - started) * 1e3, f" ({note})" if note else "",
+            "%s %s %s %d %.0f ms%s",
+            self.address_string(),
+            self.command,
+            self._safe_path(),
+            status,
+            (time.perf_counter() - started) * 1e3,
+            f" ({note})" if note else "",
         )
 
     # -- plumbing ---------------------------------------------------------------------------
@@ -718,8 +731,12 @@ class _Handler(BaseHTTPRequestHandler):
                 self._finish_log(self._rejected, started, "rejected")
                 return
             route = self.path.split("?", 1)[0].rstrip("/")
-            kind = {"/v1/chat/completions": "chat", "/chat/completions": "chat",
-                    "/v1/completions": "completions", "/completions": "completions"}.get(route)
+            kind = {
+                "/v1/chat/completions": "chat",
+                "/chat/completions": "chat",
+                "/v1/completions": "completions",
+                "/completions": "completions",
+            }.get(route)
             if self.command == "POST" and kind is not None:
                 status, note = self._generation(kind, body)
             else:
@@ -746,8 +763,9 @@ class _Handler(BaseHTTPRequestHandler):
     # -- pass-through ------------------------------------------------------------------------------
     def _forward(self, body: bytes, *, headers: Mapping[str, str] | None = None) -> int:
         hdrs = dict(headers) if headers is not None else self._upstream_headers(json_body=False)
-        conn, resp = self.server.upstream.open(self.command, self.path, body if body or self.command in (
-            "POST", "PUT", "PATCH") else None, hdrs)
+        conn, resp = self.server.upstream.open(
+            self.command, self.path, body if body or self.command in ("POST", "PUT", "PATCH") else None, hdrs
+        )
         try:
             length = resp.getheader("Content-Length")
             try:
@@ -800,8 +818,9 @@ class _Handler(BaseHTTPRequestHandler):
         if kind == "chat":
             messages = obj.get("messages")
             if not isinstance(messages, list) or not messages:
-                self._send_error_json(400, "'messages' must be a non-empty list", "invalid_request_error",
-                                      "invalid_value")
+                self._send_error_json(
+                    400, "'messages' must be a non-empty list", "invalid_request_error", "invalid_value"
+                )
                 return None
         elif "prompt" not in obj:
             self._send_error_json(400, "'prompt' is required", "invalid_request_error", "missing_required_parameter")
@@ -857,8 +876,11 @@ class _Handler(BaseHTTPRequestHandler):
         question = self._question(kind, body) if cfg.questions else None
         note = "forwarded"
         if question:
-            hits = [h for h in self.server.retriever.search(question, cfg.k)
-                    if cfg.min_score is None or h.score >= cfg.min_score]
+            hits = [
+                h
+                for h in self.server.retriever.search(question, cfg.k)
+                if cfg.min_score is None or h.score >= cfg.min_score
+            ]
             if hits:
                 block = self._block(hits)
                 if kind == "chat":
@@ -1003,11 +1025,21 @@ class _SseSink:
         model = self.turn.model or "unknown"
         if self.kind == "chat":
             choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-            return {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": model,
-                    "choices": [choice]}
+            return {
+                "id": self.id,
+                "object": "chat.completion.chunk",
+                "created": self.created,
+                "model": model,
+                "choices": [choice],
+            }
         choice = {"index": 0, "text": delta, "logprobs": None, "finish_reason": finish}
-        return {"id": self.id, "object": "text_completion", "created": self.created, "model": model,
-                "choices": [choice]}
+        return {
+            "id": self.id,
+            "object": "text_completion",
+            "created": self.created,
+            "model": model,
+            "choices": [choice],
+        }
 
     def text(self, text: str) -> None:
         if not self.started:
@@ -1028,8 +1060,16 @@ class _SseSink:
         self._event(last)
         usage = self.turn.usage()
         if self.include_usage and usage is not None:
-            self._event({"id": self.id, "object": last["object"], "created": self.created,
-                         "model": self.turn.model or "unknown", "choices": [], "usage": usage})
+            self._event(
+                {
+                    "id": self.id,
+                    "object": last["object"],
+                    "created": self.created,
+                    "model": self.turn.model or "unknown",
+                    "choices": [],
+                    "usage": usage,
+                }
+            )
         self._event("[DONE]")
         self.handler._write(b"0\r\n\r\n")
 

@@ -151,9 +151,7 @@ class Reranker:
             return []
         model = self.model
         if self._kind == "cross":
-            raw = model.predict(
-                [(query, t) for t in texts], batch_size=self.batch_size, show_progress_bar=False
-            )
+            raw = model.predict([(query, t) for t in texts], batch_size=self.batch_size, show_progress_bar=False)
             scores = [float(s) for s in raw]
             if len(scores) != len(texts):
                 raise ConfigError(f"the cross-encoder returned {len(scores)} scores for {len(texts)} pairs")
@@ -213,4 +211,3 @@ class RerankingRetriever:
 
     def __call__(self, query: str, k: int = 10) -> list[HitLike]:
         return self.search(query, k)
-

@@ -102,8 +102,13 @@ class FakeUpstream:
             def do_GET(self) -> None:
                 fake._record(self, {})
                 if self.path.startswith("/v1/models"):
-                    self._json(200, {"object": "list", "data": [{"id": "fake-model", "object": "model",
-                                                                 "created": 0, "owned_by": "test"}]})
+                    self._json(
+                        200,
+                        {
+                            "object": "list",
+                            "data": [{"id": "fake-model", "object": "model", "created": 0, "owned_by": "test"}],
+                        },
+                    )
                 else:
                     self._json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
 
@@ -159,11 +164,21 @@ class FakeUpstream:
                     else:
                         choice["text"] = text
                     n = int(body.get("n") or 1)
-                    self._json(200, {"id": "x", "object": "chat.completion" if chat else "text_completion",
-                                     "created": 0, "model": "fake-model",
-                                     "choices": [dict(choice, index=i) for i in range(n)],
-                                     "usage": {"prompt_tokens": 7, "completion_tokens": len(pieces),
-                                               "total_tokens": 7 + len(pieces)}})
+                    self._json(
+                        200,
+                        {
+                            "id": "x",
+                            "object": "chat.completion" if chat else "text_completion",
+                            "created": 0,
+                            "model": "fake-model",
+                            "choices": [dict(choice, index=i) for i in range(n)],
+                            "usage": {
+                                "prompt_tokens": 7,
+                                "completion_tokens": len(pieces),
+                                "total_tokens": 7 + len(pieces),
+                            },
+                        },
+                    )
                     return
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
@@ -183,19 +198,30 @@ class FakeUpstream:
                             choice = {"index": 0, "delta": {"content": piece}, "finish_reason": None}
                         else:
                             choice = {"index": 0, "text": piece, "finish_reason": None}
-                        self._event({"id": "x", "object": "chunk", "created": 0, "model": "fake-model",
-                                     "choices": [choice]})
+                        self._event(
+                            {"id": "x", "object": "chunk", "created": 0, "model": "fake-model", "choices": [choice]}
+                        )
                         with fake.lock:
                             fake.pieces_sent += 1
                         if reply.delay:
                             time.sleep(reply.delay)
                     final: dict[str, Any] = {"index": 0, "finish_reason": "stop"}
                     final.update({"delta": {}} if chat else {"text": ""})
-                    self._event({"id": "x", "object": "chunk", "created": 0, "model": "fake-model",
-                                 "choices": [final]})
-                    self._event({"id": "x", "object": "chunk", "created": 0, "model": "fake-model", "choices": [],
-                                 "usage": {"prompt_tokens": 7, "completion_tokens": len(pieces),
-                                           "total_tokens": 7 + len(pieces)}})
+                    self._event({"id": "x", "object": "chunk", "created": 0, "model": "fake-model", "choices": [final]})
+                    self._event(
+                        {
+                            "id": "x",
+                            "object": "chunk",
+                            "created": 0,
+                            "model": "fake-model",
+                            "choices": [],
+                            "usage": {
+                                "prompt_tokens": 7,
+                                "completion_tokens": len(pieces),
+                                "total_tokens": 7 + len(pieces),
+                            },
+                        }
+                    )
                     self._raw(b"data: [DONE]\n\n")
                     self.wfile.write(b"0\r\n\r\n")
                 except (BrokenPipeError, ConnectionResetError):

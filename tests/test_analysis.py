@@ -55,8 +55,28 @@ from hypothesis import strategies as st  # noqa: E402
 
 from clanker_rag._analysis import find_words  # noqa: E402
 
-pieces = st.sampled_from(["the", "The", "getUserName", "get_user_name", "HTTPServer2", "running", "x1", "東京都",
-                          "Straße", " ", "\n", ".", "_", "__init__", "a", "ÉCOLE", "ünïcode", "don't"])
+pieces = st.sampled_from(
+    [
+        "the",
+        "The",
+        "getUserName",
+        "get_user_name",
+        "HTTPServer2",
+        "running",
+        "x1",
+        "東京都",
+        "Straße",
+        " ",
+        "\n",
+        ".",
+        "_",
+        "__init__",
+        "a",
+        "ÉCOLE",
+        "ünïcode",
+        "don't",
+    ]
+)
 
 
 @settings(max_examples=300, deadline=None)

@@ -306,8 +306,11 @@ def test_delete_removes_stored_embeddings_with_the_index(home: Path, capsys: pyt
 
 def write_beir(folder: Path) -> Path:
     (folder / "qrels").mkdir(parents=True)
-    docs = [("d1", "Propeller", "propeller blade vortex noise"), ("d2", "Wing", "wing lift at low speed"),
-            ("d3", "Heat", "heat transfer in hypersonic flow")]
+    docs = [
+        ("d1", "Propeller", "propeller blade vortex noise"),
+        ("d2", "Wing", "wing lift at low speed"),
+        ("d3", "Heat", "heat transfer in hypersonic flow"),
+    ]
     with open(folder / "corpus.jsonl", "w") as fh:
         for doc_id, title, text in docs:
             fh.write(json.dumps({"_id": doc_id, "title": title, "text": text}) + "\n")
@@ -363,8 +366,17 @@ def test_ask_without_a_server_shows_what_it_would_inject(index: Path, capsys: py
 
 def test_ask_streams_from_a_server(index: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with FakeUpstream(lambda path, body: Reply(["It is ", "port ", "7341."])) as up:
-        code, out, err = run(capsys, "ask", "Which port does the server listen on?", "--index", str(index),
-                             "--base-url", up.url + "/v1", "--model", "tiny")
+        code, out, err = run(
+            capsys,
+            "ask",
+            "Which port does the server listen on?",
+            "--index",
+            str(index),
+            "--base-url",
+            up.url + "/v1",
+            "--model",
+            "tiny",
+        )
     assert code == 0
     assert out == "It is port 7341.\n"
     assert "<context>" in err and "guide/ports.md" in err  # the injected block, shown apart from the answer
@@ -425,8 +437,20 @@ def test_version_and_help(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0 and out.strip() == f"clanker-rag {__version__}"
     code, out, _ = run(capsys, "--help")
     assert code == 0
-    for command in ("ingest", "search", "show", "stats", "rm", "eval", "ask", "serve", "demo", "list", "create",
-                    "delete"):
+    for command in (
+        "ingest",
+        "search",
+        "show",
+        "stats",
+        "rm",
+        "eval",
+        "ask",
+        "serve",
+        "demo",
+        "list",
+        "create",
+        "delete",
+    ):
         assert f"    {command} " in out
 
 
@@ -435,8 +459,14 @@ def test_version_and_help(capsys: pytest.CaptureFixture[str]) -> None:
 
 def cli(*argv: str, **kw: Any) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "clanker_rag", *argv], capture_output=True, text=True, env=env,
-                          timeout=60, cwd=kw.get("cwd", ROOT))
+    return subprocess.run(
+        [sys.executable, "-m", "clanker_rag", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        cwd=kw.get("cwd", ROOT),
+    )
 
 
 def test_subprocess_help_search_and_error(index: Path) -> None:

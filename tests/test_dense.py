@@ -69,8 +69,9 @@ def test_incremental_update_embeds_only_new_chunks_and_drops_stale_rows(tmp_path
     kb.remove("bakery.md")
     kb.add_text("Cats are small mammals. A kitten is a young cat.", "cats.md")  # replaced
     hits = hybrid.search("canine", 5)  # searching notices the changes by itself
-    assert sorted(model.texts) == sorted(["A puppy is a young dog.", "Cats are small mammals. A kitten is a young cat.",
-                                          "canine"])
+    assert sorted(model.texts) == sorted(
+        ["A puppy is a young dog.", "Cats are small mammals. A kitten is a young cat.", "canine"]
+    )
     assert hybrid.last_computed == 2
     assert {h.source for h in hits[:2]} == {"dogs.md", "puppy.md"}
 

@@ -18,14 +18,37 @@ from clanker_rag._formats import binary_reason, decode_bytes, parse_text
 from clanker_rag._ingest import ingest
 from clanker_rag._kb import KnowledgeBase
 
-FORMATS = ["text", "markdown", "rst", "python", "js", "go", "rust", "jvm", "c", "ruby", "php", "shell",
-           "powershell", "sql", "css", "ini", "yaml", "html", "json", "jsonl", "csv", "tsv"]
+FORMATS = [
+    "text",
+    "markdown",
+    "rst",
+    "python",
+    "js",
+    "go",
+    "rust",
+    "jvm",
+    "c",
+    "ruby",
+    "php",
+    "shell",
+    "powershell",
+    "sql",
+    "css",
+    "ini",
+    "yaml",
+    "html",
+    "json",
+    "jsonl",
+    "csv",
+    "tsv",
+]
 
 # Text built from the characters that drive the parsers: headings, fences,
 # underlines, brackets, quotes, separators and newlines.
 structured_text = st.lists(
-    st.sampled_from([*'ab #=-~`*:{}[]",;\t\n\r<>/!', "def ", "class ", "```", "<h1>", "</h1>", "<p>", "<script>",
-                     "é", "中", "    "]),
+    st.sampled_from(
+        [*'ab #=-~`*:{}[]",;\t\n\r<>/!', "def ", "class ", "```", "<h1>", "</h1>", "<p>", "<script>", "é", "中", "    "]
+    ),
     max_size=200,
 ).map("".join)
 
@@ -72,8 +95,17 @@ def test_utf8_and_bom_encodings_round_trip(text: str) -> None:
 @given(st.binary(max_size=200))
 def test_decoding_never_fails(raw: bytes) -> None:
     text, encoding = decode_bytes(raw)
-    assert encoding in {"utf-8", "cp1252", "latin-1", "utf-8-sig", "utf-16", "utf-32", "utf-16+replace",
-                        "utf-32+replace", "utf-8-sig+replace"}
+    assert encoding in {
+        "utf-8",
+        "cp1252",
+        "latin-1",
+        "utf-8-sig",
+        "utf-16",
+        "utf-32",
+        "utf-16+replace",
+        "utf-32+replace",
+        "utf-8-sig+replace",
+    }
     assert isinstance(text, str)
 
 
@@ -135,8 +167,17 @@ def test_gitignore_negation_and_directory_rules() -> None:
 
 
 def test_secret_names() -> None:
-    for name in (".env", ".env.local", "ID_RSA", "id_ed25519.pub", "a/b/server.pem", "credentials",
-                 "home/.aws/config", ".npmrc", "client_secret_123.json"):
+    for name in (
+        ".env",
+        ".env.local",
+        "ID_RSA",
+        "id_ed25519.pub",
+        "a/b/server.pem",
+        "credentials",
+        "home/.aws/config",
+        ".npmrc",
+        "client_secret_123.json",
+    ):
         assert secret_name_reason(name), name
     for name in ("environment.md", "keys.py", "secrets.py", "README.md", "key_points.txt"):
         assert secret_name_reason(name) is None, name
@@ -155,7 +196,8 @@ def test_markdown_sections_respect_fences_and_front_matter() -> None:
 # word characters beyond ASCII, "?" (what non-ASCII turns into inside the
 # word counter), underscores, digits and line breaks.
 count_text = st.lists(
-    st.sampled_from([*"ab_1 ?\n\t.-", "é", "中", "٣", "\u00a0", "\ufffd", "\u2028"]), max_size=120,
+    st.sampled_from([*"ab_1 ?\n\t.-", "é", "中", "٣", "\u00a0", "\ufffd", "\u2028"]),
+    max_size=120,
 ).map("".join)
 
 
@@ -180,10 +222,13 @@ def test_line_starts_are_the_offsets_after_each_newline(text: str, data: st.Data
 
 
 @settings(max_examples=200, deadline=None)
-@given(positions=st.lists(st.integers(0, 40), unique=True).map(sorted),
-       atomic=st.lists(st.tuples(st.integers(0, 40), st.integers(0, 40)), max_size=6))
-def test_outside_drops_positions_strictly_inside_an_atomic_span(positions: list[int],
-                                                                 atomic: list[tuple[int, int]]) -> None:
+@given(
+    positions=st.lists(st.integers(0, 40), unique=True).map(sorted),
+    atomic=st.lists(st.tuples(st.integers(0, 40), st.integers(0, 40)), max_size=6),
+)
+def test_outside_drops_positions_strictly_inside_an_atomic_span(
+    positions: list[int], atomic: list[tuple[int, int]]
+) -> None:
     expected = [pos for pos in positions if not any(a < pos < b for a, b in atomic)]
     assert formats._outside(positions, atomic) == expected
 
@@ -200,6 +245,7 @@ def test_join_labels_keeps_the_most_specific_labels_in_order(labels: list[str | 
 
 
 # ------------------------------------------------------------ bad input
+
 
 def test_file_changing_while_read_keeps_old_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "live.md"
@@ -278,8 +324,9 @@ def test_reader_crash_is_a_skip_not_an_abort(tmp_path: Path, monkeypatch: pytest
         raise RecursionError("maximum recursion depth exceeded")
 
     real = formats.parse_text
-    monkeypatch.setattr(formats, "parse_text",
-                        lambda text, fmt, **kw: broken() if fmt == "python" else real(text, fmt, **kw))
+    monkeypatch.setattr(
+        formats, "parse_text", lambda text, fmt, **kw: broken() if fmt == "python" else real(text, fmt, **kw)
+    )
     kb = KnowledgeBase()
     report = ingest(kb, tmp_path)
     assert kb.sources() == ["a.md"]

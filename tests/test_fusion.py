@@ -151,8 +151,19 @@ def small_kb() -> KnowledgeBase:
 
 def chunk(kb: KnowledgeBase, source: str, index: int, score: float = 1.0) -> Hit:
     hit = next(c for c in kb.chunks(source) if c.chunk_index == index)
-    return Hit(hit.text, hit.source, score, hit.metadata, hit.chunk_index, hit.start, hit.end,
-               hit.start_line, hit.end_line, hit.section, hit.chunk_id)
+    return Hit(
+        hit.text,
+        hit.source,
+        score,
+        hit.metadata,
+        hit.chunk_index,
+        hit.start,
+        hit.end,
+        hit.start_line,
+        hit.end_line,
+        hit.section,
+        hit.chunk_id,
+    )
 
 
 def test_neighbours_merge_into_one_exact_slice():

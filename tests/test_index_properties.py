@@ -112,7 +112,7 @@ def test_incremental_updates_equal_a_fresh_build(operations, q, chunk_size):
 def test_index_round_trips_exactly(tmp_path_factory, texts, queries, removals):
     kb = KnowledgeBase(chunk_size=5, stride=3)
     for i, text in enumerate(texts):
-        kb.add_text(text + " Ünïcode \"quotes\" \\ back", f"d{i}", {"i": i, "tags": ["x", None]})
+        kb.add_text(text + ' Ünïcode "quotes" \\ back', f"d{i}", {"i": i, "tags": ["x", None]})
     for r in removals:
         kb.remove(f"d{r}")
     folder = tmp_path_factory.mktemp("idx")

@@ -49,6 +49,7 @@ def kb() -> KnowledgeBase:
 
 # ------------------------------------------------------------- discovery
 
+
 def test_gitignore_rules_are_honoured(tmp_path: Path, kb: KnowledgeBase) -> None:
     write(tmp_path, ".gitignore", "*.log\n!keep.log\nbuild_out/\n/only_root.txt\ndocs/**/draft.md\n# comment\n")
     write(tmp_path, "a.md", "alpha")
@@ -63,9 +64,7 @@ def test_gitignore_rules_are_honoured(tmp_path: Path, kb: KnowledgeBase) -> None
     write(tmp_path, "sub/local.md", "local")
     write(tmp_path, "other/local.md", "not ignored here")
     report = ingest(kb, tmp_path)
-    assert kb.sources() == sorted(
-        ["a.md", "keep.log", "sub/only_root.txt", "docs/final.md", "other/local.md"]
-    )
+    assert kb.sources() == sorted(["a.md", "keep.log", "sub/only_root.txt", "docs/final.md", "other/local.md"])
     assert skipped_reason(report, "debug.log") == "ignored by .gitignore"
     assert skipped_reason(report, "build_out/") == "ignored by .gitignore"
     assert skipped_reason(report, "sub/local.md") == "ignored by .gitignore"
@@ -86,8 +85,15 @@ def test_gitignore_of_enclosing_repository_applies(tmp_path: Path, kb: Knowledge
 
 def test_tool_and_dependency_folders_are_pruned(tmp_path: Path, kb: KnowledgeBase) -> None:
     write(tmp_path, "src/app.py", "def main():\n    return 1\n")
-    for rel in (".git/config.txt", "node_modules/pkg/index.js", "__pycache__/x.py", "dist/out.js",
-                "build/out.txt", "myenv/lib/site.py", "pkg.egg-info/PKG-INFO.txt"):
+    for rel in (
+        ".git/config.txt",
+        "node_modules/pkg/index.js",
+        "__pycache__/x.py",
+        "dist/out.js",
+        "build/out.txt",
+        "myenv/lib/site.py",
+        "pkg.egg-info/PKG-INFO.txt",
+    ):
         write(tmp_path, rel, "should not be indexed")
     write(tmp_path, "myenv/pyvenv.cfg", "home = /usr/bin")
     report = ingest(kb, tmp_path)
@@ -194,11 +200,26 @@ def test_index_folder_inside_root_is_not_ingested(tmp_path: Path, kb: KnowledgeB
 
 # ---------------------------------------------------------- secret guard
 
+
 def test_secret_guard_blocks_credential_files(tmp_path: Path, kb: KnowledgeBase) -> None:
     secret = "zanzibartoken"
-    names = [".env", ".env.production", "id_rsa", "id_ed25519.pub", "server.pem", "tls.key",
-             "cert.p12", ".netrc", ".npmrc", ".pypirc", "credentials.json", ".aws/credentials",
-             ".aws/config", ".docker/config.json", "prod.env"]
+    names = [
+        ".env",
+        ".env.production",
+        "id_rsa",
+        "id_ed25519.pub",
+        "server.pem",
+        "tls.key",
+        "cert.p12",
+        ".netrc",
+        ".npmrc",
+        ".pypirc",
+        "credentials.json",
+        ".aws/credentials",
+        ".aws/config",
+        ".docker/config.json",
+        "prod.env",
+    ]
     for name in names:
         write(tmp_path, name, f"TOKEN={secret}\n")
     write(tmp_path, "notes.txt", f"my key\n{KEY_HEADER}\nMIIEow{secret}\n{KEY_FOOTER}\n")
@@ -235,6 +256,7 @@ def test_file_that_gains_a_key_is_removed(tmp_path: Path, kb: KnowledgeBase) -> 
 
 
 # ------------------------------------------------------------- reading
+
 
 def test_binary_empty_and_oversized_files_are_skipped(tmp_path: Path, kb: KnowledgeBase) -> None:
     write(tmp_path, "nul.py", b"print('x')\x00\x00\x01")
@@ -289,8 +311,9 @@ def test_size_cap_is_checked_before_reading(tmp_path: Path, kb: KnowledgeBase, m
         ("plain utf8 søster".encode(), "utf-8", "søster"),
     ],
 )
-def test_encodings_are_detected_and_recorded(tmp_path: Path, kb: KnowledgeBase, raw: bytes,
-                                             encoding: str, word: str) -> None:
+def test_encodings_are_detected_and_recorded(
+    tmp_path: Path, kb: KnowledgeBase, raw: bytes, encoding: str, word: str
+) -> None:
     write(tmp_path, "doc.txt", raw)
     report = ingest(kb, tmp_path)
     assert report.added == ["doc.txt"]
@@ -319,14 +342,18 @@ def test_per_file_metadata(tmp_path: Path, kb: KnowledgeBase) -> None:
     hit = kb.search("body text")[0]
     assert hit.metadata["sha256"] == meta["sha256"]
     assert (hit.start_line, hit.end_line) == (1, 3)
-    assert hit.text == data.decode()[hit.start:hit.end]
+    assert hit.text == data.decode()[hit.start : hit.end]
 
 
 # -------------------------------------------------------------- formats
 
+
 def test_markdown_heading_paths_are_stored_and_searchable(tmp_path: Path, kb: KnowledgeBase) -> None:
     filler = " ".join(f"filler{i}" for i in range(80))
-    write(tmp_path, "guide.md", textwrap.dedent(f"""\
+    write(
+        tmp_path,
+        "guide.md",
+        textwrap.dedent(f"""\
         # Guide
 
         {filler}
@@ -338,7 +365,8 @@ def test_markdown_heading_paths_are_stored_and_searchable(tmp_path: Path, kb: Kn
         ### Linux
 
         Run the installer script with sudo.
-        """))
+        """),
+    )
     ingest(kb, tmp_path)
     hits = kb.search("deployment installer")
     assert hits[0].section == "Guide > Deployment > Linux"
@@ -372,7 +400,10 @@ def test_long_list_is_cut_at_line_starts(tmp_path: Path) -> None:
 
 
 def test_rst_headings(tmp_path: Path, kb: KnowledgeBase) -> None:
-    write(tmp_path, "doc.rst", textwrap.dedent("""\
+    write(
+        tmp_path,
+        "doc.rst",
+        textwrap.dedent("""\
         =======
         Manual
         =======
@@ -383,7 +414,8 @@ def test_rst_headings(tmp_path: Path, kb: KnowledgeBase) -> None:
         -------------
 
         Set the kumquat option.
-        """))
+        """),
+    )
     ingest(kb, tmp_path)
     hit = kb.search("kumquat")[0]
     assert hit.section == "Manual > Configuration"
@@ -392,7 +424,10 @@ def test_rst_headings(tmp_path: Path, kb: KnowledgeBase) -> None:
 def test_code_symbols_and_path_are_searchable(tmp_path: Path) -> None:
     kb = KnowledgeBase(chunk_size=50, stride=25)
     body = "\n".join(f"        total += {i}" for i in range(40))
-    write(tmp_path, "src/helpers.py", textwrap.dedent('''\
+    write(
+        tmp_path,
+        "src/helpers.py",
+        textwrap.dedent('''\
         import os
 
 
@@ -410,7 +445,8 @@ def test_code_symbols_and_path_are_searchable(tmp_path: Path) -> None:
 
             def polish(self):
                 return "shiny"
-        ''').replace("{body}", body))
+        ''').replace("{body}", body),
+    )
     write(tmp_path, "web/app.js", "export function renderDashboard(el) {\n  el.innerHTML = 'x';\n}\n")
     ingest(kb, tmp_path)
     hit = kb.search("frobnicate")[0]
@@ -425,11 +461,15 @@ def test_code_symbols_and_path_are_searchable(tmp_path: Path) -> None:
 
 
 def test_html_visible_text(tmp_path: Path, kb: KnowledgeBase) -> None:
-    write(tmp_path, "page.html", (
-        "<html><head><title>Gazette</title><style>.marmot{color:red}</style>"
-        "<script>var ocelotVar = 1;</script></head><body><h1>News</h1><p>The <b>pangolin</b> story."
-        "</p></body></html>"
-    ))
+    write(
+        tmp_path,
+        "page.html",
+        (
+            "<html><head><title>Gazette</title><style>.marmot{color:red}</style>"
+            "<script>var ocelotVar = 1;</script></head><body><h1>News</h1><p>The <b>pangolin</b> story."
+            "</p></body></html>"
+        ),
+    )
     ingest(kb, tmp_path)
     assert found(kb, "pangolin") == {"page.html"}
     assert found(kb, "gazette") == {"page.html"}
@@ -468,7 +508,7 @@ def _docx_bytes(paragraphs: list[tuple[str | None, str]]) -> bytes:
         body.append(f"<w:p>{ppr}<w:r><w:t>{text}</w:t></w:r></w:p>")
     xml = (
         f'<?xml version="1.0" encoding="UTF-8"?><w:document xmlns:w="{ns}">'
-        f'<w:body>{"".join(body)}</w:body></w:document>'
+        f"<w:body>{''.join(body)}</w:body></w:document>"
     )
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as zf:
@@ -478,10 +518,18 @@ def _docx_bytes(paragraphs: list[tuple[str | None, str]]) -> bytes:
 
 
 def test_docx_paragraphs_and_headings(tmp_path: Path, kb: KnowledgeBase) -> None:
-    write(tmp_path, "report.docx", _docx_bytes([
-        ("Heading1", "Quarterly Results"), (None, "Revenue grew thanks to marzipan sales."),
-        ("Heading2", "Outlook"), (None, "We expect more turnips."),
-    ]))
+    write(
+        tmp_path,
+        "report.docx",
+        _docx_bytes(
+            [
+                ("Heading1", "Quarterly Results"),
+                (None, "Revenue grew thanks to marzipan sales."),
+                ("Heading2", "Outlook"),
+                (None, "We expect more turnips."),
+            ]
+        ),
+    )
     write(tmp_path, "broken.docx", b"PK\x03\x04 not really a zip")
     report = ingest(kb, tmp_path)
     hit = kb.search("turnips")[0]
@@ -542,6 +590,7 @@ def test_pdf_without_extra_names_the_extra(tmp_path: Path, kb: KnowledgeBase, mo
 
 # ------------------------------------------------------------ re-ingest
 
+
 def test_reingest_after_edit_leaves_no_stale_chunk(tmp_path: Path, kb: KnowledgeBase) -> None:
     paras = [" ".join(f"para{alpha(p)}word{alpha(i)}" for i in range(50)) for p in range(6)]
     old = "# Notes\n\n" + "\n\n".join(paras) + "\n\nThe narwhal migration is here.\n"
@@ -559,7 +608,7 @@ def test_reingest_after_edit_leaves_no_stale_chunk(tmp_path: Path, kb: Knowledge
     assert found(kb, "paraabworddd") == {"notes.md"}
     assert found(kb, "okapi") == {"notes.md"}
     for hit in kb.chunks("notes.md"):
-        assert hit.text == new[hit.start:hit.end]
+        assert hit.text == new[hit.start : hit.end]
 
 
 def test_unchanged_files_are_skipped(tmp_path: Path, kb: KnowledgeBase, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -728,8 +777,9 @@ def test_timed_checkpoints_keep_saving_under_a_fifth_of_the_run(tmp_path: Path, 
 
     clock = [1000.0]
     monkeypatch.setattr(ingest_module.time, "monotonic", lambda: clock[0])
-    run = ingest_module._Run(KnowledgeBase(), ingest_module.DiscoveryOptions(), 1 << 20, 1 << 20, "",
-                             tmp_path / "index", None, 30.0)
+    run = ingest_module._Run(
+        KnowledgeBase(), ingest_module.DiscoveryOptions(), 1 << 20, 1 << 20, "", tmp_path / "index", None, 30.0
+    )
     saves: list[float] = []
 
     def fake_save() -> None:
@@ -759,8 +809,9 @@ def test_timed_checkpoints_keep_saving_under_a_fifth_of_the_run(tmp_path: Path, 
     run._maybe_checkpoint()
     assert len(saves) == 2
     # Before it, 500 files do: a run killed early keeps them.
-    fresh = ingest_module._Run(KnowledgeBase(), ingest_module.DiscoveryOptions(), 1 << 20, 1 << 20, "",
-                               tmp_path / "index", None, 30.0)
+    fresh = ingest_module._Run(
+        KnowledgeBase(), ingest_module.DiscoveryOptions(), 1 << 20, 1 << 20, "", tmp_path / "index", None, 30.0
+    )
     monkeypatch.setattr(fresh, "save", lambda: saves.append(-1.0))
     fresh.dirty = 499
     fresh._maybe_checkpoint()

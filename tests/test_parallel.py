@@ -28,8 +28,28 @@ from clanker_rag._kb import KnowledgeBase
 
 ROOT = Path(__file__).resolve().parent.parent
 KEY_BLOCK = "-----BEGIN " + "OPENSSH PRIVATE KEY-----\nabc\n-----END " + "OPENSSH PRIVATE KEY-----\n"
-WORDS = ("river", "stone", "lantern", "copper", "meadow", "signal", "harbor", "thistle", "orbit", "quartz",
-         "Élan", "naïve", "東京大学", "parse_config", "HTTPServer2", "getValue", "x2", "the", "and", "running")
+WORDS = (
+    "river",
+    "stone",
+    "lantern",
+    "copper",
+    "meadow",
+    "signal",
+    "harbor",
+    "thistle",
+    "orbit",
+    "quartz",
+    "Élan",
+    "naïve",
+    "東京大学",
+    "parse_config",
+    "HTTPServer2",
+    "getValue",
+    "x2",
+    "the",
+    "and",
+    "running",
+)
 
 
 REAL_START_METHOD = _parallel.start_method
@@ -52,14 +72,20 @@ def make_tree(root: Path, n: int = 40) -> None:
     for i in range(n):
         words = " ".join(WORDS[(i * 7 + j * 3) % len(WORDS)] for j in range(30 + i))
         write(root, f"docs/page{i:02d}.md", f"# Page {i}\n\n## Part\n\n{words}\n\n```\ncode block {i}\n```\n")
-        write(root, f"src/mod{i:02d}.py",
-              f"import os\n\n\ndef func_{i}(value):\n    return value + {i}  # {words}\n\n\n"
-              f"class Thing{i}:\n    def method(self):\n        return '{words[:40]}'\n")
+        write(
+            root,
+            f"src/mod{i:02d}.py",
+            f"import os\n\n\ndef func_{i}(value):\n    return value + {i}  # {words}\n\n\n"
+            f"class Thing{i}:\n    def method(self):\n        return '{words[:40]}'\n",
+        )
     write(root, "notes.txt", "plain notes about the harbor and quartz " * 50)
     write(root, "data/rows.csv", "name,city\n" + "".join(f"n{i},meadow {i}\n" for i in range(30)))
     write(root, "data/items.jsonl", "".join(json.dumps({"id": i, "text": f"orbit {i}"}) + "\n" for i in range(10)))
-    write(root, "site/index.html", "<html><head><title>Lantern</title><script>x()</script></head>"
-                                   "<body><p>copper signal</p></body></html>")
+    write(
+        root,
+        "site/index.html",
+        "<html><head><title>Lantern</title><script>x()</script></head><body><p>copper signal</p></body></html>",
+    )
     write(root, "cp1252.txt", "caf\xe9 cr\xe8me".encode("cp1252"))
     write(root, "empty.md", "   \n")
     write(root, "binary.txt", b"\x00\x01\x02binary")
@@ -94,8 +120,9 @@ def assert_same(a: KnowledgeBase, b: KnowledgeBase, tmp: Path) -> None:
         shutil.rmtree(tmp / sub, ignore_errors=True)
     assert saved(a, tmp / "a") == saved(b, tmp / "b")
     for query in ("harbor quartz", "func_3 value", "Thing7 method", "東京", "café", "meadow"):
-        assert [(h.source, h.chunk_index, h.score) for h in a.search(query, 5)] == \
-               [(h.source, h.chunk_index, h.score) for h in b.search(query, 5)]
+        assert [(h.source, h.chunk_index, h.score) for h in a.search(query, 5)] == [
+            (h.source, h.chunk_index, h.score) for h in b.search(query, 5)
+        ]
 
 
 def test_parallel_ingest_builds_the_serial_index_byte_for_byte(tmp_path: Path) -> None:
@@ -214,8 +241,9 @@ def test_planning_runs_only_so_far_ahead_of_settling(tmp_path: Path, monkeypatch
     assert events.index("settle") <= 3 * _ingest.BATCH_FILES + 5 < events.count("plan")
 
 
-def test_worker_that_dies_leaves_the_rest_to_this_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                          caplog: pytest.LogCaptureFixture) -> None:
+def test_worker_that_dies_leaves_the_rest_to_this_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     tree = tmp_path / "tree"
     make_tree(tree)
     real = _parallel.Worker.prepare
@@ -257,8 +285,9 @@ def test_unexpected_worker_error_rereads_the_file_here(tmp_path: Path, monkeypat
     assert_same(serial_kb, parallel_kb, tmp_path)
 
 
-def test_reader_failure_in_a_worker_is_a_reported_skip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                      caplog: pytest.LogCaptureFixture) -> None:
+def test_reader_failure_in_a_worker_is_a_reported_skip(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     tree = tmp_path / "tree"
     make_tree(tree)
     failing = raising_reader("page11.md", ValueError("nesting too deep"))
@@ -338,8 +367,11 @@ def test_parallel_ingest_killed_outright_leaves_no_worker_no_lock_no_spool(tmp_p
     while time.monotonic() < deadline and any(alive(pid) for pid in workers):
         time.sleep(0.05)
     assert not any(alive(pid) for pid in workers), "a worker outlived the killed ingest"
-    assert not [p for p in Path(tempfile.gettempdir()).glob("clanker-rag-ingest-*") if p.stat().st_uid == os.getuid()
-                and p.stat().st_mtime > time.time() - 60], "the spool folder was left behind"
+    assert not [
+        p
+        for p in Path(tempfile.gettempdir()).glob("clanker-rag-ingest-*")
+        if p.stat().st_uid == os.getuid() and p.stat().st_mtime > time.time() - 60
+    ], "the spool folder was left behind"
     saved = KnowledgeBase.load(index)
     assert len(saved.sources()) == 30  # three checkpoints of ten files
     with KnowledgeBase.edit(index, timeout=2) as kb:  # no worker keeps the lock
@@ -413,12 +445,16 @@ def test_explicit_jobs_in_a_threaded_program_start_workers_without_fork(tmp_path
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
-    texts=st.lists(st.lists(st.sampled_from([*"abcé東 _\n#Zx9", *WORDS]), min_size=1, max_size=120).map("".join),
-                   min_size=2, max_size=14),
+    texts=st.lists(
+        st.lists(st.sampled_from([*"abcé東 _\n#Zx9", *WORDS]), min_size=1, max_size=120).map("".join),
+        min_size=2,
+        max_size=14,
+    ),
     batch=st.integers(1, 3),
 )
-def test_any_tree_any_batching_same_index(tmp_path_factory: pytest.TempPathFactory, texts: list[str],
-                                          batch: int) -> None:
+def test_any_tree_any_batching_same_index(
+    tmp_path_factory: pytest.TempPathFactory, texts: list[str], batch: int
+) -> None:
     tmp = tmp_path_factory.mktemp("prop")
     for i, text in enumerate(texts):
         write(tmp / "tree", f"f{i:02d}.{'md' if i % 2 else 'py'}", text)

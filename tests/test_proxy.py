@@ -357,8 +357,9 @@ def test_credentials_are_forwarded_but_never_logged_or_echoed(start: Any, caplog
     def responder(path: str, body: dict[str, Any]) -> Reply:
         if body.get("prompt") == "fail":
             # A careless upstream that echoes the key in its error message.
-            return Reply(status=401, body=json.dumps({"error": {"message": f"bad key Bearer {SECRET}",
-                                                                 "type": "auth"}}).encode())
+            return Reply(
+                status=401, body=json.dumps({"error": {"message": f"bad key Bearer {SECRET}", "type": "auth"}}).encode()
+            )
         return Reply(["ok"])
 
     caplog.set_level(logging.DEBUG)

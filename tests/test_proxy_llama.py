@@ -99,8 +99,13 @@ def test_client_disconnect_stops_the_generation(llama: LlamaServer, kb: Knowledg
     server = start(kb, llama.url, questions=False, tools=False)
     try:
         conn = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=120)
-        body = {"prompt": "Count: one, two, three,", "stream": True, "max_tokens": 4000, "temperature": 0,
-                "ignore_eos": True}
+        body = {
+            "prompt": "Count: one, two, three,",
+            "stream": True,
+            "max_tokens": 4000,
+            "temperature": 0,
+            "ignore_eos": True,
+        }
         conn.request("POST", "/v1/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
         resp = conn.getresponse()
         assert resp.status == 200

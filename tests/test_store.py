@@ -231,12 +231,16 @@ def test_lock_held_elsewhere_times_out_with_clear_message(tmp_path):
 
     small_kb().save(tmp_path)
     holder = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(f"""
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
             import sys, time
             sys.path.insert(0, {str(ROOT)!r})
             from clanker_rag._lock import IndexLock
             lock = IndexLock({str(tmp_path)!r}); lock.acquire(); print("held", flush=True); time.sleep(30)
-        """)],
+        """),
+        ],
         stdout=subprocess.PIPE,
     )
     try:
@@ -312,7 +316,10 @@ def test_forked_child_does_not_keep_the_lock_after_the_writer_dies(tmp_path):
     # The writer takes the lock, forks a long-lived child (as a parallel
     # ingest forks its workers) and is killed without unlocking.
     writer = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(f"""
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
             import os, sys, time
             sys.path.insert(0, {str(ROOT)!r})
             from clanker_rag._lock import IndexLock
@@ -323,7 +330,8 @@ def test_forked_child_does_not_keep_the_lock_after_the_writer_dies(tmp_path):
                 os._exit(0)
             print(child, flush=True)
             os._exit(0)
-        """)],
+        """),
+        ],
         stdout=subprocess.PIPE,
     )
     child = int(writer.stdout.readline())
