@@ -1,5 +1,6 @@
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,13 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+try:  # tqdm (under sentence-transformers) starts a monitor thread that never ends; the leak guard would see it
+    import tqdm
+
+    tqdm.tqdm.monitor_interval = 0
+except ImportError:  # the model extras are not installed: nothing starts that thread
+    pass
 
 
 @pytest.fixture
@@ -36,3 +44,61 @@ def llama_server():
             yield srv
     except LlamaUnavailable as exc:
         pytest.fail(f"{exc} (set CLANKER_SKIP_LLAMA=1 to skip the llama.cpp tests)")
+
+
+# --- No test leaves a thread or a child process behind -------------------------------------------
+#
+# A thread or process that outlives its test changes what later tests see (the parallel ingest
+# refuses to fork a threaded program, the collector's counts move, ports stay bound), which makes
+# results depend on test order. Every test must stop what it starts; this guard fails the test
+# that did not. Fixtures of a wider scope (the session's llama.cpp server) are set up before the
+# guard takes its snapshot, so what they own is not counted.
+
+_LEAK_GRACE_S = 5.0
+
+
+def _child_pids() -> set[int]:
+    pids: set[int] = set()
+    try:
+        tasks = os.listdir(f"/proc/{os.getpid()}/task")
+    except OSError:  # not Linux: no /proc to read
+        return pids
+    for tid in tasks:
+        try:
+            with open(f"/proc/{os.getpid()}/task/{tid}/children", encoding="ascii") as fh:
+                pids.update(int(p) for p in fh.read().split())
+        except OSError:
+            continue
+    return pids
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            state = fh.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"  # a zombie has exited; only its exit status is left to collect
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_threads_or_processes(request: pytest.FixtureRequest) -> Iterator[None]:
+    import threading
+    import time
+
+    threads_before = set(threading.enumerate())
+    children_before = _child_pids()
+    yield
+    if request.node.get_closest_marker("leaves_running"):
+        return
+    deadline = time.monotonic() + _LEAK_GRACE_S
+    while True:
+        threads = [t for t in threading.enumerate() if t not in threads_before and t.is_alive()]
+        children = [p for p in _child_pids() - children_before if _alive(p)]
+        if not threads and not children:
+            return
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    detail = [f"thread {t.name!r}" for t in threads] + [f"child process {p}" for p in children]
+    pytest.fail(f"the test left running: {', '.join(detail)}", pytrace=False)

@@ -426,6 +426,7 @@ def test_automatic_mode_does_not_fork_a_threaded_program() -> None:
 
 
 @pytest.mark.real_start_method
+@pytest.mark.leaves_running("multiprocessing keeps one forkserver process for the rest of the interpreter's life")
 def test_explicit_jobs_in_a_threaded_program_start_workers_without_fork(tmp_path: Path) -> None:
     tree = tmp_path / "tree"
     make_tree(tree, n=20)

@@ -41,6 +41,7 @@ class Proxy:
         self.server = server
         self.thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self.thread.start()
+        self.clients: list[openai.OpenAI] = []
 
     @property
     def url(self) -> str:
@@ -50,11 +51,17 @@ class Proxy:
         kw.setdefault("api_key", SECRET)
         kw.setdefault("max_retries", 0)
         kw.setdefault("timeout", 30)
-        return openai.OpenAI(base_url=self.url + "/v1", **kw)
+        client = openai.OpenAI(base_url=self.url + "/v1", **kw)
+        self.clients.append(client)
+        return client
 
     def close(self) -> None:
+        # Close the clients' keep-alive connections first: each open one holds a handler thread.
+        for client in self.clients:
+            client.close()
         self.server.shutdown()
         self.server.server_close()
+        self.thread.join(timeout=10)
 
 
 @pytest.fixture()
