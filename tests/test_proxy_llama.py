@@ -11,6 +11,8 @@ import json
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import openai
@@ -36,27 +38,29 @@ def kb() -> KnowledgeBase:
     return base
 
 
-def start(kb: KnowledgeBase, upstream: str, **options: Any) -> ProxyServer:
+@contextmanager
+def running(kb: KnowledgeBase, upstream: str, **options: Any) -> Iterator[tuple[ProxyServer, openai.OpenAI]]:
+    """A serving proxy and a client of it; both closed on exit (an open keep-alive holds a handler thread)."""
     server = make_server(kb, upstream, **options)
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-    return server
-
-
-def client(server: ProxyServer) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=300)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=300)
+    try:
+        yield server, client
+    finally:
+        client.close()
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
 
 
 def test_completions_stream_with_a_tool_call(llama: LlamaServer, kb: KnowledgeBase) -> None:
-    server = start(kb, llama.url, questions=False)
-    try:
-        stream = client(server).completions.create(
+    with running(kb, llama.url, questions=False) as (_, client):
+        stream = client.completions.create(
             model="gemma", prompt=FEW_SHOT, stream=True, temperature=0, max_tokens=60,
             stop=["\nQuestion:"],
         )  # fmt: skip
         chunks = list(stream)
-    finally:
-        server.shutdown()
-        server.server_close()
     text = "".join(c.choices[0].text for c in chunks if c.choices)
     ext = (chunks[-1].model_extra or {}).get("clanker_rag") or {}
     # Gemma writes the retrieve call; the proxy answers it from the knowledge base and resumes.
@@ -69,15 +73,11 @@ def test_completions_stream_with_a_tool_call(llama: LlamaServer, kb: KnowledgeBa
 
 
 def test_chat_injects_for_the_question(llama: LlamaServer, kb: KnowledgeBase) -> None:
-    server = start(kb, llama.url)
-    try:
-        out = client(server).chat.completions.create(
+    with running(kb, llama.url) as (_, client):
+        out = client.chat.completions.create(
             model="gemma", temperature=0, max_tokens=40,
             messages=[{"role": "user", "content": "What port does the clanker server listen on?"}],
         )  # fmt: skip
-    finally:
-        server.shutdown()
-        server.server_close()
     ext = (out.model_extra or {})["clanker_rag"]
     assert ext["retrievals"][0]["kind"] == "question"
     assert ext["retrievals"][0]["sources"][0] == "docs/server.md"
@@ -96,8 +96,7 @@ def slots_busy(url: str) -> bool | None:
 
 
 def test_client_disconnect_stops_the_generation(llama: LlamaServer, kb: KnowledgeBase) -> None:
-    server = start(kb, llama.url, questions=False, tools=False)
-    try:
+    with running(kb, llama.url, questions=False, tools=False) as (server, client):
         conn = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=120)
         body = {
             "prompt": "Count: one, two, three,",
@@ -122,10 +121,7 @@ def test_client_disconnect_stops_the_generation(llama: LlamaServer, kb: Knowledg
             busy = slots_busy(llama.url)
         if busy is None:
             # No /slots endpoint: a new request must be served by the single slot right away.
-            answer = client(server).completions.create(model="g", prompt="Hi", max_tokens=2, timeout=30)
+            answer = client.completions.create(model="g", prompt="Hi", max_tokens=2, timeout=30)
             assert answer.choices
         else:
             assert busy is False
-    finally:
-        server.shutdown()
-        server.server_close()
