@@ -19,7 +19,7 @@ exact bytes the model has already seen plus the block, so a server's prompt
 cache covers everything but the block.  A one-shot iterable cannot be resumed;
 blocks are then only spliced into the visible stream.
 
-The per-turn logic lives in the I/O-free :class:`_Turn`; the sync and async
+The per-turn logic lives in the I/O-free :class:`_ControllerTurn`; the sync and async
 drivers only move pieces and run retrieval.
 """
 
@@ -37,6 +37,7 @@ from collections.abc import (
     AsyncIterable,
     AsyncIterator,
     Callable,
+    Hashable,
     Iterable,
     Iterator,
     Mapping,
@@ -45,7 +46,9 @@ from collections.abc import (
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ._blocks import BlockBuilder, is_question_sentence, last_question, neutralize, norm_query, squash_ws
 from ._exceptions import ConfigError, RetrievalTimeoutError
+from ._fusion import hit_key, reciprocal_rank_fusion
 from ._generate import AsyncGenerateFn, GenerateFn, Piece, piece_parts
 from ._scanner import TagScanner, ToolCall
 from ._types import HitLike, Retriever
@@ -61,47 +64,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-# Anything in retrieved text that could act as a delimiter for the scanner or
-# the model: our own tags, and common chat-template control tokens.
-_DANGEROUS_RE = re.compile(
-    r"<(?=\s*/?\s*(?:tool|result|context|start_of_turn|end_of_turn|eos|bos|s>)"
-    r"|\|)",
-    re.IGNORECASE,
-)
-_WS_RE = re.compile(r"\s+")
 _BOUNDARY_RE = re.compile(r"[.!?](?=\s)|\n")
-_QUESTION_RE = re.compile(r"[^.!?\n]*\?")
-
-
-def neutralize(text: str) -> str:
-    """Make retrieved text unable to form a tag the scanner or model would act on.
-
-    Every ``<`` that would start ``<tool``, ``</result>``, ``</context>``, a
-    ``<|...|>`` control token or a Gemma turn marker becomes ``&lt;``; the rest
-    of the text is unchanged.
-    """
-    return _DANGEROUS_RE.sub("&lt;", text)
-
-
-def _norm_query(query: str) -> str:
-    return _WS_RE.sub(" ", query).strip().lower()
-
-
-def _hit_key(hit: HitLike) -> tuple[str, str]:
-    return (hit.source, hit.text)
-
-
-def _rrf(lists: Sequence[Sequence[HitLike]], k: int = 60) -> list[HitLike]:
-    """Reciprocal-rank fusion: rank by the sum of 1 / (k + rank) over the lists."""
-    scores: dict[tuple[str, str], float] = {}
-    first: dict[tuple[str, str], HitLike] = {}
-    for hits in lists:
-        for rank, hit in enumerate(hits):
-            key = _hit_key(hit)
-            scores[key] = scores.get(key, 0.0) + 1.0 / (k + rank + 1)
-            first.setdefault(key, hit)
-    order = sorted(scores, key=lambda key: -scores[key])
-    return [first[key] for key in order]
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +105,7 @@ class _Trigger:
     call: ToolCall | None = None
 
 
-class _Turn:
+class _ControllerTurn:
     """State of one turn: the context built so far and what the scanner holds."""
 
     def __init__(self, ctl: RagController, prompt: str, resumable: bool) -> None:
@@ -155,7 +118,7 @@ class _Turn:
         self.queue: deque[tuple[str | ToolCall, float | None]] = deque()
         self.injections = 0
         self.resumes = 0
-        self.seen_keys: set[tuple[str, str]] = set()
+        self.seen_keys: set[Hashable] = set()
         self.seen_queries: set[str] = set()
         self.track = ctl.questions or ctl.flare is not None
         self.hold = ctl.flare == "rewind" and resumable
@@ -210,9 +173,9 @@ class _Turn:
             if ctl.flare is not None and any(lp is not None and lp < ctl.flare_threshold for _, lp in self.sent):
                 masked = "".join(t for t, lp in self.sent if lp is None or lp >= ctl.flare_threshold)
                 # If every token was unsure, the whole sentence is the best query left.
-                query = _WS_RE.sub(" ", masked).strip() or _WS_RE.sub(" ", sentence)
+                query = squash_ws(masked) or squash_ws(sentence)
                 trig = _Trigger("flare", query)
-            if trig is None and ctl.questions and sentence.endswith("?") and len(sentence) > 3:
+            if trig is None and ctl.questions and is_question_sentence(sentence):
                 trig = _Trigger("question", sentence)
         if trig is None:
             out.append(self._release_held())
@@ -295,10 +258,7 @@ class _Turn:
     def initial_trigger(self, question: str | None) -> _Trigger | None:
         if not self.ctl.questions:
             return None
-        if question is None:
-            found = _QUESTION_RE.findall(self.prompt[-4000:])
-            question = found[-1] if found else ""
-        question = _WS_RE.sub(" ", question).strip()
+        question = last_question(self.prompt) if question is None else squash_ws(question)
         return _Trigger("question", question) if question else None
 
     def plan(self, trig: _Trigger) -> str | None:
@@ -307,7 +267,7 @@ class _Turn:
             return None
         if not trig.query or self.injections >= self.ctl.max_injections:
             return None
-        if _norm_query(trig.query) in self.seen_queries:
+        if norm_query(trig.query) in self.seen_queries:
             return None
         return trig.query
 
@@ -318,8 +278,8 @@ class _Turn:
         ctl = self.ctl
         events: list[StreamEvent] = []
         if hits is not None:
-            self.seen_queries.add(_norm_query(trig.query))
-        fresh = [h for h in hits or () if _hit_key(h) not in self.seen_keys]
+            self.seen_queries.add(norm_query(trig.query))
+        fresh = [h for h in hits or () if hit_key(h) not in self.seen_keys]
         if ctl.min_score is not None:
             fresh = [h for h in fresh if h.score >= ctl.min_score]
         fresh = fresh[: ctl.k]
@@ -331,7 +291,7 @@ class _Turn:
                 self._append("</tool>")
             if call.name != "retrieve":
                 body = self._run_handler(call)
-                block = ctl._format_block("result", [], body)
+                block = ctl.blocks.block("result", note=body)
             elif hits is None:
                 note = (
                     "Empty query."
@@ -340,7 +300,7 @@ class _Turn:
                     if self.injections >= ctl.max_injections
                     else "Already retrieved above."
                 )
-                block = ctl._format_block("result", [], note)
+                block = ctl.blocks.block("result", note=note)
             elif not fresh:
                 note = (
                     f"Retrieval failed: {error}."
@@ -349,9 +309,9 @@ class _Turn:
                     if hits
                     else "No relevant passages found."
                 )
-                block = ctl._format_block("result", [], note)
+                block = ctl.blocks.block("result", note=note)
             else:
-                block = ctl._format_block("result", fresh, None)
+                block = ctl.blocks.block("result", fresh)
             self._commit(fresh, hits is not None)
             self._append(block)
             events.append(InjectEvent(block, "result", trig.kind, trig.query))
@@ -370,7 +330,7 @@ class _Turn:
             self._new_sentence()
             return events, False
 
-        block = ctl._format_block("context", fresh, None)
+        block = ctl.blocks.block("context", fresh)
         self._commit(fresh, True)
         rewind = trig.kind == "flare" and self.hold
         if rewind:
@@ -392,7 +352,7 @@ class _Turn:
         return events, resume
 
     def _commit(self, hits: Sequence[HitLike], counted: bool) -> None:
-        self.seen_keys.update(_hit_key(h) for h in hits)
+        self.seen_keys.update(hit_key(h) for h in hits)
         if counted:
             self.injections += 1
 
@@ -491,8 +451,6 @@ class RagController:
             raise ConfigError(f"k must be >= 1, got {k}")
         if max_injections < 0:
             raise ConfigError(f"max_injections must be >= 0, got {max_injections}")
-        if block_chars < 64:
-            raise ConfigError(f"block_chars must be >= 64, got {block_chars}")
         if flare not in (None, "rewind", "append"):
             raise ConfigError(f"flare must be None, 'rewind' or 'append', got {flare!r}")
         if on_timeout not in ("skip", "raise"):
@@ -510,6 +468,7 @@ class RagController:
         self.min_score = min_score
         self.max_injections = max_injections
         self.block_chars = block_chars
+        self.blocks = BlockBuilder(block_chars)
         self.retrieval_timeout = retrieval_timeout
         self.on_timeout = on_timeout
         self.query_rewriter = query_rewriter
@@ -527,37 +486,15 @@ class RagController:
             stops.append("</tool>")
         self.stop: tuple[str, ...] = tuple(stops)
 
-    # -- blocks ------------------------------------------------------------------
-    def _format_block(self, tag: str, hits: Sequence[HitLike], note: str | None) -> str:
-        head = f"\n<{tag}>\n"
-        tail = f"</{tag}>\n"
-        budget = self.block_chars - len(head) - len(tail)
-        parts: list[str] = []
-        if note is not None:
-            parts.append(neutralize(note)[: max(budget - 1, 0)] + "\n")
-        for i, hit in enumerate(hits, 1):
-            where = hit.source
-            start_line = getattr(hit, "start_line", None)
-            end_line = getattr(hit, "end_line", None)
-            if isinstance(start_line, int) and isinstance(end_line, int) and end_line >= start_line > 0:
-                where += f":{start_line}-{end_line}"
-            header = f"[{i}] {neutralize(where)}\n"
-            text = neutralize(hit.text.strip())
-            room = budget - sum(map(len, parts)) - len(header) - 1
-            if room < 40:
-                break
-            if len(text) > room:
-                text = text[: room - 1].rstrip() + "\u2026"
-            parts.append(header + text + "\n")
-        return head + "".join(parts) + tail
-
     # -- retrieval -----------------------------------------------------------------
     def _search(self, query: str) -> Sequence[HitLike]:
         if self.query_rewriter is None:
             return list(self.retriever.search(query, self.k * 3))
         queries = [q for q in self.query_rewriter(query) if q.strip()] or [query]
         lists = [list(self.retriever.search(q, self.k * 3)) for q in queries]
-        return lists[0] if len(lists) == 1 else _rrf(lists)
+        if len(lists) == 1:
+            return lists[0]
+        return [hit for hit, _ in reciprocal_rank_fusion(lists, key=hit_key)]
 
     def _retrieve(self, query: str) -> tuple[Sequence[HitLike], str | None]:
         try:
@@ -604,7 +541,7 @@ class RagController:
     ) -> Iterator[StreamEvent]:
         """Run one turn and yield every event: text, retrievals and injected blocks."""
         resumable = callable(generate)
-        turn = _Turn(self, prompt, resumable)
+        turn = _ControllerTurn(self, prompt, resumable)
         trig = turn.initial_trigger(question)
         if trig is not None:
             yield from self._handle(turn, trig)[0]
@@ -649,7 +586,7 @@ class RagController:
                 yield TextEvent(tail)
             return
 
-    def _pump(self, turn: _Turn) -> Iterator[StreamEvent | object]:
+    def _pump(self, turn: _ControllerTurn) -> Iterator[StreamEvent | object]:
         while True:
             out, trig = turn.drain()
             if out:
@@ -662,7 +599,7 @@ class RagController:
                 yield _RESUME
                 return
 
-    def _handle(self, turn: _Turn, trig: _Trigger) -> tuple[list[StreamEvent], bool]:
+    def _handle(self, turn: _ControllerTurn, trig: _Trigger) -> tuple[list[StreamEvent], bool]:
         query = turn.plan(trig)
         events: list[StreamEvent] = []
         hits: Sequence[HitLike] | None = None
@@ -699,7 +636,7 @@ class RagController:
     ) -> AsyncIterator[StreamEvent]:
         """Async :meth:`events`: ``agenerate(prompt, stop)`` gives an async iterable."""
         resumable = callable(agenerate)
-        turn = _Turn(self, prompt, resumable)
+        turn = _ControllerTurn(self, prompt, resumable)
         trig = turn.initial_trigger(question)
         if trig is not None:
             for ev in await self._ahandle(turn, trig):
@@ -752,7 +689,7 @@ class RagController:
                 yield TextEvent(tail)
             return
 
-    async def _apump(self, turn: _Turn) -> AsyncIterator[StreamEvent | object]:
+    async def _apump(self, turn: _ControllerTurn) -> AsyncIterator[StreamEvent | object]:
         while True:
             out, trig = turn.drain()
             if out:
@@ -764,7 +701,7 @@ class RagController:
                 if ev is _RESUME:
                     return
 
-    async def _ahandle(self, turn: _Turn, trig: _Trigger) -> list[StreamEvent | object]:
+    async def _ahandle(self, turn: _ControllerTurn, trig: _Trigger) -> list[StreamEvent | object]:
         query = turn.plan(trig)
         events: list[StreamEvent | object] = []
         hits: Sequence[HitLike] | None = None

@@ -19,8 +19,8 @@ from clanker_rag._controller import InjectEvent, RagController, RetrieveEvent
 from clanker_rag._exceptions import BackendError, ConfigError
 from clanker_rag._generate import RETRIEVE_TOOL, ToolCallDeltas, render_tool_call
 from clanker_rag._kb import KnowledgeBase
+from clanker_rag._sse import iter_sse
 from clanker_rag.backends import ChatBackend, CompletionsBackend, LlamaCppBackend, Token
-from clanker_rag.backends._openai_http import iter_sse
 
 ANSWER_BEFORE = ' Checking. <tool name="retrieve">default port</tool> never seen'
 
@@ -223,6 +223,16 @@ def test_completions_streams_tokens_with_logprobs_and_usage(server: str) -> None
     assert body["prompt"] == "Q:" and body["stop"] == ["</tool>"] and body["stream"] is True and body["model"] == "m"
     assert backend.last_stats is not None
     assert backend.last_stats.cached_tokens == 32 and backend.last_stats.prompt_tokens == 40
+
+
+@pytest.mark.parametrize("suffix", ["", "/", "/v1", "/v1/"])
+def test_base_url_with_or_without_v1_reaches_the_same_endpoints(server: str, suffix: str) -> None:
+    FakeServer.requests.clear()
+    list(CompletionsBackend(server + suffix, "m")("Q:", []))
+    list(ChatBackend(server + suffix, "m")("Q:", []))
+    list(LlamaCppBackend(server + suffix)("Q:", []))
+    assert [path for path, _ in FakeServer.requests] == ["/v1/completions", "/v1/chat/completions", "/completion"]
+    assert CompletionsBackend(server + suffix).base_url == server
 
 
 def test_llama_completion_reports_stop_word_cache_and_logprobs(server: str) -> None:

@@ -20,7 +20,6 @@ from clanker_rag._controller import (
     RagController,
     RetrieveEvent,
     TextEvent,
-    _rrf,
     neutralize,
 )
 from clanker_rag._exceptions import ConfigError, RetrievalTimeoutError
@@ -433,10 +432,19 @@ def test_query_rewriter_retrieves_each_query_and_fuses() -> None:
     assert "docs/server.md" in block and "docs/install.md" in block
 
 
-def test_rrf_prefers_items_ranked_high_in_several_lists() -> None:
-    a, b, c = Hit("a", "a", 1.0), Hit("b", "b", 1.0), Hit("c", "c", 1.0)
-    fused = _rrf([[a, b, c], [b, c], [b, a]])
-    assert [h.source for h in fused] == ["b", "a", "c"]
+def test_rewritten_queries_are_fused_by_reciprocal_rank() -> None:
+    a, b, c = Hit("alpha text", "a", 1.0), Hit("beta text", "b", 1.0), Hit("gamma text", "c", 1.0)
+    lists = {"q1": [a, b, c], "q2": [b, c], "q3": [b, a]}
+
+    class Fixed:
+        def search(self, query: str, k: int = 10) -> Sequence[HitLike]:
+            return lists[query]
+
+    ctl = RagController(Fixed(), k=3, query_rewriter=lambda q: ["q1", "q2", "q3"])
+    llm = FakeLLM(lambda p: " ok" if "<result>" in p else ' <tool name="retrieve">x</tool>')
+    block = next(e.block for e in ctl.events(llm, "P") if isinstance(e, InjectEvent))
+    # b is first in two lists, a ranks 1 and 2, c ranks 3 and 2.
+    assert re.findall(r"^\[\d\] (\w):", block, re.MULTILINE) == ["b", "a", "c"]
 
 
 # -- async ---------------------------------------------------------------------------------------

@@ -3,7 +3,8 @@
 Function-level imports are how a lower layer offers a convenience that lives
 higher up (``KnowledgeBase.ingest``) without a cycle at import time; they are
 not checked here.  Model backends import nothing of ours but the generate
-protocol (with the native tool-call schema) and the exception hierarchy.
+protocol (with the native tool-call schema), the exception hierarchy, the SSE
+codec and the base-URL helper.
 """
 
 import ast
@@ -12,8 +13,8 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "clanker_rag"
 
 LAYERS = [
-    {"_exceptions", "_types", "_bulk", "_stopwords", "_stemmer", "_generate", "_formats"},
-    {"_validate"},
+    {"_exceptions", "_types", "_bulk", "_stopwords", "_stemmer", "_generate", "_formats", "_sse"},
+    {"_validate", "_blocks", "_urls"},
     {"_analysis", "_scoring", "_lock", "_store", "_scanner", "_embed", "_fusion"},
     {"_chunking", "_index", "_discovery"},
     {"_kb", "_dense"},
@@ -22,7 +23,7 @@ LAYERS = [
     {"_proxy", "_cli", "_demo", "__init__", "__main__"},
 ]
 RANK = {name: i for i, layer in enumerate(LAYERS) for name in layer}
-BACKEND_DEPS = {"_generate", "_exceptions"}
+BACKEND_DEPS = {"_generate", "_exceptions", "_sse", "_urls"}
 
 
 def module_level_imports(path: Path) -> set[str]:

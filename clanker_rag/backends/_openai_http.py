@@ -23,51 +23,19 @@ import http.client
 import json
 import logging
 import math
-import urllib.parse
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
 
 from .._exceptions import BackendError, ConfigError
 from .._generate import RequestStats, Token, ToolCallDeltas, retrieve_tool
+from .._sse import DONE, iter_sse
+from .._urls import parse_base_url
 
-__all__ = ["ChatBackend", "CompletionsBackend", "LlamaCppBackend", "iter_sse"]
+__all__ = ["ChatBackend", "CompletionsBackend", "LlamaCppBackend"]
 
 logger = logging.getLogger(__name__)
 
 _MAX_ERROR_BODY = 500
-
-
-def iter_sse(lines: Iterator[bytes]) -> Iterator[tuple[str, str]]:
-    """Parse server-sent events from raw lines; yield (event field, data).
-
-    Multi-line ``data:`` fields are joined with newlines; comment lines are
-    skipped; an event still pending when the stream ends is dispatched.
-    llama.cpp reports some failures as an ``error:`` line, yielded as
-    event ``"error"``.
-    """
-    data: list[str] = []
-    event = "message"
-    for raw in lines:
-        line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
-        if not line:
-            if data:
-                yield event, "\n".join(data)
-            data = []
-            event = "message"
-            continue
-        if line.startswith(":"):
-            continue
-        name, _, value = line.partition(":")
-        if value.startswith(" "):
-            value = value[1:]
-        if name == "data":
-            data.append(value)
-        elif name == "event":
-            event = value
-        elif name == "error":
-            yield "error", value
-    if data:
-        yield event, "\n".join(data)
 
 
 def _snippet(body: bytes | str) -> str:
@@ -90,16 +58,12 @@ class _HttpBackend:
         headers: Mapping[str, str] | None = None,
         extra: Mapping[str, Any] | None = None,
     ) -> None:
-        parts = urllib.parse.urlsplit(base_url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ConfigError(f"base_url must be an http(s) URL, got {base_url!r}")
+        # "http://h:8080" and "http://h:8080/v1" both work: request paths carry /v1.
+        base = parse_base_url(base_url)
         if timeout <= 0:
             raise ConfigError(f"timeout must be > 0, got {timeout}")
-        self.base_url = base_url.rstrip("/")
-        self._https = parts.scheme == "https"
-        self._host = parts.hostname
-        self._port = parts.port
-        self._prefix = parts.path.rstrip("/")
+        self.base_url = base.url
+        self._base = base
         self.timeout = timeout
         self.headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
         if api_key:
@@ -113,8 +77,8 @@ class _HttpBackend:
         return self.base_url + path
 
     def _connect(self) -> http.client.HTTPConnection:
-        cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
-        return cls(self._host, self._port, timeout=self.timeout)
+        cls = http.client.HTTPSConnection if self._base.scheme == "https" else http.client.HTTPConnection
+        return cls(self._base.host, self._base.port, timeout=self.timeout)
 
     def _post(self, path: str, payload: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
         """POST ``payload`` and yield each JSON object the server streams back."""
@@ -123,7 +87,7 @@ class _HttpBackend:
         conn = self._connect()
         try:
             try:
-                conn.request("POST", self._prefix + path, body=body, headers=self.headers)
+                conn.request("POST", self._base.path(path), body=body, headers=self.headers)
                 resp = conn.getresponse()
             except (OSError, http.client.HTTPException) as exc:
                 raise BackendError(f"cannot reach {url}: {exc}") from exc
@@ -138,7 +102,7 @@ class _HttpBackend:
             seen = False
             try:
                 for event, data in iter_sse(iter(resp.readline, b"")):
-                    if data.strip() == "[DONE]":
+                    if data.strip() == DONE:
                         return
                     if event == "error":
                         raise BackendError(f"{url} reported an error: {_snippet(data)}")
