@@ -19,7 +19,8 @@ LAYERS = [
     {"_chunking", "_index", "_discovery"},
     {"_kb", "_dense"},
     {"_parallel"},
-    {"_ingest", "_rerank", "_eval", "_controller", "_home"},
+    {"_ingest", "_rerank", "_eval", "_controller", "_home", "_upstream"},
+    {"_proxy_handler"},
     {"_proxy", "_cli", "_demo", "__init__", "__main__"},
 ]
 RANK = {name: i for i, layer in enumerate(LAYERS) for name in layer}
