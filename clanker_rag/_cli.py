@@ -734,11 +734,6 @@ _ASK_RAW_PROMPT = (
 )
 
 
-def _base_url(url: str) -> str:
-    url = url.rstrip("/")
-    return url[:-3] if url.endswith("/v1") else url
-
-
 def _cmd_ask(args: argparse.Namespace) -> int:
     from ._controller import InjectEvent, RagController
 
@@ -761,10 +756,10 @@ def _cmd_ask(args: argparse.Namespace) -> int:
     api_key = os.environ.get(API_KEY_ENV)
     backend: Any
     if args.completions:
-        backend = CompletionsBackend(_base_url(base_url), model, max_tokens=args.max_tokens, api_key=api_key)
+        backend = CompletionsBackend(base_url, model, max_tokens=args.max_tokens, api_key=api_key)
         prompt = _ASK_RAW_PROMPT.format(question=args.question) + "Answer:"
     else:
-        backend = ChatBackend(_base_url(base_url), model, max_tokens=args.max_tokens, api_key=api_key)
+        backend = ChatBackend(base_url, model, max_tokens=args.max_tokens, api_key=api_key)
         prompt = _ASK_CHAT_PROMPT.format(question=args.question)
     events = ctl.events(backend, prompt, question=args.question)
     render_events(events, out=sys.stdout, err=sys.stderr, color=args.color, show_blocks=not args.no_blocks)
