@@ -18,6 +18,7 @@ import json
 import logging
 import secrets
 import socket
+import sys
 import time
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
@@ -47,6 +48,9 @@ __all__ = ["DEFAULT_MAX_REQUEST_BYTES", "ProxyConfig", "ProxyServer"]
 logger = logging.getLogger("clanker_rag._proxy")
 
 DEFAULT_MAX_REQUEST_BYTES = 8 * 1024 * 1024
+# Deeper than any real request (a JSON schema in response_format is a few
+# levels); far below Python's recursion limit.
+MAX_JSON_DEPTH = 128
 _COPY_CHUNK = 65536
 
 # Hop-by-hop headers (RFC 9110 section 7.6.1) and the ones the proxy sets itself.
@@ -101,6 +105,20 @@ class ProxyConfig:
         self.upstream = base.url
 
 
+def _nests_deeper(obj: object, limit: int) -> bool:
+    """Whether ``obj`` (parsed JSON) nests lists and objects more than ``limit`` deep; no recursion."""
+    stack: list[tuple[object, int]] = [(obj, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
 def _question_of(text: str) -> str:
     """The retrieval query for a user message: its last question, else its tail."""
     return last_question(text) or squash_ws(text[-1000:])
@@ -118,6 +136,17 @@ class ProxyServer(ThreadingHTTPServer):
         self.retriever = retriever
         self.upstream = Upstream(config.base, config.timeout)
         super().__init__(address, _Handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """One log line instead of socketserver's traceback on stderr."""
+        exc = sys.exc_info()[1]
+        peer = client_address[0] if isinstance(client_address, tuple) and client_address else client_address
+        if isinstance(exc, (ConnectionError, TimeoutError)):
+            # A client dropping an idle keep-alive connection is routine.
+            logger.debug("%s reset the connection (%s)", peer, exc)
+            return
+        logger.error("error while serving %s: %s: %s", peer, type(exc).__name__, exc)
+        logger.debug("traceback of that error", exc_info=exc)
 
     @property
     def url(self) -> str:
@@ -262,7 +291,10 @@ class _Handler(BaseHTTPRequestHandler):
                 "request_too_large",
             )
             return None
-        return self.rfile.read(length)
+        try:
+            return self.rfile.read(length)
+        except OSError as exc:
+            raise _ClientGone(str(exc)) from None
 
     # -- dispatch ---------------------------------------------------------------------------
     def do_GET(self) -> None:
@@ -318,7 +350,8 @@ class _Handler(BaseHTTPRequestHandler):
             except _ClientGone:
                 self.close_connection = True
         except Exception as exc:  # never let one request take the server down
-            logger.exception("internal error on %s %s", self.command, self._safe_path())
+            logger.error("internal error on %s %s: %s: %s", self.command, self._safe_path(), type(exc).__name__, exc)
+            logger.debug("traceback of that error", exc_info=exc)
             status = 500
             self.close_connection = True
             with contextlib.suppress(_ClientGone):
@@ -372,10 +405,18 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- generation --------------------------------------------------------------------------------
     def _parse(self, body: bytes, kind: str) -> dict[str, Any] | None:
+        too_deep = f"the request body nests deeper than {MAX_JSON_DEPTH} levels"
         try:
             obj = json.loads(body)
         except (ValueError, UnicodeDecodeError):
             self._send_error_json(400, "the request body is not valid JSON", "invalid_request_error")
+            return None
+        except RecursionError:
+            self._send_error_json(400, too_deep, "invalid_request_error")
+            return None
+        if _nests_deeper(obj, MAX_JSON_DEPTH):
+            # Copying and re-encoding the body recurse once per level.
+            self._send_error_json(400, too_deep, "invalid_request_error")
             return None
         if not isinstance(obj, dict):
             self._send_error_json(400, "the request body must be a JSON object", "invalid_request_error")
