@@ -123,6 +123,7 @@ class _ControllerTurn:
         self.track = ctl.questions or ctl.flare is not None
         self.hold = ctl.flare == "rewind" and resumable
         self.prev_char = ""
+        self.ended = False  # the current generation has ended and the scanner is flushed
         self._new_sentence()
 
     # -- context bookkeeping -------------------------------------------------
@@ -165,7 +166,7 @@ class _ControllerTurn:
         else:
             out.append(text)
 
-    def _end_sentence(self, out: list[str]) -> _Trigger | None:
+    def _end_sentence(self, out: list[str], *, questions: bool = True) -> _Trigger | None:
         ctl = self.ctl
         sentence = "".join(t for t, _ in self.sent).strip()
         trig: _Trigger | None = None
@@ -175,7 +176,7 @@ class _ControllerTurn:
                 # If every token was unsure, the whole sentence is the best query left.
                 query = squash_ws(masked) or squash_ws(sentence)
                 trig = _Trigger("flare", query)
-            if trig is None and ctl.questions and is_question_sentence(sentence):
+            if trig is None and questions and ctl.questions and is_question_sentence(sentence):
                 trig = _Trigger("question", sentence)
         if trig is None:
             out.append(self._release_held())
@@ -234,6 +235,12 @@ class _ControllerTurn:
                 if cut < len(item):
                     self.queue.appendleft((item[cut:], logprob))
                 return "".join(out), trig
+        if self.ended and self.sent:
+            # The stream ended mid-sentence (no whitespace after its last
+            # "."): that sentence still gets its FLARE check.  A closing
+            # question is addressed to the user, so it triggers nothing.
+            trig = self._end_sentence(out, questions=False)
+            return "".join(out), trig
         return "".join(out), None
 
     def end(self, finish_reason: str | None, stop_word: str | None) -> None:
@@ -249,6 +256,7 @@ class _ControllerTurn:
         self._enqueue(released, calls, None)
         if call is not None:
             self.queue.append((call, None))
+        self.ended = True
 
     def close(self) -> str:
         """The turn is over: release any held sentence."""
@@ -359,6 +367,7 @@ class _ControllerTurn:
     def _reset_stream(self) -> None:
         # The old generation is abandoned: what it said after the trigger is gone.
         self.queue.clear()
+        self.ended = False
         self.scanner.reset()
         self._new_sentence()
 

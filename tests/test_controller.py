@@ -274,6 +274,59 @@ def test_flare_append_keeps_the_sentence_and_adds_the_block_after_it() -> None:
     assert text.startswith(" Hello. The theme is purple.\n<context>")
 
 
+def flare_last_llm(prompts: list[str]) -> Callable[[str, Sequence[str]], Iterator[Token]]:
+    """The unsure sentence is the stream's last, with no whitespace after its period."""
+
+    def gen(prompt: str, stop: Sequence[str]) -> Iterator[Token]:
+        prompts.append(prompt)
+        if "<context>" in prompt:
+            toks = [(" The", -0.1), (" theme", -0.1), (" is", -0.1), (" teal.", -0.05)]
+        else:
+            toks = [(" Hello.", -0.1), (" The", -0.1), (" theme", -0.2), (" is", -0.1), (" purple", -4.0), (".", -0.3)]
+        for text, lp in toks:
+            yield Token(text, lp)
+
+    return gen
+
+
+def test_flare_rewind_checks_the_last_sentence_of_the_stream() -> None:
+    prompts: list[str] = []
+    queries: list[str] = []
+    ctl = RagController(
+        make_kb(), tools=False, flare="rewind", flare_threshold=-1.0, on_retrieve=lambda q, h: queries.append(q)
+    )
+    text = "".join(ctl.stream(flare_last_llm(prompts), "Story:"))
+    assert queries == ["The theme is."]
+    assert len(prompts) == 2 and prompts[1].startswith("Story: Hello.\n<context>\n[1] docs/colors.md")
+    assert "purple" not in text and text.endswith("</context>\n The theme is teal.")
+
+
+def test_flare_append_checks_the_last_sentence_of_the_stream_async() -> None:
+    prompts: list[str] = []
+    ctl = RagController(make_kb(), tools=False, flare="append", flare_threshold=-1.0)
+    sync_gen = flare_last_llm(prompts)
+
+    async def agen(prompt: str, stop: Sequence[str]) -> AsyncIterator[Token]:
+        for tok in sync_gen(prompt, stop):
+            yield tok
+
+    async def collect() -> str:
+        return "".join([piece async for piece in ctl.astream(agen, "Story:")])
+
+    text = asyncio.run(collect())
+    assert len(prompts) == 2 and prompts[1].startswith(
+        "Story: Hello. The theme is purple.\n<context>\n[1] docs/colors.md"
+    )
+    assert text.startswith(" Hello. The theme is purple.\n<context>") and text.endswith(" The theme is teal.")
+
+
+def test_a_closing_question_without_whitespace_triggers_nothing() -> None:
+    llm = FakeLLM(lambda p: " The port is 8080. Anything else?")
+    ctl = RagController(make_kb(), tools=False, questions=True)
+    assert "".join(ctl.stream(llm, "Tell me a story.")) == " The port is 8080. Anything else?"
+    assert len(llm.prompts) == 1
+
+
 def test_flare_without_logprobs_never_triggers() -> None:
     llm = FakeLLM(lambda p: " Hello. The theme is purple. Bye.")
     ctl = RagController(make_kb(), tools=False, flare="rewind")
