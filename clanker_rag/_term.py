@@ -1,0 +1,55 @@
+"""Terminal output for the CLI and the demo: colour, and text that cannot drive the terminal.
+
+Text shown on a terminal can come from indexed files or from a model; an
+escape sequence in it could clear the screen, retitle the window or hide
+text.  :func:`printable` shows such characters as ``\\x1b``-style escapes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import TextIO
+
+__all__ = ["Style", "printable", "use_color"]
+
+# C0 controls but tab and newline, DEL, C1 controls, and the bidi overrides
+# and isolates that can reorder what a reader sees.
+_CONTROL_RE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters shown as escapes; newlines and tabs are kept."""
+    text = text.replace("\r\n", "\n")
+    return _CONTROL_RE.sub(_escape, text)
+
+
+def _escape(m: re.Match[str]) -> str:
+    code = ord(m.group())
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+def use_color(choice: str, stream: TextIO) -> bool:
+    """Whether to colour ``stream``: ``always``, ``never``, or ``auto`` (a terminal, unless NO_COLOR or TERM=dumb)."""
+    if choice == "always":
+        return True
+    if choice == "never":
+        return False
+    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
+        return False
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())
+
+
+class Style:
+    """SGR colouring that is a no-op when colour is off."""
+
+    def __init__(self, on: bool) -> None:
+        self.on = on
+
+    def __call__(self, text: str, code: str) -> str:
+        return f"\x1b[{code}m{text}\x1b[0m" if self.on and text else text
+
+    def mark(self, text: str) -> str:
+        # Off a terminal the match is still visible, as markdown bold.
+        return self(text, "1;33") if self.on else f"**{text}**"
