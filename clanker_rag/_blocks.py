@@ -22,6 +22,7 @@ marker.
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from collections.abc import Sequence
@@ -100,6 +101,12 @@ def _ignorable(ch: str) -> bool:
     return unicodedata.category(ch) == "Cf" or ord(ch) in _IGNORABLE
 
 
+@functools.lru_cache(maxsize=4096)
+def _fold_char(ch: str) -> str:
+    """One character NFKC-folded; empty for a character the guard drops."""
+    return "" if _ignorable(ch) else unicodedata.normalize("NFKC", ch)
+
+
 def _fold(text: str) -> tuple[str, list[str], list[int], list[int]]:
     """``text`` NFKC-folded with ignorable characters dropped.
 
@@ -115,9 +122,9 @@ def _fold(text: str) -> tuple[str, list[str], list[int], list[int]]:
     origin: list[int] = []
     starts: list[int] = []
     for ch in text:
-        if _ignorable(ch):
+        folded = _fold_char(ch) if ord(ch) > 0x7F else ch
+        if not folded:
             continue
-        folded = unicodedata.normalize("NFKC", ch) if ord(ch) > 0x7F else ch
         starts.append(len(origin))
         origin.extend([len(kept)] * len(folded))
         kept.append(ch)
@@ -135,7 +142,11 @@ def neutralize(text: str) -> str:
     ``&lt;`` and the opening ``[`` becomes ``&#91;``.  Format characters are
     dropped; everything else is kept as written.
     """
-    plain = text.isascii()
+    # Most text, accented or not, is already folded and has nothing to drop:
+    # then positions in the folded text are positions in the text.
+    plain = text.isascii() or (
+        unicodedata.is_normalized("NFKC", text) and not any(_ignorable(ch) for ch in set(text) if ord(ch) > 0x7F)
+    )
     kept: list[str]
     origin: list[int]
     starts: list[int]
