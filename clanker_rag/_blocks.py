@@ -112,10 +112,10 @@ def _fold(text: str) -> tuple[str, list[str], list[int], list[int]]:
 
     Returns the folded text, the kept original characters, for each folded
     character the index of the kept character it came from, and for each kept
-    character where its fold starts.  Folding
-    is done character by character so every folded character traces back to
-    one original; a structural ASCII character never comes out of NFKC
-    composition, so this finds the same markers as folding the whole text.
+    character where its fold starts.  Folding is done character by character
+    so every folded character traces back to one original; NFKC composition
+    never produces an ASCII character, so this finds the same markers as
+    folding the whole text.
     """
     kept: list[str] = []
     pieces: list[str] = []

@@ -19,8 +19,9 @@ exact bytes the model has already seen plus the block, so a server's prompt
 cache covers everything but the block.  A one-shot iterable cannot be resumed;
 blocks are then only spliced into the visible stream.
 
-The per-turn logic lives in the I/O-free :class:`_ControllerTurn`; the sync and async
-drivers only move pieces and run retrieval.
+The per-turn logic lives in the I/O-free :class:`_ControllerTurn`; the sync
+and async drivers only move pieces and run retrieval.  Blocks are built and
+retrieved text is neutralised by :mod:`clanker_rag._blocks`.
 """
 
 from __future__ import annotations
