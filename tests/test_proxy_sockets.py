@@ -26,7 +26,13 @@ from clanker_rag._proxy import ProxyServer, make_server
 def proxy() -> Iterator[ProxyServer]:
     kb = KnowledgeBase(chunk_size=None)
     kb.add_text("The clanker server listens on port 7341 by default.", "docs/server.md")
-    with FakeUpstream(lambda path, body: Reply(["Port ", "7341."])) as up:
+
+    def reply(path: str, body: dict[str, object]) -> Reply:
+        if body.get("prompt") == "count:":
+            return Reply(["tick "] * 400, delay=0.005)
+        return Reply(["Port ", "7341."])
+
+    with FakeUpstream(reply) as up:
         server = make_server(kb, up.url)
         thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         thread.start()
@@ -113,3 +119,46 @@ def test_ordinary_nesting_still_works(proxy: ProxyServer) -> None:
     assert status == 200
     choices = payload["choices"]
     assert isinstance(choices, list) and choices[0]["message"]["content"] == "Port 7341."
+
+
+def test_many_clients_resetting_at_once_print_nothing(
+    proxy: ProxyServer, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    port = proxy.server_address[1]
+    linger = struct.pack("ii", 1, 0)
+    failures: list[BaseException] = []
+
+    def client(n: int) -> None:
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            if n % 2:  # reset while the answer streams
+                body = json.dumps({"model": "m", "prompt": "count:", "stream": True}).encode()
+                conn.request("POST", "/v1/completions", body=body, headers={"Content-Type": "application/json"})
+                resp = conn.getresponse()
+                resp.read1(64)
+            else:  # reset an idle keep-alive connection
+                conn.request("GET", "/v1/models")
+                conn.getresponse().read()
+            assert conn.sock is not None
+            conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger)
+            conn.close()
+        except BaseException as exc:  # reported below, in the test's own thread
+            failures.append(exc)
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(24)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not failures, failures
+
+    def settled() -> bool:
+        idle = [r for r in caplog.records if "reset the connection" in r.getMessage()]
+        streamed = [r for r in caplog.records if "client disconnected" in r.getMessage()]
+        return len(idle) >= 12 and len(streamed) >= 12
+
+    assert wait_for(settled), [r.getMessage() for r in caplog.records]
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "Error" not in err
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
