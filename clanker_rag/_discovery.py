@@ -22,7 +22,7 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from ._formats import DEFAULT_EXTENSIONS, DEFAULT_FILENAMES, format_for
+from ._readers import DEFAULT_EXTENSIONS, DEFAULT_FILENAMES, format_for
 
 __all__ = [
     "DEFAULT_SKIP_DIRS",

@@ -1,7 +1,7 @@
 """Ingesting files and folders into a knowledge base, and keeping them in sync.
 
 One ingest walks its roots (see :mod:`._discovery`), reads each selected file
-(see :mod:`._formats`) and replaces the file's source in the knowledge base
+(see :mod:`._readers`) and replaces the file's source in the knowledge base
 as a whole, so a changed file never leaves chunks of its old version behind.
 Unchanged files are recognised by size and mtime, then by content hash, and
 are not parsed again.  After a complete walk of a folder, the sources that
@@ -34,9 +34,11 @@ from ._discovery import (
     single_file,
 )
 from ._exceptions import ConfigError, IngestError
-from ._formats import (
+from ._kb import KnowledgeBase
+from ._readers import (
     DEFAULT_EXTENSIONS,
     READER_ERRORS,
+    READER_VERSION,
     STREAMED_FORMATS,
     Document,
     SkipFile,
@@ -44,7 +46,6 @@ from ._formats import (
     has_private_key,
     read_document,
 )
-from ._kb import KnowledgeBase
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -57,8 +58,6 @@ logger = logging.getLogger(__name__)
 
 StrPath = Union[str, "os.PathLike[str]"]
 
-# Bumped when readers change what they produce, so re-ingest re-reads files.
-READER_VERSION = 1
 DEFAULT_MAX_FILE_SIZE = 10 * 1024 * 1024
 DEFAULT_MAX_RECORD_FILE_SIZE = 256 * 1024 * 1024
 

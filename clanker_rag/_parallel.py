@@ -1,7 +1,7 @@
 """Reading, chunking and counting files in worker processes.
 
 A parallel ingest hands batches of files to a process pool.  A worker reads
-and structures each file (:func:`._formats.read_document`), splits it with
+and structures each file (:func:`._readers.read_document`), splits it with
 the knowledge base's chunker and counts each chunk's terms with its analyser,
 through the same :func:`._kb.span_counts` as :meth:`KnowledgeBase.add_text`.
 The main process turns the worker's term numbers into the index's term ids
@@ -43,8 +43,8 @@ from typing import Any
 from ._analysis import Analyzer
 from ._bulk import collector_paused
 from ._chunking import Chunker
-from ._formats import READER_ERRORS, Document, SkipFile, content_known, read_document
 from ._kb import KnowledgeBase, _TermIds, span_counts
+from ._readers import READER_ERRORS, Document, SkipFile, content_known, read_document
 
 __all__ = [
     "BatchResult",

@@ -624,12 +624,12 @@ def test_unchanged_files_are_skipped(tmp_path: Path, kb: KnowledgeBase, monkeypa
     assert len(kb) == before
     # Same content, new mtime: recognised by hash, not re-parsed.
     os.utime(path, ns=(10**18, 10**18))
-    import clanker_rag._formats as formats
+    from clanker_rag._readers import _registry
 
     def boom(*args: object, **kwargs: object) -> None:
         raise AssertionError("parsed an unchanged file")
 
-    monkeypatch.setattr(formats, "parse_text", boom)
+    monkeypatch.setattr(_registry, "parse_text", boom)
     third = ingest(kb, tmp_path)
     assert sorted(third.unchanged) == ["a.md", "b.py"]
 

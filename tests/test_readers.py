@@ -12,11 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import clanker_rag._formats as formats
 from clanker_rag._discovery import GitIgnore, compile_glob, secret_name_reason
-from clanker_rag._formats import binary_reason, decode_bytes, parse_text
 from clanker_rag._ingest import ingest
 from clanker_rag._kb import KnowledgeBase
+from clanker_rag._readers import _code, _files, _registry, _sections, binary_reason, decode_bytes, parse_text
 
 FORMATS = [
     "text",
@@ -204,7 +203,7 @@ count_text = st.lists(
 @settings(max_examples=300, deadline=None)
 @given(text=count_text, data=st.data())
 def test_word_counts_match_the_word_regex_on_any_span(text: str, data: st.DataObject) -> None:
-    counts = formats._WordCounts(text)
+    counts = _sections.WordCounts(text)
     offset = st.integers(0, len(text))
     spans = data.draw(st.lists(st.tuples(offset, offset), max_size=8))  # reversed spans included
     expected = [len(re.findall(r"\w+", text[s:e])) for s, e in spans]
@@ -218,7 +217,7 @@ def test_line_starts_are_the_offsets_after_each_newline(text: str, data: st.Data
     start = data.draw(st.integers(0, len(text)))
     end = data.draw(st.integers(start, len(text)))
     expected = [i + 1 for i in range(start, end) if text[i] == "\n" and i + 1 < end]
-    assert formats._line_starts(text, start, end) == expected
+    assert _sections.line_starts(text, start, end) == expected
 
 
 @settings(max_examples=200, deadline=None)
@@ -230,7 +229,7 @@ def test_outside_drops_positions_strictly_inside_an_atomic_span(
     positions: list[int], atomic: list[tuple[int, int]]
 ) -> None:
     expected = [pos for pos in positions if not any(a < pos < b for a, b in atomic)]
-    assert formats._outside(positions, atomic) == expected
+    assert _sections.outside(positions, atomic) == expected
 
 
 @settings(max_examples=200, deadline=None)
@@ -241,7 +240,7 @@ def test_join_labels_keeps_the_most_specific_labels_in_order(labels: list[str | 
         if label and label not in seen:
             seen.append(label)
     kept = [x for x in seen if not any(other.startswith(x + ".") for other in seen)]
-    assert formats._join_labels(labels) == (", ".join(kept) if kept else None)
+    assert _code._join_labels(labels) == (", ".join(kept) if kept else None)
 
 
 # ------------------------------------------------------------ bad input
@@ -254,7 +253,7 @@ def test_file_changing_while_read_keeps_old_chunks(tmp_path: Path, monkeypatch: 
     ingest(kb, tmp_path)
     path.write_text("second version, longer, with a gnu")
     ticks = iter(range(1000))
-    monkeypatch.setattr(formats, "_stat_key", lambda st: (st.st_size, next(ticks)))
+    monkeypatch.setattr(_files, "stat_key", lambda st: (st.st_size, next(ticks)))
     report = ingest(kb, tmp_path)
     assert report.skipped == [("live.md", "file changed while being read")]
     assert not report.removed
@@ -271,7 +270,7 @@ def test_unreadable_file_keeps_old_chunks(tmp_path: Path, monkeypatch: pytest.Mo
     def denied(*args: object, **kwargs: object) -> None:
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(formats, "open", denied, raising=False)
+    monkeypatch.setattr(_files, "open", denied, raising=False)
     report = ingest(kb, tmp_path)
     assert report.skipped == [("locked.md", "unreadable: Permission denied")]
     assert kb.sources() == ["locked.md"]
@@ -303,7 +302,7 @@ def test_file_vanishing_mid_walk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     kb = KnowledgeBase()
     ingest(kb, tmp_path)
     os.utime(tmp_path / "b.md", ns=(5, 5))
-    real = formats.read_document
+    real = _registry.read_document
 
     def vanish_then_read(path: str, *args: object, **kwargs: object) -> object:
         if path.endswith("b.md"):
@@ -323,9 +322,9 @@ def test_reader_crash_is_a_skip_not_an_abort(tmp_path: Path, monkeypatch: pytest
     def broken(*args: object, **kwargs: object) -> object:
         raise RecursionError("maximum recursion depth exceeded")
 
-    real = formats.parse_text
+    real = _registry.parse_text
     monkeypatch.setattr(
-        formats, "parse_text", lambda text, fmt, **kw: broken() if fmt == "python" else real(text, fmt, **kw)
+        _registry, "parse_text", lambda text, fmt, **kw: broken() if fmt == "python" else real(text, fmt, **kw)
     )
     kb = KnowledgeBase()
     report = ingest(kb, tmp_path)
