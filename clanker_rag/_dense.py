@@ -252,10 +252,10 @@ def _kb_signature(kb: Any) -> object:
     generation = getattr(kb, "generation", None)
     if generation is not None:
         return generation
-    # Without a public change counter: the chunk-id table only grows on adds
-    # (a replaced source gets fresh ids) and the live count drops on removals,
-    # so together they change on every modification.
-    return (len(kb), len(getattr(kb, "_chunks", ())))
+    # A knowledge base without a change counter: what its chunks say, read
+    # through the public chunks() walk (a full pass, so such a knowledge base
+    # pays per search for what KnowledgeBase.generation gives for free).
+    return hash(tuple((h.source, h.chunk_index, h.text) for h in kb.chunks()))
 
 
 def update_embeddings(

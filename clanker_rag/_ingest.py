@@ -18,13 +18,15 @@ import logging
 import os
 import sys
 import time
-from array import array
-from collections import Counter, deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import IO, TYPE_CHECKING, Any, Protocol, TypeGuard, Union
+from typing import IO, Any, Protocol, TypeGuard, Union
 
+from ._analysis import Analyzer
 from ._bulk import collector_paused
+from ._chunking import Chunker
+from ._counting import CountedChunk
 from ._discovery import (
     DEFAULT_SKIP_DIRS,
     Candidate,
@@ -34,7 +36,19 @@ from ._discovery import (
     single_file,
 )
 from ._exceptions import ConfigError, IngestError
-from ._kb import KnowledgeBase
+from ._parallel import (
+    Failed,
+    ParallelReader,
+    Prepared,
+    ReadPlan,
+    Ready,
+    Refused,
+    StatOutcome,
+    Unchanged,
+    can_parallel,
+    start_method,
+    usable_cpus,
+)
 from ._readers import (
     DEFAULT_EXTENSIONS,
     READER_ERRORS,
@@ -46,11 +60,6 @@ from ._readers import (
     has_private_key,
     read_document,
 )
-
-if TYPE_CHECKING:
-    from concurrent.futures import Future
-
-    from ._parallel import BatchResult, Pool, Task, Worker, WorkerTerms
 
 __all__ = ["IngestReport", "ingest"]
 
@@ -79,6 +88,26 @@ class _KnowledgeBaseLike(Protocol):
     def source_metadata(self, source: str) -> Mapping[str, Any] | None: ...
 
     def save(self, path: StrPath) -> Any: ...
+
+
+class _TakesPrepared(_KnowledgeBaseLike, Protocol):
+    """A :class:`KnowledgeBase`: it takes files already read, and chunks counted elsewhere."""
+
+    analyzer: Analyzer
+    chunker: Chunker
+
+    def add_prepared(
+        self,
+        text: str,
+        source: str,
+        metadata: Mapping[str, Any] | None,
+        sections: Sequence[tuple[int, int, str | None]] | None,
+        *,
+        content: str,
+        counted: Callable[[Mapping[str, int]], Iterable[CountedChunk]] | None = None,
+    ) -> int: ...
+
+    def takes_prepared(self) -> bool: ...
 
 
 @dataclass
@@ -342,83 +371,18 @@ def _root_name(root: str) -> str:
     return os.path.basename(os.path.realpath(root)) or "root"
 
 
-@dataclass(slots=True)
-class _Read:
-    """A file to read: whether its source existed, its size cap, the indexed content's hash."""
-
-    existed: bool
-    cap: int
-    sha: str | None
-    size: int
+def _plain_kb(kb: object) -> TypeGuard[_TakesPrepared]:
+    """Whether ``kb`` is a KnowledgeBase whose add_text is its own (not overridden or wrapped)."""
+    takes = getattr(kb, "takes_prepared", None)
+    return callable(takes) and takes() is True
 
 
-@dataclass(slots=True)
-class _Entry:
-    """One file of a parallel ingest, from planning to settling."""
-
-    cand: Candidate
-    source: str
-    plan: _Read | tuple[str, str] | None  # None: not planned (the pool broke first)
-    task: Task | None = None
-    batch: _Batch | None = None
-    slot: int = 0
-
-
-@dataclass(slots=True)
-class _Batch:
-    """Files read and counted together, by a worker process or by this one."""
-
-    limit: int  # files; fewer bytes than BATCH_BYTES
-    entries: list[_Entry] = field(default_factory=list)
-    size: int = 0  # bytes
-    future: Future[str] | None = None  # handed to the workers
-    result: BatchResult | None = None  # prepared (here, or collected from a worker)
-    local: bool = False  # prepared here while waiting for an earlier batch
-    settled: int = 0
-
-    def add(self, entry: _Entry, size: int) -> None:
-        entry.batch, entry.slot = self, len(self.entries)
-        self.entries.append(entry)
-        self.size += size
-
-    def full(self) -> bool:
-        return len(self.entries) >= self.limit or self.size >= BATCH_BYTES
-
-    def tasks(self) -> list[Task]:
-        # Only files with a task join a batch.
-        return [entry.task for entry in self.entries if entry.task is not None]
-
-
-# A batch is at most 16 files or about a megabyte, some 50 ms of work: few
-# round trips, and small enough to keep every process busy to the end.
-BATCH_FILES = 16
-BATCH_BYTES = 1 << 20
-# Batches per worker handed out and not back yet: one running, one queued,
-# so a worker never waits while this process is busy adding chunks.
-WORKER_QUEUE = 2
-# Worker processes start once this much reading is planned; to find out,
-# planning (a stat per file) runs up to PLAN_AHEAD files ahead of settling.
-POOL_MIN_BYTES = 2 << 20
-PLAN_AHEAD = 4096
-# Larger files are read here, when their turn comes: shipping their text and
-# counts back costs more than it saves.
-INLINE_BYTES = 4 << 20
-
-
-def _plain_kb(kb: object) -> TypeGuard[KnowledgeBase]:
-    """Whether ``kb`` is a KnowledgeBase whose add_text is ours (not overridden or wrapped)."""
-    add_text = getattr(kb, "add_text", None)
-    return isinstance(kb, KnowledgeBase) and getattr(add_text, "__func__", None) is KnowledgeBase.add_text
-
-
-def _workers_for(kb: KnowledgeBase, jobs: int | None) -> tuple[int, str]:
+def _workers_for(kb: _TakesPrepared, jobs: int | None) -> tuple[int, str]:
     """Processes that read and count for an ingest, this one included (1: this
     one alone), and the start method of the others."""
     if jobs == 1:
         return 1, ""
-    from ._parallel import can_parallel, start_method, usable_cpus
-
-    reason = can_parallel(kb)
+    reason = can_parallel(kb.analyzer, kb.chunker)
     if reason is not None:
         logger.log(logging.INFO if jobs else logging.DEBUG, "ingesting in one process: %s", reason)
         return 1, ""
@@ -459,12 +423,12 @@ class _Run:
         self.root_id = ""
         # A plain KnowledgeBase takes chunks counted by workers and the file
         # hash for its change check; anything else gets add_text calls.
-        self.plain: KnowledgeBase | None = kb if _plain_kb(kb) else None
-        self.workers, self.method = _workers_for(self.plain, jobs) if self.plain is not None else (1, "")
-        self.pool: Pool | None = None
-        self.local: Worker | None = None  # reads and counts here while the workers are busy
-        self.broken = False
-        self.terms: dict[str, WorkerTerms] = {}  # worker token -> its term numbers
+        self.plain: _TakesPrepared | None = kb if _plain_kb(kb) else None
+        self.reader: ParallelReader | None = None
+        if self.plain is not None:
+            workers, method = _workers_for(self.plain, jobs)
+            if workers > 1:
+                self.reader = ParallelReader(self.plain.analyzer, self.plain.chunker, workers, method, self.budget)
 
     def save(self) -> None:
         assert self.index_path is not None
@@ -519,8 +483,14 @@ class _Run:
                 candidates.append(item)
         bar = _Progress(len(candidates), sys.stderr if show_progress else None)
         self.root_id = root_id
-        if self.workers > 1 and not self.broken:
-            self._parallel(candidates, keep, bar)
+        if self.reader is not None and not self.reader.broken:
+            files = [(cand, self.prefix + cand.rel) for cand in candidates]
+            for done, ready in enumerate(self.reader.read(files, self._plan), start=1):
+                if self._settle_ready(ready):
+                    keep.add(ready.source)
+                self._maybe_checkpoint()
+                bar.update(done)
+            self.report.workers = max(self.report.workers, self.reader.started)
         else:
             for done, cand in enumerate(candidates, start=1):
                 source = self.prefix + cand.rel
@@ -535,11 +505,11 @@ class _Run:
     def _one(self, cand: Candidate, source: str) -> bool:
         """Index one file; True if its source should stay in the index."""
         plan = self._plan(cand, source)
-        if not isinstance(plan, _Read):
+        if isinstance(plan, StatOutcome):
             return self._settle(source, plan)
         return self._read_here(cand, source, plan)
 
-    def _read_here(self, cand: Candidate, source: str, plan: _Read) -> bool:
+    def _read_here(self, cand: Candidate, source: str, plan: ReadPlan) -> bool:
         try:
             doc = read_document(
                 cand.path,
@@ -556,7 +526,7 @@ class _Run:
             return self._failed(source, f"{type(exc).__name__}: {exc}")
         return self._apply(cand, source, plan, doc, None)
 
-    def _plan(self, cand: Candidate, source: str) -> _Read | tuple[str, str]:
+    def _plan(self, cand: Candidate, source: str) -> ReadPlan | StatOutcome:
         """What a file needs: a read, or an outcome known from its metadata and stat alone.
 
         Nothing is recorded yet, so a parallel ingest can plan files ahead of
@@ -575,23 +545,22 @@ class _Run:
         try:
             st = os.stat(cand.path)
         except FileNotFoundError:
-            return ("vanished", "vanished before it could be read")
+            return StatOutcome(False, "vanished before it could be read")
         except OSError as exc:
-            return ("unreadable", f"unreadable: {exc.strerror or exc}")
+            # A file that cannot be read for the moment keeps its old chunks.
+            return StatOutcome(False, f"unreadable: {exc.strerror or exc}", keep=True)
         if same_origin and old is not None and old.get("size") == st.st_size and old.get("mtime_ns") == st.st_mtime_ns:
-            return ("unchanged", "")
+            return StatOutcome(True)
         cap = self.max_record_file_size if cand.fmt in STREAMED_FORMATS else self.max_file_size
         sha = old.get("sha256") if same_origin and old is not None else None
-        return _Read(old is not None, cap, sha if isinstance(sha, str) else None, st.st_size)
+        return ReadPlan(old is not None, cap, sha if isinstance(sha, str) else None, st.st_size)
 
-    def _settle(self, source: str, outcome: tuple[str, str]) -> bool:
-        kind, reason = outcome
-        if kind == "unchanged":
+    def _settle(self, source: str, outcome: StatOutcome) -> bool:
+        if outcome.unchanged:
             self.report.unchanged.append(source)
             return True
-        self.skip(source, reason, level=logging.WARNING)
-        # A file that cannot be read for the moment keeps its old chunks.
-        return kind == "unreadable"
+        self.skip(source, outcome.reason, level=logging.WARNING)
+        return outcome.keep
 
     def _skipped(self, cand: Candidate, source: str, reason: str, transient: bool) -> bool:
         self.skip(source, reason, level=logging.WARNING if transient else logging.INFO)
@@ -606,9 +575,9 @@ class _Run:
         self,
         cand: Candidate,
         source: str,
-        plan: _Read,
+        plan: ReadPlan,
         doc: Document | None,
-        counted: Iterable[tuple[int, int, int, int, str | None, list[int], array[int]]] | None,
+        counted: Callable[[Mapping[str, int]], Iterable[CountedChunk]] | None,
     ) -> bool:
         if doc is None:
             self.report.unchanged.append(source)
@@ -628,7 +597,7 @@ class _Run:
             "reader": READER_VERSION,
         }
         if self.plain is not None:
-            n = self.plain._add(doc.text, source, metadata, doc.sections, content=doc.sha256, counted=counted)
+            n = self.plain.add_prepared(doc.text, source, metadata, doc.sections, content=doc.sha256, counted=counted)
         else:
             n = self.kb.add_text(doc.text, source, metadata, sections=doc.sections)
         self.report.chunks_added += n
@@ -636,214 +605,32 @@ class _Run:
         self.dirty += 1
         return True
 
-    # -- parallel ----------------------------------------------------------------
-    def _parallel(self, candidates: list[Candidate], keep: set[str], bar: _Progress) -> None:
-        """Ingest ``candidates`` in order while worker processes read and count ahead.
-
-        Files are planned (stat, unchanged check) as they are handed out and
-        settled strictly in order, so the report, the checkpoints and the
-        index come out as a serial ingest makes them.  Full batches go to the
-        workers, two per worker at most; when the next file's batch is not
-        back yet, this process reads and counts the next batch nobody has
-        taken instead of waiting (it must add every chunk anyway, so it has
-        less time for reading than a worker).  A batch whose turn comes
-        before anyone took it, and every file over ``INLINE_BYTES``, is read
-        here file by file, exactly as in a one-process ingest.
-        """
-        from ._parallel import Task
-
-        fifo: deque[_Entry] = deque()  # planned, not settled, in order
-        ready: deque[_Batch] = deque()  # full batches nobody has taken yet
-        handed: deque[_Batch] = deque()  # batches given to the workers, not settled yet
-        workers = self.workers - 1
-        pending = iter(candidates)
-        left = len(candidates)
-
-        def new_batch() -> _Batch:
-            # Smaller batches towards the end, so no process is left with
-            # a big one while the others have run out of work.
-            return _Batch(limit=max(1, min(BATCH_FILES, left // (4 * self.workers))))
-
-        open_batch = new_batch()
-        more = True
-        to_read = bytes_to_read = 0  # files planned for reading so far, and their bytes
-        here_ahead = 0  # batches prepared here ahead of their turn, not yet settled
-        done = 0
-
-        def free_slots() -> int:
-            # Two batches per worker in the works (one running, one queued)
-            # keep it busy while this process is away adding chunks; more
-            # finished ones than that waiting to be settled only use memory.
-            busy = sum(1 for b in handed if b.future is not None and not b.future.done())
-            return max(0, min(WORKER_QUEUE * workers - busy, 3 * WORKER_QUEUE * workers - len(handed)))
-
-        def pool_worth() -> bool:
-            # Starting processes pays only for a few batches' worth of
-            # reading: not for a small run, nor for a re-ingest that finds a
-            # few dozen new or changed files.  Until that much is planned,
-            # planning runs ahead (a stat per file) to find out.
-            return to_read >= 2 * BATCH_FILES and bytes_to_read >= POOL_MIN_BYTES
-
-        def plan_more() -> None:
-            # Plan files until a batch is ready for every free worker slot
-            # and one more to take here, then hand batches out.
-            nonlocal more, open_batch, left, to_read, bytes_to_read
-            while more and (
-                len(ready) <= free_slots() or (self.pool is None and not pool_worth() and len(fifo) < PLAN_AHEAD)
-            ):
-                cand = next(pending, None)
-                if cand is None:
-                    more = False
-                    if open_batch.entries:
-                        ready.append(open_batch)
-                        open_batch = new_batch()
-                    break
-                left -= 1
-                source = self.prefix + cand.rel
-                entry = _Entry(cand, source, self._plan(cand, source))
-                fifo.append(entry)
-                plan = entry.plan
-                if isinstance(plan, _Read) and plan.size <= INLINE_BYTES:
-                    to_read += 1
-                    bytes_to_read += plan.size
-                    entry.task = Task(cand.path, cand.fmt, plan.cap, self.budget, plan.sha, source)
-                    open_batch.add(entry, plan.size)
-                    if open_batch.full():
-                        ready.append(open_batch)
-                        open_batch = new_batch()
-            slots = free_slots()
-            while ready and slots > 0 and not self.broken:
-                if self.pool is None and not pool_worth():
-                    break
-                batch = ready.popleft()
-                batch.future = self._submit(batch.tasks())
-                if batch.future is None:
-                    ready.appendleft(batch)
-                    break
-                handed.append(batch)
-                slots -= 1
-
-        while True:
-            plan_more()
-            if not fifo:
-                break
-            entry = fifo.popleft()
-            batch = entry.batch
-            if batch is not None and batch.result is None and batch.future is not None and not self.broken:
-                while not batch.future.done() and ready and here_ahead < 2:
-                    self._prepare_here(ready.popleft())
-                    here_ahead += 1
-                    plan_more()
-                self._collect(batch)
-            elif batch is not None and ready and ready[0] is batch:
-                # Its turn came before anyone took it (a small run, the start
-                # of a large one): its files are read here one by one, as in
-                # a one-process ingest.
-                ready.popleft()
-            if self._settle_entry(entry):
-                keep.add(entry.source)
-            if batch is not None:
-                batch.settled += 1
-                if batch.settled == len(batch.entries):
-                    if batch.future is not None:
-                        first = handed.popleft()  # batches settle in order
-                        assert first is batch
-                        batch.future = None  # let the result go
-                    elif batch.local:
-                        here_ahead -= 1
-            done += 1
-            self._maybe_checkpoint()
-            bar.update(done)
-            if self.broken and more:
-                # The pool is gone: the rest is read here, in order.
-                for cand in pending:
-                    fifo.append(_Entry(cand, self.prefix + cand.rel, None))
-                more = False
-
-    def _prepare_here(self, batch: _Batch) -> None:
-        from ._parallel import prepare_with
-
-        if self.local is None:
-            from ._parallel import Worker
-
-            assert self.plain is not None  # workers are only used for a plain KnowledgeBase
-            self.local = Worker(self.plain.analyzer, self.plain.chunker)
-        batch.result = prepare_with(self.local, batch.tasks())
-        batch.local = True
-
-    def _collect(self, batch: _Batch) -> None:
-        if self.pool is None or batch.future is None:  # the pool broke meanwhile: read here
-            return
-        try:
-            batch.result = self.pool.result(batch.future)
-        except Exception as exc:  # a worker died (killed, out of memory) or its result did not arrive
-            self._break(exc)
-
-    def _submit(self, tasks: list[Task]) -> Future[str] | None:
-        from ._parallel import Pool
-
-        try:
-            if self.pool is None:
-                assert self.plain is not None  # workers are only used for a plain KnowledgeBase
-                self.pool = Pool(self.plain, self.workers - 1, self.method)
-                self.report.workers = self.workers - 1
-            return self.pool.submit(tasks)
-        except Exception as exc:  # cannot start processes here (limits, sandbox): read serially
-            self._break(exc)
-            return None
-
-    def _break(self, exc: BaseException) -> None:
-        if not self.broken:
-            logger.warning(
-                "worker processes failed (%s: %s); reading the remaining files in this process", type(exc).__name__, exc
-            )
-        self.broken = True
-        self._stop_pool()
-
-    def _stop_pool(self) -> None:
-        pool, self.pool = self.pool, None
-        if pool is not None:
-            pool.close()
-
     def close_pool(self) -> None:
-        """At the end of the run: stop the workers, drop the term maps and this process's worker."""
-        self._stop_pool()
-        self.local = None
-        self.terms.clear()
+        """At the end of the run: stop the workers and drop what only they needed."""
+        if self.reader is not None:
+            self.reader.close()
 
-    def _settle_entry(self, entry: _Entry) -> bool:
-        cand, source, plan = entry.cand, entry.source, entry.plan
+    def _settle_ready(self, item: Ready) -> bool:
+        """Settle one file of a parallel ingest with what its worker prepared."""
+        cand, source, plan, outcome = item.cand, item.source, item.plan, item.outcome
         if plan is None:  # planned after the pool broke
             return self._one(cand, source)
-        if not isinstance(plan, _Read):
+        if isinstance(plan, StatOutcome):
             return self._settle(source, plan)
-        batch = entry.batch
-        if batch is None or batch.result is None or (self.broken and not batch.local):
+        if outcome is None:
             return self._read_here(cand, source, plan)
-        token, fresh, outcomes = batch.result
-        terms = self.terms.get(token)
-        if terms is None:
-            from ._parallel import WorkerTerms
-
-            assert self.plain is not None  # workers are only used for a plain KnowledgeBase
-            terms = self.terms[token] = WorkerTerms(self.plain._term_vocab)
-        if entry.slot == 0:
-            # A preparer's new term numbers, learnt before any of its batch is used.
-            terms.strings.extend(fresh)
-        outcome = outcomes[entry.slot]
-        kind = outcome[0]
-        if kind == "doc":
-            return self._apply(cand, source, plan, outcome[1], outcome[2].chunks(terms))
-        if kind == "same":
+        if isinstance(outcome, Prepared):
+            return self._apply(cand, source, plan, outcome.doc, item.chunks)
+        if isinstance(outcome, Unchanged):
             return self._apply(cand, source, plan, None, None)
-        if kind == "skip":
-            return self._skipped(cand, source, outcome[1], outcome[2])
-        if kind == "fail":
-            logger.warning("reading %s failed:\n%s", source, outcome[2])
-            return self._failed(source, outcome[1])
+        if isinstance(outcome, Refused):
+            return self._skipped(cand, source, outcome.reason, outcome.transient)
+        if isinstance(outcome, Failed):
+            logger.warning("reading %s failed:\n%s", source, outcome.trace)
+            return self._failed(source, outcome.what)
         # Anything else went wrong while preparing it: read the file again
         # here, where it succeeds or fails exactly as in a serial ingest.
-        logger.debug("could not prepare %s, reading it again:\n%s", source, outcome[-1])
+        logger.debug("could not prepare %s, reading it again:\n%s", source, outcome.trace)
         return self._read_here(cand, source, plan)
 
     def _sync(self, root_id: str, keep: set[str], keep_folders: tuple[str, ...]) -> None:

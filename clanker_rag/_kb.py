@@ -9,10 +9,9 @@ import logging
 import os
 from array import array
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from itertools import chain
 from operator import attrgetter, gt
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 from . import _store
 from ._analysis import Analyzer
 from ._bulk import collector_paused
-from ._chunking import Chunker, ChunkSpan
+from ._chunking import Chunker
+from ._counting import CountedChunk, TermIds, span_counts
 from ._exceptions import ConfigError, IndexFormatError, IndexLockedError
 from ._index import InvertedIndex, TermExplanation
 from ._lock import IndexLock
@@ -57,51 +57,6 @@ class _Doc:
         self.metadata = metadata
         self.fingerprint = fingerprint
         self.cids: list[int] = []
-
-
-class _TermIds(dict[str, tuple[int, ...]]):
-    """Raw token -> the index's ids of its terms.
-
-    Counting chunks straight into term ids skips hashing every word's term
-    string twice (once to count it, once to find its postings list): the
-    larger part of indexing time.
-    """
-
-    __slots__ = ("_analyzer", "_vocab")
-
-    def __init__(self, analyzer: Analyzer, vocab: Mapping[str, int]) -> None:
-        super().__init__()
-        self._analyzer = analyzer
-        self._vocab = vocab
-
-    def __missing__(self, raw: str) -> tuple[int, ...]:
-        if len(self) >= _MAX_TERM_IDS:
-            self.clear()
-        tids = tuple(map(self._vocab.__getitem__, self._analyzer.terms_of(raw)))
-        self[raw] = tids
-        return tids
-
-    def count(self, words: Sequence[str]) -> Counter[int]:
-        """Term-id frequencies of already split raw words."""
-        if self._analyzer.custom is not None:
-            terms = self._analyzer.count(words)
-            return Counter(dict(zip(map(self._vocab.__getitem__, terms), terms.values())))
-        return Counter(chain.from_iterable(map(self.__getitem__, words)))
-
-
-_MAX_TERM_IDS = 2_000_000
-
-
-def span_counts(span: ChunkSpan, term_ids: _TermIds, analyzer: Analyzer, vocab: Mapping[str, int]) -> Counter[int]:
-    """Term-id frequencies of one chunk: its words, then its section label's terms.
-
-    The one definition of what a chunk counts, shared by :meth:`KnowledgeBase.add_text`
-    and the parallel ingest's workers so both build the same index.
-    """
-    counts = term_ids.count(span.words)
-    if span.label:
-        counts.update(map(vocab.__getitem__, analyzer(span.label)))
-    return counts
 
 
 class _ChunkTable:
@@ -206,7 +161,7 @@ class KnowledgeBase:
         self.analyzer: Analyzer = analyzer
         self.bm25 = bm25
         self._index = InvertedIndex(bm25)
-        self._term_ids = _TermIds(analyzer, self._index.vocab)
+        self._term_ids = TermIds(analyzer, self._index.vocab)
         self._docs: dict[str, _Doc] = {}
         self._chunks = _ChunkTable()
         self._path: Path | None = None
@@ -276,6 +231,37 @@ class KnowledgeBase:
         """
         return self._add(text, source, metadata, sections)
 
+    def add_prepared(
+        self,
+        text: str,
+        source: str,
+        metadata: Mapping[str, Any] | None,
+        sections: Sequence[tuple[int, int, str | None]] | None,
+        *,
+        content: str,
+        counted: Callable[[Mapping[str, int]], Iterable[CountedChunk]] | None = None,
+    ) -> int:
+        """The ingest's way in (internal): :meth:`add_text` for a file already read.
+
+        ``content`` is a hash of the bytes the text was read from, which
+        ``metadata`` also records; the change check then uses it instead of
+        hashing the text again.  ``counted(vocab)`` yields the chunks when
+        the chunking and counting were done elsewhere (the parallel ingest's
+        workers, see :mod:`._parallel`): exactly what :meth:`add_text`
+        computes for the same text and sections, with term ids of ``vocab``
+        (term -> id; looking up a new term creates its id).  Only used while
+        :meth:`takes_prepared` says so.
+        """
+        return self._add(text, source, metadata, sections, content=content, counted=counted)
+
+    def takes_prepared(self) -> bool:
+        """Whether :meth:`add_prepared` indexes what :meth:`add_text` would (internal).
+
+        Not when ``add_text`` is overridden or wrapped: the ingest then calls
+        it for every file, as the override expects.
+        """
+        return getattr(self.add_text, "__func__", None) is KnowledgeBase.add_text
+
     def _add(
         self,
         text: str,
@@ -284,19 +270,8 @@ class KnowledgeBase:
         sections: Sequence[tuple[int, int, str | None]] | None,
         *,
         content: str | None = None,
-        counted: Iterable[tuple[int, int, int, int, str | None, Iterable[int], Collection[int]]] | None = None,
+        counted: Callable[[Mapping[str, int]], Iterable[CountedChunk]] | None = None,
     ) -> int:
-        """:meth:`add_text`, for the ingest.
-
-        ``content`` is a hash of the bytes the text was read from, which
-        ``metadata`` also records; the change check then uses it instead of
-        hashing the text again.  ``counted`` yields
-        ``(start, end, start_line, end_line, label, tids, tfs)`` per chunk,
-        its distinct term ids (of :attr:`_term_vocab`) and their counts, when
-        the chunking and counting were done elsewhere (in the parallel
-        ingest's workers, see :mod:`._parallel`): exactly what
-        :meth:`_count` computes here for the same text and sections.
-        """
         replaced = self._replace(text, source, metadata, sections, content)
         if replaced is None:
             return 0
@@ -304,25 +279,20 @@ class KnowledgeBase:
         index = self._index
         chunks = self._chunks
         for i, (start, end, start_line, end_line, label, tids, tfs) in enumerate(
-            self._count(text, checked) if counted is None else counted
+            self._count(text, checked) if counted is None else counted(index.vocab)
         ):
             cid = chunks.append(doc, i, start, end, start_line, end_line, label)
             index.add_runs(cid, tids, tfs)
             doc.cids.append(cid)
         return len(doc.cids)
 
-    def _count(
-        self, text: str, sections: Sequence[tuple[int, int, str | None]] | None
-    ) -> Iterator[tuple[int, int, int, int, str | None, Iterable[int], Collection[int]]]:
+    def _count(self, text: str, sections: Sequence[tuple[int, int, str | None]] | None) -> Iterator[CountedChunk]:
         term_ids, analyzer, vocab = self._term_ids, self.analyzer, self._index.vocab
         for span in self.chunker.split(text, sections):
             counts = span_counts(span, term_ids, analyzer, vocab)
-            yield span.start, span.end, span.start_line, span.end_line, span.label, counts.keys(), counts.values()
-
-    @property
-    def _term_vocab(self) -> Mapping[str, int]:
-        """Term -> term id; looking up a new term creates its id."""
-        return self._index.vocab
+            yield CountedChunk(
+                span.start, span.end, span.start_line, span.end_line, span.label, counts.keys(), counts.values()
+            )
 
     def _replace(
         self,

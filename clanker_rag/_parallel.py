@@ -1,13 +1,19 @@
-"""Reading, chunking and counting files in worker processes.
+"""The parallel reader: worker processes read, chunk and count files ahead of the ingest.
 
-A parallel ingest hands batches of files to a process pool.  A worker reads
-and structures each file (:func:`._readers.read_document`), splits it with
-the knowledge base's chunker and counts each chunk's terms with its analyser,
-through the same :func:`._kb.span_counts` as :meth:`KnowledgeBase.add_text`.
-The main process turns the worker's term numbers into the index's term ids
-and appends the postings, and prepares batches itself (with a
-:class:`Worker` of its own) while it would otherwise wait, so the analysis,
-most of an ingest, runs on every core.
+A parallel ingest plans its files (a stat each, the unchanged check) in
+order, hands batches of the files to read to a process pool and settles
+every file strictly in order, so the report, the checkpoints and the index
+come out as a serial ingest makes them.  :class:`ParallelReader` is that
+scheduler: it yields one :class:`Ready` per file, in order, with the typed
+outcome its worker prepared (or ``None``: read it here).
+
+A worker reads and structures each file (:func:`._readers.read_document`),
+splits it with the knowledge base's chunker and counts each chunk's terms
+with its analyser, through the same :func:`._counting.span_counts` as
+:meth:`KnowledgeBase.add_text`.  The main process turns the worker's term
+numbers into the index's term ids and appends the postings, and prepares
+batches itself (with a :class:`Worker` of its own) while it would otherwise
+wait, so the analysis, most of an ingest, runs on every core.
 
 Term strings cross the process boundary once per worker: each batch result
 carries the terms its worker numbered for the first time while preparing it.
@@ -16,13 +22,14 @@ worker prepares its batches in that order too, so a number is always learnt
 before it is met.  Index term ids are created as chunks are added, in the
 order a serial ingest creates them, so both build the same index.
 
-Nothing here logs: a worker returns its failures (with the traceback) and the
-main process reports them.
+A worker returns its failures (with the traceback) and the main process
+reports them.
 """
 
 from __future__ import annotations
 
 import gc
+import logging
 import multiprocessing
 import os
 import pickle
@@ -34,23 +41,35 @@ import threading
 import time
 import traceback
 from array import array
-from collections.abc import Iterator, Mapping
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import count, repeat
 from typing import Any
 
 from ._analysis import Analyzer
 from ._bulk import collector_paused
 from ._chunking import Chunker
-from ._kb import KnowledgeBase, _TermIds, span_counts
+from ._counting import CountedChunk, TermIds, span_counts
+from ._discovery import Candidate
 from ._readers import READER_ERRORS, Document, SkipFile, content_known, read_document
 
 __all__ = [
     "BatchResult",
     "Counted",
+    "Failed",
+    "Outcome",
+    "ParallelReader",
     "Pool",
+    "Prepared",
+    "ReadPlan",
+    "Ready",
+    "Refused",
+    "Retry",
+    "StatOutcome",
     "Task",
+    "Unchanged",
     "Worker",
     "WorkerTerms",
     "can_parallel",
@@ -59,6 +78,8 @@ __all__ = [
     "start_method",
     "usable_cpus",
 ]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,8 +110,8 @@ class Counted:
     keys: array[int]  # worker term numbers, chunk after chunk
     tfs: array[int]
 
-    def chunks(self, terms: WorkerTerms) -> Iterator[tuple[int, int, int, int, str | None, list[int], array[int]]]:
-        """``(start, end, start_line, end_line, label, tids, tfs)`` per chunk, with index term ids."""
+    def chunks(self, terms: WorkerTerms, vocab: Mapping[str, int]) -> Iterator[CountedChunk]:
+        """Each chunk with the index's term ids (``vocab``: term -> id, creating new ones)."""
         keys, tfs, b, known = self.keys, self.tfs, self.bounds, self.known
         ids = terms.ids
         get = ids.__getitem__
@@ -102,29 +123,72 @@ class Counted:
             nums = keys[pos:end]
             tids = list(map(get, nums))
             if -1 in tids:
-                terms.resolve(nums, tids)
+                terms.resolve(nums, tids, vocab)
             j = 4 * i
-            yield b[j], b[j + 1], b[j + 2], b[j + 3], self.labels[i], tids, tfs[pos:end]
+            yield CountedChunk(b[j], b[j + 1], b[j + 2], b[j + 3], self.labels[i], tids, tfs[pos:end])
             pos = end
 
 
-# ("doc", Document, Counted) | ("same",) | ("skip", reason, transient)
-# | ("fail", "Type: message", traceback) | ("error", traceback)
-Outcome = tuple[Any, ...]
-BatchResult = tuple[str, list[str], list[Outcome]]
+@dataclass(slots=True)
+class Prepared:
+    """Read and counted: the document and its chunks' counts."""
+
+    doc: Document
+    counted: Counted
+
+
+@dataclass(slots=True)
+class Unchanged:
+    """The content is the one already indexed."""
+
+
+@dataclass(slots=True)
+class Refused:
+    """The reader skipped the file (:class:`SkipFile`)."""
+
+    reason: str
+    transient: bool
+
+
+@dataclass(slots=True)
+class Failed:
+    """The reader failed with one of ``READER_ERRORS``: ``what`` is ``"Type: message"``."""
+
+    what: str
+    trace: str
+
+
+@dataclass(slots=True)
+class Retry:
+    """Anything else went wrong while preparing: the file is read again in the main
+    process, where it succeeds or fails exactly as in a serial ingest."""
+
+    trace: str
+
+
+# What a worker made of one task.
+Outcome = Prepared | Unchanged | Refused | Failed | Retry
+
+
+@dataclass(slots=True)
+class BatchResult:
+    """A prepared batch: who numbered its terms, the terms numbered first here, one outcome per task."""
+
+    token: str
+    fresh: list[str]
+    outcomes: list[Outcome]
 
 
 class WorkerTerms:
     """One worker's term numbers -> the index's term ids (-1: not met in an added chunk yet)."""
 
-    __slots__ = ("ids", "strings", "vocab")
+    __slots__ = ("ids", "strings")
 
-    def __init__(self, vocab: Mapping[str, int]) -> None:
+    def __init__(self) -> None:
         self.strings: list[str] = []  # number -> term, as the worker sent them
         self.ids: list[int] = []
-        self.vocab = vocab
 
-    def resolve(self, nums: array[int], tids: list[int]) -> None:
+    def resolve(self, nums: array[int], tids: list[int], vocab: Mapping[str, int]) -> None:
         """Fill in the -1s of ``tids`` (a chunk's ids, in the order it met them).
 
         A number is resolved when an added chunk first holds it, never when
@@ -132,7 +196,7 @@ class WorkerTerms:
         must not reach the index.  Resolving in the chunk's order creates
         new index ids in the order a serial ingest creates them.
         """
-        ids, strings, vocab = self.ids, self.strings, self.vocab
+        ids, strings = self.ids, self.strings
         find = tids.index  # a C-level scan: a chunk holds few new terms among many
         j = find(-1)
         while True:
@@ -168,7 +232,7 @@ class Worker:
         self.analyzer = analyzer
         self.chunker = chunker
         self.numbers = _Numbers()
-        self.term_ids = _TermIds(analyzer, self.numbers)
+        self.term_ids = TermIds(analyzer, self.numbers)
 
     def prepare(self, task: Task) -> Outcome:
         try:
@@ -181,17 +245,17 @@ class Worker:
                 name=task.name,
             )
         except SkipFile as exc:
-            return ("skip", exc.reason, exc.transient)
+            return Refused(exc.reason, exc.transient)
         except READER_ERRORS as exc:
-            return ("fail", f"{type(exc).__name__}: {exc}", traceback.format_exc())
+            return Failed(f"{type(exc).__name__}: {exc}", traceback.format_exc())
         except Exception:
-            return ("error", traceback.format_exc())
+            return Retry(traceback.format_exc())
         if doc is None:
-            return ("same",)
+            return Unchanged()
         try:
-            return ("doc", doc, self.count(doc))
+            return Prepared(doc, self.count(doc))
         except Exception:
-            return ("error", traceback.format_exc())
+            return Retry(traceback.format_exc())
 
     def count(self, doc: Document) -> Counted:
         bounds: array[int] = array("q")
@@ -258,7 +322,7 @@ def prepare_with(worker: Worker, tasks: list[Task]) -> BatchResult:
         outcomes = [worker.prepare(task) for task in tasks]
     fresh = worker.numbers.fresh
     worker.numbers.fresh = []
-    return worker.token, fresh, outcomes
+    return BatchResult(worker.token, fresh, outcomes)
 
 
 def usable_cpus() -> int:
@@ -272,11 +336,12 @@ def usable_cpus() -> int:
     return max(1, os.cpu_count() or 1)
 
 
-def can_parallel(kb: KnowledgeBase) -> str | None:
-    """Why ``kb`` must be ingested in this process, or None when workers can count for it."""
-    if type(kb.analyzer) is not Analyzer or kb.analyzer.custom is not None:
+def can_parallel(analyzer: Analyzer, chunker: Chunker) -> str | None:
+    """Why a knowledge base with this analyser and chunker must be ingested in
+    this process, or None when workers can count for it."""
+    if type(analyzer) is not Analyzer or analyzer.custom is not None:
         return "a custom analyser"
-    if type(kb.chunker) is not Chunker:
+    if type(chunker) is not Chunker:
         return "a custom chunker"
     return None
 
@@ -300,7 +365,7 @@ def start_method(explicit: bool) -> str | None:
 
 
 class Pool:
-    """Worker processes that read and count like ``kb`` does.
+    """Worker processes that read and count with ``analyzer`` and ``chunker``.
 
     Results come back through files in a private spool folder, not through
     the executor's pipe: a worker writing a large result into a pipe would
@@ -308,14 +373,14 @@ class Pool:
     interpreter lock, which the main thread keeps while it adds chunks.
     """
 
-    def __init__(self, kb: KnowledgeBase, workers: int, method: str) -> None:
+    def __init__(self, analyzer: Analyzer, chunker: Chunker, workers: int, method: str) -> None:
         self.spool = tempfile.mkdtemp(prefix="clanker-rag-ingest-")  # only this user can read it
         try:
             self.executor = ProcessPoolExecutor(
                 max_workers=workers,
                 mp_context=multiprocessing.get_context(method),
                 initializer=_start_worker,
-                initargs=(kb.analyzer.settings(), kb.chunker.settings(), self.spool),
+                initargs=(analyzer.settings(), chunker.settings(), self.spool),
             )
         except BaseException:
             shutil.rmtree(self.spool, ignore_errors=True)
@@ -331,7 +396,8 @@ class Pool:
         with open(path, "rb") as fh:
             data = fh.read()
         os.unlink(path)
-        result: BatchResult = pickle.loads(data)
+        result = pickle.loads(data)
+        assert isinstance(result, BatchResult)
         return result
 
     def close(self) -> None:
@@ -339,3 +405,295 @@ class Pool:
             self.executor.shutdown(wait=True, cancel_futures=True)
         finally:
             shutil.rmtree(self.spool, ignore_errors=True)
+
+
+# -- the scheduler ------------------------------------------------------------
+
+# A batch is at most 16 files or about a megabyte, some 50 ms of work: few
+# round trips, and small enough to keep every process busy to the end.
+BATCH_FILES = 16
+BATCH_BYTES = 1 << 20
+# Batches per worker handed out and not back yet: one running, one queued,
+# so a worker never waits while this process is busy adding chunks.
+WORKER_QUEUE = 2
+# Worker processes start once this much reading is planned; to find out,
+# planning (a stat per file) runs up to PLAN_AHEAD files ahead of settling.
+POOL_MIN_BYTES = 2 << 20
+PLAN_AHEAD = 4096
+# Larger files are read here, when their turn comes: shipping their text and
+# counts back costs more than it saves.
+INLINE_BYTES = 4 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class ReadPlan:
+    """A file to read: whether its source existed, its size cap, the indexed content's hash."""
+
+    existed: bool
+    cap: int
+    sha: str | None
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class StatOutcome:
+    """A file settled from its metadata and stat alone, before any read."""
+
+    unchanged: bool
+    reason: str = ""  # why it is skipped, when it is not unchanged
+    keep: bool = False  # whether its indexed chunks stay (unreadable only for the moment)
+
+
+@dataclass(slots=True)
+class Ready:
+    """One file whose turn has come, with what is known of it.
+
+    ``plan`` is None for a file planned after the pool broke (plan and read
+    it here); ``outcome`` is None when the file is to be read here.
+    """
+
+    cand: Candidate
+    source: str
+    plan: ReadPlan | StatOutcome | None
+    outcome: Outcome | None = None
+    terms: WorkerTerms | None = None  # the numbering of the process that prepared it
+
+    def chunks(self, vocab: Mapping[str, int]) -> Iterator[CountedChunk]:
+        """A :class:`Prepared` file's chunks with the index's term ids."""
+        assert isinstance(self.outcome, Prepared) and self.terms is not None
+        return self.outcome.counted.chunks(self.terms, vocab)
+
+
+@dataclass(slots=True)
+class _Entry:
+    """One file of a parallel ingest, from planning to settling."""
+
+    cand: Candidate
+    source: str
+    plan: ReadPlan | StatOutcome | None  # None: not planned (the pool broke first)
+    task: Task | None = None
+    batch: _Batch | None = None
+    slot: int = 0
+
+
+@dataclass(slots=True)
+class _Batch:
+    """Files read and counted together, by a worker process or by this one."""
+
+    limit: int  # files; fewer bytes than BATCH_BYTES
+    entries: list[_Entry] = field(default_factory=list)
+    size: int = 0  # bytes
+    future: Future[str] | None = None  # handed to the workers
+    result: BatchResult | None = None  # prepared (here, or collected from a worker)
+    local: bool = False  # prepared here while waiting for an earlier batch
+    settled: int = 0
+
+    def add(self, entry: _Entry, size: int) -> None:
+        entry.batch, entry.slot = self, len(self.entries)
+        self.entries.append(entry)
+        self.size += size
+
+    def full(self) -> bool:
+        return len(self.entries) >= self.limit or self.size >= BATCH_BYTES
+
+    def tasks(self) -> list[Task]:
+        # Only files with a task join a batch.
+        return [entry.task for entry in self.entries if entry.task is not None]
+
+
+class ParallelReader:
+    """Reads files ahead of an ingest in ``workers - 1`` processes and this one.
+
+    One reader serves a whole ingest (every root); :meth:`close` stops its
+    processes.  When the pool fails (a worker killed, no processes allowed)
+    it is ``broken`` and the remaining files are left to the ingest to read.
+    """
+
+    def __init__(self, analyzer: Analyzer, chunker: Chunker, workers: int, method: str, budget: int | None) -> None:
+        self.analyzer = analyzer
+        self.chunker = chunker
+        self.workers = workers  # processes that read, this one included
+        self.method = method
+        self.budget = budget
+        self.started = 0  # worker processes started
+        self.pool: Pool | None = None
+        self.local: Worker | None = None  # reads and counts here while the workers are busy
+        self.broken = False
+        self.terms: dict[str, WorkerTerms] = {}  # worker token -> its term numbers
+
+    def read(
+        self, files: list[tuple[Candidate, str]], plan: Callable[[Candidate, str], ReadPlan | StatOutcome]
+    ) -> Iterator[Ready]:
+        """Yield each of ``files`` (candidate, source name) in order, ready to settle.
+
+        Files are planned with ``plan`` (stat, unchanged check) as they are
+        handed out.  Full batches go to the workers, two per worker at most;
+        when the next file's batch is not back yet, this process reads and
+        counts the next batch nobody has taken instead of waiting (it must
+        add every chunk anyway, so it has less time for reading than a
+        worker).  A batch whose turn comes before anyone took it, and every
+        file over ``INLINE_BYTES``, is left to the caller to read, exactly as
+        in a one-process ingest.  The caller settles each file before asking
+        for the next.
+        """
+        fifo: deque[_Entry] = deque()  # planned, not settled, in order
+        ready: deque[_Batch] = deque()  # full batches nobody has taken yet
+        handed: deque[_Batch] = deque()  # batches given to the workers, not settled yet
+        workers = self.workers - 1
+        pending = iter(files)
+        left = len(files)
+
+        def new_batch() -> _Batch:
+            # Smaller batches towards the end, so no process is left with
+            # a big one while the others have run out of work.
+            return _Batch(limit=max(1, min(BATCH_FILES, left // (4 * self.workers))))
+
+        open_batch = new_batch()
+        more = True
+        to_read = bytes_to_read = 0  # files planned for reading so far, and their bytes
+        here_ahead = 0  # batches prepared here ahead of their turn, not yet settled
+
+        def free_slots() -> int:
+            # Two batches per worker in the works (one running, one queued)
+            # keep it busy while this process is away adding chunks; more
+            # finished ones than that waiting to be settled only use memory.
+            busy = sum(1 for b in handed if b.future is not None and not b.future.done())
+            return max(0, min(WORKER_QUEUE * workers - busy, 3 * WORKER_QUEUE * workers - len(handed)))
+
+        def pool_worth() -> bool:
+            # Starting processes pays only for a few batches' worth of
+            # reading: not for a small run, nor for a re-ingest that finds a
+            # few dozen new or changed files.  Until that much is planned,
+            # planning runs ahead (a stat per file) to find out.
+            return to_read >= 2 * BATCH_FILES and bytes_to_read >= POOL_MIN_BYTES
+
+        def plan_more() -> None:
+            # Plan files until a batch is ready for every free worker slot
+            # and one more to take here, then hand batches out.
+            nonlocal more, open_batch, left, to_read, bytes_to_read
+            while more and (
+                len(ready) <= free_slots() or (self.pool is None and not pool_worth() and len(fifo) < PLAN_AHEAD)
+            ):
+                item = next(pending, None)
+                if item is None:
+                    more = False
+                    if open_batch.entries:
+                        ready.append(open_batch)
+                        open_batch = new_batch()
+                    break
+                left -= 1
+                cand, source = item
+                entry = _Entry(cand, source, plan(cand, source))
+                fifo.append(entry)
+                planned = entry.plan
+                if isinstance(planned, ReadPlan) and planned.size <= INLINE_BYTES:
+                    to_read += 1
+                    bytes_to_read += planned.size
+                    entry.task = Task(cand.path, cand.fmt, planned.cap, self.budget, planned.sha, source)
+                    open_batch.add(entry, planned.size)
+                    if open_batch.full():
+                        ready.append(open_batch)
+                        open_batch = new_batch()
+            slots = free_slots()
+            while ready and slots > 0 and not self.broken:
+                if self.pool is None and not pool_worth():
+                    break
+                batch = ready.popleft()
+                batch.future = self._submit(batch.tasks())
+                if batch.future is None:
+                    ready.appendleft(batch)
+                    break
+                handed.append(batch)
+                slots -= 1
+
+        while True:
+            plan_more()
+            if not fifo:
+                break
+            entry = fifo.popleft()
+            batch = entry.batch
+            if batch is not None and batch.result is None and batch.future is not None and not self.broken:
+                while not batch.future.done() and ready and here_ahead < 2:
+                    self._prepare_here(ready.popleft())
+                    here_ahead += 1
+                    plan_more()
+                self._collect(batch)
+            elif batch is not None and ready and ready[0] is batch:
+                # Its turn came before anyone took it (a small run, the start
+                # of a large one): its files are read by the caller one by
+                # one, as in a one-process ingest.
+                ready.popleft()
+            yield self._ready(entry)
+            if batch is not None:
+                batch.settled += 1
+                if batch.settled == len(batch.entries):
+                    if batch.future is not None:
+                        first = handed.popleft()  # batches settle in order
+                        assert first is batch
+                        batch.future = None  # let the result go
+                    elif batch.local:
+                        here_ahead -= 1
+            if self.broken and more:
+                # The pool is gone: the rest is read by the caller, in order.
+                for cand, source in pending:
+                    fifo.append(_Entry(cand, source, None))
+                more = False
+
+    def _ready(self, entry: _Entry) -> Ready:
+        plan = entry.plan
+        if not isinstance(plan, ReadPlan):
+            return Ready(entry.cand, entry.source, plan)
+        batch = entry.batch
+        if batch is None or batch.result is None or (self.broken and not batch.local):
+            return Ready(entry.cand, entry.source, plan)
+        result = batch.result
+        terms = self.terms.get(result.token)
+        if terms is None:
+            terms = self.terms[result.token] = WorkerTerms()
+        if entry.slot == 0:
+            # A preparer's new term numbers, learnt before any of its batch is used.
+            terms.strings.extend(result.fresh)
+        return Ready(entry.cand, entry.source, plan, result.outcomes[entry.slot], terms)
+
+    def _prepare_here(self, batch: _Batch) -> None:
+        if self.local is None:
+            self.local = Worker(self.analyzer, self.chunker)
+        batch.result = prepare_with(self.local, batch.tasks())
+        batch.local = True
+
+    def _collect(self, batch: _Batch) -> None:
+        if self.pool is None or batch.future is None:  # the pool broke meanwhile: read here
+            return
+        try:
+            batch.result = self.pool.result(batch.future)
+        except Exception as exc:  # a worker died (killed, out of memory) or its result did not arrive
+            self._break(exc)
+
+    def _submit(self, tasks: list[Task]) -> Future[str] | None:
+        try:
+            if self.pool is None:
+                self.pool = Pool(self.analyzer, self.chunker, self.workers - 1, self.method)
+                self.started = self.workers - 1
+            return self.pool.submit(tasks)
+        except Exception as exc:  # cannot start processes here (limits, sandbox): read serially
+            self._break(exc)
+            return None
+
+    def _break(self, exc: BaseException) -> None:
+        if not self.broken:
+            logger.warning(
+                "worker processes failed (%s: %s); reading the remaining files in this process", type(exc).__name__, exc
+            )
+        self.broken = True
+        self._stop_pool()
+
+    def _stop_pool(self) -> None:
+        pool, self.pool = self.pool, None
+        if pool is not None:
+            pool.close()
+
+    def close(self) -> None:
+        """At the end of the run: stop the workers, drop the term maps and this process's worker."""
+        self._stop_pool()
+        self.local = None
+        self.terms.clear()

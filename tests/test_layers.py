@@ -17,6 +17,7 @@ LAYERS = [
     {"_validate", "_blocks", "_urls"},
     {"_analysis", "_scoring", "_lock", "_store", "_scanner", "_embed", "_fusion"},
     {"_chunking", "_index", "_discovery"},
+    {"_counting"},
     {"_kb", "_dense"},
     {"_parallel"},
     {"_ingest", "_rerank", "_eval", "_controller", "_home", "_upstream"},

@@ -64,7 +64,7 @@ def fork_workers(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
     if "real_start_method" not in request.keywords:
         monkeypatch.setattr(_parallel, "start_method", lambda explicit: "fork")
     # The test trees are small: start workers for them anyway.
-    monkeypatch.setattr(_ingest, "POOL_MIN_BYTES", 0)
+    monkeypatch.setattr(_parallel, "POOL_MIN_BYTES", 0)
 
 
 def make_tree(root: Path, n: int = 40) -> None:
@@ -174,20 +174,20 @@ def test_this_process_reads_too_while_the_workers_are_busy(tmp_path: Path, monke
 
     here: list[int] = []
     there: list[int] = []
-    real_here, real_collect = _ingest._Run._prepare_here, _ingest._Run._collect
+    real_here, real_collect = _parallel.ParallelReader._prepare_here, _parallel.ParallelReader._collect
 
-    def spy_here(self: _ingest._Run, batch: _ingest._Batch) -> None:
+    def spy_here(self: _parallel.ParallelReader, batch: _parallel._Batch) -> None:
         here.append(len(batch.entries))
         real_here(self, batch)
 
-    def spy_collect(self: _ingest._Run, batch: _ingest._Batch) -> None:
+    def spy_collect(self: _parallel.ParallelReader, batch: _parallel._Batch) -> None:
         real_collect(self, batch)
         if batch.result is not None:
             there.append(len(batch.entries))
 
     monkeypatch.setattr(_parallel.Worker, "prepare", slow)
-    monkeypatch.setattr(_ingest._Run, "_prepare_here", spy_here)
-    monkeypatch.setattr(_ingest._Run, "_collect", spy_collect)
+    monkeypatch.setattr(_parallel.ParallelReader, "_prepare_here", spy_here)
+    monkeypatch.setattr(_parallel.ParallelReader, "_collect", spy_collect)
     serial_kb = KnowledgeBase(chunk_size=40, stride=20)
     serial = ingest(serial_kb, tree, jobs=1, progress=False)
     parallel_kb = KnowledgeBase(chunk_size=40, stride=20)
@@ -201,28 +201,28 @@ def test_this_process_reads_too_while_the_workers_are_busy(tmp_path: Path, monke
 
 def test_small_runs_stay_in_this_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     tree = tmp_path / "tree"
-    for i in range(_ingest.BATCH_FILES * 2 - 1):
+    for i in range(_parallel.BATCH_FILES * 2 - 1):
         write(tree, f"f{i:02d}.md", f"small file {i}")
     report = ingest(KnowledgeBase(), tree, jobs=2, progress=False)
-    assert len(report.added) == _ingest.BATCH_FILES * 2 - 1 and report.workers == 0  # fewer than two batches
+    assert len(report.added) == _parallel.BATCH_FILES * 2 - 1 and report.workers == 0  # fewer than two batches
     write(tree, "more.md", "one more")
     kb = KnowledgeBase()
     assert ingest(kb, tree, jobs=2, progress=False).workers == 1
     # A re-ingest finding a few dozen changed files, or many tiny ones, reads them here.
-    monkeypatch.setattr(_ingest, "POOL_MIN_BYTES", 1 << 20)
-    for i in range(_ingest.BATCH_FILES * 3):
+    monkeypatch.setattr(_parallel, "POOL_MIN_BYTES", 1 << 20)
+    for i in range(_parallel.BATCH_FILES * 3):
         write(tree, f"new{i:02d}.md", f"another small file {i}")
     report = ingest(kb, tree, jobs=2, progress=False)
-    assert len(report.added) == _ingest.BATCH_FILES * 3 and report.workers == 0
+    assert len(report.added) == _parallel.BATCH_FILES * 3 and report.workers == 0
 
 
 def test_planning_runs_only_so_far_ahead_of_settling(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     tree = tmp_path / "tree"
     make_tree(tree)
-    monkeypatch.setattr(_ingest, "POOL_MIN_BYTES", 1 << 40)  # never worth starting workers here
-    monkeypatch.setattr(_ingest, "PLAN_AHEAD", 5)
+    monkeypatch.setattr(_parallel, "POOL_MIN_BYTES", 1 << 40)  # never worth starting workers here
+    monkeypatch.setattr(_parallel, "PLAN_AHEAD", 5)
     events: list[str] = []
-    real_plan, real_settle = _ingest._Run._plan, _ingest._Run._settle_entry
+    real_plan, real_settle = _ingest._Run._plan, _ingest._Run._settle_ready
 
     def plan(self: _ingest._Run, *args: object) -> object:
         events.append("plan")
@@ -233,12 +233,12 @@ def test_planning_runs_only_so_far_ahead_of_settling(tmp_path: Path, monkeypatch
         return real_settle(self, *args)  # type: ignore[arg-type]
 
     monkeypatch.setattr(_ingest._Run, "_plan", plan)
-    monkeypatch.setattr(_ingest._Run, "_settle_entry", settle)
+    monkeypatch.setattr(_ingest._Run, "_settle_ready", settle)
     report = ingest(KnowledgeBase(), tree, jobs=2, progress=False)
     assert report.workers == 0 and len(report.added) == 40 * 2 + 5
     # A huge tree must not be stat-ed whole (and held in memory) before the
     # first file is indexed: planning runs a few batches and PLAN_AHEAD ahead.
-    assert events.index("settle") <= 3 * _ingest.BATCH_FILES + 5 < events.count("plan")
+    assert events.index("settle") <= 3 * _parallel.BATCH_FILES + 5 < events.count("plan")
 
 
 def test_worker_that_dies_leaves_the_rest_to_this_process(
@@ -337,7 +337,7 @@ def test_parallel_ingest_killed_outright_leaves_no_worker_no_lock_no_spool(tmp_p
         sys.path.insert(0, {str(ROOT)!r})
         from clanker_rag import _ingest, _parallel
         from clanker_rag._kb import KnowledgeBase
-        _ingest.POOL_MIN_BYTES = 0
+        _parallel.POOL_MIN_BYTES = 0
         real_start, real_prepare, main = _parallel._start_worker, _parallel.Worker.prepare, os.getpid()
         def start(*args):
             with open({str(pids)!r}, "a") as fh:
@@ -460,7 +460,7 @@ def test_any_tree_any_batching_same_index(
     for i, text in enumerate(texts):
         write(tmp / "tree", f"f{i:02d}.{'md' if i % 2 else 'py'}", text)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(_ingest, "BATCH_FILES", batch)
+        mp.setattr(_parallel, "BATCH_FILES", batch)
         serial_kb, serial, parallel_kb, parallel = both(tmp / "tree", tmp)
     assert report_view(parallel) == report_view(serial)
     assert parallel.workers == (2 if len(texts) >= 2 * batch else 0)  # two batches' worth start the pool

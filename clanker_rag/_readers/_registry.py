@@ -12,10 +12,13 @@ import hashlib
 import os
 from collections.abc import Callable
 
-from . import _code, _markup, _office, _records
 from ._base import Document, Reader, Section, SkipFile, plain
+from ._code import READERS as CODE_READERS
 from ._decoding import binary_reason, bom_encoding, decode_bytes
 from ._files import hash_file, open_file, read_bytes, stat_key
+from ._markup import READERS as MARKUP_READERS
+from ._office import READERS as OFFICE_READERS
+from ._records import READERS as RECORD_READERS
 from ._sections import release_counts
 
 __all__ = [
@@ -38,10 +41,10 @@ _TEXT = Reader("text", (".txt", ".log", ".tex", ".xml", ".properties", ".bat", "
 
 _REGISTERED: tuple[Reader, ...] = (
     _TEXT,
-    *_markup.READERS,
-    *_code.READERS,
-    *_records.READERS,
-    *_office.READERS,
+    *MARKUP_READERS,
+    *CODE_READERS,
+    *RECORD_READERS,
+    *OFFICE_READERS,
 )
 
 # Reader name -> reader.
