@@ -347,13 +347,13 @@ def _target(args: argparse.Namespace, *, write: bool = False) -> Path:
     if args.index:
         return Path(args.index)
     if args.kb:
-        from . import _home
+        from . import _named_kbs
 
-        if write and not _home.exists(args.kb):
-            path = _home.create_kb(args.kb)
+        if write and not _named_kbs.exists(args.kb):
+            path = _named_kbs.create_kb(args.kb)
             print(f"{PROG}: created knowledge base {args.kb!r} at {path}", file=sys.stderr)
             return path
-        return _home.resolve_name(args.kb)
+        return _named_kbs.resolve_name(args.kb)
     from ._kb import default_index_path
 
     if write:
@@ -563,7 +563,7 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     path = kb.path
     size = 0
     if path is not None:
-        from ._home import index_size
+        from ._named_kbs import index_size
 
         size = index_size(path)
     sources = kb.sources()
@@ -768,14 +768,14 @@ def _cmd_list(args: argparse.Namespace) -> int:
     import json
     import time
 
-    from . import _home
+    from . import _named_kbs
 
-    infos = _home.list_kbs()
+    infos = _named_kbs.list_kbs()
     if args.json:
         print(json.dumps([{"name": i.name, "path": str(i.path), "bytes": i.size, "modified": i.mtime} for i in infos]))
         return 0
     if not infos:
-        print(f"no knowledge bases in {_home.data_home()} (create one: clanker-rag create NAME)", file=sys.stderr)
+        print(f"no knowledge bases in {_named_kbs.data_home()} (create one: clanker-rag create NAME)", file=sys.stderr)
         return 0
     width = max(len(i.name) for i in infos)
     for i in infos:
@@ -785,17 +785,17 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_create(args: argparse.Namespace) -> int:
-    from . import _home
+    from . import _named_kbs
 
-    path = _home.create_kb(args.name)
+    path = _named_kbs.create_kb(args.name)
     print(f"created {args.name!r} at {path}; add documents with: clanker-rag ingest PATH --kb {args.name}")
     return 0
 
 
 def _cmd_delete(args: argparse.Namespace) -> int:
-    from . import _home
+    from . import _named_kbs
 
-    path = _home.delete_kb(args.name)
+    path = _named_kbs.delete_kb(args.name)
     print(f"deleted {args.name!r} ({path})")
     return 0
 

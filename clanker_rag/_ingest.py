@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from typing import IO, Any, Protocol, TypeGuard, Union
 
 from ._analysis import Analyzer
-from ._bulk import collector_paused
 from ._chunking import Chunker
 from ._counting import CountedChunk
 from ._discovery import (
@@ -36,6 +35,7 @@ from ._discovery import (
     single_file,
 )
 from ._exceptions import ConfigError, IngestError
+from ._gc_pause import collector_paused
 from ._parallel import (
     Failed,
     ParallelReader,

@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 from . import _store
 from ._analysis import Analyzer
-from ._bulk import collector_paused
 from ._chunking import Chunker
 from ._counting import CountedChunk, TermIds, span_counts
 from ._exceptions import ConfigError, IndexFormatError, IndexLockedError
+from ._gc_pause import collector_paused
 from ._index import InvertedIndex, TermExplanation
 from ._lock import IndexLock
 from ._scoring import BM25

@@ -49,10 +49,10 @@ from itertools import count, repeat
 from typing import Any
 
 from ._analysis import Analyzer
-from ._bulk import collector_paused
 from ._chunking import Chunker
 from ._counting import CountedChunk, TermIds, span_counts
 from ._discovery import Candidate
+from ._gc_pause import collector_paused
 from ._readers import READER_ERRORS, Document, SkipFile, content_known, read_document
 
 __all__ = [

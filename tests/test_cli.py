@@ -106,9 +106,9 @@ def test_ingest_options_reach_ingest(tmp_path: Path, corpus: Path, capsys: pytes
 
 
 def test_ingest_jobs(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    from clanker_rag import _ingest
+    from clanker_rag import _parallel
 
-    monkeypatch.setattr(_ingest, "POOL_MIN_BYTES", 0)  # a small tree: start the worker anyway
+    monkeypatch.setattr(_parallel, "POOL_MIN_BYTES", 0)  # a small tree: start the worker anyway
     tree = tmp_path / "tree"
     tree.mkdir()
     for i in range(40):

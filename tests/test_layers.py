@@ -13,14 +13,14 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "clanker_rag"
 
 LAYERS = [
-    {"_exceptions", "_types", "_bulk", "_stopwords", "_stemmer", "_generate", "_readers", "_sse", "_term"},
+    {"_exceptions", "_types", "_gc_pause", "_stopwords", "_stemmer", "_generate", "_readers", "_sse", "_term"},
     {"_validate", "_blocks", "_urls"},
     {"_analysis", "_scoring", "_lock", "_store", "_scanner", "_embed", "_fusion"},
     {"_chunking", "_index", "_discovery"},
     {"_counting"},
     {"_kb", "_dense"},
     {"_parallel"},
-    {"_ingest", "_rerank", "_eval", "_controller", "_home", "_upstream"},
+    {"_ingest", "_rerank", "_eval", "_controller", "_named_kbs", "_upstream"},
     {"_proxy_handler"},
     {"_proxy", "_cli", "_demo", "__init__", "__main__"},
 ]

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from clanker_rag import _bulk
-from clanker_rag._bulk import collector_paused
+from clanker_rag import _gc_pause
+from clanker_rag._gc_pause import collector_paused
 
 
 class Node:
@@ -32,7 +32,7 @@ def collector_on() -> Iterator[None]:
 
 
 class Recorder:
-    """Stands in for the ``gc`` module inside ``_bulk``: records freezes, fakes the freeze count."""
+    """Stands in for the ``gc`` module inside ``_gc_pause``: records freezes, fakes the freeze count."""
 
     def __init__(self, freeze_count: int) -> None:
         self.calls: list[str] = []
@@ -79,7 +79,7 @@ def test_survivors_skip_the_young_generations_and_cycles_are_still_freed(collect
 
 def test_freezes_and_unfreezes_once_when_nothing_was_frozen_on_entry(monkeypatch: pytest.MonkeyPatch) -> None:
     rec = Recorder(freeze_count=0)
-    monkeypatch.setattr(_bulk, "gc", rec)
+    monkeypatch.setattr(_gc_pause, "gc", rec)
     with collector_paused():
         rec.freeze_count = 7  # another thread freezes objects while the block runs
         assert rec.calls == ["disable"]
@@ -88,7 +88,7 @@ def test_freezes_and_unfreezes_once_when_nothing_was_frozen_on_entry(monkeypatch
 
 def test_a_programs_own_frozen_objects_stay_frozen(monkeypatch: pytest.MonkeyPatch) -> None:
     rec = Recorder(freeze_count=100)
-    monkeypatch.setattr(_bulk, "gc", rec)
+    monkeypatch.setattr(_gc_pause, "gc", rec)
     with collector_paused():
         rec.freeze_count = 0  # the program's frozen objects are freed while the block runs
     assert "freeze" not in rec.calls and "unfreeze" not in rec.calls  # decided on entry
@@ -97,7 +97,7 @@ def test_a_programs_own_frozen_objects_stay_frozen(monkeypatch: pytest.MonkeyPat
 
 def test_an_exception_in_the_block_still_restores_the_collector(monkeypatch: pytest.MonkeyPatch) -> None:
     rec = Recorder(freeze_count=0)
-    monkeypatch.setattr(_bulk, "gc", rec)
+    monkeypatch.setattr(_gc_pause, "gc", rec)
     with pytest.raises(RuntimeError), collector_paused():
         raise RuntimeError("boom")
     assert rec.calls == ["disable", "freeze", "unfreeze", "enable"]
@@ -105,7 +105,7 @@ def test_an_exception_in_the_block_still_restores_the_collector(monkeypatch: pyt
 
 def test_nested_and_disabled_collector_are_respected(monkeypatch: pytest.MonkeyPatch) -> None:
     rec = Recorder(freeze_count=0)
-    monkeypatch.setattr(_bulk, "gc", rec)
+    monkeypatch.setattr(_gc_pause, "gc", rec)
     with collector_paused():
         with collector_paused():
             pass
