@@ -236,7 +236,7 @@ def _model_search(
 
         class _Feedback:
             def search(self, query: str, k: int = 10) -> list[Any]:
-                return base.search(query, k, feedback=True)
+                return list(base.search(query, k, feedback=True))
 
         first = _Feedback()
     retriever: Any = first

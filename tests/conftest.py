@@ -4,6 +4,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _profiles import PROFILE
+from hypothesis import settings
 
 ROOT = Path(__file__).resolve().parent.parent
 # The shared data sets sit beside the repository (CI lays them there); override with CLANKER_RAG_SHARED.
@@ -12,6 +14,13 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+# Hypothesis profiles (see _profiles.py): "fast" by default, "ci" (HYPOTHESIS_PROFILE=ci) runs
+# every example the tests ask for.  No deadline in either: the machine is shared, and speed is
+# measured in bench/, never asserted in tests.
+settings.register_profile("fast", max_examples=50, deadline=None)
+settings.register_profile("ci", max_examples=100, deadline=None, print_blob=True)
+settings.load_profile(PROFILE)
 
 try:  # tqdm (under sentence-transformers) starts a monitor thread that never ends; the leak guard would see it
     import tqdm

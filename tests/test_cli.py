@@ -510,5 +510,7 @@ def test_subprocess_serve(index: Path) -> None:
                     proc.kill()
         assert code == 0
         rest = proc.stderr.read() if proc.stderr else ""
+        if proc.stderr:
+            proc.stderr.close()
         assert "stopped" in rest and "Traceback" not in rest
         time.sleep(0)

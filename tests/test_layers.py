@@ -1,21 +1,28 @@
-"""Imports flow one way: each module imports (at module level) only from lower layers.
+"""How the package is put together: layers, no import cycles, no oversized module.
 
-Function-level imports are how a lower layer offers a convenience that lives
-higher up (``KnowledgeBase.ingest``) without a cycle at import time; they are
-not checked here.  Model backends import nothing of ours but the generate
-protocol (with the native tool-call schema), the exception hierarchy, the SSE
-codec and the base-URL helper.
+Every module (a top-level ``_name.py`` or a subpackage taken as one unit) has
+a layer.  Module-level imports flow downwards only.  Imports inside
+functions may reach up (``KnowledgeBase.ingest`` imports ``_ingest`` when
+called) but never close a cycle: over every module of the package, function
+and ``TYPE_CHECKING`` imports included, no module imports itself through
+others.  The package ``__init__`` facade, which re-exports everything, is
+left out of that graph.  Model backends import nothing of ours but the
+generate protocol (with the native tool-call schema), the exception
+hierarchy, the SSE codec and the base-URL helper.  ``ARCHITECTURE.md`` says what every module owns.
 """
+
+from __future__ import annotations
 
 import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "clanker_rag"
+MAX_LINES = 900
 
 LAYERS = [
     {"_exceptions", "_types", "_gc_pause", "_stopwords", "_stemmer", "_generate", "_readers", "_sse", "_term"},
     {"_validate", "_blocks", "_urls"},
-    {"_analysis", "_scoring", "_lock", "_store", "_scanner", "_embed", "_fusion"},
+    {"_analysis", "_scoring", "_lock", "_store", "_scanner", "_embed", "_fusion", "backends"},
     {"_chunking", "_index", "_discovery"},
     {"_counting"},
     {"_kb", "_dense"},
@@ -27,35 +34,136 @@ LAYERS = [
 RANK = {name: i for i, layer in enumerate(LAYERS) for name in layer}
 BACKEND_DEPS = {"_generate", "_exceptions", "_sse", "_urls"}
 
+# A known debt, owned by work in flight (issue 15: the index codec moves out of
+# _index): the test fails once it is paid, so the entry goes with the fix.
+KNOWN_LONG = {"_index.py"}
+
+
+def unit_of(path: Path) -> str:
+    """The layered unit a source file belongs to: its top-level module or subpackage."""
+    rel = path.relative_to(PACKAGE)
+    return rel.parts[0] if len(rel.parts) > 1 else path.stem
+
+
+def dotted(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def sources() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
+
 
 def module_level_imports(path: Path) -> set[str]:
-    """Our modules imported by top-level statements (not under ``if TYPE_CHECKING``)."""
+    """Units of ours imported by top-level statements (not under ``if TYPE_CHECKING``)."""
+    depth = len(path.relative_to(PACKAGE).parts)  # 1 for a top-level module, 2 inside a subpackage
     out: set[str] = set()
     for node in ast.parse(path.read_text(encoding="utf-8")).body:
-        if isinstance(node, ast.ImportFrom) and node.level >= 1:
-            if node.module:
-                out.add(node.module.split(".")[0])
-            else:
-                out.update(alias.name for alias in node.names)
+        if not isinstance(node, ast.ImportFrom) or node.level < depth:
+            continue  # stdlib, absolute, or a sibling inside the same subpackage
+        if node.level > depth:
+            raise AssertionError(f"{path}: relative import above the package")
+        if node.module:
+            out.add(node.module.split(".")[0])
+        else:
+            out.update(alias.name for alias in node.names)
     return out
 
 
-def test_every_module_has_a_layer():
-    modules = {p.stem for p in PACKAGE.glob("*.py")} | {"_readers"}
-    assert modules == set(RANK), f"give these a layer: {sorted(modules ^ set(RANK))}"
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the modules of ours it imports anywhere (functions and TYPE_CHECKING included)."""
+    modules = {dotted(p): p for p in sources()}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        deps: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = ".".join(package[: len(package) - node.level + 1] + ([node.module] if node.module else []))
+                else:
+                    base = node.module or ""
+                for alias in node.names:
+                    # "from . import _x" imports the module _x; "from ._x import y" the module _x.
+                    deps.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base)
+            elif isinstance(node, ast.Import):
+                deps.update(alias.name for alias in node.names)
+        graph[name] = {d for d in deps if d in modules and d not in (name, "clanker_rag")}
+    del graph["clanker_rag"]  # the facade
+    return graph
 
 
-def test_module_level_imports_flow_downwards():
+def cycles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
+    """The strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[frozenset[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = set()
+            while True:
+                w = stack.pop()
+                component.add(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(frozenset(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_every_module_has_a_layer() -> None:
+    units = {unit_of(p) for p in sources()}
+    assert units == set(RANK), f"give these a layer (or drop them from LAYERS): {sorted(units ^ set(RANK))}"
+
+
+def test_module_level_imports_flow_downwards() -> None:
     wrong = []
-    for path in sorted(PACKAGE.glob("*.py")):
-        me = RANK[path.stem]
+    for path in sources():
+        me = RANK[unit_of(path)]
         for dep in module_level_imports(path):
             if dep in RANK and RANK[dep] >= me and not (me == len(LAYERS) - 1 and RANK[dep] == me):
-                wrong.append(f"{path.stem} (layer {me}) imports {dep} (layer {RANK[dep]})")
+                wrong.append(f"{path.relative_to(PACKAGE)} (layer {me}) imports {dep} (layer {RANK[dep]})")
     assert not wrong, wrong
 
 
-def test_backends_import_only_the_generate_protocol():
+def test_no_import_cycles_even_through_function_level_imports() -> None:
+    found = cycles(import_graph())
+    assert not found, f"import cycles: {sorted(sorted(c) for c in found)}"
+
+
+def test_the_cycle_finder_sees_a_cycle_through_a_function_level_import() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [frozenset({"a", "b", "c"})]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_module_is_over_the_line_limit() -> None:
+    long = {
+        str(p.relative_to(PACKAGE)): n
+        for p in sources()
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    }
+    assert set(long) <= KNOWN_LONG, f"over {MAX_LINES} lines, split them: {long}"
+    assert set(long) >= KNOWN_LONG, f"now short enough, drop from KNOWN_LONG: {sorted(KNOWN_LONG - set(long))}"
+
+
+def test_backends_import_only_the_generate_protocol() -> None:
     for path in sorted((PACKAGE / "backends").glob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
@@ -63,3 +171,13 @@ def test_backends_import_only_the_generate_protocol():
                 assert node.module in BACKEND_DEPS, f"{path.name} imports clanker_rag.{node.module}"
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("clanker_rag"):
                 raise AssertionError(f"{path.name} imports {node.module} absolutely")
+
+
+def test_architecture_md_names_every_module() -> None:
+    text = (PACKAGE.parent / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    missing = [
+        str(rel)
+        for rel in (p.relative_to(PACKAGE) for p in sources())
+        if f"`{rel.as_posix()}`" not in text and (len(rel.parts) == 1 or f"`{rel.name}`" not in text)
+    ]
+    assert not missing, f"say what these own in ARCHITECTURE.md: {missing}"

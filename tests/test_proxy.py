@@ -12,12 +12,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import openai
 import pytest
 from _fake_upstream import FakeUpstream, Reply, prompt_text
 
 from clanker_rag._kb import KnowledgeBase
 from clanker_rag._proxy import ProxyServer, SharedRetriever, make_server, redact
+
+openai = pytest.importorskip(
+    "openai", reason="the proxy tests drive it with the OpenAI client: pip install 'clanker-rag[test]'"
+)
 
 DOCS = {
     "docs/server.md": "The clanker server listens on port 7341 by default. Change it with the --port flag.",

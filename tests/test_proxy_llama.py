@@ -15,12 +15,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import openai
 import pytest
 from _llama_server import FEW_SHOT, KB_DOCS, LlamaServer
 
 from clanker_rag._kb import KnowledgeBase
 from clanker_rag._proxy import ProxyServer, make_server
+
+openai = pytest.importorskip(
+    "openai", reason="these tests talk to the proxy with the OpenAI client: pip install 'clanker-rag[test]'"
+)
 
 pytestmark = pytest.mark.llama
 

@@ -6,6 +6,7 @@ import random
 import re
 
 import pytest
+from _profiles import examples
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -97,7 +98,7 @@ def transcript(draw: st.DrawFn) -> tuple[str, str, list[str]]:
     return text, expected_visible, queries
 
 
-@settings(max_examples=10_000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(10_000), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(transcript(), st.lists(st.integers(min_value=0, max_value=10_000), max_size=12))
 def test_any_split_gives_the_same_text_and_calls(case: tuple[str, str, list[str]], cuts: list[int]) -> None:
     text, expected_visible, queries = case
@@ -108,7 +109,7 @@ def test_any_split_gives_the_same_text_and_calls(case: tuple[str, str, list[str]
     assert rebuilt == text  # nothing lost, nothing invented, order kept
 
 
-@settings(max_examples=2_000, deadline=None)
+@settings(max_examples=examples(2_000), deadline=None)
 @given(st.text(max_size=40), st.lists(st.integers(min_value=0, max_value=100), max_size=8))
 def test_text_without_tags_passes_through_byte_for_byte(text: str, cuts: list[int]) -> None:
     assume(not _TAG_START.search(text))
@@ -117,7 +118,7 @@ def test_text_without_tags_passes_through_byte_for_byte(text: str, cuts: list[in
     assert calls == []
 
 
-@settings(max_examples=2_000, deadline=None)
+@settings(max_examples=examples(2_000), deadline=None)
 @given(st.lists(st.text(alphabet="ab<tolTOL \n", max_size=6), max_size=10))
 def test_holds_back_only_a_possible_tag_prefix(pieces: list[str]) -> None:
     assume(not _TAG_START.search("".join(pieces)))

@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 import pytest
+from _profiles import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -203,7 +204,7 @@ _PIECE_TEXT = """
 _PIECES = st.sampled_from(_PIECE_TEXT.split())
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=examples(1500), deadline=None)
 @given(st.lists(_PIECES, max_size=5).map("".join))
 def test_suffix_heavy_words_match_reference(word: str) -> None:
     assert stem(word) == reference(word)

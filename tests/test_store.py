@@ -185,6 +185,7 @@ def test_kill_during_save_leaves_old_or_new_index(tmp_path):
         time.sleep(delay)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
+        proc.stdout.close()
         loaded = KnowledgeBase.load(tmp_path)  # must never raise
         assert "greek.txt" in loaded.sources()
         assert set(loaded.sources()) <= {"greek.txt", "fox.txt", "gen.txt"}
@@ -250,6 +251,7 @@ def test_lock_held_elsewhere_times_out_with_clear_message(tmp_path):
     finally:
         holder.kill()
         holder.wait()
+        holder.stdout.close()
     IndexLock(tmp_path, timeout=5).acquire()  # released when the holder died
 
 
@@ -336,6 +338,7 @@ def test_forked_child_does_not_keep_the_lock_after_the_writer_dies(tmp_path):
     )
     child = int(writer.stdout.readline())
     writer.wait(timeout=60)
+    writer.stdout.close()
     try:
         os.kill(child, 0)  # the child still runs...
         lock = IndexLock(tmp_path, timeout=1.0)
