@@ -289,3 +289,31 @@ def test_a_cross_encoder_folder_is_refused_for_hybrid(tmp_path, monkeypatch):
     (tmp_path / "config.json").write_text('{"architectures": ["XLMRobertaForSequenceClassification"]}')
     with pytest.raises(ConfigError, match="CrossEncoder only scores pairs"):
         HybridRetriever(make_kb(), tmp_path).search("cats", 2)
+
+
+class _NoCounter:
+    """A knowledge base seen only through its public methods, without ``generation``."""
+
+    def __init__(self, kb: KnowledgeBase) -> None:
+        self.kb = kb
+        self.path = None
+
+    def __len__(self) -> int:
+        return len(self.kb)
+
+    def chunks(self):  # type: ignore[no-untyped-def]
+        return self.kb.chunks()
+
+    def search(self, query, k=10, **options):  # type: ignore[no-untyped-def]
+        return self.kb.search(query, k, **options)
+
+
+def test_a_knowledge_base_without_a_change_counter_is_still_followed() -> None:
+    kb = make_kb()
+    model = FakeBiEncoder()
+    hybrid = HybridRetriever(_NoCounter(kb), model, folder=None, model_name=MODEL)
+    assert [h.source for h in hybrid.dense_search("automobile", 4)] != ["cars.md"]
+    kb.add_text("The car needs a new engine before the long drive.", "cars.md")
+    assert [h.source for h in hybrid.dense_search("automobile", 1)] == ["cars.md"]
+    kb.add_text("Bread dough, rested overnight.", "cars.md")  # replaced: same source, other text
+    assert [h.source for h in hybrid.dense_search("automobile", 1)] != ["cars.md"]

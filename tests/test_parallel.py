@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -465,3 +466,50 @@ def test_any_tree_any_batching_same_index(
     assert report_view(parallel) == report_view(serial)
     assert parallel.workers == (2 if len(texts) >= 2 * batch else 0)  # two batches' worth start the pool
     assert_same(serial_kb, parallel_kb, tmp)
+
+
+def test_add_text_overridden_in_a_subclass_is_called_for_every_file(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    make_tree(tree)
+    seen: list[str] = []
+
+    class Logged(KnowledgeBase):
+        def add_text(self, text, source, metadata=None, *, sections=None):  # type: ignore[no-untyped-def]
+            seen.append(source)
+            return super().add_text(text, source, metadata, sections=sections)
+
+    kb = Logged()
+    assert not kb.takes_prepared() and KnowledgeBase().takes_prepared()
+    report = ingest(kb, tree, jobs=2, progress=False)
+    assert report.workers == 0 and sorted(seen) == sorted(report.added)
+
+
+def test_a_worker_reports_typed_outcomes(tmp_path: Path) -> None:
+    kb = KnowledgeBase(chunk_size=40, stride=20)
+    worker = _parallel.Worker(kb.analyzer, kb.chunker)
+    write(tmp_path, "a.md", "# Title\n\nharbor lantern quartz\n")
+    write(tmp_path, "b.txt", b"\x00\x01binary")
+    write(tmp_path, "c.md", "the same content as indexed")
+
+    def task(name: str, sha: str | None = None) -> _parallel.Task:
+        return _parallel.Task(str(tmp_path / name), "markdown", 1000, 40, sha, name)
+
+    same = hashlib.sha256(b"the same content as indexed").hexdigest()
+    result = _parallel.prepare_with(worker, [task("a.md"), task("b.txt"), task("c.md", same), task("gone.md")])
+    prepared, refused, unchanged, vanished = result.outcomes
+    assert isinstance(prepared, _parallel.Prepared) and prepared.doc.text.startswith("# Title")
+    assert isinstance(refused, _parallel.Refused) and refused.reason.startswith("binary file")
+    assert isinstance(unchanged, _parallel.Unchanged)
+    assert isinstance(vanished, _parallel.Refused) and vanished.transient
+    assert result.token == worker.token and set(result.fresh) >= {"harbor", "lantern", "quartz", "titl"}
+    # The worker's counts, mapped to a knowledge base's ids, are what add_text would index.
+    terms = _parallel.WorkerTerms()
+    terms.strings.extend(result.fresh)
+    direct, prepared_kb = KnowledgeBase(chunk_size=40, stride=20), KnowledgeBase(chunk_size=40, stride=20)
+    direct.add_text(prepared.doc.text, "a.md", sections=prepared.doc.sections)
+    ready = _parallel.Ready(None, "a.md", None, prepared, terms)  # type: ignore[arg-type]
+    prepared_kb.add_prepared(prepared.doc.text, "a.md", None, prepared.doc.sections, content="x", counted=ready.chunks)
+    assert [(h.text, h.section) for h in direct.search("harbor title")] == [
+        (h.text, h.section) for h in prepared_kb.search("harbor title")
+    ]
+    assert [h.score for h in direct.search("harbor title")] == [h.score for h in prepared_kb.search("harbor title")]

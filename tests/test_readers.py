@@ -343,3 +343,61 @@ def test_malformed_csv_and_json(tmp_path: Path) -> None:
 
 def skipped_reason(skipped: list[tuple[str, str]], rel: str) -> str:
     return next(reason for path, reason in skipped if path == rel)
+
+
+# ------------------------------------------------------------ the registry
+
+# The released extension table: a reader's name is stored with every ingested
+# file ("format" in its metadata), so moving an extension to another reader
+# changes existing indexes and needs a READER_VERSION bump.
+RELEASED = {
+    "text": ".txt .log .tex .xml .properties .bat .cmd",
+    "markdown": ".md .markdown .mdx",
+    "rst": ".rst",
+    "html": ".html .htm .xhtml",
+    "python": ".py .pyi",
+    "js": ".js .mjs .cjs .jsx .ts .tsx",
+    "go": ".go",
+    "rust": ".rs",
+    "jvm": ".java .kt .kts .scala .swift .cs .gradle",
+    "c": ".c .h .cpp .hpp .cc .cxx .hh",
+    "ruby": ".rb",
+    "php": ".php",
+    "shell": ".sh .bash .zsh",
+    "powershell": ".ps1",
+    "sql": ".sql",
+    "css": ".css .scss .less",
+    "ini": ".toml .ini .cfg .conf",
+    "yaml": ".yaml .yml",
+    "json": ".json",
+    "jsonl": ".jsonl .ndjson",
+    "csv": ".csv",
+    "tsv": ".tsv",
+    "docx": ".docx",
+    "pdf": ".pdf",
+}
+
+
+def test_the_registry_keeps_the_released_extension_table() -> None:
+    from clanker_rag._readers import DEFAULT_EXTENSIONS, READER_VERSION, READERS, STREAMED_FORMATS, format_for
+
+    assert {name: " ".join(reader.extensions) for name, reader in READERS.items()} == RELEASED
+    assert {ext for exts in RELEASED.values() for ext in exts.split()} == DEFAULT_EXTENSIONS
+    by_extension = {ext: name for name, exts in RELEASED.items() for ext in exts.split()}
+    assert {ext: format_for(f"dir/File{ext.upper()}") for ext in by_extension} == by_extension  # case-blind
+    assert format_for("Makefile") == format_for("notes.unknown") == "text"
+    assert {"csv", "tsv", "json", "jsonl"} == STREAMED_FORMATS
+    assert READER_VERSION == 1
+
+
+def test_a_registered_reader_is_used_for_its_extension(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from clanker_rag._readers import Reader, read_document
+
+    def shout(text: str, budget: int | None, path: str | None) -> tuple[str, list[tuple[int, int, str | None]]]:
+        return text.upper(), [(0, len(text), "all of it")]
+
+    loud = Reader("loud", (".loud",), shout)
+    monkeypatch.setitem(_registry.READERS, "loud", loud)
+    (tmp_path / "a.loud").write_text("quiet words")
+    doc = read_document(str(tmp_path / "a.loud"), "loud", max_bytes=1000)
+    assert doc is not None and (doc.text, doc.sections, doc.format) == ("QUIET WORDS", [(0, 11, "all of it")], "loud")
