@@ -11,6 +11,7 @@ frameworks themselves are imported by the adapters, never here.
 from __future__ import annotations
 
 import inspect
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -38,6 +39,11 @@ MAX_QUERY_CHARS = 10_000
 _OVERFETCH = 5
 
 _SCALARS = (str, int, float, bool, type(None))
+
+# Async frameworks run searches on worker threads; the index computes some
+# statistics lazily on first use, so searches through the adapters take turns
+# (BM25 search holds the GIL anyway, so nothing is lost).
+_SEARCH_LOCK = threading.Lock()
 
 
 def check_query(query: object) -> str:
@@ -131,9 +137,12 @@ def search_hits(
         else:
             post_where = where
     if post_source is None and post_where is None:
-        return list(search(query, k, **options))[:k]
+        with _SEARCH_LOCK:
+            return list(search(query, k, **options))[:k]
+    with _SEARCH_LOCK:
+        found = list(search(query, k * _OVERFETCH, **options))
     hits = []
-    for hit in search(query, k * _OVERFETCH, **options):
+    for hit in found:
         if not source_matches(hit.source, post_source):
             continue
         if post_where is not None and not metadata_matches(getattr(hit, "metadata", None) or {}, post_where):

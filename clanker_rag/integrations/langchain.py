@@ -1,0 +1,98 @@
+"""A LangChain retriever over a clanker_rag knowledge base (extra ``[langchain]``).
+
+::
+
+    from clanker_rag import KnowledgeBase
+    from clanker_rag.integrations.langchain import KnowledgeBaseRetriever
+
+    retriever = KnowledgeBaseRetriever(kb=KnowledgeBase.load("my-index"), k=4)
+    docs = retriever.invoke("how do I rotate the keys?")
+
+Unlike LangChain's own BM25 retriever, every ``Document`` carries its BM25
+score, and the index is our own file format (no pickle).  ``kb`` may be any
+:class:`~clanker_rag.Retriever` (a sharded or hybrid one too).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from .._adapters import check_k, check_query, check_source, check_where, hit_fields, search_hits
+from .._exceptions import ConfigError, MissingExtraError
+
+try:
+    from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
+    from langchain_core.documents import Document
+    from langchain_core.retrievers import BaseRetriever
+except ImportError:
+    raise MissingExtraError(
+        "clanker_rag.integrations.langchain needs langchain-core: pip install 'clanker-rag[langchain]'"
+    ) from None
+
+__all__ = ["KnowledgeBaseRetriever"]
+
+
+def _check(kb: object, k: object, source: object, where: object, feedback: object) -> None:
+    if not callable(getattr(kb, "search", None)):
+        raise ConfigError(f"kb={kb!r:.80} must have a search(query, k) method (a KnowledgeBase or any Retriever)")
+    check_k(k)
+    check_source(source)
+    check_where(where)
+    if not isinstance(feedback, bool):
+        raise ConfigError(f"feedback={feedback!r} must be True or False")
+
+
+class KnowledgeBaseRetriever(BaseRetriever):
+    """LangChain ``BaseRetriever`` returning the ``k`` best chunks of ``kb`` as ``Document``\\ s.
+
+    ``source`` (a glob or prefix) and ``where`` (metadata equals) filter the
+    sources; ``feedback=True`` adds pseudo-relevance feedback (RM3).  Each
+    ``Document.metadata`` has ``source``, ``score``, ``start_line``,
+    ``end_line``, ``section`` (the heading path or code symbol),
+    ``chunk_index`` and ``metadata`` (the source's own metadata).  Bad
+    arguments raise :class:`~clanker_rag.ConfigError` (a ``ValueError``)
+    naming the value and the valid range.  ``ainvoke`` runs the same search
+    on a worker thread.
+    """
+
+    kb: Any
+    """A ``KnowledgeBase`` or any object with ``search(query, k)``."""
+    k: int = 4
+    source: str | None = None
+    where: dict[str, Any] | None = None
+    feedback: bool = False
+
+    def __init__(self, **data: Any) -> None:
+        # Checked before pydantic sees the values, so a bad one raises our
+        # ConfigError naming the range rather than a generic ValidationError.
+        _check(
+            data.get("kb"), data.get("k", 4), data.get("source"), data.get("where"), data.get("feedback", False)
+        )
+        super().__init__(**data)
+
+    def _search(self, query: str) -> list[Document]:
+        _check(self.kb, self.k, self.source, self.where, self.feedback)
+        hits = search_hits(
+            self.kb,
+            check_query(query),
+            self.k,
+            source=self.source,
+            where=check_where(self.where),
+            feedback=self.feedback,
+        )
+        docs = []
+        for hit in hits:
+            fields = hit_fields(hit)
+            chunk = fields["chunk_index"]
+            doc_id = f"{hit.source}#{chunk}" if chunk is not None else None
+            docs.append(Document(page_content=hit.text, metadata=fields, id=doc_id))
+        return docs
+
+    def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
+        return self._search(query)
+
+    async def _aget_relevant_documents(
+        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun
+    ) -> list[Document]:
+        return await asyncio.to_thread(self._search, query)
