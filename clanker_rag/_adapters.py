@@ -123,7 +123,9 @@ def search_hits(
     options: dict[str, Any] = {}
     if feedback:
         if not _accepts(search, "feedback"):
-            raise ConfigError(f"feedback=True needs a retriever whose search() takes feedback; {retriever!r:.80} does not")
+            raise ConfigError(
+                f"feedback=True needs a retriever whose search() takes feedback; {retriever!r:.80} does not"
+            )
         options["feedback"] = True
     post_source = post_where = None
     if source is not None:

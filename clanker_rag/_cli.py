@@ -759,17 +759,13 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_mcp(args: argparse.Namespace) -> int:
-    import contextlib
-
     from ._mcp import require_sdk, run_server
 
     require_sdk()
     path = _target(args, write=bool(args.allow_ingest))
     # With ingest allowed, a new knowledge base may start empty; otherwise a missing index is an error.
     kb = None if args.allow_ingest and not (path / "index.json").exists() else _load(args)
-    with contextlib.suppress(KeyboardInterrupt):
-        run_server(kb, path, transport=args.transport, host=args.host, port=args.port,
-                   ingest_roots=args.allow_ingest, announce=lambda text: print(f"{PROG}: {text}", file=sys.stderr))
+    run_server(kb, path, transport=args.transport, host=args.host, port=args.port, ingest_roots=args.allow_ingest)
     return 0
 
 

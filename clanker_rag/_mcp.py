@@ -23,6 +23,7 @@ from __future__ import annotations
 import difflib
 import logging
 import os
+import sys
 import threading
 import urllib.parse
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -374,9 +375,11 @@ def run_server(
     host: str = "127.0.0.1",
     port: int = DEFAULT_PORT,
     ingest_roots: Sequence[str | os.PathLike[str]] = (),
-    announce: Callable[[str], None] | None = None,
 ) -> None:
-    """Serve until the client goes away (stdio) or the process is stopped (HTTP)."""
+    """Serve until the client goes away (stdio) or the process is stopped (HTTP).
+
+    Over HTTP, says on stderr where it listens (stdout is left alone either way).
+    """
     if transport not in ("stdio", "http"):
         raise ConfigError(f"transport={transport!r} must be 'stdio' or 'http'")
     if not 0 < port < 65536:
@@ -389,6 +392,7 @@ def run_server(
         logger.warning(
             "listening on %s: anyone who can reach this port can read your knowledge base (no authentication)", host
         )
-    if announce is not None:
-        announce(f"MCP over streamable HTTP at http://{host}:{port}/mcp")
+    print(
+        f"clanker-rag: MCP over streamable HTTP at http://{host}:{port}/mcp; Ctrl-C stops", file=sys.stderr, flush=True
+    )
     server.run("streamable-http", host=host, port=port)

@@ -208,7 +208,18 @@ def _free_port() -> int:
 
 def test_http_transport_on_loopback(index: Path) -> None:
     port = _free_port()
-    cmd = [sys.executable, "-m", "clanker_rag", "mcp", "--index", str(index), "--transport", "http", "--port", str(port)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "clanker_rag",
+        "mcp",
+        "--index",
+        str(index),
+        "--transport",
+        "http",
+        "--port",
+        str(port),
+    ]
     proc = subprocess.Popen(cmd, env={**os.environ, **_env()}, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
     seen: dict[str, object] = {}
     try:

@@ -19,6 +19,7 @@ import asyncio
 from typing import Any
 
 from .._adapters import check_k, check_query, check_source, check_where, hit_fields, search_hits
+from .._controller import neutralize
 from .._exceptions import ConfigError, MissingExtraError
 
 try:
@@ -53,7 +54,9 @@ class KnowledgeBaseRetriever(BaseRetriever):
     ``chunk_index`` and ``metadata`` (the source's own metadata).  Bad
     arguments raise :class:`~clanker_rag.ConfigError` (a ``ValueError``)
     naming the value and the valid range.  ``ainvoke`` runs the same search
-    on a worker thread.
+    on a worker thread.  The text is neutralised as the controller does it (a
+    ``<`` that could open a tool tag or a chat-template token becomes
+    ``&lt;``); ``neutralize=False`` gives the exact chunk text.
     """
 
     kb: Any
@@ -62,13 +65,13 @@ class KnowledgeBaseRetriever(BaseRetriever):
     source: str | None = None
     where: dict[str, Any] | None = None
     feedback: bool = False
+    neutralize: bool = True
+    """Neutralise the text as the controller does (it goes into a prompt); False: the exact chunk text."""
 
     def __init__(self, **data: Any) -> None:
         # Checked before pydantic sees the values, so a bad one raises our
         # ConfigError naming the range rather than a generic ValidationError.
-        _check(
-            data.get("kb"), data.get("k", 4), data.get("source"), data.get("where"), data.get("feedback", False)
-        )
+        _check(data.get("kb"), data.get("k", 4), data.get("source"), data.get("where"), data.get("feedback", False))
         super().__init__(**data)
 
     def _search(self, query: str) -> list[Document]:
@@ -86,7 +89,8 @@ class KnowledgeBaseRetriever(BaseRetriever):
             fields = hit_fields(hit)
             chunk = fields["chunk_index"]
             doc_id = f"{hit.source}#{chunk}" if chunk is not None else None
-            docs.append(Document(page_content=hit.text, metadata=fields, id=doc_id))
+            text = neutralize(hit.text) if self.neutralize else hit.text
+            docs.append(Document(page_content=text, metadata=fields, id=doc_id))
         return docs
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:

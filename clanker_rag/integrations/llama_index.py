@@ -1,0 +1,115 @@
+"""A LlamaIndex retriever over a clanker_rag knowledge base (extra ``[llama-index]``).
+
+::
+
+    from llama_index.core.query_engine import RetrieverQueryEngine
+
+    from clanker_rag import KnowledgeBase
+    from clanker_rag.integrations.llama_index import KnowledgeBaseRetriever
+
+    retriever = KnowledgeBaseRetriever(KnowledgeBase.load("my-index"), k=4)
+    engine = RetrieverQueryEngine.from_args(retriever, llm=my_llm)
+
+Every node comes back with its real BM25 score, in any script: our analyser
+splits CJK text into character bigrams, so Chinese and Japanese queries score
+above zero.  ``kb`` may be any :class:`~clanker_rag.Retriever`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+from .._adapters import check_k, check_query, check_source, check_where, hit_fields, search_hits
+from .._controller import neutralize
+from .._exceptions import ConfigError, MissingExtraError
+from .._types import Retriever
+
+try:
+    from llama_index.core.callbacks import CallbackManager
+    from llama_index.core.retrievers import BaseRetriever
+    from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+except ImportError:
+    raise MissingExtraError(
+        "clanker_rag.integrations.llama_index needs llama-index-core: pip install 'clanker-rag[llama-index]'"
+    ) from None
+
+__all__ = ["KnowledgeBaseRetriever"]
+
+# What a response synthesiser shows the LLM beside each passage: where it is
+# from.  Scores and the source's raw metadata stay on the node, out of the prompt.
+_HIDDEN_FROM_LLM = ["score", "chunk_index", "metadata"]
+
+
+class KnowledgeBaseRetriever(BaseRetriever):
+    """LlamaIndex ``BaseRetriever`` returning ``NodeWithScore(TextNode)`` for the ``k`` best chunks.
+
+    ``source`` (a glob or prefix) and ``where`` (metadata equals) filter the
+    sources; ``feedback=True`` adds pseudo-relevance feedback (RM3).  Each
+    node's ``metadata`` has ``source``, ``score``, ``start_line``,
+    ``end_line``, ``section`` (heading path or code symbol), ``chunk_index``
+    and ``metadata`` (the source's own metadata); its id is
+    ``"<source>#<chunk_index>"``.  Bad arguments raise
+    :class:`~clanker_rag.ConfigError` (a ``ValueError``) naming the value and
+    the valid range.  ``aretrieve`` runs the same search on a worker thread.
+
+    The text is neutralised as the controller does it (a ``<`` that could
+    open a tool tag or a chat-template token becomes ``&lt;``), since it goes
+    into a prompt; ``neutralize=False`` gives the exact chunk text.
+    """
+
+    def __init__(
+        self,
+        kb: Retriever,
+        k: int = 4,
+        *,
+        source: str | None = None,
+        where: Mapping[str, Any] | None = None,
+        feedback: bool = False,
+        neutralize: bool = True,
+        callback_manager: CallbackManager | None = None,
+        verbose: bool = False,
+    ) -> None:
+        if not callable(getattr(kb, "search", None)):
+            raise ConfigError(f"kb={kb!r:.80} must have a search(query, k) method (a KnowledgeBase or any Retriever)")
+        if not isinstance(feedback, bool):
+            raise ConfigError(f"feedback={feedback!r} must be True or False")
+        self.kb = kb
+        self.k = check_k(k)
+        self.source = check_source(source)
+        self.where = check_where(where)
+        self.feedback = feedback
+        self.neutralize = bool(neutralize)
+        super().__init__(callback_manager=callback_manager, verbose=verbose)
+
+    def _search(self, query: str) -> list[NodeWithScore]:
+        hits = search_hits(
+            self.kb,
+            check_query(query),
+            check_k(self.k),
+            source=check_source(self.source),
+            where=check_where(self.where),
+            feedback=self.feedback,
+        )
+        nodes = []
+        for hit in hits:
+            fields = hit_fields(hit)
+            chunk = fields["chunk_index"]
+            hidden = _HIDDEN_FROM_LLM + [key for key in ("section",) if fields[key] is None]
+            node = TextNode(
+                text=neutralize(hit.text) if self.neutralize else hit.text,
+                metadata=fields,
+                excluded_llm_metadata_keys=hidden,
+                excluded_embed_metadata_keys=list(fields),
+            )
+            if chunk is not None:
+                node.id_ = f"{hit.source}#{chunk}"
+            nodes.append(NodeWithScore(node=node, score=fields["score"]))
+        return nodes
+
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        return self._search(query_bundle.query_str)
+
+    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        return await asyncio.to_thread(self._search, query_bundle.query_str)
