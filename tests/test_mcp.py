@@ -313,3 +313,40 @@ def test_service_search_results_are_json_ready_and_checked(index: Path) -> None:
         service.search("bread", 101)
     with pytest.raises(ConfigError, match="ingest is off"):
         service.ingest(str(index))
+
+
+# -- invariants ------------------------------------------------------------------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_line = st.text(
+    alphabet=st.characters(
+        blacklist_categories=("Cs",), blacklist_characters="\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029<|["
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(lines=st.lists(_line, min_size=1, max_size=40), cap=st.integers(min_value=1, max_value=200))
+def test_show_pages_cover_the_source_exactly_once(lines: list[str], cap: int) -> None:
+    import clanker_rag._mcp as mcp_mod
+
+    text = "".join(line + "\n" for line in lines)
+    kb = KnowledgeBase()
+    kb.add_text(text, "s.txt")
+    service = KnowledgeService(kb)
+    old, mcp_mod.MAX_SHOW_CHARS = mcp_mod.MAX_SHOW_CHARS, cap
+    try:
+        pages, start = [], 1
+        for _ in range(len(lines) + 1):  # bounded: every page shows at least one line
+            page = service.show("s.txt", start)
+            body, sep, note = page.partition("\n[shown lines ")
+            pages.append(body)  # the note starts with its own newline
+            if not sep:
+                break
+            start = int(note.split("start_line=")[1].split()[0])
+        assert "".join(pages) == text
+    finally:
+        mcp_mod.MAX_SHOW_CHARS = old
