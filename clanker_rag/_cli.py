@@ -184,7 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("mcp", "MCP server: search, retrieve, show, stats tools for agents (extra: mcp)")
     p.add_argument("--transport", choices=("stdio", "http"), default="stdio", help="http serves HOST:PORT/mcp")
     p.add_argument("--host", default="127.0.0.1", help="address to bind with http (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8766, help="port with http (default 8766)")
+    p.add_argument("--port", type=int, default=8766, help="port with http (default 8766; 0 picks a free one)")
     p.add_argument("--allow-ingest", nargs="+", default=[], metavar="PATH", help="let the ingest tool read PATHs")
     p.set_defaults(func=_cmd_mcp)
 

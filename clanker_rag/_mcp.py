@@ -23,6 +23,7 @@ from __future__ import annotations
 import difflib
 import logging
 import os
+import socket
 import sys
 import threading
 import urllib.parse
@@ -367,6 +368,20 @@ def build_server(service: KnowledgeService, *, name: str = "clanker-rag") -> Any
     return server
 
 
+def _listen(host: str, port: int) -> socket.socket:
+    """A listening socket; a taken port is one ``OSError`` naming it, before anything starts."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        raise OSError(exc.errno, exc.strerror or str(exc), f"{host}:{port}") from None
+    return sock
+
+
 def run_server(
     kb: KnowledgeBase | None,
     path: str | os.PathLike[str] | None,
@@ -378,21 +393,32 @@ def run_server(
 ) -> None:
     """Serve until the client goes away (stdio) or the process is stopped (HTTP).
 
-    Over HTTP, says on stderr where it listens (stdout is left alone either way).
+    Over HTTP, binds first (port 0 picks a free one) and then says on stderr
+    where it listens; stdout is left alone either way.
     """
     if transport not in ("stdio", "http"):
         raise ConfigError(f"transport={transport!r} must be 'stdio' or 'http'")
-    if not 0 < port < 65536:
-        raise ConfigError(f"port={port} is out of range: 1-65535")
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port < 65536:
+        raise ConfigError(f"port={port!r} is out of range: 0-65535 (0 picks a free port)")
     server = build_server(KnowledgeService(kb, path, ingest_roots=ingest_roots))
     if transport == "stdio":
         server.run("stdio")
         return
+    import anyio
+    import uvicorn
+
     if host not in _LOOPBACK:
         logger.warning(
             "listening on %s: anyone who can reach this port can read your knowledge base (no authentication)", host
         )
-    print(
-        f"clanker-rag: MCP over streamable HTTP at http://{host}:{port}/mcp; Ctrl-C stops", file=sys.stderr, flush=True
-    )
-    server.run("streamable-http", host=host, port=port)
+    sock = _listen(host, port)
+    try:
+        bound = sock.getsockname()[1]
+        where = f"[{host}]" if ":" in host else host
+        print(f"clanker-rag: MCP over streamable HTTP at http://{where}:{bound}/mcp; Ctrl-C stops", file=sys.stderr)
+        sys.stderr.flush()
+        # The SDK's app (session manager, DNS-rebinding guard for loopback hosts) on our socket.
+        config = uvicorn.Config(server.streamable_http_app(host=host), log_level="warning")
+        anyio.run(uvicorn.Server(config).serve, [sock])
+    finally:
+        sock.close()

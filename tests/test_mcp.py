@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -200,42 +201,32 @@ def test_stdio_ingest_only_inside_allowed_roots(tmp_path: Path) -> None:
 # -- over streamable HTTP ---------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def _announced_url(proc: subprocess.Popen, timeout: float = 30.0) -> str:
+    """The URL the server prints on stderr once it listens (bounded wait)."""
+    assert proc.stderr is not None
+    deadline = time.monotonic() + timeout
+    seen = b""
+    while b"/mcp" not in seen:
+        left = deadline - time.monotonic()
+        assert left > 0, f"the MCP HTTP server did not announce itself: {seen!r}"
+        ready, _, _ = select.select([proc.stderr], [], [], left)
+        chunk = os.read(proc.stderr.fileno(), 4096) if ready else b""
+        assert chunk or proc.poll() is None, f"the MCP HTTP server exited: {seen!r}"
+        seen += chunk
+    line = seen.decode().strip().splitlines()[-1]
+    assert line.startswith("clanker-rag: MCP over streamable HTTP at http://127.0.0.1:"), line
+    return line.split(" at ")[1].split(";")[0]
 
 
 def test_http_transport_on_loopback(index: Path) -> None:
-    port = _free_port()
-    cmd = [
-        sys.executable,
-        "-m",
-        "clanker_rag",
-        "mcp",
-        "--index",
-        str(index),
-        "--transport",
-        "http",
-        "--port",
-        str(port),
-    ]
+    cmd = [sys.executable, "-m", "clanker_rag", "mcp", "--index", str(index), "--transport", "http", "--port", "0"]
     proc = subprocess.Popen(cmd, env={**os.environ, **_env()}, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
     seen: dict[str, object] = {}
     try:
-        deadline = time.monotonic() + 30
-        while True:  # bounded wait for the listening socket
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
-                assert time.monotonic() < deadline, "the MCP HTTP server did not start"
-                time.sleep(0.1)
+        url = _announced_url(proc)
 
         async def run() -> None:
             with anyio.fail_after(60):
-                url = f"http://127.0.0.1:{port}/mcp"
                 async with streamable_http_client(url) as (read, write), ClientSession(read, write) as session:
                     await session.initialize()
                     seen["tools"] = sorted(t.name for t in (await session.list_tools()).tools)
@@ -255,6 +246,17 @@ def test_http_transport_on_loopback(index: Path) -> None:
     assert seen["tools"] == ["retrieve", "search", "show", "stats"]
     assert "guide/install.md" in _text(seen["search"])
     assert seen["bad"].is_error and "k=21" in _text(seen["bad"]) and "1 to 20" in _text(seen["bad"])
+
+
+def test_http_port_taken_is_one_line(index: Path, capsys) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["mcp", "--index", str(index), "--transport", "http", "--port", str(port)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"clanker-rag: error: 127.0.0.1:{port}: "), err
+    assert "in use" in err
 
 
 # -- start-up errors: the CLI's one line -------------------------------------------------------------
