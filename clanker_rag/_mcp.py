@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import _store
 from ._adapters import check_k, check_query, check_source, check_where
-from ._controller import RagController, neutralize
+from ._blocks import BlockBuilder, neutralize
 from ._exceptions import ClankerRagError, ConfigError, MissingExtraError
 from ._kb import KnowledgeBase
 from ._types import HitLike
@@ -55,18 +55,8 @@ _T = TypeVar("_T")
 
 
 def format_block(hits: Sequence[HitLike], note: str | None = None, *, block_chars: int = 2000) -> str:
-    """A ``<result>`` block exactly as the controller injects it (numbered, cited, neutralised).
-
-    The one place this module reaches the controller's block format, so a
-    model reads an MCP result as it reads an injected one.
-    """
-    ctl = RagController(_NoRetriever(), block_chars=block_chars)
-    return ctl._format_block("result", hits, note)
-
-
-class _NoRetriever:
-    def search(self, query: str, k: int = 10) -> list[HitLike]:
-        return []
+    """A ``<result>`` block exactly as the controller injects it (numbered, cited, neutralised)."""
+    return BlockBuilder(block_chars).block("result", hits, note)
 
 
 def require_sdk() -> None:

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._adapters import check_k, check_query, check_source, check_where, hit_fields, search_hits
-from .._controller import neutralize
+from .._blocks import neutralize
 from .._exceptions import ConfigError, MissingExtraError
 from .._types import Retriever
 
