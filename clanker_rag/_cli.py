@@ -176,6 +176,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--show-blocks", action="store_true", help="include the injected blocks in the answers")
     p.add_argument("--no-live", action="store_true", help="inject for the question only, then forward untouched")
     p.add_argument("--no-tools", action="store_true", help='ignore <tool name="retrieve"> calls in the output')
+    p.add_argument(
+        "--native-tools", action="store_true",
+        help="chat: offer the model a retrieve function and run its calls here (upstreams with function calling)",
+    )  # fmt: skip
     p.add_argument("--min-score", type=float, metavar="S", help="drop passages scoring below S")
     p.add_argument("--max-request-bytes", type=_size, metavar="SIZE", help="request body cap (default 8M)")
     p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS", help="upstream timeout (default 300)")
@@ -728,6 +732,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     options: dict[str, Any] = {
         "k": args.k,
         "tools": not args.no_tools,
+        "native_tools": args.native_tools,
         "live": not args.no_live,
         "show_blocks": args.show_blocks,
         "min_score": args.min_score,

@@ -77,8 +77,7 @@ def _choice(chunk: Mapping[str, Any]) -> dict[str, Any] | None:
 class _Round:
     """One upstream answer: forwards text now, holds tool calls until the end."""
 
-    def __init__(self, first: bool) -> None:
-        self.first = first
+    def __init__(self) -> None:
         self.calls: dict[int, _Call] = {}
         self.text: list[str] = []
         self.finish: dict[str, Any] | None = None
@@ -91,8 +90,8 @@ class _Round:
             if isinstance(chunk.get("usage"), dict):
                 self.usage = chunk["usage"]
             return []
-        delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
-        assert isinstance(delta, dict)
+        # A server that ignored stream=True answers one whole message: read it as one delta.
+        delta = next((v for v in (choice.get("delta"), choice.get("message")) if isinstance(v, dict)), {})
         deltas = delta.get("tool_calls")
         if isinstance(deltas, list):
             for pos, item in enumerate(deltas):
@@ -103,15 +102,13 @@ class _Round:
         content = delta.get("content")
         if isinstance(content, str) and content:
             self.text.append(content)
-        # Forward what is neither a tool call nor the end; a later round's role
-        # announcement is dropped (the client already has one).
-        rest = {key: value for key, value in delta.items() if key != "tool_calls"}
-        if not rest or (choice.get("finish_reason") is not None and not rest.get("content")):
-            return []
-        if not self.first and set(rest) <= {"role", "content"} and not rest.get("content"):
+        # Forward text (and whatever else the server adds), never a tool call, the
+        # end or a bare role announcement: the client gets one role, one end.
+        rest = {key: value for key, value in delta.items() if key not in ("tool_calls", "role")}
+        if not any(value not in (None, "") for value in rest.values()):
             return []
         out = copy.copy(chunk)
-        out["choices"] = [{**choice, "delta": rest, "finish_reason": None}]
+        out["choices"] = [{"index": 0, "delta": rest, "logprobs": None, "finish_reason": None}]
         return [out]
 
     def _add(self, item: dict[str, Any], pos: int, chunk: dict[str, Any]) -> None:
@@ -218,7 +215,7 @@ def run_native(
             payload["tools"] = tools
             if "tool_choice" in body:
                 payload["tool_choice"] = body["tool_choice"]
-        rnd = _Round(first=round_no == 0)
+        rnd = _Round()
         for chunk in open_stream(payload):
             for out in rnd.feed(chunk):
                 out["id"] = answer_id

@@ -20,7 +20,7 @@ import secrets
 import socket
 import sys
 import time
-from collections.abc import Generator, Mapping
+from collections.abc import Generator, Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -28,6 +28,7 @@ from typing import Any
 from ._blocks import DEFAULT_BLOCK_CHARS, BlockBuilder, last_question, squash_ws
 from ._controller import InjectEvent, RagController, RetrieveEvent, TextEvent
 from ._exceptions import ConfigError
+from ._native_tools import assemble_response, run_native
 from ._sse import DONE, encode_event
 from ._types import Retriever
 from ._upstream import (
@@ -36,6 +37,7 @@ from ._upstream import (
     UpstreamTurn,
     as_stops,
     error_body,
+    event_stream,
     message_text,
     prepend_to_content,
     redact,
@@ -72,7 +74,9 @@ class ProxyConfig:
 
     ``live`` lets the controller resume generation mid-answer (new question
     sentences, tool calls); ``False`` keeps only the up-front injection and
-    forwards the upstream stream untouched.
+    forwards the upstream stream untouched.  ``native_tools`` answers chat
+    requests through the upstream's own function calling instead (see
+    :mod:`clanker_rag._native_tools`), client tools or not.
     """
 
     upstream: str
@@ -87,6 +91,7 @@ class ProxyConfig:
     retrieval_timeout: float = 10.0
     api_key: str | None = None  # used when the client sends no Authorization header
     block_chars: int = DEFAULT_BLOCK_CHARS
+    native_tools: bool = False
     base: BaseUrl = field(init=False)
 
     def __post_init__(self) -> None:
@@ -459,6 +464,8 @@ class _Handler(BaseHTTPRequestHandler):
         body = self._parse(raw, kind)
         if body is None:
             return 400, "bad request"
+        if kind == "chat" and self.server.config.native_tools and body.get("n") in (None, 1):
+            return self._native(body)
         if not self._drivable(kind, body):
             return self._upfront(kind, body)
         return self._drive(kind, body)
@@ -537,6 +544,44 @@ class _Handler(BaseHTTPRequestHandler):
             assert isinstance(sink, _JsonSink)
             self._send_json(200, sink.response(extension), {"X-Clanker-Rag-Injections": str(injections)})
         return 200, f"{'stream' if stream else 'json'}, {injections} injections, {turn.calls} upstream requests"
+
+    def _native(self, body: dict[str, Any]) -> tuple[int, str]:
+        """``--native-tools``: the model calls ``retrieve`` as a function; see :mod:`._native_tools`."""
+        cfg = self.server.config
+        stream = bool(body.get("stream"))
+        headers = self._upstream_headers(json_body=True)
+        turn = UpstreamTurn("chat", body, self.server.upstream, headers)
+        sink = _SseSink(self, "chat", turn)
+        chunks: list[dict[str, Any]] = []
+
+        def events(payload: dict[str, Any]) -> Iterator[dict[str, Any]]:
+            turn.calls += 1
+            return event_stream(self.server.upstream, turn.path, payload, headers)
+
+        emit = sink.send if stream else chunks.append
+        try:
+            result = run_native(
+                body,
+                retriever=self.server.retriever,
+                open_stream=events,
+                emit=emit,
+                k=cfg.k,
+                min_score=cfg.min_score,
+                block_chars=cfg.block_chars,
+            )
+        except UpstreamError as exc:
+            if not sink.started:
+                raise
+            logger.warning("upstream failed mid-stream: %s", redact(exc.message, self._secrets()))
+            sink.error(exc.payload(self._secrets()))
+            return 200, "upstream failed mid-stream"
+        if stream:
+            sink.close()
+        else:
+            answer = assemble_response(chunks)
+            answer["id"] = sink.id
+            self._send_json(200, answer, {"X-Clanker-Rag-Injections": str(len(result.retrievals))})
+        return 200, f"native tools, {len(result.retrievals)} retrievals, {result.rounds} upstream requests"
 
 
 class _JsonSink:
@@ -638,6 +683,19 @@ class _SseSink:
             self._start()
         if text:
             self._event(self._chunk({"content": text} if self.kind == "chat" else text, None))
+
+    def send(self, chunk: Mapping[str, Any]) -> None:
+        """Send a chunk built elsewhere (``--native-tools``) under this answer's id."""
+        if not self.started:
+            self._start()
+        self._event({**chunk, "id": self.id})
+
+    def close(self) -> None:
+        """End a stream of :meth:`send` chunks."""
+        if not self.started:
+            self._start()
+        self._event(DONE)
+        self.handler._write(b"0\r\n\r\n")
 
     def error(self, payload: Mapping[str, Any]) -> None:
         self._event(dict(payload))

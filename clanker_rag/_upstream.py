@@ -30,6 +30,7 @@ __all__ = [
     "UpstreamTurn",
     "as_stops",
     "error_body",
+    "event_stream",
     "message_text",
     "prepend_to_content",
     "redact",
@@ -361,3 +362,39 @@ def _decode(data: str, url: str) -> dict[str, Any]:
     if not isinstance(obj, dict):
         raise UpstreamError(502, f"upstream {url} answered JSON that is not an object", "upstream_error")
     return obj
+
+
+def event_stream(
+    upstream: Upstream, path: str, payload: Mapping[str, Any], headers: Mapping[str, str]
+) -> Iterator[dict[str, Any]]:
+    """POST ``payload`` (a streamed request) and yield each parsed SSE object until ``[DONE]``.
+
+    For callers that need whole chunks (``--native-tools`` reads their
+    ``tool_calls``); failures are :class:`UpstreamError` as everywhere here,
+    and closing the iterator closes the connection, which stops the upstream.
+    """
+    conn, resp = upstream.open("POST", path, json.dumps(payload).encode("utf-8"), headers)
+    url = upstream.url(path)
+    try:
+        if resp.status >= 400:
+            raise _http_error(resp.status, _read(resp, MAX_ERROR_BODY * 2, url), url)
+        if "text/event-stream" not in (resp.getheader("Content-Type") or "").lower():
+            yield _decode(_read(resp, None, url).decode("utf-8", errors="replace"), url)
+            return
+        try:
+            for event, data in iter_sse(iter(resp.readline, b"")):
+                if data.strip() == DONE:
+                    return
+                if event == "error":
+                    raise UpstreamError(
+                        502, f"upstream {url} reported an error: {data[:MAX_ERROR_BODY]}", "upstream_error"
+                    )
+                yield _decode(data, url)
+        except TimeoutError:
+            raise UpstreamError(
+                504, f"upstream {url} timed out after {upstream.timeout:g} s", "upstream_timeout"
+            ) from None
+        except (OSError, http.client.HTTPException) as exc:
+            raise UpstreamError(502, f"connection to upstream {url} broke: {exc}", "upstream_error") from None
+    finally:
+        conn.close()

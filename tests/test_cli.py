@@ -446,6 +446,7 @@ def test_version_and_help(capsys: pytest.CaptureFixture[str]) -> None:
         "eval",
         "ask",
         "serve",
+        "mcp",
         "demo",
         "list",
         "create",

@@ -149,3 +149,21 @@ def test_client_tool_calls_reach_the_client(proxy: Any) -> None:
     assert {d.index for d in deltas} == {0}
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
     assert len(up.bodies) == 1
+
+
+def test_cli_flag_reaches_the_proxy(monkeypatch: pytest.MonkeyPatch, kb: KnowledgeBase, tmp_path: Any) -> None:
+    import clanker_rag._proxy as proxy_module
+    from clanker_rag import ConfigError
+    from clanker_rag._cli import main
+
+    seen: dict[str, Any] = {}
+
+    def capture(retriever: Any, upstream: str, **options: Any) -> Any:
+        seen.update(options)
+        raise ConfigError("captured")  # stop before serving
+
+    monkeypatch.setattr(proxy_module, "make_server", capture)
+    kb.save(tmp_path / "idx")
+    argv = ["serve", "--upstream", "http://127.0.0.1:9", "--index", str(tmp_path / "idx")]
+    assert main([*argv, "--native-tools"]) == 1 and seen["native_tools"] is True
+    assert main(argv) == 1 and seen["native_tools"] is False
