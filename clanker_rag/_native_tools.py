@@ -205,6 +205,7 @@ def run_native(
     messages = list(body.get("messages") or [])
     answer_id = "chatcmpl-" + secrets.token_hex(12)
     retrievals: list[dict[str, Any]] = []
+    seen: set[tuple[str, str]] = set()
     usage: dict[str, int] | None = None
     for round_no in range(max_retrievals + 1):
         offer = round_no < max_retrievals
@@ -231,10 +232,21 @@ def run_native(
                 calls.append({"id": call_id, "type": "function", "function": {"name": TOOL, "arguments": arguments}})
                 query, problem = _query_of(call)
                 hits: list[HitLike] = []
+                found = False
                 if query is not None:
-                    hits = [h for h in retriever.search(query, k) if min_score is None or h.score >= min_score]
+                    # As in the controller: over-fetch, drop weak passages and ones this answer already has.
+                    scored = [h for h in retriever.search(query, k * 3) if min_score is None or h.score >= min_score]
+                    found = bool(scored)
+                    hits = [h for h in scored if (h.source, h.text) not in seen][:k]
+                    seen.update((h.source, h.text) for h in hits)
                     retrievals.append({"kind": "tool", "query": query, "sources": [h.source for h in hits]})
-                note = problem or (None if hits else "No relevant passages found.")
+                note = problem or (
+                    None
+                    if hits
+                    else "No new passages (anything relevant is already above)."
+                    if found
+                    else "No relevant passages found."
+                )
                 replies.append(
                     {"role": "tool", "tool_call_id": call_id, "content": _result_block(hits, note, block_chars)}
                 )

@@ -154,3 +154,13 @@ def test_any_fragmentation_of_the_arguments_gives_the_same_query(query: str, siz
     _, result = _run(script, {"messages": [{"role": "user", "content": "x"}]})
     assert [r["query"] for r in result.retrievals] == [query]
     assert script.requests[1]["messages"][1]["tool_calls"][0]["function"]["arguments"] == arguments
+
+
+def test_a_passage_is_sent_once_per_answer() -> None:
+    calls = [tool_call_chunks([(f"c{i}", "retrieve", '{"query": "backup job"}')], [9]) for i in range(2)]
+    script = Script(*calls, text_chunks("ok"))
+    _, result = _run(script, {"messages": [{"role": "user", "content": "x"}]}, k=1)
+    first, second = (m["content"] for m in script.requests[2]["messages"] if m["role"] == "tool")
+    assert "[1] ops/backup.md" in first
+    assert "No new passages" in second and "ops/backup.md" not in second
+    assert [r["sources"] for r in result.retrievals] == [["ops/backup.md"], []]

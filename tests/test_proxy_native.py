@@ -24,7 +24,7 @@ from clanker_rag._proxy import make_server
 class ChunkUpstream:
     """Answers each POST with the next scripted list of chunks, as SSE; records the request bodies."""
 
-    def __init__(self, *answers: list[dict[str, Any]]) -> None:
+    def __init__(self, *answers: list[dict[str, Any]] | dict[str, Any]) -> None:
         self.answers = list(answers)
         self.bodies: list[dict[str, Any]] = []
         fake = self
@@ -39,6 +39,14 @@ class ChunkUpstream:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
                 fake.bodies.append(body)
                 chunks = fake.answers.pop(0)
+                if isinstance(chunks, dict):  # an error answer: {"status": ..., "error": {...}}
+                    data = json.dumps({"error": chunks["error"]}).encode()
+                    self.send_response(chunks["status"])
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Connection", "close")
@@ -167,3 +175,18 @@ def test_cli_flag_reaches_the_proxy(monkeypatch: pytest.MonkeyPatch, kb: Knowled
     argv = ["serve", "--upstream", "http://127.0.0.1:9", "--index", str(tmp_path / "idx")]
     assert main([*argv, "--native-tools"]) == 1 and seen["native_tools"] is True
     assert main(argv) == 1 and seen["native_tools"] is False
+
+
+def test_upstream_errors_reach_the_client_as_openai_errors(proxy: Any) -> None:
+    # The first request fails outright; the second fails after a retrieval, before any text was sent.
+    refusal = {
+        "status": 400,
+        "error": {"message": "this model does not support tools", "type": "invalid_request_error"},
+    }
+    with ChunkUpstream(refusal) as up, pytest.raises(openai.BadRequestError, match="does not support tools"):
+        proxy(up.url).chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}], stream=True)
+    retrieve = tool_call_chunks([("c", "retrieve", '{"query": "backup"}')], [4])
+    failing = ChunkUpstream(retrieve, {"status": 500, "error": {"message": "boom", "type": "server_error"}})
+    with failing as up, pytest.raises(openai.APIStatusError) as info:
+        proxy(up.url).chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
+    assert info.value.status_code == 502 and len(up.bodies) == 2
