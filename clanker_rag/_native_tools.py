@@ -55,7 +55,8 @@ class _Call:
     id: str | None = None
     name: str = ""
     arguments: list[str] = field(default_factory=list)
-    chunks: list[dict[str, Any]] = field(default_factory=list)  # the deltas as the upstream sent them
+    # Each delta of this call with the chunk that carried it, as the upstream sent them.
+    deltas: list[tuple[dict[str, Any], dict[str, Any]]] = field(default_factory=list)
 
 
 @dataclass
@@ -123,7 +124,7 @@ class _Round:
                 call.name += fn["name"]
             if isinstance(fn.get("arguments"), str):
                 call.arguments.append(fn["arguments"])
-        call.chunks.append({**chunk, "_delta": item})
+        call.deltas.append((chunk, item))
 
     def split(self, ours: str | None) -> tuple[list[_Call], list[_Call]]:
         """(our calls, the client's calls), in index order; ``ours`` is our tool's name, if we offer one."""
@@ -148,12 +149,10 @@ def _client_chunks(calls: Sequence[_Call]) -> list[dict[str, Any]]:
     """The client's own tool-call deltas, as sent, renumbered from 0."""
     out = []
     for number, call in enumerate(calls):
-        for held in call.chunks:
-            chunk = {key: value for key, value in held.items() if key != "_delta"}
-            choice = _choice(chunk) or {"index": 0}
-            delta = {**held["_delta"], "index": number}
-            chunk["choices"] = [{**choice, "delta": {"tool_calls": [delta]}, "finish_reason": None}]
-            out.append(chunk)
+        for chunk, item in call.deltas:
+            delta = {**item, "index": number}
+            choice = {"index": 0, "delta": {"tool_calls": [delta]}, "logprobs": None, "finish_reason": None}
+            out.append({**chunk, "choices": [choice]})
     return out
 
 
