@@ -308,6 +308,11 @@ class KnowledgeBase:
             raise ConfigError(f"text must be str, not {type(text).__name__}")
         if not isinstance(source, str) or not source:
             raise ConfigError(f"source must be a non-empty str, not {source!r}")
+        if metadata is not None and not isinstance(metadata, Mapping):
+            raise ConfigError(
+                f"metadata of {source!r} must be a mapping (dict) or None, not {type(metadata).__name__} "
+                f"{_short(metadata)}"
+            )
         meta = dict(metadata) if metadata else {}
         if meta:
             try:
@@ -349,14 +354,20 @@ class KnowledgeBase:
 
     def add_texts(self, items: Iterable[tuple[str, str] | tuple[str, str, Mapping[str, Any] | None]]) -> int:
         """Bulk :meth:`add_text` of ``(text, source[, metadata])`` items; returns chunks added."""
+        if isinstance(items, (str, bytes, Mapping)):
+            raise ConfigError(
+                f"add_texts() takes an iterable of (text, source[, metadata]) tuples, "
+                f"not a {type(items).__name__} ({_short(items)}); use add_text() for one text"
+            )
         total = 0
         with collector_paused():
             for item in items:
-                if len(item) == 2:
-                    text, source = item
-                    meta = None
-                else:
-                    text, source, meta = item
+                if isinstance(item, (str, bytes)) or not isinstance(item, Sequence) or len(item) not in (2, 3):
+                    raise ConfigError(
+                        f"add_texts(): each item must be a (text, source) or (text, source, metadata) tuple, "
+                        f"got {_short(item)}"
+                    )
+                text, source, meta = item if len(item) == 3 else (*item, None)
                 total += self.add_text(text, source, meta)
         return total
 
@@ -615,31 +626,43 @@ class KnowledgeBase:
         }
         return body, blob
 
-    def save(self, path: str | os.PathLike[str] | None = None) -> Path:
+    def save(self, path: str | os.PathLike[str] | None = None, *, overwrite: bool = False) -> Path:
         """Atomically write the index to folder ``path`` (default: where it came from).
 
         Refuses (``IndexLockedError``) to overwrite an index that another
         process saved since this one was loaded, rather than drop its
-        documents; use :meth:`edit` to serialise writers.
+        documents; use :meth:`edit` to serialise writers.  Refuses
+        (``ConfigError``) to replace an index this knowledge base was not
+        loaded from or saved to, unless ``overwrite=True``.
         """
         if path is None:
             if self._path is None:
                 raise ConfigError("save() needs a path: this knowledge base was never loaded or saved")
             folder = self._path
         else:
+            if isinstance(path, str) and not path.strip():
+                raise ConfigError(f"save() path={path!r} is empty: give the index folder to write")
             folder = Path(path)
         if folder.exists() and not folder.is_dir():
             raise ConfigError(f"{folder}: an index path must be a folder")
-        own_lock = self._lock is not None and self._lock.held and self._path == folder
+        # The same folder under another spelling (absolute, "x/../i", a
+        # symlink) must count as the same, or the checks below are bypassed.
+        ours = self._path is not None and _same_folder(self._path, folder)
+        own_lock = ours and self._lock is not None and self._lock.held
         lock = self._lock if own_lock else IndexLock(folder)
         assert lock is not None
         lock.acquire()
         try:
             on_disk = _store.read_revision(folder)
-            if on_disk is not None and self._path == folder and on_disk != self._revision:
+            if on_disk is not None and ours and on_disk != self._revision:
                 raise IndexLockedError(
                     f"{folder}: another process saved this index after it was loaded here; "
                     "saving now would drop its changes (reload and redo, or use KnowledgeBase.edit())"
+                )
+            if on_disk is not None and not ours and not overwrite:
+                raise ConfigError(
+                    f"{folder}: already holds an index that this knowledge base was not loaded from; "
+                    "saving would replace its documents (load it and add to it, or pass overwrite=True)"
                 )
             self._revision = _store.write_index(folder, *self._body())
             self._path = folder
@@ -795,6 +818,21 @@ class KnowledgeBase:
                 kb.save(folder)
         finally:
             lock.release()
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _same_folder(a: Path, b: Path) -> bool:
+    """Whether ``a`` and ``b`` name the same folder (same device and inode when both exist)."""
+    if a == b:
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b)
 
 
 def _version() -> str:

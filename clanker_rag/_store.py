@@ -33,6 +33,7 @@ import json
 import os
 import re
 import secrets
+import stat
 import sys
 from array import array
 from collections.abc import Iterable
@@ -58,6 +59,8 @@ FORMAT_VERSION = 2
 INDEX_FILE = "index.json"
 _BODY_KEY = '"body":'
 _DATA_NAME = re.compile(r"data-[0-9a-f]{32}\.bin")
+# Temporary files write_atomic leaves when a save is killed mid-write.
+_STALE_TMP = re.compile(r"\.(data-[0-9a-f]{32}\.bin|index\.json)\.\d+\.[0-9a-f]+\.tmp")
 _READ_ATTEMPTS = 3
 
 
@@ -131,9 +134,16 @@ def unpack(value: Any, typecode: str, where: str, blob: memoryview | None = None
 
 
 def write_index(folder: str | os.PathLike[str], body: dict[str, Any], blob: Blob | None = None) -> str:
-    """Atomically write ``body`` (and its data file) as the folder's index; returns the new revision."""
+    """Atomically write ``body`` (and its data file) as the folder's index; returns the new revision.
+
+    The caller holds the folder's writer lock, so any temporary file of ours
+    found here belongs to a save that was killed: it is removed first.
+    """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    for stale in folder.glob(".*.tmp"):
+        if _STALE_TMP.fullmatch(stale.name):
+            stale.unlink(missing_ok=True)
     data_name = None
     if blob is not None:
         h = hashlib.sha256()
@@ -186,17 +196,33 @@ def write_atomic(target: Path, pieces: Iterable[bytes]) -> None:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.filename is None and exc.errno is not None:
+            # A failed write or fsync (a full disk) names no file: name the one being written.
+            raise OSError(exc.errno, exc.strerror or str(exc), str(target)) from exc
         raise
+
+
+def read_regular(path: Path, limit: int = -1) -> bytes:
+    """The bytes of ``path`` (the first ``limit`` if >= 0), refusing anything
+    but a regular file: opening a FIFO for reading would block until some
+    writer came, with the caller perhaps holding the writer lock meanwhile."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise IndexFormatError(f"{path}: not a regular file (a FIFO, device or socket cannot hold an index)")
+        with open(fd, "rb", closefd=False) as fh:
+            return fh.read(limit)
+    finally:
+        os.close(fd)
 
 
 def read_revision(folder: str | os.PathLike[str]) -> str | None:
     """The revision of the index in ``folder`` (cheap: reads only the head)."""
     target = Path(folder) / INDEX_FILE
     try:
-        with open(target, encoding="ascii", errors="replace") as fh:
-            head = fh.read(400)
+        head = read_regular(target, 400).decode("ascii", "replace")
     except FileNotFoundError:
         return None
     key = '"revision":"'
@@ -226,7 +252,7 @@ def read_index(folder: str | os.PathLike[str]) -> tuple[dict[str, Any], str, mem
             raise IndexFormatError(f"{target}: the data file record is malformed")
         path = target.parent / record["file"]
         try:
-            data = path.read_bytes()
+            data = read_regular(path)
         except FileNotFoundError:
             # A writer may have replaced the index between our two reads: read the new manifest.
             if attempt + 1 < _READ_ATTEMPTS:
@@ -244,7 +270,7 @@ def read_index(folder: str | os.PathLike[str]) -> tuple[dict[str, Any], str, mem
 
 def _read_manifest(target: Path) -> tuple[dict[str, Any], str]:
     try:
-        data = target.read_bytes()
+        data = read_regular(target)
     except FileNotFoundError:
         raise IndexFormatError(f"{target}: no index here (file not found)") from None
     except OSError as exc:
