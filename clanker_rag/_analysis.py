@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import re
+from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import accumulate, chain
@@ -89,14 +90,14 @@ def find_words(text: str) -> list[str]:
 _BLANK_WORD = bytes(0x78 if c == 0x20 else 0x20 for c in range(256))
 
 
-def piece_offsets(text: str, words: list[str]) -> list[int]:
+def piece_offsets(text: str, words: list[str]) -> array[int]:
     """Where each piece of :func:`split_words` starts, plus ``len(text)`` at the end.
 
     ``words`` is ``find_words(text)``.  Offset ``2i`` is where the gap before
     word ``i`` starts and ``2i + 1`` where word ``i`` starts.
     """
     if not text.isascii():
-        return list(accumulate(map(len, split_words(text)), initial=0))
+        return array("q", accumulate(map(len, split_words(text)), initial=0))
     # The gaps are the runs that the word blanking left blank: swap the two
     # and split, instead of running the splitting regex over the whole text.
     blanked = text.encode("ascii").translate(_BLANK_NON_WORD)
@@ -111,7 +112,9 @@ def piece_offsets(text: str, words: list[str]) -> list[int]:
     lengths = [0] * (2 * len(words) + 1)
     lengths[0::2] = gaps
     lengths[1::2] = map(len, words)
-    return list(accumulate(lengths, initial=0))
+    # A packed array: a list of int objects for a big file's two offsets
+    # per word would take more memory than the words themselves.
+    return array("q", accumulate(lengths, initial=0))
 
 
 _MISSING = "\x00"  # not a word: marks a _word_cache miss

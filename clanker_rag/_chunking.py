@@ -36,7 +36,12 @@ class ChunkSpan:
 
 
 class _LineCounter:
-    """Line number of an offset, counting forward from the last query."""
+    """Line number of an offset, counting from the last query's offset.
+
+    Windows overlap, so the next chunk starts before the last one ended:
+    counting back over that overlap (instead of again from the top) keeps a
+    whole file's chunking linear in its size.
+    """
 
     def __init__(self, text: str) -> None:
         self.text = text
@@ -45,8 +50,9 @@ class _LineCounter:
 
     def at(self, offset: int) -> int:
         if offset < self.pos:
-            self.pos, self.line = 0, 1
-        self.line += self.text.count("\n", self.pos, offset)
+            self.line -= self.text.count("\n", offset, self.pos)
+        else:
+            self.line += self.text.count("\n", self.pos, offset)
         self.pos = offset
         return self.line
 
@@ -140,7 +146,7 @@ class Chunker:
                 return
             s = max(s + 1, min(s + stride, e))
 
-    def _snap(self, section: str, offs: list[int], s: int, e: int, n: int) -> int:
+    def _snap(self, section: str, offs: Sequence[int], s: int, e: int, n: int) -> int:
         slack = self.slack
         if slack == 0:
             return e

@@ -78,3 +78,41 @@ def test_every_word_lands_in_some_chunk(text, size, stride):
         for w in span.words:
             seen.add(w)
     assert seen == set(all_words)
+
+
+class CountingText(str):
+    """A text that adds up how many characters ``count`` scans."""
+
+    scanned = 0
+
+    def count(self, sub, start=0, end=None):  # type: ignore[override]
+        end = len(self) if end is None else end
+        CountingText.scanned += max(0, end - start)
+        return super().count(sub, start, end)
+
+
+def test_line_numbers_cost_a_linear_scan_of_the_text():
+    # Overlapping windows used to restart the line count from the top for
+    # every chunk: quadratic in one file's size.
+    text = CountingText("\n".join(f"line {i} of a long file with words." for i in range(20_000)))
+    CountingText.scanned = 0
+    spans = Chunker(180, 90).split(text)
+    assert len(spans) > 500
+    assert CountingText.scanned <= 4 * len(text)
+    last = spans[-1]
+    assert last.end_line == str.count(text, "\n", 0, last.end - 1) + 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.sampled_from(["a", "bb", " ", "\n", "\n\n", ". ", "ccc"]), max_size=300).map("".join),
+    st.integers(1, 12),
+    st.integers(1, 12),
+    st.lists(st.integers(0, 300), max_size=6),
+)
+def test_line_numbers_match_a_naive_count(text, size, stride, cuts):
+    bounds = sorted({0, len(text), *(min(c, len(text)) for c in cuts)})
+    sections = [(a, b, None) for a, b in zip(bounds, bounds[1:])]
+    for span in Chunker(size, min(stride, size)).split(text, sections or None):
+        assert span.start_line == text.count("\n", 0, span.start) + 1
+        assert span.end_line == text.count("\n", 0, max(span.start, span.end - 1)) + 1
