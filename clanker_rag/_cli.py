@@ -408,7 +408,12 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     if args.max_file_size is not None:
         options["max_file_size"] = args.max_file_size
     if args.jobs is not None:
-        options["jobs"] = args.jobs
+        from ._parallel import usable_cpus
+
+        # More processes than cores only add forks and memory: cap, and say so.
+        options["jobs"] = min(args.jobs, usable_cpus())
+        if args.jobs > options["jobs"]:
+            print(f"{PROG}: warning: --jobs {args.jobs} capped at {options['jobs']}, the usable CPUs", file=sys.stderr)
     with KnowledgeBase.edit(path) as kb:
         report = kb.ingest(args.paths, index_path=path, **options)
     if args.json:
@@ -452,6 +457,8 @@ def _parse_where(pairs: Sequence[str]) -> dict[str, Any] | None:
 def _snippet(kb: KnowledgeBase, hit: Hit, query_terms: set[str], style: Style, width: int = 240) -> str:
     import re
 
+    from ._terminal import printable
+
     text = hit.text
     analyzer = kb.analyzer
     spans = []
@@ -476,10 +483,10 @@ def _snippet(kb: KnowledgeBase, hit: Hit, query_terms: set[str], style: Style, w
         if e <= start or s >= end:
             continue
         s, e = max(s, start), min(e, end)
-        out.append(text[pos:s])
-        out.append(style.mark(text[s:e]))
+        out.append(printable(text[pos:s], keep_whitespace=True))
+        out.append(style.mark(printable(text[s:e], keep_whitespace=True)))
         pos = e
-    out.append(text[pos:end])
+    out.append(printable(text[pos:end], keep_whitespace=True))
     if end < len(text):
         out.append("\u2026")
     return re.sub(r"\s+", " ", "".join(out)).strip()
@@ -487,6 +494,8 @@ def _snippet(kb: KnowledgeBase, hit: Hit, query_terms: set[str], style: Style, w
 
 def _cmd_search(args: argparse.Namespace) -> int:
     import json
+
+    from ._terminal import printable
 
     kb = _load(args)
     if args.k < 1:
@@ -508,17 +517,18 @@ def _cmd_search(args: argparse.Namespace) -> int:
     query_terms = set(kb.analyzer(args.query))
     lines = []
     for rank, hit in enumerate(hits, 1):
-        where = f"{hit.source}:{hit.start_line}-{hit.end_line}"
+        # Indexed names and text may hold terminal escapes: printed escaped.
+        where = f"{printable(hit.source)}:{hit.start_line}-{hit.end_line}"
         head = f"{rank:>2}. {style(where, '1;36')}  {style(f'{hit.score:.3f}', '32')}"
         if hit.section:
-            head += f"  {style(hit.section, '2')}"
+            head += f"  {style(printable(hit.section), '2')}"
         lines.append(head)
         lines.append("    " + _snippet(kb, hit, query_terms, style))
         if args.explain:
             ex = kb.explain(args.query, hit, feedback=args.feedback)
             for term in sorted(ex.terms, key=lambda t: -t.contribution):
                 lines.append(
-                    f"      {term.term:<16} {term.contribution:8.3f}  (tf {term.tf}, df {term.df}, "
+                    f"      {printable(term.term):<16} {term.contribution:8.3f}  (tf {term.tf}, df {term.df}, "
                     f"idf {term.idf:.3f}, weight {term.weight:.3f})"
                 )
             lines.append(f"      {'= score':<16} {ex.score:8.3f}  (chunk length {ex.dl}, average {ex.avgdl:.1f})")

@@ -1,4 +1,5 @@
 import re
+from itertools import pairwise
 
 import pytest
 from hypothesis import given, settings
@@ -112,7 +113,7 @@ def test_line_numbers_cost_a_linear_scan_of_the_text():
 )
 def test_line_numbers_match_a_naive_count(text, size, stride, cuts):
     bounds = sorted({0, len(text), *(min(c, len(text)) for c in cuts)})
-    sections = [(a, b, None) for a, b in zip(bounds, bounds[1:])]
+    sections = [(a, b, None) for a, b in pairwise(bounds)]
     for span in Chunker(size, min(stride, size)).split(text, sections or None):
         assert span.start_line == text.count("\n", 0, span.start) + 1
         assert span.end_line == text.count("\n", 0, max(span.start, span.end - 1)) + 1
