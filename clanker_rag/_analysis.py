@@ -7,9 +7,10 @@ Pipeline for one raw word token (a maximal run of word characters, or a run
 of at most 16 CJK characters):
 
 1. Code-aware splitting: ``getUserName``, ``get_user_name`` and ``HTTPServer2``
-   yield the whole lowercased identifier *and* its parts (``get``, ``user``,
-   ``name``; ``http``, ``server``, ``2``), so prose queries find code and code
-   queries find prose.
+   yield the whole lowercased identifier *and* its word parts (``get``,
+   ``user``, ``name``; ``http``, ``server``), so prose queries find code and
+   code queries find prose.  Digit runs split out of an identifier are not
+   terms: the ``2`` of ``hunter2prod`` must not match a "page 2".
 2. Case folding (``str.casefold``), so ``Straße`` matches ``STRASSE``.
 3. Stopword removal (English list, on by default).
 4. Stemming (Snowball English / Porter2, on by default).
@@ -183,6 +184,10 @@ class Analyzer:
         self._stem: Callable[[str], str] | None = porter2_stem if stemmer == "porter2" else None
         self.cache = _TermCache(self._expand)
         self._word_cache: dict[str, str | None] = {}
+        # Analyser version 1 also indexed the digit runs split out of an
+        # identifier ("hunter2prod" -> "2"), which then matched every "page 2";
+        # an index written by it keeps that behaviour, so its terms still agree.
+        self._digit_parts = False
 
     # -- settings round trip -------------------------------------------------
     def settings(self) -> dict[str, Any]:
@@ -193,7 +198,7 @@ class Analyzer:
             return {"type": "custom", "name": f"{module}.{name}"}
         return {
             "type": "standard",
-            "version": 1,
+            "version": 1 if self._digit_parts else 2,
             "stopwords": self._stop_setting,
             "stemmer": self.stemmer,
             "split_identifiers": self.split_identifiers,
@@ -202,14 +207,16 @@ class Analyzer:
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any]) -> Analyzer:
-        if settings.get("type") != "standard" or settings.get("version") != 1:
+        if settings.get("type") != "standard" or settings.get("version") not in (1, 2):
             raise ConfigError(f"unknown analyser settings {dict(settings)!r}")
-        return cls(
+        analyzer = cls(
             stopwords=settings["stopwords"],
             stemmer=settings["stemmer"],
             split_identifiers=settings["split_identifiers"],
             cjk_bigrams=settings["cjk_bigrams"],
         )
+        analyzer._digit_parts = settings["version"] == 1
+        return analyzer
 
     # -- analysis ------------------------------------------------------------
     def __call__(self, text: str) -> list[str]:
@@ -264,6 +271,8 @@ class Analyzer:
         whole = self._word(low)
         out = [whole] if whole else []
         for part in parts:
+            if part.isdigit() and not self._digit_parts:
+                continue  # "2" of "hunter2prod": the whole identifier is term enough
             term = self._word(part.casefold())
             if term and term != whole:
                 out.append(term)

@@ -1,4 +1,4 @@
-from clanker_rag import Analyzer
+from clanker_rag import Analyzer, KnowledgeBase
 
 
 def test_unicode_words_and_case_folding():
@@ -27,9 +27,30 @@ def test_code_identifiers_yield_parts():
     assert an("get_user_name") == ["get_user_name", "get", "user", "name"]
     # the lowercase spelling of an identifier meets it
     assert an("assertequal")[0] == an("assertEqual")[0]
-    assert an("HTTPServer2") == ["httpserver2", "http", "server", "2"]
+    assert an("HTTPServer2") == ["httpserver2", "http", "server"]
     # prose query terms meet the code parts
     assert set(an("user names")) <= set(an("getUserName"))
+
+
+def test_digits_split_out_of_an_identifier_are_not_terms():
+    an = Analyzer()
+    assert an("hunter2prod") == ["hunter2prod", "hunter", "prod"]
+    assert an("sha256_digest") == ["sha256_digest", "sha", "digest"]
+    assert an("page 2") == ["page", "2"]  # a number on its own is still a term
+    kb = KnowledgeBase(chunk_size=None)
+    kb.add_text("the password is hunter2prod", "secret.txt")
+    kb.add_text("see the table on page 2 of the report", "report.pdf")
+    assert [h.source for h in kb.search("2")] == ["report.pdf"]
+    assert [h.source for h in kb.search("hunter2prod")] == ["secret.txt"]
+    assert [h.source for h in kb.search("hunter")] == ["secret.txt"]
+
+
+def test_version_1_analyser_settings_keep_digit_parts():
+    # An index written before the change holds those terms: a query must agree with it.
+    old = Analyzer.from_settings({**Analyzer().settings(), "version": 1})
+    assert old("hunter2prod") == ["hunter2prod", "hunter", "2", "prod"]
+    assert Analyzer.from_settings(Analyzer().settings())("hunter2prod") == ["hunter2prod", "hunter", "prod"]
+    assert old.settings()["version"] == 1  # saved again, it still says how its terms were made
 
 
 def test_cjk_runs_become_bigrams():
