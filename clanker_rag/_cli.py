@@ -145,7 +145,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_rm)
 
     p = command("eval", "evaluate retrieval on a BEIR-layout data set")
-    p.add_argument("dataset", metavar="DATASET", help="folder with corpus.jsonl, queries.jsonl, qrels/test.tsv")
+    p.add_argument(
+        "dataset",
+        metavar="DATASET",
+        help="folder with corpus.jsonl, queries.jsonl, qrels/test.tsv (or under $CLANKER_RAG_SHARED)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object of metrics")
     p.add_argument("--feedback", action="store_true", help="pseudo-relevance feedback (RM3)")
     p.add_argument("--rerank", metavar="MODEL", help="rerank with a cross-encoder model (extra: rerank)")

@@ -101,9 +101,27 @@ def _read_jsonl(path: Path) -> Iterable[dict[str, Any]]:
                     raise IngestError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
 
 
-def load_beir(folder: str | os.PathLike[str], split: str = "test") -> BeirDataset:
-    """Read ``corpus.jsonl``, ``queries.jsonl`` and ``qrels/<split>.tsv``."""
+SHARED_ENV = "CLANKER_RAG_SHARED"
+
+
+def dataset_folder(folder: str | os.PathLike[str]) -> Path:
+    """``folder`` itself if it exists; else, for a relative path, the first of
+    ``$CLANKER_RAG_SHARED/folder`` and ``$CLANKER_RAG_SHARED/datasets/folder``
+    that exists (so ``cranfield`` or ``datasets/cranfield`` work from anywhere)."""
     root = Path(folder)
+    shared = os.environ.get(SHARED_ENV)
+    if root.exists() or root.is_absolute() or not shared:
+        return root
+    for candidate in (Path(shared) / root, Path(shared) / "datasets" / root):
+        if candidate.is_dir():
+            return candidate
+    raise IngestError(f"{root}: no such data set folder (nor under ${SHARED_ENV}={shared}, or its datasets/)")
+
+
+def load_beir(folder: str | os.PathLike[str], split: str = "test") -> BeirDataset:
+    """Read ``corpus.jsonl``, ``queries.jsonl`` and ``qrels/<split>.tsv`` from
+    ``folder`` (looked up under ``$CLANKER_RAG_SHARED`` too: :func:`dataset_folder`)."""
+    root = dataset_folder(folder)
     for name in ("corpus.jsonl", "queries.jsonl", f"qrels/{split}.tsv"):
         if not (root / name).is_file():
             raise IngestError(f"{root}: not a BEIR data set (missing {name})")

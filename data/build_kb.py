@@ -48,7 +48,7 @@ def main() -> int:
             return 1
         print("data/kb is up to date")
         return 0
-    fresh.save(KB)
+    fresh.save(KB, overwrite=True)  # a rebuild replaces the shipped index on purpose
     print(f"saved {KB}: {len(fresh.sources())} sources, {len(fresh)} chunks")
     return 0
 

@@ -54,6 +54,30 @@ def test_evaluate_dataset_end_to_end(tmp_path):
     assert result.metrics == {"ndcg@10": 1.0, "recall@100": 1.0, "map@100": 1.0, "mrr@10": 1.0}
 
 
+@pytest.mark.parametrize("name", ["tiny", "datasets/tiny"])
+def test_eval_finds_a_data_set_under_clanker_rag_shared(tmp_path, monkeypatch, capsys, name):
+    from clanker_rag._cli import main
+
+    write_beir(
+        tmp_path / "shared" / "datasets" / "tiny",
+        {"1": ("Wings", "lift on swept wings"), "2": ("Heat", "heat transfer")},
+        {"a": "swept wing lift"},
+        {"a": {"1": 1}},
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.delenv("CLANKER_RAG_SHARED", raising=False)
+    assert main(["eval", name, "--json"]) == 1
+    assert "tiny" in capsys.readouterr().err
+    monkeypatch.setenv("CLANKER_RAG_SHARED", str(tmp_path / "shared"))
+    assert main(["eval", name, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["ndcg@10"] == 1.0
+    monkeypatch.setenv("CLANKER_RAG_SHARED", str(tmp_path / "shared"))
+    assert main(["eval", "missing", "--json"]) == 1
+    assert "CLANKER_RAG_SHARED" in capsys.readouterr().err
+
+
 def test_cranfield_quality_is_at_least_the_best_peer(cranfield):
     # bm25s with stopwords + Snowball stemmer reaches 0.373 nDCG@10 here.
     plain = evaluate_dataset(cranfield).metrics
