@@ -21,6 +21,7 @@ __all__ = ["ChunkSpan", "Chunker"]
 
 _LEADING_NONSPACE = re.compile(r"\S*")
 _SENTENCE_END = frozenset(".!?。！？")
+_SHARE_WORDS_ABOVE = 100_000
 
 
 @dataclass(slots=True)
@@ -121,6 +122,11 @@ class Chunker:
         section = text[sec_start:sec_end]
         words = find_words(section)
         n = len(words)
+        if n > _SHARE_WORDS_ABOVE:
+            # One str per distinct word instead of per occurrence: a big file's
+            # word objects would otherwise take about 8x its size.
+            distinct: dict[str, str] = {}
+            words = list(map(distinct.setdefault, words, words))
         if n == 0:
             if label:
                 out.append(self._span(lines, text, sec_start, sec_end, label, []))
