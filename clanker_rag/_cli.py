@@ -13,7 +13,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from ._term import Style, use_color
+from ._term import Style, one_line, printable, use_color
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -461,8 +461,6 @@ def _parse_where(pairs: Sequence[str]) -> dict[str, Any] | None:
 def _snippet(kb: KnowledgeBase, hit: Hit, query_terms: set[str], style: Style, width: int = 240) -> str:
     import re
 
-    from ._terminal import printable
-
     text = hit.text
     analyzer = kb.analyzer
     spans = []
@@ -487,10 +485,10 @@ def _snippet(kb: KnowledgeBase, hit: Hit, query_terms: set[str], style: Style, w
         if e <= start or s >= end:
             continue
         s, e = max(s, start), min(e, end)
-        out.append(printable(text[pos:s], keep_whitespace=True))
-        out.append(style.mark(printable(text[s:e], keep_whitespace=True)))
+        out.append(printable(text[pos:s]))
+        out.append(style.mark(printable(text[s:e])))
         pos = e
-    out.append(printable(text[pos:end], keep_whitespace=True))
+    out.append(printable(text[pos:end]))
     if end < len(text):
         out.append("\u2026")
     return re.sub(r"\s+", " ", "".join(out)).strip()
@@ -498,8 +496,6 @@ def _snippet(kb: KnowledgeBase, hit: Hit, query_terms: set[str], style: Style, w
 
 def _cmd_search(args: argparse.Namespace) -> int:
     import json
-
-    from ._terminal import printable
 
     kb = _load(args)
     if args.k < 1:
@@ -522,17 +518,17 @@ def _cmd_search(args: argparse.Namespace) -> int:
     lines = []
     for rank, hit in enumerate(hits, 1):
         # Indexed names and text may hold terminal escapes: printed escaped.
-        where = f"{printable(hit.source)}:{hit.start_line}-{hit.end_line}"
+        where = f"{one_line(hit.source)}:{hit.start_line}-{hit.end_line}"
         head = f"{rank:>2}. {style(where, '1;36')}  {style(f'{hit.score:.3f}', '32')}"
         if hit.section:
-            head += f"  {style(printable(hit.section), '2')}"
+            head += f"  {style(one_line(hit.section), '2')}"
         lines.append(head)
         lines.append("    " + _snippet(kb, hit, query_terms, style))
         if args.explain:
             ex = kb.explain(args.query, hit, feedback=args.feedback)
             for term in sorted(ex.terms, key=lambda t: -t.contribution):
                 lines.append(
-                    f"      {printable(term.term):<16} {term.contribution:8.3f}  (tf {term.tf}, df {term.df}, "
+                    f"      {one_line(term.term):<16} {term.contribution:8.3f}  (tf {term.tf}, df {term.df}, "
                     f"idf {term.idf:.3f}, weight {term.weight:.3f})"
                 )
             lines.append(f"      {'= score':<16} {ex.score:8.3f}  (chunk length {ex.dl}, average {ex.avgdl:.1f})")

@@ -11,7 +11,7 @@ import os
 import re
 from typing import TextIO
 
-__all__ = ["Style", "printable", "use_color"]
+__all__ = ["Style", "one_line", "printable", "use_color"]
 
 # C0 controls but tab and newline, DEL, C1 controls, and the bidi overrides
 # and isolates that can reorder what a reader sees.
@@ -22,6 +22,16 @@ def printable(text: str) -> str:
     """``text`` with control characters shown as escapes; newlines and tabs are kept."""
     text = text.replace("\r\n", "\n")
     return _CONTROL_RE.sub(_escape, text)
+
+
+_LINE_BREAKS = {ord(c): repr(c)[1:-1] for c in "\n\t\u2028\u2029"}
+
+
+def one_line(text: str) -> str:
+    """:func:`printable`, and line breaks and tabs escaped too: for a name or
+    label that must stay on its line (a newline in a file name would otherwise
+    start a line of its own)."""
+    return printable(text).translate(_LINE_BREAKS)
 
 
 def _escape(m: re.Match[str]) -> str:

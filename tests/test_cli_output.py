@@ -9,7 +9,7 @@ import pytest
 
 from clanker_rag._cli import main
 from clanker_rag._kb import KnowledgeBase
-from clanker_rag._terminal import printable
+from clanker_rag._term import one_line, printable
 
 HOSTILE_TEXT = "harbor lantern \x1b[2J\x1b]0;pwned\x07 bell\x07 csi\x9b31m and \u202eevil\u202c keeper"
 HOSTILE_NAME = "notes/evil\nname\x1b[2J\x1b]2;title\x07.md"
@@ -47,11 +47,10 @@ def test_search_json_keeps_the_exact_text(hostile_index, capsys):
     assert by_source[HOSTILE_NAME]["text"] == HOSTILE_TEXT
 
 
-def test_printable_leaves_ordinary_text_alone():
+def test_one_line_escapes_line_breaks_too():
     text = "Grüße, 東京 — naïve café\u00a0ok"
-    assert printable(text) == text
-    assert printable("a\tb\nc") == "a\\tb\\nc"
-    assert printable("a\tb\nc\x1b", keep_whitespace=True) == "a\tb\nc\\x1b"
+    assert one_line(text) == printable(text) == text
+    assert one_line("a\tb\nc\u2028d\x1b") == "a\\tb\\nc\\u2028d\\x1b"
 
 
 def test_ingest_jobs_are_capped_at_the_usable_cpus(tmp_path, capsys, monkeypatch):

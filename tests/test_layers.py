@@ -20,7 +20,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "clanker_rag"
 MAX_LINES = 900
 
 LAYERS = [
-    {"_exceptions", "_types", "_gc_pause", "_stopwords", "_stemmer", "_generate", "_readers", "_sse", "_term", "_terminal"},
+    {"_exceptions", "_types", "_gc_pause", "_stopwords", "_stemmer", "_generate", "_readers", "_sse", "_term"},
     {"_validate", "_blocks", "_urls"},
     {"_analysis", "_scoring", "_lock", "_store", "_scanner", "_embed", "_fusion", "backends", "_adapters"},
     {"_chunking", "_index", "_discovery"},
