@@ -107,6 +107,8 @@ def test_serve_sample_has_the_shape_serve_prints(tmp_path):
         finally:
             if proc.poll() is None:
                 proc.kill()
+                proc.wait()
+            proc.stderr.close()
 
     def shape(line: str) -> str:  # the port, the folder and its size differ
         line = re.sub(r"127\.0\.0\.1:\d+/v1", "127.0.0.1:PORT/v1", line)

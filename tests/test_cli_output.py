@@ -54,9 +54,9 @@ def test_one_line_escapes_line_breaks_too():
 
 
 def test_ingest_jobs_are_capped_at_the_usable_cpus(tmp_path, capsys, monkeypatch):
-    from clanker_rag import _ingest, _parallel
+    from clanker_rag import _parallel
 
-    monkeypatch.setattr(_ingest, "POOL_MIN_BYTES", 0)  # a small tree: start workers anyway
+    monkeypatch.setattr(_parallel, "POOL_MIN_BYTES", 0)  # a small tree: start workers anyway
     monkeypatch.setattr(_parallel, "usable_cpus", lambda: 2)
     tree = tmp_path / "tree"
     tree.mkdir()
