@@ -570,9 +570,12 @@ def _cmd_show(args: argparse.Namespace) -> int:
         return 0
     if args.chunks:
         for c in chunks:
-            section = f"  {c.section}" if c.section else ""
+            section = f"  {one_line(c.section)}" if c.section else ""
             print(f"{c.chunk_index:>4}  lines {c.start_line}-{c.end_line}{section}")
         return 0
+    # Indexed text may hold terminal escapes (ESC, OSC, BEL): shown as escapes
+    # here, like search results; --json gives the exact text.
+    text = printable(text)
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
     return 0
 

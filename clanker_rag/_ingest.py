@@ -87,7 +87,7 @@ class _KnowledgeBaseLike(Protocol):
 
     def source_metadata(self, source: str) -> Mapping[str, Any] | None: ...
 
-    def save(self, path: StrPath) -> Any: ...
+    def save(self, path: StrPath, *, overwrite: bool = False) -> Any: ...
 
 
 class _TakesPrepared(_KnowledgeBaseLike, Protocol):
@@ -261,6 +261,7 @@ def ingest(
     checkpoint_seconds: float = 30.0,
     progress: bool | None = None,
     jobs: int | None = None,
+    overwrite: bool = False,
 ) -> IngestReport:
     """Ingest files and folders into ``kb``; returns an :class:`IngestReport`.
 
@@ -315,6 +316,12 @@ def ingest(
         ``jobs`` above 1 in a program running threads (or on macOS and
         Windows) starts workers by spawning, which needs the usual
         ``if __name__ == "__main__":`` guard.  The index is the same either way.
+        More than the usable CPUs is honoured with a logged warning (the
+        command line caps ``-j`` at them).
+    overwrite:
+        Let ``index_path`` name a folder that already holds an index ``kb``
+        was not loaded from; without it such an ingest is refused before any
+        file is read, so an existing index is never replaced by accident.
     """
     _check_positive("max_file_size", max_file_size)
     _check_positive("max_record_file_size", max_record_file_size)
@@ -330,6 +337,14 @@ def ingest(
     for p in roots:
         if not os.path.exists(p):
             raise IngestError(f"cannot ingest {p!r}: no such file or folder")
+    if index_path is not None and not overwrite:
+        # Checked before any work, not at the first checkpoint minutes later.
+        would_replace = getattr(kb, "would_replace", None)
+        if callable(would_replace) and would_replace(index_path):
+            raise ConfigError(
+                f"{os.fspath(index_path)}: already holds an index that this knowledge base was not loaded from; "
+                "ingesting would replace its documents (load it and ingest into it, or pass overwrite=True)"
+            )
     options = DiscoveryOptions(
         include=tuple(include),
         exclude=tuple(exclude),
@@ -343,6 +358,7 @@ def ingest(
     run = _Run(
         kb, options, max_file_size, max_record_file_size, prefix, index_path, checkpoint_files, checkpoint_seconds, jobs
     )
+    run.overwrite = overwrite
     show = sys.stderr.isatty() if progress is None else progress
     started = time.monotonic()
     try:
@@ -390,7 +406,13 @@ def _workers_for(kb: _TakesPrepared, jobs: int | None) -> tuple[int, str]:
     if method is None:
         logger.debug("ingesting in one process: other threads are running (pass jobs=N to use workers anyway)")
         return 1, ""
-    n = usable_cpus() if jobs is None else jobs
+    cpus = usable_cpus()
+    if jobs is not None and jobs > cpus:
+        # Honoured (reading from slow network storage can gain from it), but
+        # usually a mistake: more processes than cores add forks and memory.
+        # The CLI caps -j at the usable CPUs.
+        logger.warning("jobs=%d is more than the %d usable CPUs", jobs, cpus)
+    n = cpus if jobs is None else jobs
     return (n, method) if n > 1 else (1, "")
 
 
@@ -413,6 +435,7 @@ class _Run:
         self.max_record_file_size = max_record_file_size
         self.prefix = prefix
         self.index_path = index_path
+        self.overwrite = False
         self.checkpoint_files = checkpoint_files
         self.checkpoint_seconds = checkpoint_seconds
         self.budget = _chunk_budget(kb)
@@ -433,7 +456,8 @@ class _Run:
     def save(self) -> None:
         assert self.index_path is not None
         started = time.monotonic()
-        self.kb.save(self.index_path)
+        self.kb.save(self.index_path, overwrite=self.overwrite)
+        self.overwrite = False  # after the first save the folder is this knowledge base's own
         self.report.saves += 1
         self.dirty = 0
         self.last_save = time.monotonic()

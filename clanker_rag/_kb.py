@@ -672,6 +672,17 @@ class KnowledgeBase:
                 lock.release()
         return folder
 
+    def would_replace(self, path: str | os.PathLike[str]) -> bool:
+        """Whether folder ``path`` holds an index this knowledge base was not loaded from or saved to.
+
+        :meth:`save` refuses such a folder unless ``overwrite=True``; the
+        ingest asks this up front, before it reads a file.
+        """
+        folder = Path(path)
+        if self._path is not None and _same_folder(self._path, folder):
+            return False
+        return folder.is_dir() and _store.read_revision(folder) is not None
+
     @classmethod
     def load(
         cls, path: str | os.PathLike[str], *, analyzer: Callable[[str], Iterable[str]] | None = None

@@ -69,3 +69,15 @@ def test_ingest_jobs_are_capped_at_the_usable_cpus(tmp_path, capsys, monkeypatch
     assert report["workers"] == 1  # two processes: this one and one worker
     assert len(report["added"]) == 40
     assert "--jobs 64 capped at 2" in err
+
+
+def test_show_escapes_control_characters_and_json_keeps_them(hostile_index, capsys):
+    assert main(["show", HOSTILE_NAME, "--index", str(hostile_index)]) == 0
+    out = capsys.readouterr().out
+    for bad in ("\x1b", "\x07", "\x9b", "\u202e"):
+        assert bad not in out
+    assert "\\x1b[2J\\x1b]0;pwned\\x07" in out
+    assert main(["show", "sec.md", "--index", str(hostile_index), "--chunks"]) == 0
+    assert "\x1b" not in capsys.readouterr().out
+    assert main(["show", HOSTILE_NAME, "--index", str(hostile_index), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["text"] == HOSTILE_TEXT

@@ -26,6 +26,7 @@ from clanker_rag import _ingest, _parallel
 from clanker_rag._exceptions import ConfigError
 from clanker_rag._ingest import IngestReport, ingest
 from clanker_rag._kb import KnowledgeBase
+from clanker_rag._parallel import usable_cpus
 
 ROOT = Path(__file__).resolve().parent.parent
 KEY_BLOCK = "-----BEGIN " + "OPENSSH PRIVATE KEY-----\nabc\n-----END " + "OPENSSH PRIVATE KEY-----\n"
@@ -386,6 +387,20 @@ def alive(pid: int) -> bool:
             return "\nState:\tZ" not in fh.read()  # a zombie has exited
     except FileNotFoundError:
         return False
+
+
+def test_jobs_above_the_usable_cpus_is_warned_about(caplog: pytest.LogCaptureFixture) -> None:
+    from clanker_rag._ingest import _workers_for
+
+    too_many = usable_cpus() + 62
+    with caplog.at_level(logging.WARNING, logger="clanker_rag"):
+        workers, _ = _workers_for(KnowledgeBase(), too_many)
+    assert workers == too_many  # an explicit library request is honoured; the CLI caps -j
+    assert any(str(too_many) in r.getMessage() and "usable CPUs" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="clanker_rag"):
+        _workers_for(KnowledgeBase(), usable_cpus())
+    assert not caplog.records
 
 
 def test_jobs_is_validated() -> None:
