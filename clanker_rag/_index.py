@@ -32,13 +32,24 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Callable, Collection, Container, Iterable, Mapping
-from dataclasses import dataclass
 from itertools import accumulate, chain, compress, repeat
-from operator import add, eq, ge, gt, mul, ne, rshift, sub, truediv
+from operator import add, eq, ge, mul, ne, rshift
 from typing import Any
 
+from ._codec import (
+    Floats,
+    Ints,
+    Postings,
+    TermList,
+    copy_array,
+    lengths_of,
+    order_offsets_of,
+    walk_postings,
+    without_empty_lists,
+)
 from ._exceptions import IndexFormatError
-from ._scoring import BM25, length_norm, tf_weight
+from ._scoring import BM25, TermExplanation, norm_values, tf_weights
+from ._scoring import impact_order as _impact_order
 
 __all__ = ["InvertedIndex", "TermExplanation"]
 
@@ -65,8 +76,7 @@ TABLE_MIN = 256
 TABLE_BYTES = 96_000_000
 DENSE_SHARE = 16
 _DICT_ENTRY_BYTES = 90
-_SLOT_BYTES = 8
-_FLOAT_BYTES = 24
+_SLOT_BYTES = 4
 # A term's table is built once its binary-searched candidates pass 1/PROBE_SHARE
 # of its list (a binary search over an array costs about as much as putting 20
 # to 40 postings in a table, and the table serves later queries too);
@@ -89,15 +99,8 @@ def _best(cands: list[int], scores: list[float], k: int, theta: float) -> list[t
     return sorted(kept, key=lambda item: (-item[1], item[0]))[:k]
 
 
-def _impact_order(imps: array[float]) -> array[int]:
-    """Positions by decreasing impact; ties keep increasing position (the sort is stable)."""
-    return array("i", sorted(range(len(imps)), key=imps.__getitem__, reverse=True))
-
-
-# (terms, lengths, chunk ids, tfs, impacts, maxima, ordered terms, order positions)
-_Packed = tuple[
-    list[str], "array[int]", "array[int]", "array[int]", "array[float]", "array[float]", "array[int]", "array[int]"
-]
+def _ordered_length(length: int) -> int:
+    return length if length > ORDER_MIN else 0
 
 
 class _Pending(dict[int, list[int]]):
@@ -117,31 +120,11 @@ class _Vocab(dict[str, int]):
         self._index = index
 
     def __missing__(self, term: str) -> int:
-        return self._index._new_term(term)
-
-
-@dataclass(frozen=True, slots=True)
-class TermExplanation:
-    """One query term's part of a chunk's score."""
-
-    term: str
-    weight: float
-    tf: int
-    df: int
-    idf: float
-    tf_weight: float
-    contribution: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "term": self.term,
-            "weight": self.weight,
-            "tf": self.tf,
-            "df": self.df,
-            "idf": self.idf,
-            "tf_weight": self.tf_weight,
-            "contribution": self.contribution,
-        }
+        tid = self._index.saved_id(term)
+        if tid is None:
+            return self._index._new_term(term)
+        self[term] = tid
+        return tid
 
 
 class InvertedIndex:
@@ -150,16 +133,20 @@ class InvertedIndex:
     def __init__(self, bm25: BM25) -> None:
         self.bm25 = bm25
         self.vocab: dict[str, int] = _Vocab(self)
-        self.terms: list[str] = []
+        # A loaded format 3 index keeps its terms in the data file (TermList);
+        # ``vocab`` then fills in as terms are looked up.
+        self.terms: list[str] | TermList = []
         # None: not yet cut out of the loaded buffers (see attach_buffers).
-        self.docs: list[array[int] | None] = []
-        self.tfs: list[array[int] | None] = []
-        self.imps: list[array[float] | None] = []
-        self._buffers: tuple[memoryview, memoryview, memoryview, array[int]] | None = None
+        # A view of the buffers until the list changes, then an array of its own.
+        self.docs: list[Ints | None] = []
+        self.tfs: list[Ints | None] = []
+        self.imps: list[Floats | None] = []
+        self._buffers: tuple[Ints, Ints, Floats, Ints] | None = None
         self._n_buffered = 0
         self._buffers_gen = -1
         self._check_chunks: tuple[int, str] | None = None
-        self.maxes: list[float] = []
+        # Largest impact of each list; -1.0: not computed yet.
+        self.maxes: array[float] = array("f")
         self.imp_gen: list[int] = []
         self.pending: dict[int, list[int]] = _Pending()
         self.dl: array[int] = array("i")
@@ -171,18 +158,18 @@ class InvertedIndex:
         # (generation, postings whose length norms were computed one by one in it)
         self._norm_work = (-1, 0)
         # tid -> (impact generation it was computed for, positions by impact, largest first)
-        self._orders: dict[int, tuple[int, array[int]]] = {}
+        self._orders: dict[int, tuple[int, Ints]] = {}
         # tid -> impact generation a search last found its order stale in: a
         # stale order is sorted again on the term's second use in one
         # generation, so a search right after each add (an agent's memory
         # loop) does not pay for sorting lists the next add makes stale again.
         self._order_wanted: dict[int, int] = {}
-        self._order_buffer: tuple[memoryview, dict[int, int], int] | None = None
-        self._order_tids: array[int] = array("i")
+        # (positions, per-term offsets into them, the generation they are for)
+        self._order_buffer: tuple[Ints, Ints, int] | None = None
         # tid -> (impact generation, table, its size in bytes), least recently
         # used first: one C-level lookup per candidate instead of a binary
         # search.  A table is a dense list indexed by chunk id or a dict.
-        self._tables: dict[int, tuple[int, list[float] | dict[int, float], int]] = {}
+        self._tables: dict[int, tuple[int, array[float] | dict[int, float], int]] = {}
         self._table_bytes = 0
         # tid -> candidates looked up by binary search so far: a table pays
         # for itself once they pass a share of the list (like a ski rental).
@@ -201,6 +188,48 @@ class InvertedIndex:
         self.maxes.append(0.0)
         self.imp_gen.append(-1)
         return tid
+
+    def saved_id(self, term: str) -> int | None:
+        """The id of ``term`` in a loaded dictionary not yet in ``vocab``, or None."""
+        terms = self.terms
+        return terms.find(term) if isinstance(terms, TermList) else None
+
+    def term_id(self, term: str) -> int | None:
+        """The id of ``term``, or None when the index has never seen it."""
+        tid = self.vocab.get(term)
+        if tid is None:
+            tid = self.saved_id(term)
+            if tid is not None:
+                self.vocab[term] = tid
+        return tid
+
+    @classmethod
+    def from_packed(cls, bm25: BM25, postings: Postings, lengths: Ints, *, where: str = "index") -> InvertedIndex:
+        """An index over loaded postings for chunks ``0..len(lengths)-1`` with those lengths.
+
+        Every list is read in place from ``postings`` (views of the mapped
+        data file, for format 3) until a change needs an array of its own.
+        """
+        index = cls(bm25)
+        index.dl = copy_array("i", lengths)
+        index.n_docs = len(index.dl)
+        index.total_len = sum(index.dl)
+        terms = postings.terms
+        if isinstance(terms, TermList):
+            index.terms = terms
+        else:
+            index.terms = list(terms)
+            index.vocab.update(zip(index.terms, range(len(index.terms))))
+            if len(index.vocab) != len(index.terms):
+                raise IndexFormatError(f"{where}: duplicate terms in the vocabulary")
+        index.attach_buffers(
+            postings.offsets, postings.chunks, postings.tfs, postings.impacts, n_chunks=index.n_docs, where=where
+        )
+        if postings.maxes is not None:
+            index.maxes = copy_array("f", postings.maxes)
+        if postings.order_offsets is not None and postings.positions is not None:
+            index.attach_orders(postings.order_offsets, postings.positions)
+        return index
 
     def add(self, cid: int, counts: Mapping[int, int]) -> int:
         """Index chunk ``cid`` (larger than every id added before) with its term-id counts.
@@ -224,56 +253,67 @@ class InvertedIndex:
 
     def attach_buffers(
         self,
-        lengths: array[int],
-        docs: array[int],
-        tfs: array[int],
-        imps: array[float],
+        offsets: Ints,
+        docs: Ints,
+        tfs: Ints,
+        imps: Floats,
         *,
         n_chunks: int | None = None,
         where: str = "index",
     ) -> None:
-        """Adopt postings loaded from disk; each term's arrays are cut out on first use.
+        """Adopt packed postings (term ``t``'s list is ``[offsets[t], offsets[t + 1])``).
 
-        With ``n_chunks``, each list is checked against it when it is cut out
+        Each term's lists are views of them until changed (see :meth:`_owned`).
+        With ``n_chunks``, each list is checked against it when first used
         (its ends suffice: lists are sorted), so a damaged index fails clearly.
         """
         self._check_chunks = (n_chunks, where) if n_chunks is not None else None
-        offsets = array("q", accumulate(lengths, initial=0))
-        self._buffers = (memoryview(docs).cast("B"), memoryview(tfs).cast("B"), memoryview(imps).cast("B"), offsets)
-        n = len(lengths)
+        self._buffers = (memoryview(docs), memoryview(tfs), memoryview(imps), memoryview(offsets))
+        n = len(offsets) - 1
         self._n_buffered = n
         self._buffers_gen = self.gen
         self.docs = [None] * n
         self.tfs = [None] * n
         self.imps = [None] * n
-        self.maxes = [-1.0] * n
+        self.maxes = array("f", [-1.0]) * n
         self.imp_gen = [self.gen] * n
 
-    def _cut(self, tid: int) -> array[int]:
+    def _cut(self, tid: int) -> Ints:
         if self._buffers is None or tid >= self._n_buffered:
             d0: array[int] = array("i")
             self.docs[tid], self.tfs[tid], self.imps[tid] = d0, array("I"), array("f")
             return d0
         mv_d, mv_t, mv_i, offsets = self._buffers
-        a, b = offsets[tid] * 4, offsets[tid + 1] * 4
-        d, t, i = array("i"), array("I"), array("f")
-        d.frombytes(mv_d[a:b])
-        t.frombytes(mv_t[a:b])
-        i.frombytes(mv_i[a:b])
+        a, b = offsets[tid], offsets[tid + 1]
+        d = mv_d[a:b]
         if self._check_chunks is not None and d and (d[0] < 0 or d[-1] >= self._check_chunks[0]):
             raise IndexFormatError(f"{self._check_chunks[1]}: a posting points at a chunk that does not exist")
-        self.docs[tid], self.tfs[tid], self.imps[tid] = d, t, i
+        self.docs[tid], self.tfs[tid], self.imps[tid] = d, mv_t[a:b], mv_i[a:b]
         return d
 
-    def fold(self, tid: int) -> array[int]:
+    def _owned(self, tid: int) -> tuple[array[int], array[int]]:
+        """The term's chunk ids and tfs as arrays of its own, ready to change
+        (a loaded list is a read-only view of the data file until then)."""
+        docs, tfs = self.docs[tid], self.tfs[tid]
+        if docs is None:
+            docs = self._cut(tid)
+            tfs = self.tfs[tid]
+        assert tfs is not None
+        if not isinstance(docs, array) or not isinstance(tfs, array):
+            docs, tfs = copy_array("i", docs), copy_array("I", tfs)
+            imps = self.imps[tid]
+            assert imps is not None
+            self.docs[tid], self.tfs[tid], self.imps[tid] = docs, tfs, copy_array("f", imps)
+        return docs, tfs
+
+    def fold(self, tid: int) -> Ints:
         """The term's chunk ids, after moving pending postings into its arrays."""
         docs = self.docs[tid]
         if docs is None:
             docs = self._cut(tid)
         if tid in self.pending:
             pending = self.pending.pop(tid)
-            tfs = self.tfs[tid]
-            assert tfs is not None
+            docs, tfs = self._owned(tid)
             docs.fromlist(pending[0::2])
             tfs.fromlist(pending[1::2])
             self.imp_gen[tid] = -1
@@ -289,22 +329,31 @@ class InvertedIndex:
         The caller compares that sum with the chunk's length to be sure every
         posting went, then calls :meth:`forget`.
         """
-        vocab_get = self.vocab.get
         removed = 0
         for term in set(terms):
-            tid = vocab_get(term)
+            tid = self.term_id(term)
             if tid is None:
                 continue
             docs = self.fold(tid)
             i = bisect_left(docs, cid)
             if i < len(docs) and docs[i] == cid:
+                docs, tfs = self._owned(tid)
                 del docs[i]
-                tfs = self.tfs[tid]
-                assert tfs is not None
                 removed += tfs[i]
                 del tfs[i]
                 self.imp_gen[tid] = -1
         return removed
+
+    def purge(self, cid: int) -> None:
+        """Drop chunk ``cid`` from every posting list (a full scan: the slow path of a removal)."""
+        for tid in range(len(self.terms)):
+            docs = self.fold(tid)
+            i = bisect_left(docs, cid)
+            if i < len(docs) and docs[i] == cid:
+                docs, tfs = self._owned(tid)
+                del docs[i]
+                del tfs[i]
+                self.imp_gen[tid] = -1
 
     def forget(self, cid: int) -> None:
         """Take chunk ``cid`` out of the collection statistics."""
@@ -319,29 +368,19 @@ class InvertedIndex:
         return self.total_len / self.n_docs if self.n_docs else 0.0
 
     def df(self, term: str) -> int:
-        tid = self.vocab.get(term)
+        tid = self.term_id(term)
         return 0 if tid is None else len(self.fold(tid))
-
-    def _norm_values(self, lengths: Iterable[int]) -> Iterable[float]:
-        """BM25 length norms of chunk lengths (``avgdl > 0``): the same
-        operations, in the same order, as length_norm()."""
-        bm, avgdl = self.bm25, self.avgdl
-        return map(
-            mul,
-            repeat(bm.k1),
-            map(add, repeat(1.0 - bm.b), map(truediv, map(mul, repeat(bm.b), lengths), repeat(avgdl))),
-        )
 
     def _length_norms(self) -> list[float]:
         if self._norms_gen != self.gen:
             if self.avgdl > 0:
-                self._norms = list(self._norm_values(self.dl))
+                self._norms = list(norm_values(self.bm25, self.avgdl, self.dl))
             else:
                 self._norms = [self.bm25.k1] * len(self.dl)
             self._norms_gen = self.gen
         return self._norms
 
-    def _norms_of(self, docs: array[int]) -> list[float]:
+    def _norms_of(self, docs: Ints) -> list[float]:
         """The length norms of ``docs``, bit for bit those of :meth:`_length_norms`.
 
         A search right after an add needs fresh impacts for a few terms only:
@@ -353,10 +392,10 @@ class InvertedIndex:
             work = (work if gen == self.gen else 0) + len(docs)
             self._norm_work = (self.gen, work)
             if 2 * work < len(self.dl) and self.avgdl > 0:
-                return list(self._norm_values(map(self.dl.__getitem__, docs)))
+                return list(norm_values(self.bm25, self.avgdl, map(self.dl.__getitem__, docs)))
         return list(map(self._length_norms().__getitem__, docs))
 
-    def impacts(self, tid: int) -> tuple[array[float], float]:
+    def impacts(self, tid: int) -> tuple[Floats, float]:
         """The term's impacts (current generation) and their maximum."""
         docs = self.fold(tid)
         if self.imp_gen[tid] == self.gen:
@@ -369,15 +408,8 @@ class InvertedIndex:
         tfs = self.tfs[tid]
         assert tfs is not None
         bm = self.bm25
-        norms = self._norms_of(docs)
         idf = bm.idf(self.n_docs, len(docs)) if docs else 0.0
-        if bm.variant == "lucene":
-            weights: Iterable[float] = map(truediv, tfs, map(add, tfs, norms))
-        else:
-            k1, b, delta, avgdl, dls = bm.k1, bm.b, bm.delta_value, self.avgdl, self.dl
-            weights = [
-                tf_weight(bm.variant, tf, norm, k1, b, delta, dls[d], avgdl) for d, tf, norm in zip(docs, tfs, norms)
-            ]
+        weights = tf_weights(bm, tfs, self._norms_of(docs), docs, self.dl, self.avgdl)
         imps = array("f", map(mul, repeat(idf), weights))
         self.imps[tid] = imps
         self.maxes[tid] = max(imps) if imps else 0.0
@@ -409,22 +441,21 @@ class InvertedIndex:
         for tid in range(len(self.terms)):
             if bufs is not None and self.docs[tid] is None and tid < self._n_buffered and tid not in pending:
                 mv_d, mv_t, _, offsets = bufs
-                a, b = offsets[tid] * 4, offsets[tid + 1] * 4
-                docs.frombytes(mv_d[a:b])
-                tfs.frombytes(mv_t[a:b])
-                lengths.append((b - a) >> 2)
+                a, b = offsets[tid], offsets[tid + 1]
+                docs.frombytes(memoryview(mv_d[a:b]).cast("B"))
+                tfs.frombytes(memoryview(mv_t[a:b]).cast("B"))
+                lengths.append(b - a)
             else:
                 d = self.fold(tid)
-                docs.extend(d)
-                tfs.extend(self._tf(tid))
+                docs.frombytes(memoryview(d).cast("B"))
+                tfs.frombytes(memoryview(self._tf(tid)).cast("B"))
                 lengths.append(len(d))
         self._pack(lengths, docs, tfs)
 
     def _lengths(self) -> Iterable[int]:
         if self._buffers is None:
             return map(len, map(self.fold, range(len(self.terms))))
-        offsets = self._buffers[3]
-        return map(sub, offsets[1:], offsets[:-1])
+        return lengths_of(self._buffers[3])
 
     def _freeze(self) -> None:
         """Pack a fresh build into the loaded-index layout in a few C-level passes.
@@ -453,22 +484,18 @@ class InvertedIndex:
         as :meth:`impacts` and :meth:`order` term by term (same operations in
         the same order)."""
         bm = self.bm25
-        norms = self._length_norms()
         # An emptied list (every chunk of the term removed) has no impacts.
         idfs = [bm.idf(self.n_docs, df) if df else 0.0 for df in lengths]
-        if bm.variant == "lucene":
-            weights: Iterable[float] = map(truediv, tfs, map(add, tfs, map(norms.__getitem__, docs)))
-        else:
-            k1, b, delta, avgdl, dls = bm.k1, bm.b, bm.delta_value, self.avgdl, self.dl
-            weights = [tf_weight(bm.variant, tf, norms[d], k1, b, delta, dls[d], avgdl) for d, tf in zip(docs, tfs)]
+        norms = map(self._length_norms().__getitem__, docs)
+        weights = tf_weights(bm, tfs, norms, docs, self.dl, self.avgdl)
         imps = array("f", map(mul, chain.from_iterable(map(repeat, idfs, lengths)), weights))
-        self.attach_buffers(lengths, docs, tfs, imps)
-        offsets = self._buffers[3] if self._buffers is not None else array("q")
-        ordered = [tid for tid, length in enumerate(lengths) if length > ORDER_MIN]
+        offsets = array("q", accumulate(lengths, initial=0))
+        self.attach_buffers(offsets, docs, tfs, imps)
         positions: array[int] = array("i")
-        for tid in ordered:
-            positions.extend(_impact_order(imps[offsets[tid] : offsets[tid + 1]]))
-        self.attach_orders(array("i", ordered), positions)
+        for tid, length in enumerate(lengths):
+            if length > ORDER_MIN:
+                positions.extend(_impact_order(imps[offsets[tid] : offsets[tid + 1]]))
+        self.attach_orders(order_offsets_of(lengths, ORDER_MIN), positions)
 
     def _packed_current(self) -> bool:
         """Whether the packed buffers and orders still hold every list as it is."""
@@ -482,93 +509,48 @@ class InvertedIndex:
             or buf[2] != self.gen
         )
 
-    def packed(self) -> _Packed | None:
+    def packed(self) -> Postings | None:
         """The postings as a save writes them, straight from the buffers, or None.
 
-        ``(terms, lengths, chunk ids, tfs, impacts, maxima, ordered terms,
-        order positions)``, leaving out terms whose lists are empty, when
-        nothing changed since the buffers were packed (a bulk build, a load,
-        a bulk refresh): a save then copies them whole instead of walking
-        every term.  None when any list, statistic or order moved on.
+        Terms whose lists are empty are left out (the rest numbered densely),
+        when nothing changed since the buffers were packed (a bulk build, a
+        load, a bulk refresh): a save then copies them whole instead of
+        walking every term.  None when any list, statistic or order moved on.
         """
         if not self._packed_current():
             return None
         buf = self._order_buffer
         assert self._buffers is not None and buf is not None
-        mv_d, mv_t, mv_i, offsets = self._buffers
-        lengths = array("i", self._lengths())
-        order_tids = self._order_tids
-        if len(order_tids) != sum(map(gt, lengths, repeat(ORDER_MIN))):
+        docs, tfs, imps, offsets = self._buffers
+        positions, order_offsets, _ = buf
+        lengths = array("q", lengths_of(offsets))
+        order_lengths = array("q", lengths_of(order_offsets))
+        if any(map(ne, order_lengths, map(_ordered_length, lengths))):
             return None
-        imps = mv_i.obj
-        assert isinstance(imps, array)
         maxes = self.maxes
         if min(maxes, default=0.0) < 0:  # the maxima were not needed yet
             for tid in [tid for tid, mx in enumerate(maxes) if mx < 0]:
                 a, b = offsets[tid], offsets[tid + 1]
                 maxes[tid] = max(imps[a:b]) if b > a else 0.0
-        docs, tfs = mv_d.obj, mv_t.obj
-        assert isinstance(docs, array) and isinstance(tfs, array)
-        positions = buf[0].obj
-        assert isinstance(positions, array)
-        terms = self.terms
-        kept_maxes = array("f", maxes)
-        if not all(lengths):
-            # A save leaves emptied terms out and numbers the rest densely.
-            terms = list(compress(terms, lengths))
-            kept_maxes = array("f", compress(maxes, lengths))
-            rank = list(accumulate(map(bool, lengths)))  # 1 + new number of each kept term
-            order_tids = array("i", map(sub, map(rank.__getitem__, order_tids), repeat(1)))
-            lengths = array("i", filter(None, lengths))
-        return list(terms), lengths, docs, tfs, imps, kept_maxes, order_tids, positions
+        packed = Postings(self.terms, offsets, docs, tfs, imps, maxes, order_offsets, positions)
+        return packed if all(lengths) else without_empty_lists(packed, lengths, order_lengths)
 
-    def saved_postings(self, renumber: list[int] | None = None) -> _Packed:
-        """What a save writes, in the layout of :meth:`packed`, after a
-        :meth:`refresh`: the packed buffers when they are current, else a walk
-        over every term.  ``renumber`` maps chunk ids to their saved ids (when
-        chunks were removed)."""
+    def saved_postings(self, renumber: list[int] | None = None) -> Postings:
+        """What a save writes (see :meth:`packed`), after a :meth:`refresh`:
+        the packed buffers when they are current, else a walk over every
+        term.  ``renumber`` maps chunk ids to their saved ids (when chunks
+        were removed)."""
         packed = self.packed()
         if packed is not None:
             if renumber is None:
                 return packed
-            docs = array("i", map(renumber.__getitem__, packed[2]))
-            return (*packed[:2], docs, *packed[3:])
-        terms: list[str] = []
-        lengths, p_docs, p_tfs, o_terms, o_positions = array("i"), array("i"), array("I"), array("i"), array("i")
-        p_imps: array[float] = array("f")
-        p_maxes: array[float] = array("f")
-        for tid, term in enumerate(self.terms):
-            docs = self.fold(tid)
-            if not docs:
-                continue
-            order = self.order(tid)
-            if order is not None:
-                # Positions within the list: the renumbering keeps chunk order.
-                o_terms.append(len(terms))
-                o_positions.extend(order)
-            terms.append(term)
-            lengths.append(len(docs))
-            p_docs.extend(docs if renumber is None else map(renumber.__getitem__, docs))
-            p_tfs.extend(self._tf(tid))
-            imps, top = self.impacts(tid)
-            p_imps.extend(imps)
-            p_maxes.append(top)
-        return terms, lengths, p_docs, p_tfs, p_imps, p_maxes, o_terms, o_positions
+            return packed._replace(chunks=array("i", map(renumber.__getitem__, packed.chunks)))
+        return walk_postings(self, renumber)
 
-    def attach_orders(self, tids: array[int], positions: array[int], *, where: str = "index") -> None:
-        """Adopt impact orders (see :meth:`order`) saved for the loaded generation."""
-        lengths = list(self._lengths())
-        starts: dict[int, int] = {}
-        at = 0
-        for tid in tids:
-            if not 0 <= tid < len(lengths) or tid in starts:
-                raise IndexFormatError(f"{where}: an impact order names a term that does not exist")
-            starts[tid] = at
-            at += lengths[tid]
-        if at != len(positions):
-            raise IndexFormatError(f"{where}: impact orders have the wrong length")
-        self._order_buffer = (memoryview(positions).cast("B"), starts, self.gen)
-        self._order_tids = tids
+    def attach_orders(self, offsets: Ints, positions: Ints) -> None:
+        """Adopt impact orders (see :meth:`order`) for the current generation:
+        term ``t``'s is ``positions[offsets[t]:offsets[t + 1]]`` (empty: none saved)."""
+        self._order_buffer = (memoryview(positions), memoryview(offsets), self.gen)
 
     def _order_ready(self, tid: int) -> bool:
         """Whether the term's impact order is at hand, or worth sorting now.
@@ -586,30 +568,32 @@ class InvertedIndex:
         gen = self.imp_gen[tid]
         if self._known_order(tid, gen, len(docs)) is not None:
             return True
-        buf = self._order_buffer
-        never_sorted = tid not in self._orders and (buf is None or tid not in buf[1])
+        never_sorted = tid not in self._orders and not self._saved_order(tid)
         if never_sorted or self._order_wanted.get(tid) == gen:
             return True
         self._order_wanted[tid] = gen
         return False
 
-    def _known_order(self, tid: int, gen: int, length: int) -> array[int] | None:
+    def _saved_order(self, tid: int) -> bool:
+        buf = self._order_buffer
+        return buf is not None and tid + 1 < len(buf[1]) and buf[1][tid + 1] > buf[1][tid]
+
+    def _known_order(self, tid: int, gen: int, length: int) -> Ints | None:
         """The term's order for impact generation ``gen``, cached or saved, else None."""
         cached = self._orders.get(tid)
         if cached is not None and cached[0] == gen:
             return cached[1]
         buf = self._order_buffer
-        if buf is None or buf[2] != gen or tid not in buf[1]:
+        if buf is None or buf[2] != gen or not self._saved_order(tid):
             return None
-        start = buf[1][tid] * 4
-        order = array("i")
-        # Not range-checked here: the body's checksum vouches for it, and a
-        # bad position would fail loudly (IndexError), never rank silently.
-        order.frombytes(buf[0][start : start + 4 * length])
+        start = buf[1][tid]
+        # Read in place.  Not range-checked here: the checksum vouches for
+        # it, and a bad position fails loudly (IndexError), never silently.
+        order = buf[0][start : start + length]
         self._orders[tid] = (gen, order)
         return order
 
-    def order(self, tid: int) -> array[int] | None:
+    def order(self, tid: int) -> Ints | None:
         """Positions in the term's lists by decreasing impact (ties: lower position first).
 
         ``None`` for lists of at most ``ORDER_MIN`` postings.
@@ -640,12 +624,16 @@ class InvertedIndex:
         plan.sort(key=lambda item: (-item[0], terms[item[1]]))
         return plan
 
-    def _imp(self, tid: int) -> array[float]:
+    def _imp(self, tid: int) -> Floats:
         imps = self.imps[tid]
         assert imps is not None
         return imps
 
-    def _tf(self, tid: int) -> array[int]:
+    def tfs_of(self, tid: int) -> Ints:
+        """The term's frequencies, beside :meth:`fold`'s chunk ids."""
+        return self._tf(tid)
+
+    def _tf(self, tid: int) -> Ints:
         tfs = self.tfs[tid]
         assert tfs is not None
         return tfs
@@ -654,7 +642,7 @@ class InvertedIndex:
         imps = self._imp(tid)
         return imps if w == 1.0 else map(mul, imps, repeat(w))
 
-    def _cached_table(self, tid: int) -> list[float] | dict[int, float] | None:
+    def _cached_table(self, tid: int) -> array[float] | dict[int, float] | None:
         cached = self._tables.pop(tid, None)
         if cached is None:
             return None
@@ -664,8 +652,8 @@ class InvertedIndex:
         self._tables[tid] = cached  # now the most recently used
         return cached[1]
 
-    def _table(self, tid: int) -> list[float] | dict[int, float]:
-        """The term's impacts by chunk id, cached: a dense list or a dict."""
+    def _table(self, tid: int) -> array[float] | dict[int, float]:
+        """The term's impacts by chunk id, cached: a dense array or a dict."""
         table = self._cached_table(tid)
         if table is not None:
             return table
@@ -673,11 +661,14 @@ class InvertedIndex:
         docs = self.fold(tid)
         n = len(self.dl)
         if len(docs) * DENSE_SHARE >= n:
-            dense = [0.0] * n
-            # Lists zip and index faster than arrays.
-            _consume(map(dense.__setitem__, docs.tolist(), imps.tolist()))
+            # float32 slots, 4 bytes each: a list of floats indexes about
+            # twice as fast but costs 8 bytes a slot and 24 a posting, and is
+            # three times slower to fill, so far fewer tables fit the budget
+            # and cold queries spend their time rebuilding them.
+            dense: array[float] = array("f", bytes(n * 4))
+            _consume(map(dense.__setitem__, docs, imps))
             table = dense
-            size = n * _SLOT_BYTES + len(docs) * _FLOAT_BYTES
+            size = n * _SLOT_BYTES
         else:
             table = dict(zip(docs.tolist(), imps.tolist()))
             size = len(docs) * _DICT_ENTRY_BYTES
@@ -711,7 +702,7 @@ class InvertedIndex:
                 local = dict(zip(docs, self._contribs(tid, w)))
                 return map(local.get, cands, repeat(0.0))
         vals: Iterable[float] = (
-            map(table.__getitem__, cands) if isinstance(table, list) else map(table.get, cands, repeat(0.0))
+            map(table.__getitem__, cands) if isinstance(table, array) else map(table.get, cands, repeat(0.0))
         )
         # w * 0.0 is 0.0 and w * impact is what the other paths add, bit for bit.
         return vals if w == 1.0 else map(mul, vals, repeat(w))
@@ -863,7 +854,7 @@ class InvertedIndex:
             count += cut - depth
         return ranges, count
 
-    def _order(self, tid: int) -> array[int]:
+    def _order(self, tid: int) -> Ints:
         order = self.order(tid)
         assert order is not None  # edges are 0.0 for lists without an order
         return order
@@ -944,8 +935,6 @@ class InvertedIndex:
         """Per-term breakdown of chunk ``cid``'s score; the parts sum to the score exactly."""
         score = 0.0
         parts = []
-        bm = self.bm25
-        avgdl = self.avgdl
         dl = self.dl[cid] if cid < len(self.dl) else 0
         for _, tid, w in self._plan(weights):
             docs = self.fold(tid)
@@ -955,17 +944,17 @@ class InvertedIndex:
             imp = self._imp(tid)[i]
             contribution = imp if w == 1.0 else imp * w
             score = score + contribution
-            tf = self._tf(tid)[i]
-            norm = length_norm(bm.k1, bm.b, dl, avgdl)
             parts.append(
-                TermExplanation(
-                    term=self.terms[tid],
-                    weight=w,
-                    tf=tf,
-                    df=len(docs),
-                    idf=bm.idf(self.n_docs, len(docs)),
-                    tf_weight=tf_weight(bm.variant, tf, norm, bm.k1, bm.b, bm.delta_value, dl, avgdl),
-                    contribution=contribution,
+                TermExplanation.of(
+                    self.bm25,
+                    self.terms[tid],
+                    w,
+                    self._tf(tid)[i],
+                    len(docs),
+                    self.n_docs,
+                    dl,
+                    self.avgdl,
+                    contribution,
                 )
             )
         return score, parts

@@ -12,13 +12,15 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from operator import attrgetter, gt
+from itertools import chain, repeat
+from operator import attrgetter, sub
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from . import _store
+from . import _codec, _store
 from ._analysis import Analyzer
 from ._chunking import Chunker
+from ._codec import Ints
 from ._counting import CountedChunk, TermIds, span_counts
 from ._exceptions import ConfigError, IndexFormatError, IndexLockedError
 from ._gc_pause import collector_paused
@@ -48,15 +50,62 @@ def default_index_path() -> Path:
     return here.parent / "data" / "kb"
 
 
-class _Doc:
-    __slots__ = ("cids", "fingerprint", "metadata", "source", "text")
+class _Doc(NamedTuple):
+    """One source.  A loaded one keeps its text and fingerprint in the mapped
+    data file (``store``, at ``number``) and decodes them on demand: most
+    sources of a big index are never shown, and a load makes each of them
+    with one C-level tuple construction (see :meth:`KnowledgeBase._from_snapshot`)."""
 
-    def __init__(self, source: str, text: str, metadata: dict[str, Any], fingerprint: str) -> None:
-        self.source = source
-        self.text = text
-        self.metadata = metadata
-        self.fingerprint = fingerprint
-        self.cids: list[int] = []
+    source: str
+    own_text: str | None
+    own_metadata: dict[str, Any] | None
+    own_fingerprint: str | None
+    number: int = -1
+    store: _codec.SourceStore | None = None
+    # A new source's chunk ids, appended as it is chunked; a loaded one's are a range.
+    own_cids: Sequence[int] | None = None
+    first_chunks: Ints | None = None
+
+    @property
+    def text(self) -> str:
+        if self.own_text is not None:
+            return self.own_text
+        assert self.store is not None
+        return self.store.text(self.number)
+
+    @property
+    def stored(self) -> str | bytes | memoryview:
+        """The text, or its UTF-8 bytes when still in the data file (what a save copies)."""
+        if self.own_text is not None:
+            return self.own_text
+        assert self.store is not None
+        return self.store.raw(self.number)
+
+    @property
+    def chars(self) -> int:
+        if self.own_text is not None:
+            return len(self.own_text)
+        assert self.store is not None
+        return self.store.chars[self.number]
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        return {} if self.own_metadata is None else self.own_metadata
+
+    @property
+    def fingerprint(self) -> str:
+        if self.own_fingerprint is not None:
+            return self.own_fingerprint
+        assert self.store is not None
+        return self.store.fingerprint(self.number)
+
+    @property
+    def cids(self) -> Sequence[int]:
+        if self.own_cids is not None:
+            return self.own_cids
+        firsts = self.first_chunks
+        assert firsts is not None
+        return range(firsts[self.number], firsts[self.number + 1])
 
 
 class _ChunkTable:
@@ -162,7 +211,10 @@ class KnowledgeBase:
         self.bm25 = bm25
         self._index = InvertedIndex(bm25)
         self._term_ids = TermIds(analyzer, self._index.vocab)
-        self._docs: dict[str, _Doc] = {}
+        # Source name -> document; a load fills it on first use from
+        # _loaded_docs (a search without filters never needs it).
+        self._doc_map: dict[str, _Doc] | None = {}
+        self._loaded_docs: list[_Doc] = []
         self._chunks = _ChunkTable()
         self._path: Path | None = None
         self._revision: str | None = None
@@ -171,6 +223,17 @@ class KnowledgeBase:
         # save or load: edit() skips a save that would rewrite the same index.
         self._changes = 0
         self._saved_changes: int | None = None
+
+    @property
+    def _docs(self) -> dict[str, _Doc]:
+        docs = self._doc_map
+        if docs is None:
+            docs = dict(zip(map(attrgetter("source"), self._loaded_docs), self._loaded_docs))
+            if len(docs) != len(self._loaded_docs):
+                raise IndexFormatError(f"{self._path}: the index names a source twice")
+            self._doc_map = docs
+            self._loaded_docs = []
+        return docs
 
     # -- construction ----------------------------------------------------------
     @classmethod
@@ -278,13 +341,15 @@ class KnowledgeBase:
         doc, checked = replaced
         index = self._index
         chunks = self._chunks
+        cids = doc.own_cids
+        assert isinstance(cids, list)
         for i, (start, end, start_line, end_line, label, tids, tfs) in enumerate(
             self._count(text, checked) if counted is None else counted(index.vocab)
         ):
             cid = chunks.append(doc, i, start, end, start_line, end_line, label)
             index.add_runs(cid, tids, tfs)
-            doc.cids.append(cid)
-        return len(doc.cids)
+            cids.append(cid)
+        return len(cids)
 
     def _count(self, text: str, sections: Sequence[tuple[int, int, str | None]] | None) -> Iterator[CountedChunk]:
         term_ids, analyzer, vocab = self._term_ids, self.analyzer, self._index.vocab
@@ -326,7 +391,7 @@ class KnowledgeBase:
             if old.fingerprint == fingerprint:
                 return None
             self.remove(source)
-        doc = _Doc(source, text, meta, fingerprint)
+        doc = _Doc(source, text, meta, fingerprint, own_cids=[])
         self._docs[source] = doc
         self._changes += 1
         return doc, checked
@@ -405,16 +470,7 @@ class KnowledgeBase:
         return len(doc.cids)
 
     def _purge(self, cid: int) -> None:
-        index = self._index
-        for tid in range(len(index.terms)):
-            docs = index.fold(tid)
-            try:
-                i = docs.index(cid)
-            except ValueError:
-                continue
-            del docs[i]
-            del index._tf(tid)[i]
-            index.imp_gen[tid] = -1
+        self._index.purge(cid)
 
     def sources(self) -> list[str]:
         """Every indexed source, sorted."""
@@ -452,7 +508,7 @@ class KnowledgeBase:
     def _query_weights(self, query: str) -> dict[int, float]:
         if not isinstance(query, str):
             raise ConfigError(f"query must be str, not {type(query).__name__}")
-        vocab_get = self._index.vocab.get
+        vocab_get = self._index.term_id
         weights: dict[int, float] = {}
         for term, count in Counter(self.analyzer(query)).items():
             tid = vocab_get(term)
@@ -560,8 +616,8 @@ class KnowledgeBase:
         return out
 
     # -- persistence ---------------------------------------------------------
-    def _body(self) -> tuple[dict[str, Any], _store.Blob]:
-        blob = _store.Blob()
+    def _snapshot(self) -> _codec.Snapshot:
+        """What a save writes: live chunks renumbered densely, sources in chunk order."""
         index = self._index
         index.refresh()
         ct = self._chunks
@@ -573,22 +629,17 @@ class KnowledgeBase:
             assert doc is not None
             c_doc.append(doc_order.setdefault(doc.source, len(doc_order)))
         pick = live.__iter__
-        c_idx = array("i", map(ct.index.__getitem__, pick()))
-        c_start = array("q", map(ct.start.__getitem__, pick()))
-        c_end = array("q", map(ct.end.__getitem__, pick()))
-        c_sl = array("i", map(ct.start_line.__getitem__, pick()))
-        c_el = array("i", map(ct.end_line.__getitem__, pick()))
-        c_dl = array("i", map(index.dl.__getitem__, pick()))
-        sections = list(map(ct.section.__getitem__, pick()))
         # Sources without chunks (empty texts) still round-trip.
         for name in self._docs:
             doc_order.setdefault(name, len(doc_order))
-        sources = []
-        for name in doc_order:
-            doc = self._docs[name]
-            sources.append(
-                {"source": name, "text": blob.text(doc.text), "metadata": doc.metadata, "fingerprint": doc.fingerprint}
-            )
+        docs = list(map(self._docs.__getitem__, doc_order))
+        sources = _codec.SourceColumns(
+            list(doc_order),
+            [doc.stored for doc in docs],
+            array("q", [doc.chars for doc in docs]),
+            [doc.metadata for doc in docs],
+            [doc.fingerprint for doc in docs],
+        )
         # Chunk ids close up over removed chunks when saved; without removals
         # they stay as they are and the lists are copied whole.
         renumber: list[int] | None = None
@@ -596,35 +647,26 @@ class KnowledgeBase:
             renumber = [-1] * len(ct.doc)
             for new_cid, cid in enumerate(live):
                 renumber[cid] = new_cid
-        terms, lengths, p_docs, p_tfs, p_imps, p_maxes, o_terms, o_positions = index.saved_postings(renumber)
-        body = {
-            "created_by": f"clanker_rag {_version()}",
-            "analyzer": self.analyzer.settings(),
-            "bm25": self.bm25.settings(),
-            "chunking": self.chunker.settings(),
-            "stats": {"chunks": len(live), "total_length": index.total_len, "terms": len(terms)},
-            "sources": sources,
-            "chunks": {
-                "source": blob.array(c_doc),
-                "index": blob.array(c_idx),
-                "start": blob.array(c_start),
-                "end": blob.array(c_end),
-                "start_line": blob.array(c_sl),
-                "end_line": blob.array(c_el),
-                "length": blob.array(c_dl),
-                "section": sections,
-            },
-            "terms": terms,
-            "postings": {
-                "lengths": blob.array(lengths),
-                "chunks": blob.array(p_docs),
-                "tfs": blob.array(p_tfs),
-                "impacts": blob.array(p_imps),
-                "maxes": blob.array(p_maxes),
-            },
-            "orders": {"terms": blob.array(o_terms), "positions": blob.array(o_positions)},
-        }
-        return body, blob
+        chunks = _codec.ChunkColumns(
+            c_doc,
+            array("i", map(ct.index.__getitem__, pick())),
+            array("q", map(ct.start.__getitem__, pick())),
+            array("q", map(ct.end.__getitem__, pick())),
+            array("i", map(ct.start_line.__getitem__, pick())),
+            array("i", map(ct.end_line.__getitem__, pick())),
+            array("i", map(index.dl.__getitem__, pick())),
+            list(map(ct.section.__getitem__, pick())),
+        )
+        return _codec.Snapshot(
+            self.analyzer.settings(),
+            self.bm25.settings(),
+            self.chunker.settings(),
+            sources,
+            chunks,
+            index.saved_postings(renumber),
+            index.total_len,
+            f"clanker_rag {_version()}",
+        )
 
     def save(self, path: str | os.PathLike[str] | None = None, *, overwrite: bool = False) -> Path:
         """Atomically write the index to folder ``path`` (default: where it came from).
@@ -664,7 +706,7 @@ class KnowledgeBase:
                     f"{folder}: already holds an index that this knowledge base was not loaded from; "
                     "saving would replace its documents (load it and add to it, or pass overwrite=True)"
                 )
-            self._revision = _store.write_index(folder, *self._body())
+            self._revision = _codec.write(folder, self._snapshot())
             self._path = folder
             self._saved_changes = self._changes
         finally:
@@ -697,27 +739,25 @@ class KnowledgeBase:
         where = str(folder / _store.INDEX_FILE if folder.is_dir() else folder)
         # Loading creates a few hundred thousand objects and no cycles.
         with collector_paused():
-            body, revision, blob = _store.read_index(folder)
-            try:
-                kb = cls._from_body(body, where, analyzer, blob)
-            except IndexFormatError:
-                raise
-            except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
-                raise IndexFormatError(f"{where}: malformed index ({type(exc).__name__}: {exc})") from None
+            snap, revision = _codec.read(folder)
+            kb = cls._from_snapshot(snap, where, analyzer)
         kb._path = folder if folder.is_dir() else folder.parent
         kb._revision = revision
         kb._saved_changes = kb._changes
         return kb
 
+    def verify(self) -> None:
+        """Hash the whole saved data file against its manifest (a big index is
+        not hashed at load; see docs/index-format.md).  Raises IndexFormatError."""
+        if self._path is None:
+            raise ConfigError("verify() needs a saved index: this knowledge base was never loaded or saved")
+        _store.verify_data(self._path)
+
     @classmethod
-    def _from_body(
-        cls,
-        body: dict[str, Any],
-        where: str,
-        analyzer: Callable[[str], Iterable[str]] | None,
-        blob: memoryview | None = None,
+    def _from_snapshot(
+        cls, snap: _codec.Snapshot, where: str, analyzer: Callable[[str], Iterable[str]] | None
     ) -> KnowledgeBase:
-        settings = body["analyzer"]
+        settings = snap.analyzer
         if settings.get("type") == "custom":
             if analyzer is None:
                 raise IndexFormatError(
@@ -731,76 +771,61 @@ class KnowledgeBase:
                 if analyzer is None
                 else (analyzer if isinstance(analyzer, Analyzer) else Analyzer(custom=analyzer))
             )
-        ch = body["chunking"]
-        kb = cls(
-            ch["chunk_size"], ch["stride"], slack=ch.get("slack"), analyzer=an, bm25=BM25.from_settings(body["bm25"])
+        ch = snap.chunking
+        try:
+            kb = cls(
+                ch["chunk_size"], ch["stride"], slack=ch.get("slack"), analyzer=an, bm25=BM25.from_settings(snap.bm25)
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise IndexFormatError(f"{where}: malformed index ({type(exc).__name__}: {exc})") from None
+        cols = snap.chunks
+        src = snap.sources
+        n_sources = len(src.names)
+        # Each source's chunks: a run of chunk ids, as saves lay them out
+        # (a list per source otherwise).
+        c_src = cols.source
+        firsts = src.first_chunks if src.first_chunks is not None else _codec.first_chunks(c_src, n_sources)
+        chunk_ids: Iterable[Sequence[int] | None]
+        if firsts is not None:
+            chunk_ids = repeat(None)  # a range of first_chunks, made on demand
+        else:
+            lists: list[list[int]] = [[] for _ in range(n_sources)]
+            for cid, owner in enumerate(c_src):
+                lists[owner].append(cid)
+            chunk_ids = lists
+        texts, fps = src.texts, src.fingerprints
+        store = texts if isinstance(texts, _codec.SourceStore) else None
+        own_texts: Iterable[Any] = repeat(None) if isinstance(texts, _codec.SourceStore) else texts
+        fields = zip(
+            src.names,
+            own_texts,
+            src.metadata,
+            repeat(None) if isinstance(fps, _codec.SourceStore) else fps,
+            range(n_sources),
+            repeat(store),
+            chunk_ids,
+            repeat(firsts),
         )
-        docs = []
-        for rec in body["sources"]:
-            text = _store.text(rec["text"], blob, f"{where}: sources.text")
-            doc = _Doc(rec["source"], text, rec["metadata"], rec["fingerprint"])
-            if not isinstance(doc.text, str) or not isinstance(doc.source, str) or not isinstance(doc.metadata, dict):
-                raise IndexFormatError(f"{where}: a source record has the wrong types")
-            kb._docs[doc.source] = doc
-            docs.append(doc)
-        cols = body["chunks"]
-
-        def unpack(value: Any, typecode: str, name: str) -> array[Any]:
-            return _store.unpack(value, typecode, name, blob)
-
-        c_doc = unpack(cols["source"], "i", f"{where}: chunks.source")
-        n = len(c_doc)
+        # tuple.__new__ straight from the columns: no Python call per source.
+        docs: list[_Doc] = list(map(tuple.__new__, repeat(_Doc), fields))
+        kb._doc_map = None
+        kb._loaded_docs = docs
         ct = kb._chunks
-        ct.index = unpack(cols["index"], "i", f"{where}: chunks.index")
-        ct.start = unpack(cols["start"], "q", f"{where}: chunks.start")
-        ct.end = unpack(cols["end"], "q", f"{where}: chunks.end")
-        ct.start_line = unpack(cols["start_line"], "i", f"{where}: chunks.start_line")
-        ct.end_line = unpack(cols["end_line"], "i", f"{where}: chunks.end_line")
-        c_dl = unpack(cols["length"], "i", f"{where}: chunks.length")
-        ct.section = list(cols["section"])
-        columns = (ct.index, ct.start, ct.end, ct.start_line, ct.end_line, c_dl, ct.section)
-        if any(len(col) != n for col in columns):
-            raise IndexFormatError(f"{where}: chunk tables have different lengths")
-        if n and (min(c_doc) < 0 or max(c_doc) >= len(docs)):
-            raise IndexFormatError(f"{where}: a chunk points at a source that does not exist")
-        ct.doc = list(map(docs.__getitem__, c_doc))
-        lengths_of_docs = list(map(len, map(attrgetter("text"), ct.doc)))
-        if n and (min(ct.start) < 0 or any(map(gt, ct.start, ct.end)) or any(map(gt, ct.end, lengths_of_docs))):
-            raise IndexFormatError(f"{where}: a chunk lies outside its source text")
-        for cid, owner in enumerate(ct.doc):
-            assert owner is not None
-            owner.cids.append(cid)
-        index = kb._index
-        index.dl = c_dl
-        index.n_docs = n
-        index.total_len = sum(c_dl)
-        stats = body["stats"]
-        if stats["chunks"] != n or stats["total_length"] != index.total_len:
-            raise IndexFormatError(f"{where}: statistics do not match the chunk table")
-        post = body["postings"]
-        lengths = unpack(post["lengths"], "i", f"{where}: postings.lengths")
-        p_docs = unpack(post["chunks"], "i", f"{where}: postings.chunks")
-        p_tfs = unpack(post["tfs"], "I", f"{where}: postings.tfs")
-        p_imps = unpack(post["impacts"], "f", f"{where}: postings.impacts")
-        terms = body["terms"]
-        if not (len(terms) == len(lengths) and len(p_docs) == len(p_tfs) == len(p_imps) == sum(lengths)):
-            raise IndexFormatError(f"{where}: postings tables have inconsistent lengths")
-        index.terms = list(terms)
-        vocab = index.vocab
-        vocab.update(zip(terms, range(len(terms))))
-        if len(vocab) != len(terms):
-            raise IndexFormatError(f"{where}: duplicate terms in the vocabulary")
-        index.attach_buffers(lengths, p_docs, p_tfs, p_imps, n_chunks=n, where=where)
-        if "maxes" in post:  # absent from early v1 files: computed on first use then
-            maxes = unpack(post["maxes"], "f", f"{where}: postings.maxes")
-            if len(maxes) != len(terms):
-                raise IndexFormatError(f"{where}: postings.maxes has the wrong length")
-            index.maxes = maxes.tolist()
-        if "orders" in body:  # format 1 kept champion lists instead: orders are then computed on first use
-            orders = body["orders"]
-            o_terms = unpack(orders["terms"], "i", f"{where}: orders.terms")
-            o_positions = unpack(orders["positions"], "i", f"{where}: orders.positions")
-            index.attach_orders(o_terms, o_positions, where=where)
+        # The chunk table is small beside the postings (about 30 bytes a
+        # chunk) and grows with adds: it is copied, the postings are not.
+        ct.index = _codec.copy_array("i", cols.ordinal)
+        ct.start = _codec.copy_array("q", cols.start)
+        ct.end = _codec.copy_array("q", cols.end)
+        ct.start_line = _codec.copy_array("i", cols.start_line)
+        ct.end_line = _codec.copy_array("i", cols.end_line)
+        ct.section = cols.section
+        if firsts is not None:
+            # Each source repeated over its run of chunks, in one C-level pass.
+            ct.doc = list(chain.from_iterable(map(repeat, docs, map(sub, firsts[1:], firsts[:-1]))))
+        else:
+            ct.doc = list(map(docs.__getitem__, c_src))
+        kb._index = InvertedIndex.from_packed(kb.bm25, snap.postings, cols.length, where=where)
+        kb._term_ids = TermIds(an, kb._index.vocab)
         return kb
 
     @classmethod

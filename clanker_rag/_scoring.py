@@ -42,12 +42,26 @@ Every contribution is finite, non-negative and non-decreasing in ``tf``.
 from __future__ import annotations
 
 import math
+from array import array
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import repeat
+from operator import add, mul, truediv
 from typing import Any
 
 from ._exceptions import ConfigError
 
-__all__ = ["BM25", "VARIANTS", "idf", "length_norm", "tf_weight"]
+__all__ = [
+    "BM25",
+    "VARIANTS",
+    "TermExplanation",
+    "idf",
+    "impact_order",
+    "length_norm",
+    "norm_values",
+    "tf_weight",
+    "tf_weights",
+]
 
 VARIANTS = ("lucene", "robertson", "atire", "bm25l", "bm25+")
 ROBERTSON_IDF_FLOOR = 1e-3
@@ -131,6 +145,65 @@ class BM25:
     @classmethod
     def from_settings(cls, settings: dict[str, Any]) -> BM25:
         return cls(variant=settings["variant"], k1=settings["k1"], b=settings["b"], delta=settings["delta"])
+
+
+def norm_values(bm: BM25, avgdl: float, lengths: Iterable[int]) -> Iterable[float]:
+    """BM25 length norms of chunk lengths (``avgdl > 0``) in C-level passes:
+    the same operations, in the same order, as :func:`length_norm`."""
+    return map(
+        mul,
+        repeat(bm.k1),
+        map(add, repeat(1.0 - bm.b), map(truediv, map(mul, repeat(bm.b), lengths), repeat(avgdl))),
+    )
+
+
+def tf_weights(
+    bm: BM25, tfs: Sequence[int], norms: Iterable[float], docs: Iterable[int], dls: Sequence[int], avgdl: float
+) -> Iterable[float]:
+    """:func:`tf_weight` of postings side by side (``norms`` are their chunks'
+    :func:`length_norm`); Lucene's in C-level passes, bit for bit the same."""
+    if bm.variant == "lucene":
+        return map(truediv, tfs, map(add, tfs, norms))
+    k1, b, delta = bm.k1, bm.b, bm.delta_value
+    return [tf_weight(bm.variant, tf, norm, k1, b, delta, dls[d], avgdl) for d, tf, norm in zip(docs, tfs, norms)]
+
+
+def impact_order(imps: Sequence[float]) -> array[int]:
+    """Positions by decreasing impact; ties keep increasing position (the sort is stable)."""
+    return array("i", sorted(range(len(imps)), key=imps.__getitem__, reverse=True))
+
+
+@dataclass(frozen=True, slots=True)
+class TermExplanation:
+    """One query term's part of a chunk's score."""
+
+    term: str
+    weight: float
+    tf: int
+    df: int
+    idf: float
+    tf_weight: float
+    contribution: float
+
+    @classmethod
+    def of(
+        cls, bm: BM25, term: str, w: float, tf: int, df: int, n_docs: int, dl: int, avgdl: float, contribution: float
+    ) -> TermExplanation:
+        """The explanation of ``term`` (found ``tf`` times in a chunk of length ``dl``)."""
+        norm = length_norm(bm.k1, bm.b, dl, avgdl)
+        weight = tf_weight(bm.variant, tf, norm, bm.k1, bm.b, bm.delta_value, dl, avgdl)
+        return cls(term, w, tf, df, bm.idf(n_docs, df), weight, contribution)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "term": self.term,
+            "weight": self.weight,
+            "tf": self.tf,
+            "df": self.df,
+            "idf": self.idf,
+            "tf_weight": self.tf_weight,
+            "contribution": self.contribution,
+        }
 
 
 def _check_range(name: str, value: object, low: float, high: float) -> None:

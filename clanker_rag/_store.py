@@ -22,7 +22,20 @@ never a mix (at worst an unreferenced data file, removed by the next save).
 
 Format history: 1 kept everything inside ``index.json`` (arrays in base64)
 with "champion" lists for long terms; 2 moves the bulk into the data file and
-stores every longer list's impact order (``body.orders``).  Both load.
+stores every longer list's impact order (``body.orders``); 3 (see
+:mod:`._codec`) moves the vocabulary into the data file as a sorted term
+dictionary and aligns every part, so the data file is mapped and read in
+place.  All three load.
+
+Checking the data file: a format 3 data file is mapped, not read.  Its size
+is always checked at load (a truncated file is refused at once); its sha256
+is checked at load when the file is at most ``VERIFY_AT_LOAD`` bytes, which
+costs under a few tens of milliseconds.  A larger file is not hashed at load,
+because hashing reads every page (about half a second a gigabyte, and the
+whole file resident): the manifest's own digest still covers the body, every
+posting list is range-checked against the chunk table when first used, and
+:func:`verify_data` (``KnowledgeBase.verify()``) hashes the whole file on
+demand.  Formats 1 and 2 are copied out whole and always hashed.
 """
 
 from __future__ import annotations
@@ -30,6 +43,7 @@ from __future__ import annotations
 import binascii
 import hashlib
 import json
+import mmap
 import os
 import re
 import secrets
@@ -38,24 +52,31 @@ import sys
 from array import array
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ._exceptions import IndexFormatError
 
 __all__ = [
     "FORMAT_VERSION",
     "INDEX_FILE",
+    "VERIFY_AT_LOAD",
     "Blob",
+    "Manifest",
+    "data_range",
     "fsync_dir",
     "read_index",
     "text",
     "unpack",
+    "verify_data",
     "write_bytes_atomic",
     "write_index",
 ]
 
 FORMAT_NAME = "clanker-rag-index"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
+# Data files up to this size are hashed at load (see the module docstring).
+VERIFY_AT_LOAD = 64 * 1024 * 1024
+_ALIGN = 8
 INDEX_FILE = "index.json"
 _BODY_KEY = '"body":'
 _DATA_NAME = re.compile(r"data-[0-9a-f]{32}\.bin")
@@ -69,27 +90,55 @@ class Blob:
     body as ``[offset, length]``."""
 
     def __init__(self) -> None:
-        self.parts: list[bytes] = []
+        self.parts: list[bytes | memoryview] = []
         self.size = 0
 
-    def add(self, data: bytes) -> list[int]:
-        ref = [self.size, len(data)]
-        self.parts.append(data)
-        self.size += len(data)
+    def add(self, data: bytes | memoryview) -> list[int]:
+        # Every part starts on an 8-byte boundary, so a mapped reader can
+        # cast any of them to its item type in place.
+        pad = -self.size % _ALIGN
+        if pad:
+            self.parts.append(bytes(pad))
+            self.size += pad
+        piece = data if isinstance(data, bytes) else memoryview(data).cast("B")
+        ref = [self.size, len(piece)]
+        self.parts.append(piece)
+        self.size += len(piece)
         return ref
 
-    def array(self, values: array[Any]) -> list[int]:
+    def run(self, pieces: Iterable[bytes | memoryview]) -> tuple[list[int], array[int]]:
+        """Add ``pieces`` back to back as one part: its range, and where each
+        piece starts and ends within it (``n + 1`` offsets)."""
+        self.add(b"")  # aligns the start
+        start = self.size
+        offsets = array("q", [0])
+        for piece in pieces:
+            if not isinstance(piece, bytes):
+                piece = memoryview(piece).cast("B")
+            self.parts.append(piece)
+            self.size += len(piece)
+            offsets.append(self.size - start)
+        return [start, self.size - start], offsets
+
+    def array(self, values: array[Any] | memoryview[Any], typecode: str | None = None) -> list[int]:
+        """Add packed ``values`` (an array, or a typed view of one or of a mapped file)."""
+        code = values.typecode if isinstance(values, array) else values.format
+        if typecode is not None and code != typecode:
+            raise TypeError(f"expected items of type {typecode!r}, not {code!r}")
         if sys.byteorder != "little":  # pragma: no cover - big-endian hosts
-            values = array(values.typecode, values)
+            values = array(code, values)
             values.byteswap()
-        return self.add(values.tobytes())
+        if isinstance(values, array):
+            return self.add(values.tobytes())
+        return self.add(values)
 
     def text(self, value: str) -> list[int]:
         # surrogatepass: a text decoded with surrogateescape round-trips too.
         return self.add(value.encode("utf-8", "surrogatepass"))
 
 
-def _range(ref: Any, blob: memoryview | None, where: str) -> memoryview:
+def data_range(ref: Any, blob: memoryview | None, where: str) -> memoryview:
+    """The bytes of the data file that ``ref`` (``[offset, length]``) names."""
     if blob is None:
         raise IndexFormatError(f"{where}: refers to a data file the index does not name")
     if (
@@ -107,7 +156,7 @@ def text(value: Any, blob: memoryview | None, where: str) -> str:
     if isinstance(value, str):
         return value
     try:
-        return str(_range(value, blob, where), "utf-8", "surrogatepass")
+        return str(data_range(value, blob, where), "utf-8", "surrogatepass")
     except UnicodeDecodeError as exc:
         raise IndexFormatError(f"{where}: not valid UTF-8 ({exc.reason})") from None
 
@@ -123,7 +172,7 @@ def unpack(value: Any, typecode: str, where: str, blob: memoryview | None = None
         except (ValueError, TypeError, binascii.Error) as exc:
             raise IndexFormatError(f"{where}: not valid base64 ({exc})") from None
     else:
-        raw = _range(value, blob, where)
+        raw = data_range(value, blob, where)
     values: array[Any] = array(typecode)
     if len(raw) % values.itemsize:
         raise IndexFormatError(f"{where}: {len(raw)} bytes is not a whole number of {values.itemsize}-byte items")
@@ -185,7 +234,7 @@ def write_bytes_atomic(target: Path, data: bytes) -> None:
     write_atomic(target, [data])
 
 
-def write_atomic(target: Path, pieces: Iterable[bytes]) -> None:
+def write_atomic(target: Path, pieces: Iterable[bytes | memoryview]) -> None:
     """Replace ``target`` with the concatenated ``pieces``: temp file beside it,
     flush, fsync, rename; the temp file is removed if anything fails."""
     tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
@@ -233,15 +282,25 @@ def read_revision(folder: str | os.PathLike[str]) -> str | None:
     return head[i + len(key) : j] if j > 0 else None
 
 
-def read_index(folder: str | os.PathLike[str]) -> tuple[dict[str, Any], str, memoryview | None]:
-    """Parse and verify ``folder``'s index; returns ``(body, revision, data file or None)``."""
+class Manifest(NamedTuple):
+    """A verified manifest: its body, revision, format version and data file (mapped), if any."""
+
+    body: dict[str, Any]
+    revision: str
+    version: int
+    data: memoryview | None
+    data_path: Path | None = None
+
+
+def read_index(folder: str | os.PathLike[str]) -> Manifest:
+    """Parse and verify ``folder``'s index and map its data file (see the module docstring)."""
     folder = Path(folder)
     target = folder / INDEX_FILE if folder.is_dir() else folder
     for attempt in range(_READ_ATTEMPTS):
-        body, revision = _read_manifest(target)
+        body, revision, version = _read_manifest(target)
         record = body.get("data")
         if record is None:
-            return body, revision, None
+            return Manifest(body, revision, version, None)
         if (
             not isinstance(record, dict)
             or not isinstance(record.get("file"), str)
@@ -252,7 +311,7 @@ def read_index(folder: str | os.PathLike[str]) -> tuple[dict[str, Any], str, mem
             raise IndexFormatError(f"{target}: the data file record is malformed")
         path = target.parent / record["file"]
         try:
-            data = read_regular(path)
+            data = _map(path)
         except FileNotFoundError:
             # A writer may have replaced the index between our two reads: read the new manifest.
             if attempt + 1 < _READ_ATTEMPTS:
@@ -262,13 +321,47 @@ def read_index(folder: str | os.PathLike[str]) -> tuple[dict[str, Any], str, mem
             raise IndexFormatError(f"{path}: cannot read the index's data file ({exc.strerror or exc})") from None
         if len(data) != record["size"]:
             raise IndexFormatError(f"{path}: truncated ({len(data)} of {record['size']} bytes)")
-        if hashlib.sha256(data).hexdigest() != record["sha256"]:
+        if (version < 3 or len(data) <= VERIFY_AT_LOAD) and hashlib.sha256(data).hexdigest() != record["sha256"]:
             raise IndexFormatError(f"{path}: checksum mismatch: the data file was modified or damaged after saving")
-        return body, revision, memoryview(data)
+        return Manifest(body, revision, version, data, path)
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _read_manifest(target: Path) -> tuple[dict[str, Any], str]:
+def _map(path: Path) -> memoryview:
+    """The file's bytes, mapped read-only (an empty file cannot be mapped: it is
+    read); anything but a regular file is refused, as by :func:`read_regular`."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise IndexFormatError(f"{path}: not a regular file (a FIFO, device or socket cannot hold an index)")
+        if info.st_size == 0:
+            return memoryview(b"")
+        # The mapping outlives the descriptor; views of it keep it alive.
+        return memoryview(mmap.mmap(fd, 0, access=mmap.ACCESS_READ))
+    finally:
+        os.close(fd)
+
+
+def verify_data(folder: str | os.PathLike[str]) -> None:
+    """Hash the whole data file of ``folder``'s index against its manifest (raises IndexFormatError)."""
+    folder = Path(folder)
+    target = folder / INDEX_FILE if folder.is_dir() else folder
+    body, _, _ = _read_manifest(target)
+    record = body.get("data")
+    if not isinstance(record, dict):
+        return
+    path = target.parent / str(record.get("file"))
+    h = hashlib.sha256()
+    try:
+        h.update(_map(path))
+    except OSError as exc:
+        raise IndexFormatError(f"{path}: cannot read the index's data file ({exc.strerror or exc})") from None
+    if h.hexdigest() != record.get("sha256"):
+        raise IndexFormatError(f"{path}: checksum mismatch: the data file was modified or damaged after saving")
+
+
+def _read_manifest(target: Path) -> tuple[dict[str, Any], str, int]:
     try:
         data = read_regular(target)
     except FileNotFoundError:
@@ -306,4 +399,4 @@ def _read_manifest(target: Path) -> tuple[dict[str, Any], str]:
         canon = json.dumps(body, ensure_ascii=True, separators=(",", ":"))
         if hashlib.sha256(canon.encode("ascii")).hexdigest() != expected:
             raise IndexFormatError(f"{target}: checksum mismatch: the index was modified or damaged after it was saved")
-    return body, str(doc.get("revision", ""))
+    return body, str(doc.get("revision", "")), version

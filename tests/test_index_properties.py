@@ -1,6 +1,7 @@
 """Invariants of the index, checked on random corpora."""
 
 import math
+from array import array
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -257,11 +258,11 @@ def test_lookup_tables_stay_within_their_budget(monkeypatch):
         assert tables, "lookups should have built tables"
         assert index._table_bytes == sum(size for _, _, size in tables.values())
         for _, table, size in tables.values():
-            # A dense list costs a slot per chunk, a dict an entry per posting.
-            assert size >= (len(table) * 8 if isinstance(table, list) else len(table) * 90)
+            # A dense float32 array costs a slot per chunk, a dict an entry per posting.
+            assert size >= (len(table) * 4 if isinstance(table, array) else len(table) * 90)
         assert index._table_bytes <= 60 * 90 or len(tables) == 1
         kinds.update(type(table) for _, table, _ in tables.values())
-    assert kinds == {list, dict}, "both kinds of table should have been used"
+    assert kinds == {array, dict}, "both kinds of table should have been used"
 
 
 @settings(max_examples=60, deadline=None)

@@ -23,6 +23,7 @@ LAYERS = [
     {"_exceptions", "_types", "_gc_pause", "_stopwords", "_stemmer", "_generate", "_readers", "_sse", "_term"},
     {"_validate", "_blocks", "_urls"},
     {"_analysis", "_scoring", "_lock", "_store", "_scanner", "_embed", "_fusion", "backends", "_adapters"},
+    {"_codec"},
     {"_chunking", "_index", "_discovery"},
     {"_counting"},
     {"_kb", "_dense"},
