@@ -77,6 +77,7 @@ TABLE_BYTES = 96_000_000
 DENSE_SHARE = 16
 _DICT_ENTRY_BYTES = 90
 _SLOT_BYTES = 4
+_ZERO_SLOT: array[float] = array("f", [0.0])
 # A term's table is built once its binary-searched candidates pass 1/PROBE_SHARE
 # of its list (a binary search over an array costs about as much as putting 20
 # to 40 postings in a table, and the table serves later queries too);
@@ -665,7 +666,7 @@ class InvertedIndex:
             # twice as fast but costs 8 bytes a slot and 24 a posting, and is
             # three times slower to fill, so far fewer tables fit the budget
             # and cold queries spend their time rebuilding them.
-            dense: array[float] = array("f", bytes(n * 4))
+            dense = _ZERO_SLOT * n  # repeats in C; array("f", bytes(...)) converts slot by slot
             _consume(map(dense.__setitem__, docs, imps))
             table = dense
             size = n * _SLOT_BYTES
