@@ -81,6 +81,11 @@ def _color_option(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
+def _cluster_option(p: argparse.ArgumentParser) -> None:
+    help_ = "a sharded index on the Dask scheduler ADDRESS ('local': a loopback cluster; extra: dask)"
+    p.add_argument("--cluster", metavar="ADDRESS", help=help_)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog=PROG,
@@ -117,6 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("-v", "--verbose", action="store_true", help="list every skipped file with its reason")
+    _cluster_option(p)
+    p.add_argument("--shards", type=_positive_int, default=3, metavar="N", help="shards of a new --cluster index")
     p.set_defaults(func=_cmd_ingest)
 
     p = command("search", "search the knowledge base")
@@ -128,6 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--explain", action="store_true", help="show each term's part of the score")
     p.add_argument("--json", action="store_true", help="print a JSON list of hits")
     _color_option(p)
+    _cluster_option(p)
     p.set_defaults(func=_cmd_search)
 
     p = command("show", "print an indexed source")
@@ -138,6 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("stats", "describe the knowledge base")
     p.add_argument("--json", action="store_true", help="print JSON")
+    _cluster_option(p)
     p.set_defaults(func=_cmd_stats)
 
     p = command("rm", "remove sources (names or globs) from the knowledge base")
@@ -187,6 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-score", type=float, metavar="S", help="drop passages scoring below S")
     p.add_argument("--max-request-bytes", type=_size, metavar="SIZE", help="request body cap (default 8M)")
     p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS", help="upstream timeout (default 300)")
+    _cluster_option(p)
     p.set_defaults(func=_cmd_serve)
 
     p = command("mcp", "MCP server: search, retrieve, show, stats tools for agents (extra: mcp)")
@@ -276,6 +286,10 @@ def _run(args: argparse.Namespace) -> int:
     from ._exceptions import ClankerRagError
 
     try:
+        if getattr(args, "cluster", None):
+            from ._cluster_cli import run_cluster
+
+            return run_cluster(args, _parse_where, (BASE_URL_ENV, API_KEY_ENV))
         code: int = args.func(args)
         return code
     except KeyboardInterrupt:

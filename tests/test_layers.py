@@ -25,12 +25,13 @@ LAYERS = [
     {"_analysis", "_scoring", "_lock", "_store", "_scanner", "_embed", "_fusion", "backends", "_adapters"},
     {"_codec"},
     {"_chunking", "_index", "_discovery"},
-    {"_counting"},
+    {"_counting", "_collection"},
     {"_kb", "_dense"},
     {"_parallel"},
     {"_ingest", "_rerank", "_eval", "_controller", "_named_kbs", "_upstream", "_native_tools"},
-    {"_proxy_handler"},
-    {"_proxy", "_cli", "_demo", "_mcp", "integrations", "__init__", "__main__"},
+    {"_proxy_handler", "_cluster_shards"},
+    {"cluster"},
+    {"_proxy", "_cli", "_cluster_cli", "_demo", "_mcp", "integrations", "__init__", "__main__"},
 ]
 RANK = {name: i for i, layer in enumerate(LAYERS) for name in layer}
 BACKEND_DEPS = {"_generate", "_exceptions", "_sse", "_urls"}

@@ -1,0 +1,186 @@
+"""``clanker-rag ingest/search/stats/serve --cluster ADDRESS``: the same commands on a sharded index.
+
+``ADDRESS`` is a Dask scheduler (``tcp://host:8786``) or ``local``, which
+starts a loopback ``LocalCluster`` for the command and stops it after.  The
+index folder comes from ``--index DIR`` (on storage every worker can read).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ._exceptions import ConfigError
+from .cluster import MANIFEST as _MANIFEST
+from .cluster import ShardedKnowledgeBase, close_client, connect, require_dask
+
+__all__ = ["run_cluster"]
+
+PROG = "clanker-rag"
+
+
+def run_cluster(
+    args: argparse.Namespace,
+    parse_where: Callable[[Sequence[str]], dict[str, Any] | None],
+    env: tuple[str, str],
+) -> int:
+    """Run ``args.command`` on the cluster at ``args.cluster``; the exit code."""
+    if args.command not in ("ingest", "search", "stats", "serve"):
+        raise ConfigError(f"--cluster works with ingest, search, stats and serve, not {args.command!r}")
+    if not getattr(args, "index", None):
+        raise ConfigError("--cluster needs --index DIR: the sharded index folder (readable by every worker)")
+    path = Path(args.index).absolute()
+    require_dask()  # imports distributed, which sets its loggers' levels from the Dask config
+    if not getattr(args, "debug", False):
+        # Dask reports every worker start and stop at INFO: not news for a command's user.
+        logging.getLogger("distributed").setLevel(logging.WARNING)
+    client = connect(args.cluster)
+    try:
+        if args.command == "ingest":
+            return _ingest(args, path, client)
+        if not (path / _MANIFEST).is_file():
+            raise ConfigError(f"{path}: no sharded index (build one with: {PROG} ingest TREE --index {path} --cluster)")
+        kb = ShardedKnowledgeBase.load(path, client=client)
+        try:
+            if args.command == "search":
+                return _search(args, kb, parse_where)
+            if args.command == "stats":
+                return _stats(args, kb, path)
+            return _serve(args, kb, path, env)
+        finally:
+            kb.close()
+    finally:
+        close_client(client)
+
+
+def _ingest(args: argparse.Namespace, path: Path, client: Any) -> int:
+    options: dict[str, Any] = {
+        "include": args.include,
+        "exclude": args.exclude,
+        "gitignore": not args.no_gitignore,
+        "secret_guard": not args.no_secret_guard,
+        "follow_symlinks": args.follow_symlinks,
+        "sync": not args.no_sync,
+        "prefix": args.prefix,
+    }
+    if args.ext:
+        options["extensions"] = args.ext
+    if args.max_file_size is not None:
+        options["max_file_size"] = args.max_file_size
+    if (path / _MANIFEST).is_file():
+        kb = ShardedKnowledgeBase.load(path, client=client, shards=args.shards)
+    else:
+        kb = ShardedKnowledgeBase(args.shards, client=client)
+    try:
+        report = kb.ingest(args.paths, index_path=path, **options)
+    finally:
+        kb.close()
+    if args.json:
+        print(json.dumps(report.to_dict(), ensure_ascii=False))
+        return 0
+    print(report.summary())
+    if args.verbose:
+        for skipped, reason in report.skipped:
+            print(f"  skipped {skipped}: {reason}", file=sys.stderr)
+    print(f"index: {path} ({report.workers} shards)", file=sys.stderr)
+    return 0
+
+
+def _search(
+    args: argparse.Namespace, kb: ShardedKnowledgeBase, parse_where: Callable[[Sequence[str]], dict[str, Any] | None]
+) -> int:
+    if args.k < 1:
+        raise ConfigError(f"--k must be >= 1, got {args.k}")
+    hits = kb.search(args.query, args.k, source=args.filter, where=parse_where(args.where), feedback=args.feedback)
+    if args.json:
+        items = []
+        for hit in hits:
+            item = hit.to_dict()
+            if args.explain:
+                item["explanation"] = kb.explain(args.query, hit, feedback=args.feedback).to_dict()
+            items.append(item)
+        print(json.dumps(items, ensure_ascii=False))
+        return 0
+    if not hits:
+        print(f"no results for {args.query!r}", file=sys.stderr)
+        return 0
+    for rank, hit in enumerate(hits, 1):
+        print(f"{rank:>2}. {hit.source}:{hit.start_line}-{hit.end_line}  {hit.score:.3f}")
+        print("    " + " ".join(hit.text.split())[:240])
+    return 0
+
+
+def _stats(args: argparse.Namespace, kb: ShardedKnowledgeBase, path: Path) -> int:
+    shards = kb.shard_stats()
+    formats: dict[str, int] = {}
+    for info in shards:
+        for fmt, n in info.formats.items():
+            formats[fmt] = formats.get(fmt, 0) + n
+    size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    settings = kb.settings()
+    obj: dict[str, Any] = {
+        "path": str(path),
+        "shards": len(shards),
+        "sources": sum(len(info.sources) for info in shards),
+        "chunks": sum(info.chunks for info in shards),
+        "index_bytes": size,
+        "formats": dict(sorted(formats.items(), key=lambda kv: -kv[1])),
+        "per_shard": [{"chunks": i.chunks, "sources": len(i.sources), "terms": i.terms} for i in shards],
+        **settings,
+    }
+    if args.json:
+        print(json.dumps(obj, ensure_ascii=False))
+        return 0
+    print(f"index     {obj['path']}")
+    print(f"shards    {obj['shards']}")
+    print(f"sources   {obj['sources']}")
+    print(f"chunks    {obj['chunks']}")
+    print(f"size      {size / 1e6:.2f} MB")
+    for n, info in enumerate(obj["per_shard"]):
+        print(f"shard {n:<3} {info['chunks']} chunks, {info['sources']} sources, {info['terms']} terms")
+    return 0
+
+
+def _serve(args: argparse.Namespace, kb: ShardedKnowledgeBase, path: Path, env: tuple[str, str]) -> int:
+    from ._proxy import SharedRetriever, make_server, serve
+
+    base_url_env, api_key_env = env
+    upstream = args.upstream or os.environ.get(base_url_env)
+    if not upstream:
+        raise ConfigError(f"serve needs --upstream URL (or ${base_url_env})")
+    options: dict[str, Any] = {
+        "k": args.k,
+        "tools": not args.no_tools,
+        "native_tools": getattr(args, "native_tools", False),
+        "live": not args.no_live,
+        "show_blocks": args.show_blocks,
+        "min_score": args.min_score,
+        "timeout": args.timeout,
+        "api_key": os.environ.get(api_key_env) or None,
+    }
+    if args.max_request_bytes is not None:
+        options["max_request_bytes"] = args.max_request_bytes
+    # No folder to watch: a sharded index is re-read by restarting serve.
+    server = make_server(SharedRetriever(kb, None), upstream, host=args.host, port=args.port, **options)
+
+    def ready(srv: Any) -> None:
+        if args.host not in ("127.0.0.1", "::1", "localhost"):
+            print(f"{PROG}: warning: listening on {args.host}: the proxy has no authentication", file=sys.stderr)
+        print(
+            f"{PROG}: serving {srv.url}/v1 -> {srv.config.upstream} with {path} "
+            f"({kb.n_shards} shards on {args.cluster}); Ctrl-C stops",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    try:
+        serve(server, ready)
+    except KeyboardInterrupt:
+        print(f"{PROG}: stopped", file=sys.stderr)
+    return 0

@@ -1,0 +1,529 @@
+"""One knowledge base sharded over a Dask cluster (the ``clanker-rag[dask]`` extra).
+
+``ShardedKnowledgeBase`` keeps the surface of :class:`~clanker_rag.KnowledgeBase`
+that the CLI, the proxy and the controller use, and the ``Retriever``
+protocol.  Each shard is an ordinary ``KnowledgeBase`` on a Dask worker; a
+source's chunks all live on the shard a stable hash of its name picks
+(``blake2b`` of the name, modulo the shard count), so re-ingesting or
+removing a source touches one shard.
+
+Scores are exact: a search first collects each shard's chunk count, summed
+length and the query terms' document frequencies, adds them up, and has
+every shard score its chunks with those totals, so each hit scores what one
+``KnowledgeBase`` over the same chunks gives it (up to the last bit of the
+sum; ties between equal scores are broken by source and chunk number).
+
+Without a ``client`` every shard lives in this process: a sharded index opens
+on one machine without Dask.  See ``docs/scale.md``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import json
+import logging
+import os
+import tempfile
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ._cluster_shards import (
+    PLACEMENT,
+    DaskShards,
+    LocalShards,
+    ShardInfo,
+    merge_reports,
+    shard_add,
+    shard_explain,
+    shard_feedback,
+    shard_info,
+    shard_ingest,
+    shard_of,
+    shard_remove,
+    shard_search,
+    shard_settings,
+    shard_source,
+    shard_stats,
+    shard_term_stats,
+)
+from ._collection import CollectionStats
+from ._exceptions import ConfigError, IndexFormatError, IngestError, MissingExtraError
+from ._ingest import IngestReport
+from ._kb import Explanation, KnowledgeBase
+from ._types import Hit
+
+__all__ = ["MANIFEST", "ShardedHits", "ShardedKnowledgeBase", "connect", "shard_of"]
+
+log = logging.getLogger(__name__)
+
+MANIFEST = "cluster.json"
+FORMAT_VERSION = 1
+MAX_SHARDS = 4096
+DEFAULT_TIMEOUT = 60.0
+# RM3 settings of KnowledgeBase.search(feedback=True), repeated over shards.
+_FEEDBACK_DOCS = 10
+_FEEDBACK_TERMS = 10
+_FEEDBACK_ORIGINAL_WEIGHT = 0.5
+# The scheduler settings a sharded index wants (docs/scale.md: set them on a real cluster too).
+DASK_CONFIG = {"distributed.scheduler.work-stealing": False, "distributed.scheduler.worker-saturation": "inf"}
+# Clusters connect("local") started, by id of their client.
+_STARTED: dict[int, Any] = {}
+_INSTALL_HINT = "the Dask cluster needs the dask extra: pip install 'clanker-rag[dask]'"
+
+
+def require_dask() -> None:
+    """Raise ``MissingExtraError`` with the install line when ``distributed`` is missing."""
+    try:
+        import distributed  # noqa: F401
+    except ImportError:
+        raise MissingExtraError(_INSTALL_HINT) from None
+
+
+def connect(address: str, *, n_workers: int | None = None) -> Any:
+    """A ``distributed.Client`` for ``address``; ``"local"`` starts a loopback ``LocalCluster``.
+
+    Closing the client also closes a cluster started here.
+    """
+    require_dask()
+    from distributed import Client, LocalCluster
+
+    if address == "local":
+        import dask
+
+        # Work stealing would copy a shard to an idle worker to run one
+        # search there: slow (a shard travels as its index files) for nothing.
+        # Queuing holds a shard's load back while a worker is "saturated";
+        # off, a lost shard's rebuild starts at once on a live worker.
+        with dask.config.set(DASK_CONFIG):
+            # (distributed's constructors are not annotated: hence the ignores.)
+            cluster = LocalCluster(  # type: ignore[no-untyped-call]
+                host="127.0.0.1",
+                processes=True,
+                n_workers=n_workers if n_workers is not None else min(3, os.cpu_count() or 1),
+                threads_per_worker=1,
+                dashboard_address=None,  # no web server: nothing listens beyond the scheduler and workers
+            )
+        client = Client(cluster)  # type: ignore[no-untyped-call]
+        _STARTED[id(client)] = cluster  # closed with the client (see close_client)
+        return client
+    return Client(address)  # type: ignore[no-untyped-call]
+
+
+def close_client(client: Any) -> None:
+    """Close a client from :func:`connect`, and the cluster it started."""
+    cluster = _STARTED.pop(id(client), None)
+    client.close()
+    if cluster is not None:
+        cluster.close()
+
+
+class ShardedHits(list[Hit]):
+    """Search results; ``missing`` names the shards that did not answer (``allow_partial=True``)."""
+
+    missing: tuple[int, ...] = ()
+
+    def __init__(self, hits: Iterable[Hit] = (), missing: Iterable[int] = ()) -> None:
+        super().__init__(hits)
+        self.missing = tuple(sorted(missing))
+
+
+def _order(hit: Hit) -> tuple[float, str, int]:
+    return (-hit.score, hit.source, hit.chunk_index)
+
+
+class ShardedKnowledgeBase:
+    """A knowledge base split into ``shards`` knowledge bases, on a Dask cluster or in this process.
+
+    ``client`` is a ``distributed.Client`` (see :func:`connect`); ``None``
+    keeps every shard here.  ``timeout`` bounds each search's wait for the
+    shards (seconds).  Other keyword arguments configure the shards as
+    ``KnowledgeBase(...)`` would (chunking, analyser settings, BM25).
+    """
+
+    def __init__(
+        self, shards: int = 3, *, client: Any = None, timeout: float = DEFAULT_TIMEOUT, **options: Any
+    ) -> None:
+        _check_shards(shards)
+        template = KnowledgeBase(**options)  # validates the options here, before any worker sees them
+        if client is None:
+            home: LocalShards | DaskShards = LocalShards([KnowledgeBase(**options) for _ in range(shards)])
+        else:
+            require_dask()
+            home = DaskShards.create(client, shards, options)
+        self._init(home, client, timeout, None, shard_settings(template))
+
+    def _init(
+        self, home: LocalShards | DaskShards, client: Any, timeout: float, path: Path | None, settings: dict[str, Any]
+    ) -> None:
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < 1e6:
+            raise ConfigError(f"timeout={timeout!r} is out of range: expected seconds in (0, 1e6)")
+        self._home = home
+        self.client = client
+        self.timeout = float(timeout)
+        self._path = path
+        self._settings = settings
+
+    # -- opening and saving ----------------------------------------------------------
+    @classmethod
+    def load(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        client: Any = None,
+        shards: int | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> ShardedKnowledgeBase:
+        """Open a sharded index folder written by :meth:`save`.
+
+        With a ``client`` each shard loads on a worker (the folder must be on
+        storage the workers can read); without one, in this process.
+        ``shards`` (optional) must equal the saved shard count: sources are
+        placed by it, so another count is refused rather than misplacing them.
+        """
+        folder = Path(path).absolute()
+        manifest = read_manifest(folder)
+        n = manifest["shards"]
+        if shards is not None and shards != n:
+            raise ConfigError(
+                f"{folder} holds {n} shards, not shards={shards}: sources are placed by the shard count; "
+                f"open it with {n}, or ingest into a new folder with {shards}"
+            )
+        folders = [str(folder / name) for name in manifest["shard_dirs"]]
+        if client is None:
+            home: LocalShards | DaskShards = LocalShards([KnowledgeBase.load(f) for f in folders])
+        else:
+            require_dask()
+            home = DaskShards.open(client, folders)
+        self = cls.__new__(cls)
+        self._init(home, client, timeout, folder, {})
+        first = home.map(shard_settings, {0: ()}, timeout=None)
+        self._settings = first[0]
+        return self
+
+    @property
+    def path(self) -> Path | None:
+        """The folder this index was loaded from or last saved to."""
+        return self._path
+
+    @property
+    def n_shards(self) -> int:
+        return len(self._home)
+
+    def settings(self) -> dict[str, Any]:
+        """The shards' analyser, BM25 and chunking settings (as ``clanker-rag stats`` shows them)."""
+        return dict(self._settings)
+
+    def save(self, path: str | os.PathLike[str] | None = None) -> Path:
+        """Write one ordinary index folder per shard (``shard-000``...) and the manifest ``cluster.json``.
+
+        Each shard folder is written atomically and opens with
+        ``KnowledgeBase.load``; the manifest is written last, atomically.
+        Refuses a folder holding a sharded index with another shard count.
+        """
+        if path is None:
+            if self._path is None:
+                raise ConfigError("save() needs a path: this sharded knowledge base was never loaded or saved")
+            folder = self._path
+        else:
+            folder = Path(path).absolute()
+        if folder.exists() and not folder.is_dir():
+            raise ConfigError(f"{folder}: an index path must be a folder")
+        if (folder / MANIFEST).exists():
+            old = read_manifest(folder)
+            if old["shards"] != self.n_shards:
+                raise ConfigError(
+                    f"{folder} holds {old['shards']} shards, this index {self.n_shards}: save to another folder"
+                )
+            if not _same_folder(self._path, folder):
+                raise ConfigError(
+                    f"{folder}: already holds a sharded index that this one was not loaded from; "
+                    "saving would replace its documents (load it and add to it, or save elsewhere)"
+                )
+        elif (folder / "index.json").exists():
+            raise ConfigError(f"{folder} holds a one-machine index; save the sharded index to another folder")
+        folder.mkdir(parents=True, exist_ok=True)
+        names = [f"shard-{i:03d}" for i in range(self.n_shards)]
+        self._home.save([str(folder / name) for name in names])
+        write_manifest(
+            folder,
+            {"format_version": FORMAT_VERSION, "shards": self.n_shards, "placement": PLACEMENT, "shard_dirs": names},
+        )
+        self._path = folder
+        return folder
+
+    def close(self) -> None:
+        """Release the shards held on the cluster (the client stays open: it is the caller's)."""
+        self._home.close()
+
+    def __enter__(self) -> ShardedKnowledgeBase:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- adding and removing ---------------------------------------------------------
+    def shard_of(self, source: str) -> int:
+        """The shard that holds (or would hold) ``source``."""
+        if not isinstance(source, str) or not source:
+            raise ConfigError(f"source must be a non-empty str, not {source!r}")
+        return shard_of(source, self.n_shards)
+
+    def add_text(
+        self,
+        text: str,
+        source: str,
+        metadata: Mapping[str, Any] | None = None,
+        *,
+        sections: Sequence[tuple[int, int, str | None]] | None = None,
+    ) -> int:
+        """``KnowledgeBase.add_text`` on the source's shard; returns chunks added."""
+        i = self.shard_of(source)
+        item = (text, source, dict(metadata) if metadata else None, list(sections) if sections is not None else None)
+        return self._home.change({i: (shard_add, ([item],))})[i]
+
+    def add_texts(self, items: Iterable[tuple[str, str] | tuple[str, str, Mapping[str, Any] | None]]) -> int:
+        """Bulk :meth:`add_text` of ``(text, source[, metadata])``: one change per shard."""
+        batches: dict[int, list[Any]] = {}
+        for item in items:
+            text, source = item[0], item[1]
+            meta = item[2] if len(item) > 2 else None
+            batches.setdefault(self.shard_of(source), []).append((text, source, dict(meta) if meta else None, None))
+        if not batches:
+            return 0
+        return sum(self._home.change({i: (shard_add, (b,)) for i, b in batches.items()}).values())
+
+    def remove(self, source: str) -> int:
+        """Remove every chunk of ``source``; returns how many (0 if unknown)."""
+        i = self.shard_of(source)
+        return self._home.change({i: (shard_remove, ([source],))})[i]
+
+    def ingest(self, path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], **options: Any) -> IngestReport:
+        """Ingest files and folders, each shard reading the files placed on it (on its worker).
+
+        Options are those of :func:`clanker_rag.ingest` with one-machine
+        semantics (fingerprint skips, replace, sync, secret guard, skips),
+        except: ``jobs`` and ``checkpoint_*`` are ignored (each shard reads
+        on its own worker), ``progress`` is not shown, and ``index_path``
+        saves once at the end.  Paths must be readable by every worker.
+        """
+        index_path = options.pop("index_path", None)
+        for unused in ("jobs", "checkpoint_files", "checkpoint_seconds", "progress"):
+            options.pop(unused, None)
+        prefix = options.pop("prefix", "")
+        paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
+        if not paths:
+            raise IngestError("nothing to ingest: no path given")
+        roots = [os.path.abspath(os.fspath(p)) for p in paths]
+        for root in roots:
+            if not os.path.exists(root):
+                raise IngestError(f"cannot ingest {root!r}: no such file or folder")
+        reports: list[IngestReport] = []
+        for root in roots:
+            # As ingest() names sources of several roots: each after its folder.
+            name = os.path.basename(os.path.realpath(root)) or "root"
+            pre = prefix + name + "/" if len(roots) > 1 and os.path.isdir(root) else prefix
+            n = self.n_shards
+            changes = {i: (shard_ingest, (i, n, root, pre, dict(options))) for i in range(n)}
+            results = self._home.change(changes)
+            reports.append(merge_reports([results[i] for i in range(n)]))
+        report = merge_reports(reports)
+        report.roots = [r for rep in reports for r in rep.roots]
+        report.workers = self.n_shards
+        report.chunks_total = len(self)
+        if index_path is not None:
+            self.save(index_path)
+            report.saves = 1
+        return report
+
+    # -- reading -----------------------------------------------------------------------
+    def _info(self) -> dict[int, ShardInfo]:
+        return self._home.map(shard_info, {i: () for i in range(self.n_shards)}, timeout=self.timeout)
+
+    def shard_workers(self) -> list[list[str]]:
+        """The Dask workers holding each shard (empty lists in this process)."""
+        return self._home.holders()
+
+    def shard_stats(self) -> list[ShardInfo]:
+        """Each shard's chunks, terms, sources and formats."""
+        info = self._info()
+        return [info[i] for i in range(self.n_shards)]
+
+    def sources(self) -> list[str]:
+        """Every indexed source, sorted."""
+        return sorted(s for info in self._info().values() for s in info.sources)
+
+    def __len__(self) -> int:
+        return sum(info.chunks for info in self._info().values())
+
+    def __contains__(self, source: object) -> bool:
+        return isinstance(source, str) and bool(source) and self.source_metadata(source) is not None
+
+    def _source(self, source: str) -> tuple[str | None, dict[str, Any] | None, list[Hit]]:
+        i = self.shard_of(source)
+        return self._home.map(shard_source, {i: (source,)}, timeout=self.timeout)[i]
+
+    def source_metadata(self, source: str) -> dict[str, Any] | None:
+        return self._source(source)[1]
+
+    def source_text(self, source: str) -> str | None:
+        return self._source(source)[0]
+
+    def chunks(self, source: str) -> list[Hit]:
+        """The chunks of one source, in order, as score-0 hits."""
+        return self._source(source)[2]
+
+    def __repr__(self) -> str:
+        where = "in this process" if self.client is None else "on a Dask cluster"
+        return f"<ShardedKnowledgeBase {self.n_shards} shards {where}>"
+
+    # -- searching -----------------------------------------------------------------------
+    def _all(self, *args: Any) -> dict[int, tuple[Any, ...]]:
+        return {i: args for i in range(self.n_shards)}
+
+    def _prepare(
+        self, query: str, source: str | None, where: Mapping[str, Any] | None, feedback: bool, allow_partial: bool
+    ) -> tuple[dict[str, float], CollectionStats, set[int]]:
+        """The query's term weights (expanded with ``feedback``) and the whole collection's statistics."""
+        if not isinstance(query, str):
+            raise ConfigError(f"query must be str, not {type(query).__name__}")
+        parts = self._home.map(shard_stats, self._all(query), timeout=self.timeout, allow_partial=allow_partial)
+        missing = set(range(self.n_shards)) - set(parts)
+        if not parts:
+            return {}, CollectionStats(0, 0), missing
+        stats = CollectionStats.combine(p[1] for p in parts.values())
+        # Terms no shard ever indexed count for nothing, as in KnowledgeBase.search.
+        weights = {t: w for t, w in next(iter(parts.values()))[0].items() if t in stats.df}
+        if feedback and weights:
+            weights, stats, lost = self._expand(weights, stats, source, where, allow_partial)
+            missing |= lost
+        return weights, stats, missing
+
+    def _expand(
+        self,
+        weights: dict[str, float],
+        stats: CollectionStats,
+        source: str | None,
+        where: Mapping[str, Any] | None,
+        allow_partial: bool,
+    ) -> tuple[dict[str, float], CollectionStats, set[int]]:
+        """RM3 as ``KnowledgeBase`` does it, over the best chunks of every shard."""
+        args = self._all(weights, _FEEDBACK_DOCS, stats, source, where)
+        parts = self._home.map(shard_feedback, args, timeout=self.timeout, allow_partial=allow_partial)
+        missing = set(range(self.n_shards)) - set(parts)
+        top = heapq.nsmallest(_FEEDBACK_DOCS, (p for ps in parts.values() for p in ps), key=lambda p: _order(p[0]))
+        if not top:
+            return weights, stats, missing
+        total = sum(hit.score for hit, _ in top)
+        model: dict[str, float] = {}
+        for hit, terms in top:
+            if not terms:
+                continue
+            share = hit.score / total / len(terms)
+            for term, tf in Counter(terms).items():
+                if len(term) > 1 and not term.isdigit():
+                    model[term] = model.get(term, 0.0) + tf * share
+        best = heapq.nlargest(_FEEDBACK_TERMS, model.items(), key=lambda item: (item[1], item[0]))
+        norm = sum(v for _, v in best) or 1.0
+        qnorm = sum(weights.values())
+        out = {term: _FEEDBACK_ORIGINAL_WEIGHT * w / qnorm for term, w in weights.items()}
+        for term, value in best:
+            out[term] = out.get(term, 0.0) + (1 - _FEEDBACK_ORIGINAL_WEIGHT) * value / norm
+        new = sorted(set(out) - set(stats.df))
+        if new:
+            more = self._home.map(shard_term_stats, self._all(new), timeout=self.timeout, allow_partial=allow_partial)
+            missing |= set(range(self.n_shards)) - set(more)
+            extra = CollectionStats.combine(more.values())
+            stats = CollectionStats(stats.n_docs, stats.total_length, {**stats.df, **extra.df})
+        return out, stats, missing
+
+    def search(
+        self,
+        query: str,
+        k: int = 10,
+        *,
+        source: str | None = None,
+        where: Mapping[str, Any] | None = None,
+        feedback: bool = False,
+        allow_partial: bool = False,
+    ) -> ShardedHits:
+        """``KnowledgeBase.search`` over every shard, with the same scores.
+
+        Raises ``RetrievalTimeoutError`` naming the shards that did not
+        answer within ``timeout`` seconds, unless ``allow_partial=True``:
+        then the hits of the shards that answered come back, and
+        ``result.missing`` names the others.
+        """
+        if isinstance(k, bool) or not isinstance(k, int):
+            raise ConfigError(f"k={k!r} must be an integer")
+        if k <= 0:
+            return ShardedHits()
+        weights, stats, missing = self._prepare(query, source, where, feedback, allow_partial)
+        if not weights:
+            return ShardedHits((), missing)
+        args = self._all(weights, k, stats, source, where)
+        parts = self._home.map(shard_search, args, timeout=self.timeout, allow_partial=allow_partial)
+        missing |= set(range(self.n_shards)) - set(parts)
+        return ShardedHits(heapq.nsmallest(k, (h for hs in parts.values() for h in hs), key=_order), missing)
+
+    def __call__(self, query: str, k: int = 10) -> list[Hit]:
+        return self.search(query, k)
+
+    def explain(self, query: str, hit: Hit, *, feedback: bool = False) -> Explanation:
+        """Per-term breakdown of ``hit``'s score with the whole collection's statistics."""
+        weights, stats, _ = self._prepare(query, None, None, feedback, False)
+        i = self.shard_of(hit.source)
+        return self._home.map(shard_explain, {i: (weights, hit, stats)}, timeout=self.timeout)[i]
+
+
+def _same_folder(a: Path | None, b: Path) -> bool:
+    try:
+        return a is not None and os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _check_shards(shards: object) -> None:
+    if isinstance(shards, bool) or not isinstance(shards, int) or not 1 <= shards <= MAX_SHARDS:
+        raise ConfigError(f"shards={shards!r} is out of range: expected an integer in [1, {MAX_SHARDS}]")
+
+
+def read_manifest(folder: Path) -> dict[str, Any]:
+    """The checked manifest of a sharded index folder."""
+    where = folder / MANIFEST
+    try:
+        manifest = json.loads(where.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise IndexFormatError(f"{where}: no sharded index here (no {MANIFEST})") from None
+    except (OSError, ValueError) as exc:
+        raise IndexFormatError(f"{where}: unreadable manifest ({exc})") from None
+    if not isinstance(manifest, dict) or manifest.get("format_version") != FORMAT_VERSION:
+        version = manifest.get("format_version") if isinstance(manifest, dict) else None
+        raise IndexFormatError(f"{where}: format_version={version!r}, this version reads {FORMAT_VERSION}")
+    n = manifest.get("shards")
+    dirs = manifest.get("shard_dirs")
+    if not isinstance(n, int) or not 1 <= n <= MAX_SHARDS or not isinstance(dirs, list) or len(dirs) != n:
+        raise IndexFormatError(f"{where}: shards={n!r} does not match shard_dirs")
+    if any(not isinstance(d, str) or "/" in d or "\\" in d or d in ("", ".", "..") for d in dirs):
+        raise IndexFormatError(f"{where}: shard_dirs must be plain folder names inside the index folder")
+    if manifest.get("placement") != PLACEMENT:
+        raise IndexFormatError(f"{where}: placement={manifest.get('placement')!r}, this version places by {PLACEMENT}")
+    return manifest
+
+
+def write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
+    """Write ``cluster.json`` atomically (a temporary file renamed over it)."""
+    fd, tmp = tempfile.mkstemp(prefix=".cluster-", suffix=".json", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(manifest, f, indent=1)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, folder / MANIFEST)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
