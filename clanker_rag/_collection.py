@@ -9,7 +9,7 @@ knowledge base holding every chunk gives it.  Impacts are rounded to float32
 exactly as the index stores them, so only the order in which a chunk's
 terms are summed can differ (in the last bit).
 
-This module reads the index only through its public surface (``vocab``,
+This module reads the index only through its public surface (``term_id``,
 ``fold``, ``tfs``, ``dl``, ``bm25``): it is the small, stable hook a sharded
 index needs, kept apart from the index's search machinery.
 """
@@ -64,10 +64,10 @@ class CollectionStats:
 
 def local_stats(index: InvertedIndex, terms: Iterable[str]) -> CollectionStats:
     """This index's statistics for ``terms`` (only the terms its vocabulary holds)."""
-    vocab_get = index.vocab.get
+    term_id = index.term_id
     df: dict[str, int] = {}
     for term in terms:
-        tid = vocab_get(term)
+        tid = term_id(term)
         if tid is not None:
             df[term] = len(index.fold(tid))
     return CollectionStats(index.n_docs, index.total_len, df)
@@ -75,7 +75,7 @@ def local_stats(index: InvertedIndex, terms: Iterable[str]) -> CollectionStats:
 
 def _impacts(index: InvertedIndex, term: str, stats: CollectionStats) -> tuple[Ints, array[float], float] | None:
     """The term's chunk ids here, their float32 impacts under ``stats``, and its idf."""
-    tid = index.vocab.get(term)
+    tid = index.term_id(term)
     if tid is None:
         return None
     docs = index.fold(tid)
@@ -152,7 +152,9 @@ def explain_with_stats(
             continue
         contribution = imps[i] if w == 1.0 else imps[i] * w
         score += contribution
-        tfs = index.tfs[index.vocab[term]]
+        tid = index.term_id(term)
+        assert tid is not None  # _impacts found it
+        tfs = index.tfs[tid]
         assert tfs is not None
         norm = length_norm(bm.k1, bm.b, dl, stats.avgdl)
         parts.append(

@@ -17,11 +17,11 @@ from operator import attrgetter, sub
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from . import _codec, _store
+from . import _codec, _collection, _store
 from ._analysis import Analyzer
 from ._chunking import Chunker
 from ._codec import Ints
-from ._collection import CollectionStats, explain_with_stats, local_stats, top_with_stats
+from ._collection import CollectionStats
 from ._counting import CountedChunk, TermIds, span_counts
 from ._exceptions import ConfigError, IndexFormatError, IndexLockedError
 from ._gc_pause import collector_paused
@@ -33,7 +33,7 @@ from ._types import Hit, metadata_matches, source_matches
 if TYPE_CHECKING:
     from ._ingest import IngestReport
 
-__all__ = ["CollectionStats", "Explanation", "KnowledgeBase", "default_index_path"]
+__all__ = ["Explanation", "KnowledgeBase", "default_index_path"]
 
 log = logging.getLogger(__name__)
 
@@ -586,42 +586,26 @@ class KnowledgeBase:
         score, parts = self._index.explain(weights, cid)
         return Explanation(score, parts, self._index.n_docs, self._index.avgdl, self._index.dl[cid])
 
-    # -- the hook for a sharded index (clanker_rag.cluster) ----------------------
     def collection_stats(self, terms: Iterable[str]) -> CollectionStats:
-        """Chunk count, summed length and the document frequency of ``terms`` here.
-
-        A sharded index adds these up over its shards (``CollectionStats.combine``)
-        and searches every shard with the sum (:meth:`search_with_stats`).
-        """
-        return local_stats(self._index, terms)
+        """Chunk count, summed length and the document frequency of ``terms`` here (for a sharded index)."""
+        return _collection.local_stats(self._index, terms)
 
     def search_with_stats(
-        self,
-        weights: Mapping[str, float],
-        k: int,
-        stats: CollectionStats,
-        *,
-        source: str | None = None,
+        self, weights: Mapping[str, float], k: int, stats: CollectionStats, *, source: str | None = None,
         where: Mapping[str, Any] | None = None,
-    ) -> list[Hit]:
-        """The ``k`` best chunks here for ``weights`` (term -> query weight), scored
-        with the statistics ``stats`` of a whole collection this index is part of.
-
-        Each score is what one knowledge base holding the whole collection
-        gives the chunk (up to the last bit of the sum); ``stats`` must cover
-        at least this index.  Filters as in :meth:`search`.
-        """
+    ) -> list[Hit]:  # fmt: skip
+        """:meth:`search` for ``weights`` (term -> weight) scored with a whole collection's ``stats``."""
         if isinstance(k, bool) or not isinstance(k, int):
             raise ConfigError(f"k={k!r} must be an integer")
         allowed = self._allowed(source, where)
-        return [self._hit(cid, s) for cid, s in top_with_stats(self._index, weights, k, stats, allowed)]
+        return [self._hit(cid, s) for cid, s in _collection.top_with_stats(self._index, weights, k, stats, allowed)]
 
     def explain_with_stats(self, weights: Mapping[str, float], hit: Hit, stats: CollectionStats) -> Explanation:
-        """:meth:`explain` for :meth:`search_with_stats`: ``hit``'s score term by term."""
+        """:meth:`explain` for :meth:`search_with_stats`."""
         cid = hit.chunk_id
         if not self._chunks.live(cid) or self._source_of(cid) != hit.source:
             raise ConfigError(f"{hit.source} chunk {hit.chunk_index} is not in this knowledge base any more")
-        score, parts = explain_with_stats(self._index, weights, cid, stats)
+        score, parts = _collection.explain_with_stats(self._index, weights, cid, stats)
         return Explanation(score, parts, stats.n_docs, stats.avgdl, self._index.dl[cid])
 
     def _expand(self, weights: dict[int, float], allowed: set[int] | None) -> dict[int, float]:
