@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -29,6 +30,7 @@ QUERIES = ["proxy streams tokens", "controller splices results", "w3 w7", "index
 @pytest.fixture(scope="module")
 def client():
     before = _child_pids()
+    threads_before = set(threading.enumerate())
     c = connect("local", n_workers=3)  # LocalCluster(host="127.0.0.1", processes=True), no work stealing
     assert all(addr.startswith("tcp://127.0.0.1:") for addr in c.scheduler_info()["workers"])
     assert c.scheduler.address.startswith("tcp://127.0.0.1:")
@@ -38,6 +40,13 @@ def client():
     while cluster_processes(before) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not cluster_processes(before), "the cluster left processes running"
+    # distributed keeps one offload thread for the process's life once used; other tests decide
+    # how to start worker processes by whether threads run (clanker_rag._parallel), so stop it.
+    from distributed.utils import _offload_executor
+
+    _offload_executor.shutdown(wait=True)
+    left = [t.name for t in threading.enumerate() if t not in threads_before and t.is_alive()]
+    assert not left, f"the cluster left threads running: {left}"
 
 
 def cluster_processes(before):
