@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from ._rerank import Reranker, RerankingRetriever
     from ._scanner import TagScanner, ToolCall
     from ._scoring import BM25
+    from ._shaping import FocusedRetriever
     from ._types import Hit, HitLike, Retriever
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "ConfigError",
     "DenseStore",
     "Explanation",
+    "FocusedRetriever",
     "GenerateFn",
     "Hit",
     "HitLike",
@@ -117,6 +119,7 @@ _LAZY = {
     "DenseStore": "_dense",
     "HybridRetriever": "_dense",
     "update_embeddings": "_dense",
+    "FocusedRetriever": "_shaping",
     "MultiQueryRetriever": "_fusion",
     "expand_neighbors": "_fusion",
     "fuse_hits": "_fusion",

@@ -169,8 +169,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("question", metavar="QUESTION")
     p.add_argument("--base-url", metavar="URL", help=f"OpenAI-compatible server (default: ${BASE_URL_ENV})")
     p.add_argument("--model", metavar="M", help=f"model name to request (default: ${MODEL_ENV})")
-    p.add_argument("--completions", action="store_true", help="use /v1/completions with a raw prompt (base models)")
-    p.add_argument("-k", "--k", type=int, default=3, metavar="N", help="passages per injection (default 3)")
+    api = p.add_mutually_exclusive_group()
+    api.add_argument("--completions", action="store_true", help="raw completions with a few-shot prompt (base models)")
+    api.add_argument("--chat", action="store_true", help="chat completions even if the server has no chat template")
+    p.add_argument("-k", "--k", type=int, metavar="N", help="passages per injection (default 3; base models 1)")
     p.add_argument("--max-tokens", type=int, default=512, metavar="N", help="answer length limit (default 512)")
     p.add_argument("--no-blocks", action="store_true", help="do not print the injected blocks")
     _color_option(p)
@@ -702,25 +704,19 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 # -- ask ---------------------------------------------------------------------------------------------------
 
 
-_ASK_CHAT_PROMPT = (
-    "Answer the question. Passages from a knowledge base may follow it in a <context> block; "
-    "use them when they are relevant and cite them by their [number].\n\nQuestion: {question}\n"
-)
-_ASK_RAW_PROMPT = (
-    "Passages from a knowledge base appear in <context> blocks. Answer the question using them.\n\n"
-    "Question: {question}\n"
-)
-
-
 def _cmd_ask(args: argparse.Namespace) -> int:
+    from ._ask import ask_events
     from ._controller import InjectEvent, RagController
     from ._demo import render_events
+    from ._prompts import CHAT_PROMPT
 
     kb = _load(args)
+    if args.k is not None and args.k < 1:
+        raise _CliError(f"--k must be >= 1, got {args.k}")
     base_url = args.base_url or os.environ.get(BASE_URL_ENV)
-    ctl = RagController(kb, k=args.k, questions=True, tools=True)
     if not base_url:
-        prompt = _ASK_CHAT_PROMPT.format(question=args.question)
+        ctl = RagController(kb, k=args.k or 3, questions=True, tools=True)
+        prompt = CHAT_PROMPT.format(question=args.question)
         blocks = [ev.block for ev in ctl.events([], prompt, question=args.question) if isinstance(ev, InjectEvent)]
         print(
             f"{PROG}: no model server configured; set {BASE_URL_ENV}=http://127.0.0.1:8080 or pass --base-url URL "
@@ -729,18 +725,11 @@ def _cmd_ask(args: argparse.Namespace) -> int:
         )
         print("".join(blocks).strip("\n") if blocks else "(nothing in the knowledge base matches that question)")
         return 0
-    from .backends import ChatBackend, CompletionsBackend
-
-    model = args.model or os.environ.get(MODEL_ENV)
-    api_key = os.environ.get(API_KEY_ENV)
-    backend: Any
-    if args.completions:
-        backend = CompletionsBackend(base_url, model, max_tokens=args.max_tokens, api_key=api_key)
-        prompt = _ASK_RAW_PROMPT.format(question=args.question) + "Answer:"
-    else:
-        backend = ChatBackend(base_url, model, max_tokens=args.max_tokens, api_key=api_key)
-        prompt = _ASK_CHAT_PROMPT.format(question=args.question)
-    events = ctl.events(backend, prompt, question=args.question)
+    api = "completions" if args.completions else "chat" if args.chat else "auto"
+    events = ask_events(
+        kb, args.question, base_url, model=args.model or os.environ.get(MODEL_ENV),
+        api_key=os.environ.get(API_KEY_ENV), k=args.k, max_tokens=args.max_tokens, api=api,
+    )  # fmt: skip
     render_events(events, out=sys.stdout, err=sys.stderr, color=args.color, show_blocks=not args.no_blocks)
     return 0
 

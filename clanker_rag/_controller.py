@@ -66,6 +66,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _BOUNDARY_RE = re.compile(r"[.!?](?=\s)|\n")
+_LABEL_RE = re.compile(r"^\s*\w+:\s")
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +126,7 @@ class _ControllerTurn:
         self.hold = ctl.flare == "rewind" and resumable
         self.prev_char = ""
         self.ended = False  # the current generation has ended and the scanner is flushed
+        self.question = ""
         self._new_sentence()
 
     # -- context bookkeeping -------------------------------------------------
@@ -265,10 +267,22 @@ class _ControllerTurn:
 
     # -- injection ---------------------------------------------------------------
     def initial_trigger(self, question: str | None) -> _Trigger | None:
+        if question is None and (self.ctl.questions or self.ctl.tool_query != "model"):
+            # "Question: ...?" in a few-shot prompt: the label is not part of it.
+            question = _LABEL_RE.sub("", last_question(self.prompt) or "")
+        self.question = squash_ws(question or "")
         if not self.ctl.questions:
             return None
-        question = last_question(self.prompt) if question is None else squash_ws(question)
-        return _Trigger("question", question) if question else None
+        return _Trigger("question", self.question) if self.question else None
+
+    def queries(self, trig: _Trigger, query: str) -> list[str]:
+        """What to search for ``query``: a tool call's own words, with the user's question if so configured."""
+        mode, question = self.ctl.tool_query, self.question
+        if trig.kind != "tool" or mode == "model" or not question or norm_query(question) == norm_query(query):
+            return [query]
+        if mode == "merge":
+            return [f"{query} {question}"]
+        return [question, query]
 
     def plan(self, trig: _Trigger) -> str | None:
         """The query to retrieve for ``trig``, or None when no retrieval is due."""
@@ -322,7 +336,7 @@ class _ControllerTurn:
             else:
                 block = ctl.blocks.block("result", fresh)
             self._commit(fresh, hits is not None)
-            self._append(block)
+            self._append(block + ctl.after_block)
             events.append(InjectEvent(block, "result", trig.kind, trig.query))
             self.prev_char = ""
             resume = self.resumable and self.resumes < ctl.max_injections * 2 + 2
@@ -350,7 +364,7 @@ class _ControllerTurn:
             text = self._release_held()
             if text:
                 events.append(TextEvent(text))
-        self._append(block)
+        self._append(block + ctl.after_block)
         events.append(InjectEvent(block, "context", trig.kind, trig.query))
         self._new_sentence()
         self.prev_char = ""
@@ -431,6 +445,15 @@ class RagController:
     ``handlers`` maps other tool names to ``fn(payload) -> str``; their output
     is injected as a ``<result>`` block.  ``query_rewriter`` turns one query
     into several; each is retrieved and the lists are fused by reciprocal rank.
+
+    ``tool_query`` says what a tool call searches for: ``"model"`` the
+    model's own words; ``"fuse"`` those and the user's question (``question=``
+    or the last ``?`` sentence of the prompt), fused by reciprocal rank;
+    ``"merge"`` one search for both joined.  Small models write poor queries
+    ("port 8080" for "which port does the proxy use?"); the question keeps
+    retrieval on topic.  ``after_block`` is text the model reads after every
+    block (not shown, not scanned): a few-shot prompt's ``"Answer:"`` starts
+    a base model's answer right after the passages.
     """
 
     def __init__(
@@ -454,6 +477,8 @@ class RagController:
         show_blocks: bool = True,
         max_payload: int = 1000,
         stop: Sequence[str] = (),
+        tool_query: Literal["model", "merge", "fuse"] = "model",
+        after_block: str = "",
     ) -> None:
         if not callable(getattr(retriever, "search", None)):
             raise ConfigError("retriever must have a search(query, k) method")
@@ -487,6 +512,10 @@ class RagController:
         self.on_inject = on_inject
         self.show_blocks = show_blocks
         self.max_payload = max_payload
+        if tool_query not in ("model", "merge", "fuse"):
+            raise ConfigError(f"tool_query must be 'model', 'merge' or 'fuse', got {tool_query!r}")
+        self.tool_query = tool_query
+        self.after_block = after_block
         names = set(self.handlers)
         if tools:
             names.add("retrieve")
@@ -497,27 +526,29 @@ class RagController:
         self.stop: tuple[str, ...] = tuple(stops)
 
     # -- retrieval -----------------------------------------------------------------
-    def _search(self, query: str) -> Sequence[HitLike]:
-        if self.query_rewriter is None:
-            return list(self.retriever.search(query, self.k * 3))
-        queries = [q for q in self.query_rewriter(query) if q.strip()] or [query]
+    def _search(self, queries: Sequence[str]) -> Sequence[HitLike]:
+        if self.query_rewriter is not None:
+            rewritten: list[str] = []
+            for query in queries:
+                rewritten.extend([r for r in self.query_rewriter(query) if r.strip()] or [query])
+            queries = rewritten
         lists = [list(self.retriever.search(q, self.k * 3)) for q in queries]
         if len(lists) == 1:
             return lists[0]
         return [hit for hit, _ in reciprocal_rank_fusion(lists, key=hit_key)]
 
-    def _retrieve(self, query: str) -> tuple[Sequence[HitLike], str | None]:
+    def _retrieve(self, queries: Sequence[str]) -> tuple[Sequence[HitLike], str | None]:
         try:
-            return _run_with_timeout(lambda: self._search(query), self.retrieval_timeout), None
+            return _run_with_timeout(lambda: self._search(queries), self.retrieval_timeout), None
         except RetrievalTimeoutError as exc:
             if self.on_timeout == "raise":
                 raise
-            logger.warning("retrieval for %r timed out; going on without passages", query)
+            logger.warning("retrieval for %r timed out; going on without passages", queries[-1])
             return [], str(exc)
 
-    async def _aretrieve(self, query: str) -> tuple[Sequence[HitLike], str | None]:
+    async def _aretrieve(self, queries: Sequence[str]) -> tuple[Sequence[HitLike], str | None]:
         try:
-            work = asyncio.to_thread(self._search, query)
+            work = asyncio.to_thread(self._search, queries)
             if self.retrieval_timeout is None:
                 return await work, None
             return await asyncio.wait_for(work, self.retrieval_timeout), None
@@ -525,7 +556,7 @@ class RagController:
             msg = f"retrieval timed out after {self.retrieval_timeout:g} s"
             if self.on_timeout == "raise":
                 raise RetrievalTimeoutError(msg) from None
-            logger.warning("retrieval for %r timed out; going on without passages", query)
+            logger.warning("retrieval for %r timed out; going on without passages", queries[-1])
             return [], msg
 
     def _retrieved(self, trig: _Trigger, hits: Sequence[HitLike], error: str | None, seconds: float) -> RetrieveEvent:
@@ -616,7 +647,7 @@ class RagController:
         error: str | None = None
         if query is not None:
             t0 = time.perf_counter()
-            hits, error = self._retrieve(query)
+            hits, error = self._retrieve(turn.queries(trig, query))
             events.append(self._retrieved(trig, hits, error, time.perf_counter() - t0))
         more, resume = turn.apply(trig, hits, error)
         events.extend(self._injected(more))
@@ -718,7 +749,7 @@ class RagController:
         error: str | None = None
         if query is not None:
             t0 = time.perf_counter()
-            hits, error = await self._aretrieve(query)
+            hits, error = await self._aretrieve(turn.queries(trig, query))
             events.append(self._retrieved(trig, hits, error, time.perf_counter() - t0))
         more, resume = turn.apply(trig, hits, error)
         events.extend(self._injected(more))

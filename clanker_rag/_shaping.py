@@ -1,0 +1,123 @@
+"""Passage shaping: each hit cut down to the lines around the query's words.
+
+A chunk of the shipped guide is about 1,200 characters; the sentence that
+answers a question is one or two lines of it, often not the first.  Cutting a
+block at a character count keeps the chunk's head and drops that sentence; a
+small model reading a long block copies whichever line is nearest the end.
+:class:`FocusedRetriever` wraps any retriever and returns, for each hit, the
+window of whole lines that holds the most query terms, widened around them
+while it fits ``budget`` characters.
+
+The window is a contiguous slice, so a shaped :class:`~clanker_rag.Hit` keeps
+its promise: ``text`` is ``source_text[start:end]`` and ``start_line`` /
+``end_line`` are the window's own lines.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+
+from ._analysis import Analyzer
+from ._exceptions import ConfigError
+from ._types import Hit, HitLike, Retriever
+
+__all__ = ["FocusedRetriever", "focus_hit"]
+
+
+def _best_window(lengths: Sequence[int], line_terms: Sequence[set[str]], budget: int) -> tuple[int, int]:
+    """[i, j) of consecutive lines within ``budget`` characters covering the most query-term weight.
+
+    A term weighs more the fewer lines hold it (a word on every line, like
+    the topic of the whole chunk, says nothing about where the answer is);
+    each term counts once per window.  Ties go to the earliest window.
+    """
+    n = len(lengths)
+    held: dict[str, int] = {}
+    for terms in line_terms:
+        for term in terms:
+            held[term] = held.get(term, 0) + 1
+    weight = {term: math.log(1.0 + n / count) for term, count in held.items()}
+    best, best_score = (0, 1), -1.0
+    for i in range(n):
+        total, covered, j = 0, set(), i
+        while j < n and total + lengths[j] <= budget:
+            total += lengths[j]
+            covered |= line_terms[j]
+            j += 1
+        score = sum(weight[t] for t in covered)
+        if j > i and score > best_score + 1e-9:
+            best, best_score = (i, j), score
+    return best
+
+
+def focus_hit(hit: HitLike, terms: set[str], analyzer: Callable[[str], list[str]], budget: int) -> HitLike:
+    """``hit`` cut to the lines around ``terms`` (whole lines, at most ``budget`` characters)."""
+    text = hit.text
+    if len(text) <= budget:
+        return hit
+    lines = text.splitlines(keepends=True)
+    lengths = [len(line) for line in lines]
+    line_terms = [terms.intersection(analyzer(line)) for line in lines]
+    i, j = _best_window(lengths, line_terms, budget)
+    if sum(lengths[i:j]) > budget:
+        # One line longer than the budget: keep its start.
+        cut = text[sum(lengths[:i]) :][:budget]
+        return _window(hit, sum(lengths[:i]), sum(lengths[:i]) + len(cut), i, i)
+    # Widen around the best lines, one line below then one above, while it fits.
+    total = sum(lengths[i:j])
+    grew = True
+    while grew:
+        grew = False
+        if j < len(lines) and total + lengths[j] <= budget:
+            total += lengths[j]
+            j += 1
+            grew = True
+        if i > 0 and total + lengths[i - 1] <= budget:
+            i -= 1
+            total += lengths[i]
+            grew = True
+    start = sum(lengths[:i])
+    end = start + total
+    return _window(hit, start, end, i, j - 1)
+
+
+def _window(hit: HitLike, start: int, end: int, first_line: int, last_line: int) -> HitLike:
+    text = hit.text[start:end].rstrip("\n")
+    end = start + len(text)
+    if isinstance(hit, Hit):
+        return dataclasses.replace(
+            hit,
+            text=text,
+            start=hit.start + start,
+            end=hit.start + end,
+            start_line=hit.start_line + first_line,
+            end_line=hit.start_line + max(first_line, last_line),
+        )
+    return Hit(text=text, source=hit.source, score=hit.score)
+
+
+class FocusedRetriever:
+    """A retriever whose hits are cut to ``budget`` characters around the query's words.
+
+    ``analyzer`` turns text into terms (default: the wrapped retriever's own
+    ``analyzer`` if it has one, else the standard English analyser), so query
+    and lines match the way the index matches them.  Keyword arguments of
+    :meth:`search` (filters) pass through.
+    """
+
+    def __init__(
+        self, retriever: Retriever, *, budget: int = 400, analyzer: Callable[[str], list[str]] | None = None
+    ) -> None:
+        if budget < 40:
+            raise ConfigError(f"budget must be >= 40 characters, got {budget}")
+        self.retriever = retriever
+        self.budget = budget
+        found = getattr(retriever, "analyzer", None)
+        self.analyzer: Callable[[str], list[str]] = analyzer or (found if callable(found) else Analyzer())
+
+    def search(self, query: str, k: int = 10, **kwargs: object) -> list[HitLike]:
+        hits = self.retriever.search(query, k, **kwargs)
+        terms = set(self.analyzer(query))
+        return [focus_hit(hit, terms, self.analyzer, self.budget) for hit in hits]
