@@ -29,6 +29,8 @@ def test_demo_runs_the_whole_loop_and_stops_the_server() -> None:
     summary = re.search(r"(\d+) retrievals, (\d+) injected blocks", progress)
     assert summary and int(summary.group(2)) >= 1
     assert out.getvalue().strip(), "an answer was streamed after the block"
+    # The default question is answered from the guide (docs/proxy.md: port 8765), on one line.
+    assert "8765" in out.getvalue() and len(out.getvalue().strip().splitlines()) == 1, out.getvalue()
     assert "stopping the llama.cpp server" in progress
     port = int(re.search(r"server on 127\.0\.0\.1:(\d+)", progress).group(1))  # type: ignore[union-attr]
     with socket.socket() as s, pytest.raises(OSError):
