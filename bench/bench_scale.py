@@ -30,8 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
-import re
 import shutil
 import subprocess
 import sys
@@ -72,43 +70,14 @@ def site_packages_files() -> list[Path]:
     return out
 
 
-def windows(paths: list[Path]) -> list[str]:
-    out = []
-    for path in paths:
-        try:
-            words = path.read_text(encoding="utf-8", errors="replace").split()
-        except OSError:
-            continue
-        start = 0
-        while words:
-            out.append(" ".join(words[start : start + corpus.WINDOW]))
-            if start + corpus.WINDOW >= len(words):
-                break
-            start += corpus.STRIDE
-    return out
-
-
-def queries(chunks: list[str], n: int = N_QUERIES) -> list[str]:
-    rng = random.Random(0)
-    out: list[str] = []
-    while len(out) < n:
-        tokens = re.findall(r"\w+", rng.choice(chunks).lower())
-        length = rng.randint(2, 6)
-        if len(tokens) < length:
-            continue
-        start = rng.randrange(len(tokens) - length + 1)
-        out.append(" ".join(tokens[start : start + length]))
-    return out
-
-
 def write_corpus(small: bool, max_chunks: int, work: Path) -> tuple[Path, Path, int]:
     """The chunks (one per line: windows hold no newline) and the queries, as files."""
-    chunks = corpus.chunks() if small else windows(site_packages_files())
+    chunks = corpus.chunks() if small else corpus.windows(site_packages_files())
     if max_chunks:
         del chunks[max_chunks:]
     chunks_file, queries_file = work / "chunks.txt", work / "queries.json"
     chunks_file.write_text("\n".join(chunks), encoding="utf-8", errors="surrogatepass")
-    queries_file.write_text(json.dumps(queries(chunks)))
+    queries_file.write_text(json.dumps(corpus.queries(chunks, N_QUERIES)))
     return chunks_file, queries_file, len(chunks)
 
 

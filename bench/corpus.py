@@ -29,22 +29,25 @@ def stdlib_files() -> list[Path]:
     return out
 
 
-def chunks() -> list[str]:
+def windows(paths: list[Path]) -> list[str]:
+    """The files' words in WINDOW-word windows, STRIDE words apart (unreadable files skipped)."""
     out = []
-    for path in stdlib_files():
+    for path in paths:
         try:
             words = path.read_text(encoding="utf-8", errors="replace").split()
         except OSError:
             continue
-        if not words:
-            continue
         start = 0
-        while True:
+        while words:
             out.append(" ".join(words[start : start + WINDOW]))
             if start + WINDOW >= len(words):
                 break
             start += STRIDE
     return out
+
+
+def chunks() -> list[str]:
+    return windows(stdlib_files())
 
 
 def queries(corpus: list[str], n: int = 500) -> list[str]:
