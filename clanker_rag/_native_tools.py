@@ -29,11 +29,12 @@ import copy
 import json
 import logging
 import secrets
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ._blocks import BlockBuilder
+from ._fusion import hit_key
 from ._generate import retrieve_tool
 from ._types import HitLike, Retriever
 
@@ -204,7 +205,7 @@ def run_native(
     messages = list(body.get("messages") or [])
     answer_id = "chatcmpl-" + secrets.token_hex(12)
     retrievals: list[dict[str, Any]] = []
-    seen: set[tuple[str, str]] = set()
+    seen: set[Hashable] = set()
     usage: dict[str, int] | None = None
     for round_no in range(max_retrievals + 1):
         offer = round_no < max_retrievals
@@ -236,8 +237,8 @@ def run_native(
                     # As in the controller: over-fetch, drop weak passages and ones this answer already has.
                     scored = [h for h in retriever.search(query, k * 3) if min_score is None or h.score >= min_score]
                     found = bool(scored)
-                    hits = [h for h in scored if (h.source, h.text) not in seen][:k]
-                    seen.update((h.source, h.text) for h in hits)
+                    hits = [h for h in scored if hit_key(h) not in seen][:k]
+                    seen.update(hit_key(h) for h in hits)
                     retrievals.append({"kind": "tool", "query": query, "sources": [h.source for h in hits]})
                 note = problem or (
                     None
