@@ -17,7 +17,7 @@ import http.client
 import json
 import re
 import socket
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from ._generate import Token
@@ -229,13 +229,7 @@ class UpstreamTurn:
         conn, resp = self.upstream.open("POST", self.path, data, self.headers)
         url = self.upstream.url(self.path)
         try:
-            if resp.status >= 400:
-                raise _http_error(resp.status, _read(resp, MAX_ERROR_BODY * 2, url), url)
-            ctype = (resp.getheader("Content-Type") or "").lower()
-            if "text/event-stream" in ctype:
-                objects: Iterator[dict[str, Any]] = self._events(resp, url)
-            else:
-                objects = iter([_decode(_read(resp, None, url).decode("utf-8", errors="replace"), url)])
+            objects = _objects(resp, url, self.upstream.timeout, finished=lambda: self.finish_reason is not None)
             finish: str | None = None
             tokens: Iterator[Token] = (tok for obj in objects for tok in self._tokens(obj, url))
             if self.kind == "chat" and self.prefill:
@@ -248,27 +242,6 @@ class UpstreamTurn:
         finally:
             # Closing mid-stream (a resume, or the client went away) makes the upstream stop generating.
             conn.close()
-
-    def _events(self, resp: http.client.HTTPResponse, url: str) -> Iterator[dict[str, Any]]:
-        finished = False
-        try:
-            for event, data in iter_sse(iter(resp.readline, b"")):
-                if data.strip() == DONE:
-                    return
-                if event == "error":
-                    message = f"upstream {url} reported an error: {data[:MAX_ERROR_BODY]}"
-                    raise UpstreamError(502, message, "upstream_error")
-                yield _decode(data, url)
-                finished = finished or self.finish_reason is not None
-        except TimeoutError:
-            raise UpstreamError(
-                504, f"upstream {url} timed out after {self.upstream.timeout:g} s", "upstream_timeout"
-            ) from None
-        except (OSError, http.client.HTTPException) as exc:
-            raise UpstreamError(502, f"connection to upstream {url} broke: {exc}", "upstream_error") from None
-        if not finished:
-            # Neither [DONE] nor a finish_reason: the connection dropped mid-answer.
-            raise UpstreamError(502, f"upstream {url} ended the stream before finishing the answer", "upstream_error")
 
     def _tokens(self, obj: dict[str, Any], url: str) -> Iterator[Token]:
         self.finish_reason = None
@@ -374,27 +347,39 @@ def event_stream(
     and closing the iterator closes the connection, which stops the upstream.
     """
     conn, resp = upstream.open("POST", path, json.dumps(payload).encode("utf-8"), headers)
-    url = upstream.url(path)
     try:
-        if resp.status >= 400:
-            raise _http_error(resp.status, _read(resp, MAX_ERROR_BODY * 2, url), url)
-        if "text/event-stream" not in (resp.getheader("Content-Type") or "").lower():
-            yield _decode(_read(resp, None, url).decode("utf-8", errors="replace"), url)
-            return
-        try:
-            for event, data in iter_sse(iter(resp.readline, b"")):
-                if data.strip() == DONE:
-                    return
-                if event == "error":
-                    raise UpstreamError(
-                        502, f"upstream {url} reported an error: {data[:MAX_ERROR_BODY]}", "upstream_error"
-                    )
-                yield _decode(data, url)
-        except TimeoutError:
-            raise UpstreamError(
-                504, f"upstream {url} timed out after {upstream.timeout:g} s", "upstream_timeout"
-            ) from None
-        except (OSError, http.client.HTTPException) as exc:
-            raise UpstreamError(502, f"connection to upstream {url} broke: {exc}", "upstream_error") from None
+        yield from _objects(resp, upstream.url(path), upstream.timeout)
     finally:
         conn.close()
+
+
+def _objects(
+    resp: http.client.HTTPResponse, url: str, timeout: float, *, finished: Callable[[], bool] | None = None
+) -> Iterator[dict[str, Any]]:
+    """The JSON objects of an upstream's answer: its SSE events up to ``[DONE]``, or its one JSON body.
+
+    ``finished``, asked after each event, says whether the answer has ended
+    (a finish_reason); a stream that stops with neither that nor ``[DONE]``
+    dropped mid-answer and is an error.  Without it, such a stream just ends.
+    """
+    if resp.status >= 400:
+        raise _http_error(resp.status, _read(resp, MAX_ERROR_BODY * 2, url), url)
+    if "text/event-stream" not in (resp.getheader("Content-Type") or "").lower():
+        yield _decode(_read(resp, None, url).decode("utf-8", errors="replace"), url)
+        return
+    ended = False
+    try:
+        for event, data in iter_sse(iter(resp.readline, b"")):
+            if data.strip() == DONE:
+                return
+            if event == "error":
+                raise UpstreamError(502, f"upstream {url} reported an error: {data[:MAX_ERROR_BODY]}", "upstream_error")
+            yield _decode(data, url)
+            ended = ended or (finished is not None and finished())
+    except TimeoutError:
+        raise UpstreamError(504, f"upstream {url} timed out after {timeout:g} s", "upstream_timeout") from None
+    except (OSError, http.client.HTTPException) as exc:
+        raise UpstreamError(502, f"connection to upstream {url} broke: {exc}", "upstream_error") from None
+    if finished is not None and not ended:
+        # Neither [DONE] nor a finish_reason: the connection dropped mid-answer.
+        raise UpstreamError(502, f"upstream {url} ended the stream before finishing the answer", "upstream_error")
