@@ -36,7 +36,6 @@ from ._adapters import check_k, check_query, check_source, check_where
 from ._blocks import BlockBuilder, neutralize
 from ._exceptions import ClankerRagError, ConfigError, MissingExtraError
 from ._kb import KnowledgeBase
-from ._types import HitLike
 
 if TYPE_CHECKING:
     from ._ingest import IngestReport
@@ -52,11 +51,6 @@ _INSTALL = "the MCP server needs the mcp package: pip install 'clanker-rag[mcp]'
 _LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 _T = TypeVar("_T")
-
-
-def format_block(hits: Sequence[HitLike], note: str | None = None, *, block_chars: int = 2000) -> str:
-    """A ``<result>`` block exactly as the controller injects it (numbered, cited, neutralised)."""
-    return BlockBuilder(block_chars).block("result", hits, note)
 
 
 def require_sdk() -> None:
@@ -169,11 +163,9 @@ class KnowledgeService:
         """One ``<result>`` block in the controller's format."""
         query, k = check_query(query), check_k(k, 20)
         hits = self._with_kb(lambda kb: kb.search(query, k))
-        # Room for k full passages: the controller's 2000 characters are for about three.
-        budget = max(2000, 700 * k)
-        if not hits:
-            return format_block([], "No relevant passages found.", block_chars=budget)
-        return format_block(hits, block_chars=budget)
+        # The controller's block builder, with room for k full passages (its 2000 characters hold about three).
+        blocks = BlockBuilder(max(2000, 700 * k))
+        return blocks.block("result", hits, None if hits else "No relevant passages found.")
 
     def show(self, source: str, start_line: int | None = None, end_line: int | None = None) -> str:
         """The (neutralised) text of ``source``, or of lines ``start_line``-``end_line`` (1-based, inclusive)."""

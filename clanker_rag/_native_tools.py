@@ -45,11 +45,6 @@ logger = logging.getLogger(__name__)
 TOOL = "retrieve"
 
 
-def _result_block(hits: Sequence[HitLike], note: str | None, budget: int) -> str:
-    """The ``<result>`` block the controller injects (numbered, cited, neutralised)."""
-    return BlockBuilder(budget).block("result", hits, note)
-
-
 @dataclass
 class _Call:
     index: int
@@ -206,6 +201,7 @@ def run_native(
     answer_id = "chatcmpl-" + secrets.token_hex(12)
     retrievals: list[dict[str, Any]] = []
     seen: set[Hashable] = set()
+    blocks = BlockBuilder(block_chars)  # the controller's: numbered, cited, neutralised
     usage: dict[str, int] | None = None
     for round_no in range(max_retrievals + 1):
         offer = round_no < max_retrievals
@@ -247,9 +243,7 @@ def run_native(
                     if found
                     else "No relevant passages found."
                 )
-                replies.append(
-                    {"role": "tool", "tool_call_id": call_id, "content": _result_block(hits, note, block_chars)}
-                )
+                replies.append({"role": "tool", "tool_call_id": call_id, "content": blocks.block("result", hits, note)})
             text = "".join(rnd.text)
             messages = [*messages, {"role": "assistant", "content": text or None, "tool_calls": calls}, *replies]
             continue

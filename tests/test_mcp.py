@@ -25,9 +25,9 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from clanker_rag import ConfigError, KnowledgeBase, MissingExtraError
-from clanker_rag._blocks import neutralize
+from clanker_rag._blocks import BlockBuilder, neutralize
 from clanker_rag._cli import main
-from clanker_rag._mcp import KnowledgeService, format_block, require_sdk, resource_uri
+from clanker_rag._mcp import KnowledgeService, require_sdk, resource_uri
 
 INSTALL = "# Install\n\nTo install clanker, run pip install clanker-rag.\nThen ingest a folder of notes.\n"
 BREAD = (
@@ -130,7 +130,7 @@ def test_stdio_tools_answer_and_errors_do_not_kill_the_server(index: Path) -> No
     # Neutralised exactly as the controller does: no live tag, no chat-template token.
     assert "<|im_start|>" not in block and '<tool name="retrieve">' not in block
     assert "&lt;|im_start|>" in block
-    assert block == format_block(KnowledgeBase.load(index).search("sourdough bread", 2), block_chars=2000)
+    assert block == BlockBuilder(2000).block("result", KnowledgeBase.load(index).search("sourdough bread", 2))
     assert "No relevant passages found." in _text(seen["retrieve_none"])
 
     assert _text(seen["show"]) == "Let the loaf cool for an hour.\n"
