@@ -21,8 +21,10 @@ from ._types import HitLike, Retriever, metadata_matches, source_matches
 __all__ = [
     "MAX_K",
     "MAX_QUERY_CHARS",
+    "check_flag",
     "check_k",
     "check_query",
+    "check_retriever",
     "check_source",
     "check_where",
     "hit_fields",
@@ -62,6 +64,20 @@ def check_k(k: object, limit: int = MAX_K) -> int:
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= limit:
         raise ConfigError(f"k={k!r} is out of range: give a whole number from 1 to {limit}")
     return k
+
+
+def check_retriever(kb: object) -> Retriever:
+    """``kb`` if it has a ``search`` method (a KnowledgeBase or any :class:`~clanker_rag.Retriever`)."""
+    if not callable(getattr(kb, "search", None)):
+        raise ConfigError(f"kb={kb!r:.80} must have a search(query, k) method (a KnowledgeBase or any Retriever)")
+    return kb  # type: ignore[return-value]
+
+
+def check_flag(name: str, value: object) -> bool:
+    """``value`` if it is True or False (not merely truthy)."""
+    if not isinstance(value, bool):
+        raise ConfigError(f"{name}={value!r} must be True or False")
+    return value
 
 
 def check_source(source: object) -> str | None:

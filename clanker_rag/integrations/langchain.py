@@ -18,9 +18,18 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from .._adapters import check_k, check_query, check_source, check_where, hit_fields, search_hits
+from .._adapters import (
+    check_flag,
+    check_k,
+    check_query,
+    check_retriever,
+    check_source,
+    check_where,
+    hit_fields,
+    search_hits,
+)
 from .._blocks import neutralize
-from .._exceptions import ConfigError, MissingExtraError
+from .._exceptions import MissingExtraError
 
 try:
     from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
@@ -35,13 +44,11 @@ __all__ = ["KnowledgeBaseRetriever"]
 
 
 def _check(kb: object, k: object, source: object, where: object, feedback: object) -> None:
-    if not callable(getattr(kb, "search", None)):
-        raise ConfigError(f"kb={kb!r:.80} must have a search(query, k) method (a KnowledgeBase or any Retriever)")
+    check_retriever(kb)
     check_k(k)
     check_source(source)
     check_where(where)
-    if not isinstance(feedback, bool):
-        raise ConfigError(f"feedback={feedback!r} must be True or False")
+    check_flag("feedback", feedback)
 
 
 class KnowledgeBaseRetriever(BaseRetriever):

@@ -21,9 +21,18 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
-from .._adapters import check_k, check_query, check_source, check_where, hit_fields, search_hits
+from .._adapters import (
+    check_flag,
+    check_k,
+    check_query,
+    check_retriever,
+    check_source,
+    check_where,
+    hit_fields,
+    search_hits,
+)
 from .._blocks import neutralize
-from .._exceptions import ConfigError, MissingExtraError
+from .._exceptions import MissingExtraError
 from .._types import Retriever
 
 try:
@@ -71,15 +80,11 @@ class KnowledgeBaseRetriever(BaseRetriever):
         callback_manager: CallbackManager | None = None,
         verbose: bool = False,
     ) -> None:
-        if not callable(getattr(kb, "search", None)):
-            raise ConfigError(f"kb={kb!r:.80} must have a search(query, k) method (a KnowledgeBase or any Retriever)")
-        if not isinstance(feedback, bool):
-            raise ConfigError(f"feedback={feedback!r} must be True or False")
-        self.kb = kb
+        self.kb = check_retriever(kb)
+        self.feedback = check_flag("feedback", feedback)
         self.k = check_k(k)
         self.source = check_source(source)
         self.where = check_where(where)
-        self.feedback = feedback
         self.neutralize = bool(neutralize)
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
