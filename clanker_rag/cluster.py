@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import tempfile
+import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -320,6 +321,7 @@ class ShardedKnowledgeBase:
         for root in roots:
             if not os.path.exists(root):
                 raise IngestError(f"cannot ingest {root!r}: no such file or folder")
+        started = time.monotonic()
         reports: list[IngestReport] = []
         for root in roots:
             # As ingest() names sources of several roots: each after its folder.
@@ -336,6 +338,9 @@ class ShardedKnowledgeBase:
         if index_path is not None:
             self.save(index_path)
             report.saves = 1
+        # The run's wall time as the caller saw it, not the slowest shard's own
+        # share (a shard skips the files placed elsewhere in no time).
+        report.seconds = time.monotonic() - started
         return report
 
     # -- reading -----------------------------------------------------------------------

@@ -282,6 +282,24 @@ def test_ingest_saves_with_index_path(tmp_path):
     assert ShardedKnowledgeBase.load(tmp_path / "idx").sources() == ["a.md", "b.md"]
 
 
+def test_ingest_reports_the_wall_time_the_caller_saw(tmp_path, monkeypatch):
+    import time
+
+    tree = tmp_path / "tree"
+    write(tree, "a.md", "alpha beta")
+    sharded = ShardedKnowledgeBase(3)
+    home = sharded._home  # the shard home: its round trip stands in for a cluster's scheduling time
+    real_change = home.change
+
+    def slow_change(*args, **kwargs):
+        time.sleep(0.3)
+        return real_change(*args, **kwargs)
+
+    monkeypatch.setattr(home, "change", slow_change)
+    report = sharded.ingest(tree)
+    assert report.seconds >= 0.3  # the whole run, not the slowest shard's own share of it
+
+
 def test_import_clanker_rag_does_not_import_dask():
     code = (
         "import sys, clanker_rag, clanker_rag.cluster; from clanker_rag import KnowledgeBase; "
