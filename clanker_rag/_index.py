@@ -29,11 +29,11 @@ from __future__ import annotations
 
 import heapq
 from array import array
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Collection, Container, Iterable, Mapping
 from itertools import accumulate, chain, compress, repeat
-from operator import add, eq, ge, mul, ne, rshift
+from operator import add, ge, mul, ne, rshift
 from typing import Any
 
 from ._codec import (
@@ -48,7 +48,8 @@ from ._codec import (
     without_empty_lists,
 )
 from ._exceptions import IndexFormatError
-from ._scoring import BM25, TermExplanation, norm_values, tf_weights
+from ._pruning import Plan, above, best_of, essential_slices, merge_cost, probe
+from ._scoring import BM25, TermExplanation, bulk_impacts, impact_orders, norm_values, tf_weights
 from ._scoring import impact_order as _impact_order
 
 __all__ = ["InvertedIndex", "TermExplanation"]
@@ -85,19 +86,6 @@ _ZERO_SLOT: array[float] = array("f", [0.0])
 # term-at-a-time scoring would merge instead.
 PROBE_SHARE = 24
 BUDGET_SHARE = 2
-# Relative and absolute slack on upper bounds: the pruned and the exhaustive
-# sums may round differently in the last bit.
-_UB_SLACK = 1e-9
-
-
-def _above(bound: float) -> float:
-    """``bound`` raised past any rounding difference between two ways of summing."""
-    return bound * (1 + _UB_SLACK) + _UB_SLACK
-
-
-def _best(cands: list[int], scores: list[float], k: int, theta: float) -> list[tuple[int, float]]:
-    kept = compress(zip(cands, scores), map(ge, scores, repeat(theta)))
-    return sorted(kept, key=lambda item: (-item[1], item[0]))[:k]
 
 
 def _ordered_length(length: int) -> int:
@@ -335,26 +323,25 @@ class InvertedIndex:
             tid = self.term_id(term)
             if tid is None:
                 continue
-            docs = self.fold(tid)
-            i = bisect_left(docs, cid)
-            if i < len(docs) and docs[i] == cid:
-                docs, tfs = self._owned(tid)
-                del docs[i]
-                removed += tfs[i]
-                del tfs[i]
-                self.imp_gen[tid] = -1
+            removed += self._drop(tid, cid)
         return removed
+
+    def _drop(self, tid: int, cid: int) -> int:
+        """Drop chunk ``cid`` from the term's list; returns its tf there (0: absent)."""
+        docs = self.fold(tid)
+        i = bisect_left(docs, cid)
+        if i == len(docs) or docs[i] != cid:
+            return 0
+        docs, tfs = self._owned(tid)
+        tf = tfs[i]
+        del docs[i], tfs[i]
+        self.imp_gen[tid] = -1
+        return tf
 
     def purge(self, cid: int) -> None:
         """Drop chunk ``cid`` from every posting list (a full scan: the slow path of a removal)."""
         for tid in range(len(self.terms)):
-            docs = self.fold(tid)
-            i = bisect_left(docs, cid)
-            if i < len(docs) and docs[i] == cid:
-                docs, tfs = self._owned(tid)
-                del docs[i]
-                del tfs[i]
-                self.imp_gen[tid] = -1
+            self._drop(tid, cid)
 
     def forget(self, cid: int) -> None:
         """Take chunk ``cid`` out of the collection statistics."""
@@ -484,19 +471,11 @@ class InvertedIndex:
         impacts and orders computed in a few C-level passes: the same values
         as :meth:`impacts` and :meth:`order` term by term (same operations in
         the same order)."""
-        bm = self.bm25
-        # An emptied list (every chunk of the term removed) has no impacts.
-        idfs = [bm.idf(self.n_docs, df) if df else 0.0 for df in lengths]
         norms = map(self._length_norms().__getitem__, docs)
-        weights = tf_weights(bm, tfs, norms, docs, self.dl, self.avgdl)
-        imps = array("f", map(mul, chain.from_iterable(map(repeat, idfs, lengths)), weights))
+        imps = bulk_impacts(self.bm25, self.n_docs, lengths, tfs, norms, docs, self.dl, self.avgdl)
         offsets = array("q", accumulate(lengths, initial=0))
         self.attach_buffers(offsets, docs, tfs, imps)
-        positions: array[int] = array("i")
-        for tid, length in enumerate(lengths):
-            if length > ORDER_MIN:
-                positions.extend(_impact_order(imps[offsets[tid] : offsets[tid + 1]]))
-        self.attach_orders(order_offsets_of(lengths, ORDER_MIN), positions)
+        self.attach_orders(order_offsets_of(lengths, ORDER_MIN), impact_orders(imps, offsets, ORDER_MIN))
 
     def _packed_current(self) -> bool:
         """Whether the packed buffers and orders still hold every list as it is."""
@@ -611,7 +590,7 @@ class InvertedIndex:
         return order
 
     # -- search ----------------------------------------------------------------
-    def _plan(self, weights: Mapping[int, float]) -> list[tuple[float, int, float]]:
+    def _plan(self, weights: Mapping[int, float]) -> Plan:
         plan = []
         for tid, w in weights.items():
             if w <= 0 or not self.fold(tid):
@@ -696,7 +675,7 @@ class InvertedIndex:
             if probed * PROBE_SHARE < len(docs):
                 # Few candidates so far: binary search beats building a table.
                 self._probed[tid] = probed
-                return self._probe(tid, w, cands)
+                return probe(docs, self._imp(tid), w, cands)
             if len(docs) >= TABLE_MIN:
                 table = self._table(tid)
             else:
@@ -707,19 +686,6 @@ class InvertedIndex:
         )
         # w * 0.0 is 0.0 and w * impact is what the other paths add, bit for bit.
         return vals if w == 1.0 else map(mul, vals, repeat(w))
-
-    def _probe(self, tid: int, w: float, cands: list[int]) -> Iterable[float]:
-        """The term's contribution to each of ``cands`` (0.0 where absent), by binary search."""
-        docs = self.fold(tid)
-        # hi=last keeps every index valid; a chunk beyond the end lands on
-        # the last posting and fails the equality test below.
-        last = len(docs) - 1
-        idx = list(map(bisect_left, repeat(docs), cands, repeat(0), repeat(last)))
-        found = map(eq, map(docs.__getitem__, idx), cands)
-        vals: Iterable[float] = map(self._imp(tid).__getitem__, idx)
-        if w != 1.0:
-            vals = map(mul, vals, repeat(w))
-        return map(mul, vals, found)
 
     def top_k(
         self, weights: Mapping[int, float], k: int, allowed: Container[int] | None = None
@@ -749,7 +715,7 @@ class InvertedIndex:
         return self._term_at_a_time(plan, k, allowed, theta)
 
     def _seed(
-        self, plan: list[tuple[float, int, float]], k: int, allowed: Container[int] | None, total_len: int
+        self, plan: Plan, k: int, allowed: Container[int] | None, total_len: int
     ) -> tuple[list[tuple[int, float]] | None, float] | None:
         """``(top k or None, theta)`` from the terms' best chunks, or None.
 
@@ -768,6 +734,7 @@ class InvertedIndex:
         cands: list[int] = []
         scores: list[float] = []
         bounds = [ub for ub, _, _ in plan]
+        lengths = [len(self.fold(tid)) for _, tid, _ in plan]
         theta = 0.0
         while True:
             new: set[int] = set()
@@ -792,12 +759,12 @@ class InvertedIndex:
             scores.extend(more_scores)
             if len(cands) >= k:
                 theta = max(theta, heapq.nlargest(k, scores)[-1])
-            if not any(edges) or (theta > 0.0 and _above(sum(edges)) < theta):
-                return _best(cands, scores, k, theta), theta
-            budget = (self._merge_cost(plan, theta) if theta > 0.0 else total_len) // BUDGET_SHARE
+            if not any(edges) or (theta > 0.0 and above(sum(edges)) < theta):
+                return best_of(cands, scores, k, theta), theta
+            budget = (merge_cost(plan, lengths, theta) if theta > 0.0 else total_len) // BUDGET_SHARE
             deeper = 3 * depth * len(plan)  # at most this many chunks join the pool next round
             if theta > 0.0:
-                ranges, n_fresh = self._beyond(plan, edges, depth, theta)
+                ranges, n_fresh = essential_slices(plan, edges, depth, theta, self._order, self._imp)
                 if n_fresh <= deeper or (n_fresh <= budget and len(pool) + deeper > budget):
                     fresh: set[int] = set()
                     for tid, lo, hi in ranges:
@@ -808,52 +775,11 @@ class InvertedIndex:
                     more, more_scores = self._full_scores(plan, list(fresh), theta, edges)
                     cands.extend(more)
                     scores.extend(more_scores)
-                    return _best(cands, scores, k, theta), theta
+                    return best_of(cands, scores, k, theta), theta
             if len(pool) + deeper > budget:
                 return (None, theta) if theta > 0.0 else None
             bounds = edges
             depth *= 4
-
-    def _merge_cost(self, plan: list[tuple[float, int, float]], theta: float) -> int:
-        """Postings term-at-a-time merges before ``theta`` turns it to probing."""
-        rest = sum(ub for ub, _, _ in plan)
-        cost = 0
-        for ub, tid, _ in plan:
-            if _above(rest) < theta:
-                break
-            cost += len(self.fold(tid))
-            rest -= ub
-        return cost
-
-    def _beyond(
-        self, plan: list[tuple[float, int, float]], edges: list[float], depth: int, theta: float
-    ) -> tuple[list[tuple[int, int, int]], int]:
-        """Where the chunks outside the pool that could reach ``theta`` are:
-        ``(tid, start, end)`` slices of impact orders, and their total length."""
-        # MaxScore: the terms with the smallest edges, summing below theta,
-        # are not essential: a chunk in none of the others cannot reach it.
-        by_edge = sorted(range(len(plan)), key=edges.__getitem__)
-        low = 0.0
-        skip = set()
-        for i in by_edge:
-            if _above(low + edges[i]) >= theta:
-                break
-            low += edges[i]
-            skip.add(i)
-        total = sum(edges)
-        ranges = []
-        count = 0
-        for i, (_, tid, w) in enumerate(plan):
-            if i in skip or edges[i] == 0.0:
-                continue
-            # Below this contribution here, a chunk outside the pool stays under theta.
-            need = (theta - _above(total - edges[i])) / w
-            order = self._order(tid)
-            imps = self._imp(tid)
-            cut = bisect_right(order, -need, lo=depth, key=lambda pos: -imps[pos]) if need > 0.0 else len(order)
-            ranges.append((tid, depth, cut))
-            count += cut - depth
-        return ranges, count
 
     def _order(self, tid: int) -> Ints:
         order = self.order(tid)
@@ -861,7 +787,7 @@ class InvertedIndex:
         return order
 
     def _full_scores(
-        self, plan: list[tuple[float, int, float]], cands: list[int], theta: float, bounds: list[float]
+        self, plan: Plan, cands: list[int], theta: float, bounds: list[float]
     ) -> tuple[list[int], list[float]]:
         """Scores of ``cands`` summed in plan order.  With ``theta > 0``, a
         chunk is dropped on the way once its partial score plus ``bounds``
@@ -878,20 +804,20 @@ class InvertedIndex:
             rest -= bound
             if theta > 0.0 and i < last:
                 # score + rest >= theta, with the slack on the side of keeping.
-                keep = list(map(ge, scores, repeat(theta - _above(rest))))
+                keep = list(map(ge, scores, repeat(theta - above(rest))))
                 if not all(keep):
                     cands = list(compress(cands, keep))
                     scores = list(compress(scores, keep))
         return cands, scores
 
     def _term_at_a_time(
-        self, plan: list[tuple[float, int, float]], k: int, allowed: Container[int] | None, theta0: float
+        self, plan: Plan, k: int, allowed: Container[int] | None, theta0: float
     ) -> list[tuple[int, float]]:
         remaining = [0.0] * len(plan)
         total = 0.0
         for i in range(len(plan) - 1, 0, -1):
             total += plan[i][0]
-            remaining[i - 1] = _above(total)
+            remaining[i - 1] = above(total)
         acc: dict[int, float] = {}
         and_mode = False
         seen_ub = 0.0

@@ -45,7 +45,7 @@ import math
 from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from itertools import repeat
+from itertools import chain, pairwise, repeat
 from operator import add, mul, truediv
 from typing import Any
 
@@ -55,8 +55,10 @@ __all__ = [
     "BM25",
     "VARIANTS",
     "TermExplanation",
+    "bulk_impacts",
     "idf",
     "impact_order",
+    "impact_orders",
     "length_norm",
     "norm_values",
     "tf_weight",
@@ -171,6 +173,35 @@ def tf_weights(
 def impact_order(imps: Sequence[float]) -> array[int]:
     """Positions by decreasing impact; ties keep increasing position (the sort is stable)."""
     return array("i", sorted(range(len(imps)), key=imps.__getitem__, reverse=True))
+
+
+def bulk_impacts(
+    bm: BM25,
+    n_docs: int,
+    lengths: Sequence[int],
+    tfs: Sequence[int],
+    norms: Iterable[float],
+    docs: Sequence[int],
+    dls: Sequence[int],
+    avgdl: float,
+) -> array[float]:
+    """Impacts (float32) of lists laid end to end (``lengths`` postings each,
+    ``norms`` their chunks' length norms), bit for bit those computed term by
+    term: ``idf * tf_weight``, the same operations in the same order."""
+    # An emptied list (every chunk of the term removed) has no impacts.
+    idfs = [bm.idf(n_docs, df) if df else 0.0 for df in lengths]
+    weights = tf_weights(bm, tfs, norms, docs, dls, avgdl)
+    return array("f", map(mul, chain.from_iterable(map(repeat, idfs, lengths)), weights))
+
+
+def impact_orders(imps: Sequence[float], offsets: Sequence[int], order_min: int) -> array[int]:
+    """:func:`impact_order` of every list longer than ``order_min`` (list ``t``
+    is ``imps[offsets[t]:offsets[t + 1]]``), laid end to end."""
+    positions: array[int] = array("i")
+    for a, b in pairwise(offsets):
+        if b - a > order_min:
+            positions.extend(impact_order(imps[a:b]))
+    return positions
 
 
 @dataclass(frozen=True, slots=True)

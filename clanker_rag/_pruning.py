@@ -1,0 +1,95 @@
+"""Pure helpers of the exact top-k search: bounds, MaxScore slices, probes.
+
+A query's *plan* is a list of ``(upper bound, term id, weight)``, largest
+bound first (see ``InvertedIndex._plan``); these functions work on it and on
+the per-term numbers the index hands them, so they hold no index state.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Iterable, Sequence
+from itertools import compress, repeat
+from operator import eq, ge, mul
+
+__all__ = ["Plan", "above", "best_of", "essential_slices", "merge_cost", "probe"]
+
+Plan = list[tuple[float, int, float]]
+# Relative and absolute slack on upper bounds: the pruned and the exhaustive
+# sums may round differently in the last bit.
+_UB_SLACK = 1e-9
+
+
+def above(bound: float) -> float:
+    """``bound`` raised past any rounding difference between two ways of summing."""
+    return bound * (1 + _UB_SLACK) + _UB_SLACK
+
+
+def best_of(cands: list[int], scores: list[float], k: int, theta: float) -> list[tuple[int, float]]:
+    """The ``k`` best of ``cands`` scoring at least ``theta``, best first, ties by lower id."""
+    kept = compress(zip(cands, scores), map(ge, scores, repeat(theta)))
+    return sorted(kept, key=lambda item: (-item[1], item[0]))[:k]
+
+
+def probe(docs: Sequence[int], imps: Sequence[float], w: float, cands: list[int]) -> Iterable[float]:
+    """``w`` times the impact of each of ``cands`` in a list (0.0 where absent),
+    by binary search over its sorted chunk ids ``docs``."""
+    # hi=last keeps every index valid; a chunk beyond the end lands on
+    # the last posting and fails the equality test below.
+    last = len(docs) - 1
+    idx = list(map(bisect_left, repeat(docs), cands, repeat(0), repeat(last)))
+    found = map(eq, map(docs.__getitem__, idx), cands)
+    vals: Iterable[float] = map(imps.__getitem__, idx)
+    if w != 1.0:
+        vals = map(mul, vals, repeat(w))
+    return map(mul, vals, found)
+
+
+def merge_cost(plan: Plan, lengths: Sequence[int], theta: float) -> int:
+    """Postings term-at-a-time merges (the plan's lists are ``lengths`` long)
+    before ``theta`` turns it to probing."""
+    rest = sum(ub for ub, _, _ in plan)
+    cost = 0
+    for (ub, _, _), length in zip(plan, lengths):
+        if above(rest) < theta:
+            break
+        cost += length
+        rest -= ub
+    return cost
+
+
+def essential_slices(
+    plan: Plan,
+    edges: list[float],
+    depth: int,
+    theta: float,
+    order_of: Callable[[int], Sequence[int]],
+    imps_of: Callable[[int], Sequence[float]],
+) -> tuple[list[tuple[int, int, int]], int]:
+    """Where the chunks below ``depth`` in every impact order that could
+    reach ``theta`` are: ``(tid, start, end)`` slices of impact orders
+    (``order_of(tid)``, over impacts ``imps_of(tid)``), and their total length."""
+    # MaxScore: the terms with the smallest edges, summing below theta,
+    # are not essential: a chunk in none of the others cannot reach it.
+    by_edge = sorted(range(len(plan)), key=edges.__getitem__)
+    low = 0.0
+    skip = set()
+    for i in by_edge:
+        if above(low + edges[i]) >= theta:
+            break
+        low += edges[i]
+        skip.add(i)
+    total = sum(edges)
+    ranges = []
+    count = 0
+    for i, (_, tid, w) in enumerate(plan):
+        if i in skip or edges[i] == 0.0:
+            continue
+        # Below this contribution here, a chunk outside the pool stays under theta.
+        need = (theta - above(total - edges[i])) / w
+        order = order_of(tid)
+        imps = imps_of(tid)
+        cut = bisect_right(order, -need, lo=depth, key=lambda pos: -imps[pos]) if need > 0.0 else len(order)
+        ranges.append((tid, depth, cut))
+        count += cut - depth
+    return ranges, count
