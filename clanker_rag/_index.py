@@ -32,7 +32,7 @@ from array import array
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Collection, Container, Iterable, Mapping
-from itertools import accumulate, chain, compress, repeat
+from itertools import accumulate, compress, repeat
 from operator import add, ge, mul, ne, rshift
 from typing import Any
 
@@ -456,14 +456,14 @@ class InvertedIndex:
         same order), without a Python-level loop over the postings.
         """
         n = len(self.terms)
-        plists = list(map(self.pending.get, range(n), repeat(())))
+        none: list[int] = []  # shared, never changed
+        plists = list(map(self.pending.get, range(n), repeat(none)))
         lengths = array("i", map(rshift, map(len, plists), repeat(1)))  # two ints per posting
-        flat = list(chain.from_iterable(plists))
+        # One fromlist per list: no flat list of every posting in between.
+        pairs = array("i")
+        _consume(map(pairs.fromlist, plists))
         self.pending.clear()
         del plists
-        pairs = array("i")
-        pairs.fromlist(flat)
-        del flat
         docs = pairs[0::2]
         tfs = array("I")
         tfs.frombytes(pairs[1::2].tobytes())
