@@ -19,6 +19,7 @@ touched; the shared part is reported beside.
     python bench/bench_scale.py --small
     python bench/bench_scale.py                       # the 225k corpus
     python bench/bench_scale.py --engines clanker_rag,tantivy
+    python bench/bench_scale.py --baseline DIR        # also DIR's clanker_rag (before/after)
 
 Engines: clanker_rag, tantivy (one indexing thread, ``en_stem``), bm25s with
 numpy (``n_threads=0``: no thread pool per call) and, when numba is
@@ -200,6 +201,12 @@ def main() -> None:
         default=MAX_CHUNKS,
         help=f"keep the first N windows of the sorted walk (default {MAX_CHUNKS}; 0: all)",
     )
+    parser.add_argument(
+        "--baseline",
+        metavar="DIR",
+        help="also time the clanker_rag package found in DIR (e.g. an older commit's `git archive`), "
+        "as engine clanker_rag-baseline, first",
+    )
     for hidden in ("--phase", "--engine", "--folder", "--chunks", "--queries"):
         parser.add_argument(hidden, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -212,8 +219,15 @@ def main() -> None:
         t0 = time.perf_counter()
         chunks_file, queries_file, n_chunks = write_corpus(args.small, args.max_chunks, work)
         print(f"corpus: {n_chunks} chunks ({time.perf_counter() - t0:.1f} s to read)", flush=True)
-        for engine in args.engines.split(","):
-            if not available(engine):
+        engines = args.engines.split(",")
+        if args.baseline:
+            engines.insert(0, "clanker_rag-baseline")
+        for engine in engines:
+            # The baseline is clanker_rag imported from another folder.
+            name, env = engine, None
+            if engine == "clanker_rag-baseline":
+                name, env = "clanker_rag", {**os.environ, "PYTHONPATH": str(Path(args.baseline).resolve())}
+            if not available(name):
                 results[engine] = {"skipped": "not installed"}
                 print(f"{engine}: not installed, skipped", flush=True)
                 continue
@@ -221,9 +235,9 @@ def main() -> None:
             folder.mkdir()
             row: dict[str, float | str] = {}
             for phase in ("build", "query"):
-                cmd = [sys.executable, __file__, "--phase", phase, "--engine", engine, "--folder", str(folder)]
+                cmd = [sys.executable, __file__, "--phase", phase, "--engine", name, "--folder", str(folder)]
                 cmd += ["--chunks", str(chunks_file), "--queries", str(queries_file)]
-                proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+                proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
                 if proc.returncode != 0:
                     print(f"{engine} {phase} failed:\n{proc.stderr[-2000:]}", file=sys.stderr)
                     row["failed"] = phase
@@ -236,11 +250,11 @@ def main() -> None:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"\n{n_chunks} chunks; load average {os.getloadavg()[0]:.1f}")
-    print(f"{'engine':12} {'build s':>8} {'load s':>7} {'mem MB':>7} {'q/s':>7} {'q/s cpu':>8}")
+    print(f"{'engine':20} {'build s':>8} {'load s':>7} {'mem MB':>7} {'q/s':>7} {'q/s cpu':>8}")
     for engine, r in results.items():
         if "qps_wall" in r:
             print(
-                f"{engine:12} {r['build_s']:8.1f} {r['load_s']:7.2f} {r['memory_mb']:7.0f}"
+                f"{engine:20} {r['build_s']:8.1f} {r['load_s']:7.2f} {r['memory_mb']:7.0f}"
                 f" {r['qps_wall']:7.0f} {r['qps_cpu']:8.0f}"
             )
     out = HERE / "results"
