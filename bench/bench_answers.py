@@ -42,6 +42,7 @@ from clanker_rag._ask import (  # noqa: E402
     ANSWER_BLOCK_CHARS,
     ANSWER_FOCUS_CHARS,
     ANSWER_K,
+    ANSWER_SENTENCE,
     ANSWER_TOOL_QUERY,
     answer_controller,
     answer_text,
@@ -86,6 +87,7 @@ def ask(url: str, kb: KnowledgeBase, qa: QA, mode: str, args: argparse.Namespace
         block_chars=args.block_chars,
         tool_query=args.tool_query,
         focus_chars=focus,
+        sentence=args.sentence,
     )
     started = time.perf_counter()
     parts: list[str] = []
@@ -145,6 +147,7 @@ def settings(args: argparse.Namespace) -> dict[str, object]:
         "block_chars": args.block_chars,
         "tool_query": args.tool_query,
         "focus_chars": args.focus_chars,
+        "sentence": args.sentence,
         "max_tokens": args.max_tokens,
         "quick": args.quick,
         "split": args.split,
@@ -174,6 +177,12 @@ def main() -> int:
     parser.add_argument("--block-chars", type=int, default=ANSWER_BLOCK_CHARS)
     parser.add_argument(
         "--focus-chars", type=int, default=ANSWER_FOCUS_CHARS, help="passage window around the query; 0: whole chunks"
+    )
+    parser.add_argument(
+        "--sentence",
+        action=argparse.BooleanOptionalAction,
+        default=ANSWER_SENTENCE,
+        help="passage cut to its best sentence, line or table row",
     )
     parser.add_argument("--tool-query", default=ANSWER_TOOL_QUERY, choices=("model", "merge", "fuse"))
     parser.add_argument("--max-tokens", type=int, default=48, help="answer length limit (default 48)")

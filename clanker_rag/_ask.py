@@ -36,6 +36,7 @@ ANSWER_K = 1
 ANSWER_BLOCK_CHARS = 700
 ANSWER_TOOL_QUERY = "fuse"
 ANSWER_FOCUS_CHARS = 200
+ANSWER_SENTENCE = True
 
 _CHATML_MARK = "<|im_start|>"
 
@@ -97,6 +98,7 @@ def answer_controller(
     block_chars: int = ANSWER_BLOCK_CHARS,
     tool_query: str = ANSWER_TOOL_QUERY,
     focus_chars: int | None = ANSWER_FOCUS_CHARS,
+    sentence: bool = ANSWER_SENTENCE,
 ) -> RagController:
     """The controller for a :func:`~clanker_rag._prompts.base_prompt` of ``mode``.
 
@@ -104,7 +106,7 @@ def answer_controller(
     (:class:`~clanker_rag._shaping.FocusedRetriever`); ``None`` keeps whole chunks.
     """
     if focus_chars is not None:
-        retriever = FocusedRetriever(retriever, budget=focus_chars)
+        retriever = FocusedRetriever(retriever, budget=focus_chars, sentence=sentence)
     return RagController(
         retriever,
         k=k,

@@ -17,13 +17,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Callable, Sequence
 
 from ._analysis import Analyzer
 from ._exceptions import ConfigError
 from ._types import Hit, HitLike, Retriever
 
-__all__ = ["FocusedRetriever", "focus_hit"]
+__all__ = ["FocusedRetriever", "focus_hit", "focus_sentence"]
+
+# A sentence ends at ". ", "; ", "! " or "? " (the space kept with it) or at a line end.
+_SENTENCE_END = re.compile(r"(?<=[.;!?])[ \t]+|\n")
 
 
 def _best_window(lengths: Sequence[int], line_terms: Sequence[set[str]], budget: int) -> tuple[int, int]:
@@ -83,6 +87,46 @@ def focus_hit(hit: HitLike, terms: set[str], analyzer: Callable[[str], list[str]
     return _window(hit, start, end, i, j - 1)
 
 
+def _sentences(text: str) -> list[tuple[int, int]]:
+    """[start, end) of each non-blank sentence or line of ``text``."""
+    spans, start = [], 0
+    for m in _SENTENCE_END.finditer(text):
+        if text[start : m.start()].strip():
+            spans.append((start, m.start()))
+        start = m.end()
+    if text[start:].strip():
+        spans.append((start, len(text)))
+    return spans
+
+
+def focus_sentence(hit: HitLike, terms: set[str], analyzer: Callable[[str], list[str]], budget: int) -> HitLike:
+    """``hit`` cut to its one sentence (or line, or table row) holding the most query-term weight.
+
+    A small model asked to copy a fact copies *some* line of its passage;
+    with one line there is only the right one to copy.  Weights as in
+    :func:`_best_window`; ties go to the earliest sentence; a sentence longer
+    than ``budget`` keeps its start.
+    """
+    text = hit.text
+    spans = _sentences(text)
+    if len(spans) <= 1 and len(text) <= budget:
+        return hit
+    if not spans:
+        return hit
+    unit_terms = [terms.intersection(analyzer(text[a:b])) for a, b in spans]
+    held: dict[str, int] = {}
+    for found in unit_terms:
+        for term in found:
+            held[term] = held.get(term, 0) + 1
+    weight = {term: math.log(1.0 + len(spans) / count) for term, count in held.items()}
+    scores = [sum(weight[t] for t in found) for found in unit_terms]
+    best = max(range(len(spans)), key=lambda i: (scores[i], -i))
+    start, end = spans[best]
+    end = min(end, start + budget)
+    first = text.count("\n", 0, start)
+    return _window(hit, start, end, first, first + text.count("\n", start, end))
+
+
 def _window(hit: HitLike, start: int, end: int, first_line: int, last_line: int) -> HitLike:
     text = hit.text[start:end].rstrip("\n")
     end = start + len(text)
@@ -101,6 +145,8 @@ def _window(hit: HitLike, start: int, end: int, first_line: int, last_line: int)
 class FocusedRetriever:
     """A retriever whose hits are cut to ``budget`` characters around the query's words.
 
+    ``sentence=True`` keeps only the one sentence, line or table row that
+    holds the most query-term weight (:func:`focus_sentence`).
     ``analyzer`` turns text into terms (default: the wrapped retriever's own
     ``analyzer`` if it has one, else the standard English analyser), so query
     and lines match the way the index matches them.  Keyword arguments of
@@ -108,10 +154,16 @@ class FocusedRetriever:
     """
 
     def __init__(
-        self, retriever: Retriever, *, budget: int = 400, analyzer: Callable[[str], list[str]] | None = None
+        self,
+        retriever: Retriever,
+        *,
+        budget: int = 400,
+        analyzer: Callable[[str], list[str]] | None = None,
+        sentence: bool = False,
     ) -> None:
         if budget < 40:
             raise ConfigError(f"budget must be >= 40 characters, got {budget}")
+        self.sentence = sentence
         self.retriever = retriever
         self.budget = budget
         found = getattr(retriever, "analyzer", None)
@@ -120,4 +172,5 @@ class FocusedRetriever:
     def search(self, query: str, k: int = 10, **kwargs: object) -> list[HitLike]:
         hits = self.retriever.search(query, k, **kwargs)
         terms = set(self.analyzer(query))
-        return [focus_hit(hit, terms, self.analyzer, self.budget) for hit in hits]
+        focus = focus_sentence if self.sentence else focus_hit
+        return [focus(hit, terms, self.analyzer, self.budget) for hit in hits]
