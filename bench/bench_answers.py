@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from bench.answers_qa import QA, correct, load  # noqa: E402
 from clanker_rag._ask import (  # noqa: E402
     ANSWER_BLOCK_CHARS,
+    ANSWER_COPY,
     ANSWER_FOCUS_CHARS,
     ANSWER_K,
     ANSWER_SENTENCE,
@@ -48,6 +49,7 @@ from clanker_rag._ask import (  # noqa: E402
     answer_text,
 )
 from clanker_rag._controller import InjectEvent, RetrieveEvent, TextEvent  # noqa: E402
+from clanker_rag._copying import CopyingBackend  # noqa: E402
 from clanker_rag._kb import KnowledgeBase  # noqa: E402
 from clanker_rag._prompts import MODES, base_prompt  # noqa: E402
 from clanker_rag.backends import LlamaCppBackend  # noqa: E402
@@ -77,7 +79,10 @@ def count_tokens(url: str, text: str) -> int:
 
 
 def ask(url: str, kb: KnowledgeBase, qa: QA, mode: str, args: argparse.Namespace) -> Record:
+    backend: LlamaCppBackend | CopyingBackend
     backend = LlamaCppBackend(url, n_predict=args.max_tokens, temperature=0.0, cache_prompt=True, timeout=300)
+    if args.copy:
+        backend = CopyingBackend(backend, qa.question)
     focus = args.focus_chars or None
     ctl = answer_controller(
         kb,
@@ -148,6 +153,7 @@ def settings(args: argparse.Namespace) -> dict[str, object]:
         "tool_query": args.tool_query,
         "focus_chars": args.focus_chars,
         "sentence": args.sentence,
+        "copy": args.copy,
         "max_tokens": args.max_tokens,
         "quick": args.quick,
         "split": args.split,
@@ -183,6 +189,12 @@ def main() -> int:
         action=argparse.BooleanOptionalAction,
         default=ANSWER_SENTENCE,
         help="passage cut to its best sentence, line or table row",
+    )
+    parser.add_argument(
+        "--copy",
+        action=argparse.BooleanOptionalAction,
+        default=ANSWER_COPY,
+        help="answers after a block limited to the block's words (GBNF grammar)",
     )
     parser.add_argument("--tool-query", default=ANSWER_TOOL_QUERY, choices=("model", "merge", "fuse"))
     parser.add_argument("--max-tokens", type=int, default=48, help="answer length limit (default 48)")

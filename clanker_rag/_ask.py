@@ -20,6 +20,7 @@ import urllib.request
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from ._copying import CopyingBackend
 from ._controller import InjectEvent, RagController, StreamEvent, TextEvent
 from ._prompts import ANSWER_LABEL, CHAT_PROMPT, STOP, after_block, base_prompt
 from ._shaping import FocusedRetriever
@@ -37,6 +38,8 @@ ANSWER_BLOCK_CHARS = 700
 ANSWER_TOOL_QUERY = "fuse"
 ANSWER_FOCUS_CHARS = 200
 ANSWER_SENTENCE = True
+# Answers after a block limited to the block's words (llama.cpp grammar, _copying).
+ANSWER_COPY = False
 
 _CHATML_MARK = "<|im_start|>"
 
@@ -172,9 +175,11 @@ def ask_events(
         ctl = RagController(retriever, k=k or 3, questions=True, tools=True)
         chat = ChatBackend(base, model, max_tokens=max_tokens, api_key=api_key)
         return ctl.events(chat, CHAT_PROMPT.format(question=question), question=question)
-    backend: LlamaCppBackend | CompletionsBackend
+    backend: LlamaCppBackend | CompletionsBackend | CopyingBackend
     if info is not None and info.llama_cpp:
         backend = LlamaCppBackend(base, n_predict=max_tokens, temperature=0.0, cache_prompt=True, api_key=api_key)
+        if ANSWER_COPY:
+            backend = CopyingBackend(backend, question)
     else:
         backend = CompletionsBackend(base, model, max_tokens=max_tokens, temperature=0.0, api_key=api_key)
     ctl = answer_controller(retriever, BASE_MODE, question=question, k=k or ANSWER_K)

@@ -391,8 +391,12 @@ class LlamaCppBackend(_HttpBackend):
         self.cache_prompt = cache_prompt
         self.n_probs = n_probs
 
-    def __call__(self, prompt: str, stop: Sequence[str] = ()) -> Iterator[Token]:
+    def __call__(
+        self, prompt: str, stop: Sequence[str] = (), *, options: Mapping[str, Any] | None = None
+    ) -> Iterator[Token]:
+        """Stream the completion of ``prompt``; ``options`` (e.g. a GBNF ``grammar``) join the request."""
         payload: dict[str, Any] = {
+            **(options or {}),
             "prompt": prompt,
             "stream": True,
             "n_predict": self.n_predict,
