@@ -7,8 +7,9 @@ limits what it may sample; :func:`copy_grammar` allows only whitespace-split
 words of the last injected block and of the question, joined by single
 spaces, on one line.  :class:`CopyingBackend` wraps a llama.cpp backend and
 sends that grammar with every request whose prompt ends with the answer label
-after a block; every other request (the model's tool query, an answer without
-a block) goes out unchanged.
+after a block, and :data:`TOOL_GRAMMAR` (one closed retrieve call) with every
+request that ends with the search label; every other request goes out
+unchanged.
 
 The grammar only narrows the choice of tokens, so the prompt (and the
 server's prompt cache) is exactly the one the model would get without it.
@@ -20,9 +21,13 @@ import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from ._prompts import ANSWER_LABEL
+from ._prompts import ANSWER_LABEL, SEARCH_LABEL
 
-__all__ = ["CopyingBackend", "copy_grammar", "last_block"]
+__all__ = ["TOOL_GRAMMAR", "CopyingBackend", "copy_grammar", "last_block"]
+
+# After the search label the model may only write one closed retrieve call:
+# left free, it sometimes writes a source line and never closes the tag.
+TOOL_GRAMMAR = 'root ::= " <tool name=\\"retrieve\\">" [^<>\\n]{1,100} "</tool>"\n'
 
 _BLOCK_RE = re.compile(r"<(context|result)>\n(.*?)</\1>", re.S)
 _HEADER_RE = re.compile(r"^\[\d+\] \S+$")
@@ -75,7 +80,9 @@ class CopyingBackend:
 
     def __call__(self, prompt: str, stop: Sequence[str] = ()) -> Iterator[Any]:
         options: Mapping[str, Any] | None = None
-        if prompt.rstrip(" ").endswith(ANSWER_LABEL):
+        if prompt.rstrip(" ").endswith(SEARCH_LABEL):
+            options = {"grammar": TOOL_GRAMMAR}
+        elif prompt.rstrip(" ").endswith(ANSWER_LABEL):
             passage = last_block(prompt)
             if passage is not None:
                 options = {"grammar": copy_grammar(passage, self.question)}

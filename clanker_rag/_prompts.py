@@ -31,11 +31,12 @@ from dataclasses import dataclass
 
 from ._exceptions import ConfigError
 
-__all__ = ["ANSWER_LABEL", "CHAT_PROMPT", "MODES", "STOP", "Example", "after_block", "base_prompt", "strip_label"]
+__all__ = ["ANSWER_LABEL", "CHAT_PROMPT", "MODES", "SEARCH_LABEL", "STOP", "Example", "after_block", "base_prompt", "strip_label"]
 
 MODES = ("none", "context", "tools", "both")
 STOP = ("\n",)
 ANSWER_LABEL = "Answer:"
+SEARCH_LABEL = "Search:"
 
 CHAT_PROMPT = (
     "Answer the question. Passages from a knowledge base may follow it in a <context> block; "
@@ -123,7 +124,7 @@ def _shot(example: Example, mode: str) -> str:
         return head + ANSWER_LABEL + answer
     if mode == "context" or mode == "both":
         return head + _block("context", example) + after_block(example.question) + answer
-    call = f'Search: <tool name="retrieve">{example.query}</tool>'
+    call = f'{SEARCH_LABEL} <tool name="retrieve">{example.query}</tool>'
     return head + call + _block("result", example) + after_block(example.question) + answer
 
 
@@ -137,7 +138,7 @@ def base_prompt(question: str, mode: str = "tools") -> str:
     if mode == "none":
         tail += ANSWER_LABEL
     elif mode == "tools":
-        tail += "Search:"
+        tail += SEARCH_LABEL
     return f"{_INTRO}\n\n{shots}\n{tail}"
 
 
