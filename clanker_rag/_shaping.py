@@ -26,8 +26,8 @@ from ._types import Hit, HitLike, Retriever
 
 __all__ = ["FocusedRetriever", "focus_hit", "focus_sentence"]
 
-# A sentence ends at ". ", "; ", "! " or "? " (the space kept with it) or at a line end.
-_SENTENCE_END = re.compile(r"(?<=[.;!?])[ \t]+|\n")
+# A line that starts a new unit of text (not a wrapped line of the previous sentence).
+_BLOCK_START = re.compile(r"[ \t]*(?:$|\n|[|#>]|[-*+] |\d+[.)] |```)", re.M)
 
 
 def _best_window(lengths: Sequence[int], line_terms: Sequence[set[str]], budget: int) -> tuple[int, int]:
@@ -88,15 +88,44 @@ def focus_hit(hit: HitLike, terms: set[str], analyzer: Callable[[str], list[str]
 
 
 def _sentences(text: str) -> list[tuple[int, int]]:
-    """[start, end) of each non-blank sentence or line of ``text``."""
-    spans, start = [], 0
-    for m in _SENTENCE_END.finditer(text):
-        if text[start : m.start()].strip():
-            spans.append((start, m.start()))
-        start = m.end()
-    if text[start:].strip():
-        spans.append((start, len(text)))
-    return spans
+    """[start, end) of each non-blank sentence of ``text``.
+
+    A sentence ends at ".", "!" or "?" before a space or line end outside backticks and brackets, or
+    at a line end that is not a wrapped line of prose: a blank line follows,
+    the line is a table row or heading, or the next one starts a list item,
+    table row, heading or code fence.
+    """
+    spans: list[tuple[int, int]] = []
+    start, depth, code = 0, 0, False
+    i, n = 0, len(text)
+
+    def row(at: int) -> bool:
+        # Inside a table row: a row is one unit whatever its cells say.
+        return text[text.rfind("\n", 0, at) + 1 :].lstrip().startswith("|")
+
+    def close(end: int) -> None:
+        if text[start:end].strip():
+            spans.append((start, end))
+
+    while i < n:
+        ch = text[i]
+        if ch == "`":
+            code = not code
+        elif not code and ch in "([":
+            depth += 1
+        elif not code and ch in ")]" and depth:
+            depth -= 1
+        if ch == "\n":
+            line = text[start:i].rsplit("\n", 1)[-1].lstrip()
+            if line.startswith(("|", "#")) or _BLOCK_START.match(text, i + 1):
+                close(i)
+                start, depth, code = i + 1, 0, False
+        elif ch in ".!?" and not code and not depth and text[i + 1 : i + 2] in (" ", "\t", "\n") and not row(i):
+            close(i + 1)
+            start = i + 2
+        i += 1
+    close(n)
+    return [(a + len(text[a:b]) - len(text[a:b].lstrip()), b) for a, b in spans]
 
 
 def focus_sentence(hit: HitLike, terms: set[str], analyzer: Callable[[str], list[str]], budget: int) -> HitLike:
@@ -113,7 +142,8 @@ def focus_sentence(hit: HitLike, terms: set[str], analyzer: Callable[[str], list
         return hit
     if not spans:
         return hit
-    unit_terms = [terms.intersection(analyzer(text[a:b])) for a, b in spans]
+    # Only what would be shown counts: a long sentence is scored on its first ``budget`` characters.
+    unit_terms = [terms.intersection(analyzer(text[a : min(b, a + budget)])) for a, b in spans]
     held: dict[str, int] = {}
     for found in unit_terms:
         for term in found:
