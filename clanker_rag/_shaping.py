@@ -135,6 +135,10 @@ def focus_sentence(hit: HitLike, terms: set[str], analyzer: Callable[[str], list
     with one line there is only the right one to copy.  Weights as in
     :func:`_best_window`; ties go to the earliest sentence; a sentence longer
     than ``budget`` keeps its start.
+
+    The sentence comes back on one line (each whitespace run made one
+    space), so its ``text`` is the slice ``start:end`` of the document up to
+    whitespace; ``start``/``end`` and the line numbers are the slice's own.
     """
     text = hit.text
     spans = _sentences(text)
@@ -154,7 +158,9 @@ def focus_sentence(hit: HitLike, terms: set[str], analyzer: Callable[[str], list
     start, end = spans[best]
     end = min(end, start + budget)
     first = text.count("\n", 0, start)
-    return _window(hit, start, end, first, first + text.count("\n", start, end))
+    out = _window(hit, start, end, first, first + text.count("\n", start, end))
+    # One line: a model copying a wrapped sentence stops at its first line break.
+    return dataclasses.replace(out, text=" ".join(out.text.split()))
 
 
 def _window(hit: HitLike, start: int, end: int, first_line: int, last_line: int) -> HitLike:
