@@ -20,8 +20,8 @@ import urllib.request
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from ._copying import CopyingBackend
 from ._controller import InjectEvent, RagController, StreamEvent, TextEvent
+from ._copying import CopyingBackend
 from ._prompts import ANSWER_LABEL, CHAT_PROMPT, STOP, after_block, base_prompt
 from ._shaping import FocusedRetriever
 from ._types import Retriever

@@ -31,7 +31,17 @@ from dataclasses import dataclass
 
 from ._exceptions import ConfigError
 
-__all__ = ["ANSWER_LABEL", "CHAT_PROMPT", "MODES", "SEARCH_LABEL", "STOP", "Example", "after_block", "base_prompt", "strip_label"]
+__all__ = [
+    "ANSWER_LABEL",
+    "CHAT_PROMPT",
+    "MODES",
+    "SEARCH_LABEL",
+    "STOP",
+    "Example",
+    "after_block",
+    "base_prompt",
+    "strip_label",
+]
 
 MODES = ("none", "context", "tools", "both")
 STOP = ("\n",)

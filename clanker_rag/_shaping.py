@@ -178,7 +178,7 @@ def focus_sentence(hit: HitLike, terms: set[str], analyzer: Callable[[str], list
     return dataclasses.replace(out, text=" ".join(out.text.split()))
 
 
-def _window(hit: HitLike, start: int, end: int, first_line: int, last_line: int) -> HitLike:
+def _window(hit: HitLike, start: int, end: int, first_line: int, last_line: int) -> Hit:
     text = hit.text[start:end].rstrip("\n")
     end = start + len(text)
     if isinstance(hit, Hit):
