@@ -93,8 +93,7 @@ def _sentences(text: str) -> list[tuple[int, int]]:
     A sentence ends at ".", "!" or "?" before a space or line end outside backticks and brackets, or
     at a line end that is not a wrapped line of prose: a blank line follows,
     the line is a table row or heading, or the next one starts a list item,
-    table row, heading or code fence.  Inside a code fence each line is one
-    sentence.
+    table row, heading or code fence.
     """
     spans: list[tuple[int, int]] = []
     start, depth, code = 0, 0, False
@@ -108,21 +107,7 @@ def _sentences(text: str) -> list[tuple[int, int]]:
         if text[start:end].strip():
             spans.append((start, end))
 
-    fence = False
     while i < n:
-        if i == 0 or text[i - 1] == "\n":
-            eol = text.find("\n", i)
-            eol = n if eol < 0 else eol
-            if text[i:eol].lstrip().startswith("```"):
-                # A code fence: its own lines are dropped, each line inside it is a unit.
-                close(i)
-                fence = not fence
-                i = start = eol + 1
-                continue
-            if fence:
-                close(eol)
-                i = start = eol + 1
-                continue
         ch = text[i]
         if ch == "`":
             code = not code
