@@ -39,7 +39,7 @@ ANSWER_TOOL_QUERY = "fuse"
 ANSWER_FOCUS_CHARS = 200
 ANSWER_SENTENCE = True
 # Answers after a block limited to the block's words (llama.cpp grammar, _copying).
-ANSWER_COPY = False
+ANSWER_COPY = True
 
 _CHATML_MARK = "<|im_start|>"
 
