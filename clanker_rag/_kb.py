@@ -302,7 +302,7 @@ class KnowledgeBase:
         metadata: Mapping[str, Any] | None,
         sections: Sequence[tuple[int, int, str | None]] | None,
         *,
-        content: str,
+        content: str | None,
         counted: Callable[[Mapping[str, int]], Iterable[CountedChunk]] | None = None,
     ) -> int:
         """The ingest's way in (internal): :meth:`add_text` for a file already read.
@@ -418,24 +418,27 @@ class KnowledgeBase:
             pos = end
         return out
 
-    def add_texts(self, items: Iterable[tuple[str, str] | tuple[str, str, Mapping[str, Any] | None]]) -> int:
-        """Bulk :meth:`add_text` of ``(text, source[, metadata])`` items; returns chunks added."""
+    def add_texts(
+        self, items: Iterable[tuple[str, str] | tuple[str, str, Mapping[str, Any] | None]], *, jobs: int | None = None
+    ) -> int:
+        """Bulk :meth:`add_text` of ``(text, source[, metadata])`` (``jobs``: see :mod:`._bulk`); returns chunks."""
         if isinstance(items, (str, bytes, Mapping)):
             raise ConfigError(
                 f"add_texts() takes an iterable of (text, source[, metadata]) tuples, "
                 f"not a {type(items).__name__} ({_short(items)}); use add_text() for one text"
             )
-        total = 0
-        with collector_paused():
-            for item in items:
-                if isinstance(item, (str, bytes)) or not isinstance(item, Sequence) or len(item) not in (2, 3):
-                    raise ConfigError(
-                        f"add_texts(): each item must be a (text, source) or (text, source, metadata) tuple, "
-                        f"got {_short(item)}"
-                    )
-                text, source, meta = item if len(item) == 3 else (*item, None)
-                total += self.add_text(text, source, meta)
-        return total
+        from ._bulk import add_texts_parallel
+
+        return add_texts_parallel(self, self._items(items), jobs)
+
+    @staticmethod
+    def _items(items: Iterable[Any]) -> Iterator[tuple[str, str, Mapping[str, Any] | None]]:
+        for item in items:
+            if isinstance(item, (str, bytes)) or not isinstance(item, Sequence) or len(item) not in (2, 3):
+                raise ConfigError(
+                    f"add_texts(): each item must be a (text, source[, metadata]) tuple, got {_short(item)}"
+                )
+            yield (item[0], item[1], item[2] if len(item) == 3 else None)
 
     def _chunk_terms(self, cid: int) -> list[str]:
         analyzer = self.analyzer
@@ -465,13 +468,10 @@ class KnowledgeBase:
                 log.warning(
                     "analyser output changed for %s chunk %d; purging by full scan", source, self._chunks.index[cid]
                 )
-                self._purge(cid)
+                self._index.purge(cid)
             index.forget(cid)
             self._chunks.doc[cid] = None
         return len(doc.cids)
-
-    def _purge(self, cid: int) -> None:
-        self._index.purge(cid)
 
     def sources(self) -> list[str]:
         """Every indexed source, sorted."""

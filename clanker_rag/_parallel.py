@@ -73,6 +73,7 @@ __all__ = [
     "Worker",
     "WorkerTerms",
     "can_parallel",
+    "count_texts",
     "prepare_batch",
     "prepare_with",
     "start_method",
@@ -325,6 +326,20 @@ def prepare_with(worker: Worker, tasks: list[Task]) -> BatchResult:
     return BatchResult(worker.token, fresh, outcomes)
 
 
+def count_texts(texts: list[str], name: str) -> str:
+    """Run in a worker: chunk and count each text of a bulk add; the worker's
+    token, its fresh terms and the counts go to the spool file ``name``."""
+    worker = _worker
+    assert worker is not None, "count_texts runs in a pool started by Pool()"
+    with collector_paused():
+        counted = [worker.count(Document(text, None, "", "")) for text in texts]
+    fresh = worker.numbers.fresh
+    worker.numbers.fresh = []
+    with open(os.path.join(_spool, name), "wb") as fh:
+        pickle.dump((worker.token, fresh, counted), fh, protocol=pickle.HIGHEST_PROTOCOL)
+    return name
+
+
 def usable_cpus() -> int:
     """Cores this process may run on (its affinity mask where the OS has one)."""
     getaffinity = getattr(os, "sched_getaffinity", None)
@@ -399,6 +414,19 @@ class Pool:
         result = pickle.loads(data)
         assert isinstance(result, BatchResult)
         return result
+
+    def submit_texts(self, texts: list[str]) -> Future[str]:
+        """Chunk and count ``texts`` (a bulk add's, no sections) in a worker."""
+        return self.executor.submit(count_texts, texts, f"{next(self._names)}.pickle")
+
+    def counted(self, future: Future[str]) -> tuple[str, list[str], list[Counted]]:
+        """A :meth:`submit_texts` batch's worker token, fresh terms and counts (waiting for them)."""
+        path = os.path.join(self.spool, future.result())
+        with open(path, "rb") as fh:
+            data = fh.read()
+        os.unlink(path)
+        token, fresh, counted = pickle.loads(data)
+        return str(token), list(fresh), list(counted)
 
     def close(self) -> None:
         try:

@@ -40,7 +40,7 @@ LAYERS = [
     {"_counting", "_collection"},
     {"_kb", "_dense"},
     {"_parallel"},
-    {"_ingest", "_rerank", "_eval", "_controller", "_named_kbs", "_upstream", "_native_tools"},
+    {"_ingest", "_bulk", "_rerank", "_eval", "_controller", "_named_kbs", "_upstream", "_native_tools"},
     {"_proxy_handler", "_cluster_shards", "_ask"},
     {"cluster"},
     {"_proxy", "_cli", "_cluster_cli", "_demo", "_mcp", "integrations", "__init__", "__main__"},

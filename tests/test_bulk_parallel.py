@@ -1,0 +1,88 @@
+"""add_texts(jobs=): worker processes count, the saved index is the one a single process builds."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from clanker_rag import ConfigError, KnowledgeBase, _bulk
+
+fork_only = pytest.mark.skipif(
+    "fork" not in multiprocessing.get_all_start_methods() or threading.active_count() != 1,
+    reason="workers start by fork here only when no other thread runs",
+)
+
+WORDS = ["alpha", "Beta", "gamma_delta", "running", "ran", "x1", "über", "数据", "the", "a", "parse()", "BM25"]
+
+
+def saved(kb: KnowledgeBase, where: Path) -> tuple[dict, dict[str, bytes]]:
+    kb.save(where)
+    body = json.loads((where / "index.json").read_text("utf-8"))["body"]
+    files = {p.name: p.read_bytes() for p in where.iterdir() if p.name.startswith("data-")}
+    return body, files
+
+
+texts = st.lists(st.sampled_from(WORDS), max_size=60).map(" ".join)
+items = st.lists(st.tuples(texts, st.sampled_from(["s1", "s2", "s3", "s4", "s5", "s6"])), min_size=1, max_size=12)
+
+
+@fork_only
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(items=items)
+def test_workers_build_the_same_index_byte_for_byte(
+    items: list[tuple[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Tiny batches: many round trips, terms first met in any worker, repeated sources replaced.
+    monkeypatch.setattr(_bulk, "BATCH_TEXTS", 2)
+    pools: list[object] = []
+    real_pool = _bulk.Pool
+
+    def counting_pool(*args: Any) -> Any:
+        pools.append(real_pool(*args))
+        return pools[-1]
+
+    monkeypatch.setattr(_bulk, "Pool", counting_pool)
+    one = KnowledgeBase(chunk_size=8)
+    two = KnowledgeBase(chunk_size=8)
+    added_one = one.add_texts(items, jobs=1)
+    added_two = two.add_texts(iter(items), jobs=2)
+    assert len(pools) == 1  # the second build did use workers
+    assert added_one == added_two
+    with tempfile.TemporaryDirectory() as tmp:
+        assert saved(one, Path(tmp) / "one") == saved(two, Path(tmp) / "two")
+    assert [h.chunk_id for h in one.search("alpha beta", k=5)] == [h.chunk_id for h in two.search("alpha beta", k=5)]
+
+
+@fork_only
+def test_a_bad_item_stops_where_one_process_stops(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_bulk, "BATCH_TEXTS", 2)
+    good = [(f"text number {i} alpha", f"s{i}") for i in range(5)]
+    for bad in [("text", ""), (b"bytes", "b"), "not a tuple"]:
+        kb = KnowledgeBase()
+        with pytest.raises(ConfigError):
+            kb.add_texts([*good, bad, ("after", "late")], jobs=2)  # type: ignore[list-item]
+        assert kb.sources() == sorted(s for _, s in good)
+
+
+def test_jobs_must_be_positive() -> None:
+    for jobs in (0, -1, 1.5, True):
+        with pytest.raises(ConfigError, match="jobs"):
+            KnowledgeBase().add_texts([("a b", "s")], jobs=jobs)  # type: ignore[arg-type]
+
+
+def test_automatic_mode_stays_in_process_for_little_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_pool(*args: object) -> None:
+        raise AssertionError("no workers for a few texts")
+
+    monkeypatch.setattr(_bulk, "Pool", no_pool)
+    kb = KnowledgeBase()
+    assert kb.add_texts([("alpha beta", "a"), ("gamma", "b")]) == 2
+    assert kb.sources() == ["a", "b"]
