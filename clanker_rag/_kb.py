@@ -436,7 +436,7 @@ class KnowledgeBase:
         for item in items:
             if isinstance(item, (str, bytes)) or not isinstance(item, Sequence) or len(item) not in (2, 3):
                 raise ConfigError(
-                    f"add_texts(): each item must be a (text, source[, metadata]) tuple, got {_short(item)}"
+                    f"add_texts(): an item must be (text, source) or (text, source, metadata), got {_short(item)}"
                 )
             yield (item[0], item[1], item[2] if len(item) == 3 else None)
 
