@@ -291,7 +291,7 @@ def _run(args: argparse.Namespace) -> int:
         if getattr(args, "cluster", None):
             from ._cluster_cli import run_cluster
 
-            return run_cluster(args, _parse_where, (BASE_URL_ENV, API_KEY_ENV))
+            return run_cluster(args, _parse_where, _run_proxy)
         code: int = args.func(args)
         return code
     except KeyboardInterrupt:
@@ -738,13 +738,18 @@ def _cmd_ask(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
+    path = _target(args)
+    kb = _load(args)
+    return _run_proxy(args, kb, path, f"{path} ({len(kb)} chunks)")
+
+
+def _run_proxy(args: argparse.Namespace, retriever: Any, watch: Path | None, what: str) -> int:
+    """Serve the proxy over ``retriever`` until Ctrl-C (``watch``: the index folder to re-read after saves)."""
     from ._proxy import SharedRetriever, make_server, serve
 
     upstream = args.upstream or os.environ.get(BASE_URL_ENV)
     if not upstream:
         raise _CliError(f"serve needs --upstream URL (or ${BASE_URL_ENV}), e.g. --upstream http://127.0.0.1:8080")
-    path = _target(args)
-    kb = _load(args)
     options: dict[str, Any] = {
         "k": args.k,
         "tools": not args.no_tools,
@@ -757,7 +762,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     }
     if args.max_request_bytes is not None:
         options["max_request_bytes"] = args.max_request_bytes
-    server = make_server(SharedRetriever(kb, path), upstream, host=args.host, port=args.port, **options)
+    server = make_server(SharedRetriever(retriever, watch), upstream, host=args.host, port=args.port, **options)
 
     def ready(srv: Any) -> None:
         if args.host not in ("127.0.0.1", "::1", "localhost"):
@@ -767,7 +772,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
         print(
-            f"{PROG}: serving {srv.url}/v1 -> {srv.config.upstream} with {path} ({len(kb)} chunks); Ctrl-C stops",
+            f"{PROG}: serving {srv.url}/v1 -> {srv.config.upstream} with {what}; Ctrl-C stops",
             file=sys.stderr,
             flush=True,
         )

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -28,7 +27,7 @@ PROG = "clanker-rag"
 def run_cluster(
     args: argparse.Namespace,
     parse_where: Callable[[Sequence[str]], dict[str, Any] | None],
-    env: tuple[str, str],
+    run_proxy: Callable[[argparse.Namespace, Any, Path | None, str], int],
 ) -> int:
     """Run ``args.command`` on the cluster at ``args.cluster``; the exit code."""
     if args.command not in ("ingest", "search", "stats", "serve"):
@@ -52,7 +51,8 @@ def run_cluster(
                 return _search(args, kb, parse_where)
             if args.command == "stats":
                 return _stats(args, kb, path)
-            return _serve(args, kb, path, env)
+            # No folder to watch: a sharded index is re-read by restarting serve.
+            return run_proxy(args, kb, None, f"{path} ({kb.n_shards} shards on {args.cluster})")
         finally:
             kb.close()
     finally:
@@ -144,43 +144,4 @@ def _stats(args: argparse.Namespace, kb: ShardedKnowledgeBase, path: Path) -> in
     print(f"size      {size / 1e6:.2f} MB")
     for n, info in enumerate(obj["per_shard"]):
         print(f"shard {n:<3} {info['chunks']} chunks, {info['sources']} sources, {info['terms']} terms")
-    return 0
-
-
-def _serve(args: argparse.Namespace, kb: ShardedKnowledgeBase, path: Path, env: tuple[str, str]) -> int:
-    from ._proxy import SharedRetriever, make_server, serve
-
-    base_url_env, api_key_env = env
-    upstream = args.upstream or os.environ.get(base_url_env)
-    if not upstream:
-        raise ConfigError(f"serve needs --upstream URL (or ${base_url_env})")
-    options: dict[str, Any] = {
-        "k": args.k,
-        "tools": not args.no_tools,
-        "native_tools": getattr(args, "native_tools", False),
-        "live": not args.no_live,
-        "show_blocks": args.show_blocks,
-        "min_score": args.min_score,
-        "timeout": args.timeout,
-        "api_key": os.environ.get(api_key_env) or None,
-    }
-    if args.max_request_bytes is not None:
-        options["max_request_bytes"] = args.max_request_bytes
-    # No folder to watch: a sharded index is re-read by restarting serve.
-    server = make_server(SharedRetriever(kb, None), upstream, host=args.host, port=args.port, **options)
-
-    def ready(srv: Any) -> None:
-        if args.host not in ("127.0.0.1", "::1", "localhost"):
-            print(f"{PROG}: warning: listening on {args.host}: the proxy has no authentication", file=sys.stderr)
-        print(
-            f"{PROG}: serving {srv.url}/v1 -> {srv.config.upstream} with {path} "
-            f"({kb.n_shards} shards on {args.cluster}); Ctrl-C stops",
-            file=sys.stderr,
-            flush=True,
-        )
-
-    try:
-        serve(server, ready)
-    except KeyboardInterrupt:
-        print(f"{PROG}: stopped", file=sys.stderr)
     return 0
