@@ -29,6 +29,7 @@ from ._index import InvertedIndex, TermExplanation
 from ._lock import IndexLock
 from ._scoring import BM25
 from ._types import Hit, metadata_matches, source_matches
+from ._validate import check_metadata, text_items
 
 if TYPE_CHECKING:
     from ._ingest import IngestReport
@@ -374,11 +375,7 @@ class KnowledgeBase:
             raise ConfigError(f"text must be str, not {type(text).__name__}")
         if not isinstance(source, str) or not source:
             raise ConfigError(f"source must be a non-empty str, not {source!r}")
-        if metadata is not None and not isinstance(metadata, Mapping):
-            raise ConfigError(
-                f"metadata of {source!r} must be a mapping (dict) or None, not {type(metadata).__name__} "
-                f"{_short(metadata)}"
-            )
+        check_metadata(source, metadata)
         meta = dict(metadata) if metadata else {}
         if meta:
             try:
@@ -422,23 +419,10 @@ class KnowledgeBase:
         self, items: Iterable[tuple[str, str] | tuple[str, str, Mapping[str, Any] | None]], *, jobs: int | None = None
     ) -> int:
         """Bulk :meth:`add_text` of ``(text, source[, metadata])`` (``jobs``: see :mod:`._bulk`); returns chunks."""
-        if isinstance(items, (str, bytes, Mapping)):
-            raise ConfigError(
-                f"add_texts() takes an iterable of (text, source[, metadata]) tuples, "
-                f"not a {type(items).__name__} ({_short(items)}); use add_text() for one text"
-            )
+        checked = text_items(items)
         from ._bulk import add_texts_parallel
 
-        return add_texts_parallel(self, self._items(items), jobs)
-
-    @staticmethod
-    def _items(items: Iterable[Any]) -> Iterator[tuple[str, str, Mapping[str, Any] | None]]:
-        for item in items:
-            if isinstance(item, (str, bytes)) or not isinstance(item, Sequence) or len(item) not in (2, 3):
-                raise ConfigError(
-                    f"add_texts(): an item must be (text, source) or (text, source, metadata), got {_short(item)}"
-                )
-            yield (item[0], item[1], item[2] if len(item) == 3 else None)
+        return add_texts_parallel(self, checked, jobs)
 
     def _chunk_terms(self, cid: int) -> list[str]:
         analyzer = self.analyzer
@@ -877,11 +861,6 @@ class KnowledgeBase:
                 kb.save(folder)
         finally:
             lock.release()
-
-
-def _short(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _same_folder(a: Path, b: Path) -> bool:

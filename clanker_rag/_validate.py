@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
 from ._exceptions import ConfigError
 
-__all__ = ["positive_int"]
+__all__ = ["check_metadata", "positive_int", "short", "text_items"]
 
 
 def positive_int(name: str, value: object) -> int:
@@ -12,3 +15,40 @@ def positive_int(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"{name}={value!r} must be a positive integer")
     return value
+
+
+def short(value: object) -> str:
+    """``repr(value)`` cut to 60 characters, for error messages."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def check_metadata(source: str, metadata: object) -> None:
+    """``ConfigError`` unless ``metadata`` is a mapping or None."""
+    if metadata is not None and not isinstance(metadata, Mapping):
+        raise ConfigError(
+            f"metadata of {source!r} must be a mapping (dict) or None, not {type(metadata).__name__} {short(metadata)}"
+        )
+
+
+def text_items(items: object) -> Iterator[tuple[str, str, Mapping[str, Any] | None]]:
+    """The ``(text, source, metadata)`` of ``add_texts`` items, each checked as it is reached.
+
+    A str, bytes or mapping where an iterable of items belongs is refused at
+    once (iterating a str would add one text per character).
+    """
+    if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Iterable):
+        raise ConfigError(
+            f"add_texts() takes an iterable of (text, source[, metadata]) tuples, "
+            f"not a {type(items).__name__} ({short(items)}); use add_text() for one text"
+        )
+    return _checked(items)
+
+
+def _checked(items: Iterable[Any]) -> Iterator[tuple[str, str, Mapping[str, Any] | None]]:
+    for item in items:
+        if isinstance(item, (str, bytes)) or not isinstance(item, Sequence) or len(item) not in (2, 3):
+            raise ConfigError(
+                f"add_texts(): an item must be (text, source) or (text, source, metadata), got {short(item)}"
+            )
+        yield (item[0], item[1], item[2] if len(item) == 3 else None)

@@ -55,6 +55,7 @@ from ._exceptions import ConfigError, IndexFormatError, IngestError, MissingExtr
 from ._ingest import IngestReport
 from ._kb import Explanation, KnowledgeBase
 from ._types import Hit
+from ._validate import check_metadata, text_items
 
 __all__ = ["MANIFEST", "ShardedHits", "ShardedKnowledgeBase", "connect", "shard_of"]
 
@@ -229,6 +230,8 @@ class ShardedKnowledgeBase:
                 raise ConfigError("save() needs a path: this sharded knowledge base was never loaded or saved")
             folder = self._path
         else:
+            if isinstance(path, str) and not path.strip():
+                raise ConfigError(f"save() path={path!r} is empty: give the index folder to write")
             folder = Path(path).absolute()
         if folder.exists() and not folder.is_dir():
             raise ConfigError(f"{folder}: an index path must be a folder")
@@ -282,16 +285,17 @@ class ShardedKnowledgeBase:
     ) -> int:
         """``KnowledgeBase.add_text`` on the source's shard; returns chunks added."""
         i = self.shard_of(source)
+        check_metadata(source, metadata)  # here, not as a worker's error
         item = (text, source, dict(metadata) if metadata else None, list(sections) if sections is not None else None)
         return self._home.change({i: (shard_add, ([item],))})[i]
 
     def add_texts(self, items: Iterable[tuple[str, str] | tuple[str, str, Mapping[str, Any] | None]]) -> int:
         """Bulk :meth:`add_text` of ``(text, source[, metadata])``: one change per shard."""
         batches: dict[int, list[Any]] = {}
-        for item in items:
-            text, source = item[0], item[1]
-            meta = item[2] if len(item) > 2 else None
-            batches.setdefault(self.shard_of(source), []).append((text, source, dict(meta) if meta else None, None))
+        for text, source, meta in text_items(items):
+            i = self.shard_of(source)
+            check_metadata(source, meta)
+            batches.setdefault(i, []).append((text, source, dict(meta) if meta else None, None))
         if not batches:
             return 0
         return sum(self._home.change({i: (shard_add, (b,)) for i, b in batches.items()}).values())

@@ -330,3 +330,23 @@ def test_retriever_protocol():
     _, sharded = build_pair(2)
     assert isinstance(sharded, Retriever)
     assert sharded("alpha", 2) == sharded.search("alpha", 2)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda kb: kb.add_texts("string"),
+        lambda kb: kb.add_texts([("x",)]),
+        lambda kb: kb.add_text("t", "s", metadata=[1, 2]),
+        lambda kb: kb.add_texts([("t", "s", [1])]),
+        lambda kb: kb.save(""),
+    ],
+)
+def test_bad_arguments_are_config_errors_as_on_one_machine(call):
+    sharded, one = ShardedKnowledgeBase(2), KnowledgeBase()
+    with pytest.raises(ConfigError) as on_shards:
+        call(sharded)
+    with pytest.raises(ConfigError) as on_one:
+        call(one)
+    assert str(on_shards.value) == str(on_one.value)
+    assert len(sharded) == 0
