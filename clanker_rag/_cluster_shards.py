@@ -398,6 +398,17 @@ def _adopt_box(folder: str) -> ShardBox:
     return box if box is not None else _load_box(folder)
 
 
+def _spread(client: Any, fn: Callable[..., Any], args: Sequence[tuple[Any, ...]]) -> list[Any]:
+    """Submit one shard-building task per ``args`` item, shard i loosely preferring the i-th worker."""
+    workers = sorted(client.ncores())  # asks the scheduler: the client's cached view may list a lost worker
+    if not workers:
+        return [client.submit(fn, *a, pure=False) for a in args]
+    return [
+        client.submit(fn, *a, workers=[workers[i % len(workers)]], allow_other_workers=True, pure=False)
+        for i, a in enumerate(args)
+    ]
+
+
 class DaskShards:
     """Each shard a Dask future held on a worker; see the module docstring."""
 
@@ -410,16 +421,19 @@ class DaskShards:
         self._servers: dict[str, Any] = {}
         self._failures: list[str] = []  # why the last tasks run for shards failed
 
-    # Tasks that build shards carry no worker restrictions: the scheduler
-    # reruns them to rebuild a lost shard, and a task restricted to a worker
-    # that died waits for it forever.  It spreads them over idle workers.
+    # Tasks that build shards carry only loose worker restrictions
+    # (allow_other_workers): the scheduler reruns them to rebuild a lost
+    # shard, and a task strictly restricted to a worker that died waits for it
+    # forever.  The loose hint spreads the shards one a worker, round robin:
+    # left to itself the scheduler may put several on one worker (after
+    # earlier losses, all of them), and one hung machine then takes them all.
     @classmethod
     def create(cls, client: Any, n_shards: int, options: dict[str, Any]) -> DaskShards:
-        return cls(client, [client.submit(_new_box, options, pure=False) for _ in range(n_shards)])
+        return cls(client, _spread(client, _new_box, [(options,)] * n_shards))
 
     @classmethod
     def open(cls, client: Any, folders: Sequence[str]) -> DaskShards:
-        futures = [client.submit(_load_box, folder, pure=False) for folder in folders]
+        futures = _spread(client, _load_box, [(folder,) for folder in folders])
         shards = cls(client, futures)
         shards._gather(futures, range(len(futures)), timeout=None, allow_partial=False)  # fail early on a bad folder
         return shards
@@ -571,7 +585,7 @@ class DaskShards:
         saved = [client.submit(_save_box, box, folder, pure=False) for box, folder in zip(self.futures, folders)]
         self._gather(saved, range(len(saved)), timeout=None, allow_partial=False)
         # A fresh lineage from the saved folders (see _adopt_box).
-        fresh = [client.submit(_adopt_box, folder, pure=False) for folder in folders]
+        fresh = _spread(client, _adopt_box, [(folder,) for folder in folders])
         self._gather(fresh, range(len(fresh)), timeout=None, allow_partial=False)
         self.futures = fresh
         self._where = [None] * len(fresh)

@@ -260,3 +260,13 @@ def test_cli_serve_on_the_cluster_injects_from_the_shards(client, tmp_path):
             if proc.stderr:
                 proc.stderr.close()
     assert code == 0 and "stopped" in rest and "Traceback" not in rest
+
+
+def test_shards_are_spread_one_a_worker(client, saved):
+    _, folder = saved
+    kb = ShardedKnowledgeBase.load(folder, client=client)
+    try:
+        holders = [ws[0] for ws in kb.shard_workers()]
+        assert sorted(holders) == sorted(client.ncores())  # 3 shards on 3 workers: one hung machine holds one
+    finally:
+        kb.close()
