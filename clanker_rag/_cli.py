@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from ._term import Style, one_line, printable, use_color
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Iterable, Sequence
     from pathlib import Path
 
     from ._kb import KnowledgeBase
@@ -291,7 +291,7 @@ def _run(args: argparse.Namespace) -> int:
         if getattr(args, "cluster", None):
             from ._cluster_cli import run_cluster
 
-            return run_cluster(args, _parse_where, _run_proxy)
+            return run_cluster(args, _print_search, _run_proxy)
         code: int = args.func(args)
         return code
     except KeyboardInterrupt:
@@ -474,11 +474,12 @@ def _parse_where(pairs: Sequence[str]) -> dict[str, Any] | None:
     return {key: values for key, values in where.items()} or None
 
 
-def _snippet(kb: KnowledgeBase, hit: Hit, query_terms: set[str], style: Style, width: int = 240) -> str:
+def _snippet(
+    analyzer: Callable[[str], Iterable[str]], hit: Hit, query_terms: set[str], style: Style, width: int = 240
+) -> str:
     import re
 
     text = hit.text
-    analyzer = kb.analyzer
     spans = []
     for m in re.finditer(r"\w+", text):
         if query_terms.intersection(analyzer(m.group())):
@@ -511,9 +512,15 @@ def _snippet(kb: KnowledgeBase, hit: Hit, query_terms: set[str], style: Style, w
 
 
 def _cmd_search(args: argparse.Namespace) -> int:
+    return _print_search(args, _load(args))
+
+
+def _print_search(args: argparse.Namespace, kb: Any) -> int:
+    """Search ``kb`` (one or sharded) and print the hits as ``search`` does."""
     import json
 
-    kb = _load(args)
+    from ._analysis import Analyzer
+
     if args.k < 1:
         raise _CliError(f"--k must be >= 1, got {args.k}")
     hits = kb.search(args.query, args.k, source=args.filter, where=_parse_where(args.where), feedback=args.feedback)
@@ -530,7 +537,8 @@ def _cmd_search(args: argparse.Namespace) -> int:
         print(f"no results for {args.query!r}", file=sys.stderr)
         return 0
     style = Style(use_color(args.color, sys.stdout))
-    query_terms = set(kb.analyzer(args.query))
+    analyzer = getattr(kb, "analyzer", None) or Analyzer()  # a sharded knowledge base: the default one
+    query_terms = set(analyzer(args.query))
     lines = []
     for rank, hit in enumerate(hits, 1):
         # Indexed names and text may hold terminal escapes: printed escaped.
@@ -539,7 +547,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
         if hit.section:
             head += f"  {style(one_line(hit.section), '2')}"
         lines.append(head)
-        lines.append("    " + _snippet(kb, hit, query_terms, style))
+        lines.append("    " + _snippet(analyzer, hit, query_terms, style))
         if args.explain:
             ex = kb.explain(args.query, hit, feedback=args.feedback)
             for term in sorted(ex.terms, key=lambda t: -t.contribution):

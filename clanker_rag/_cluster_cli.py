@@ -11,7 +11,7 @@ import argparse
 import json
 import logging
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ PROG = "clanker-rag"
 
 def run_cluster(
     args: argparse.Namespace,
-    parse_where: Callable[[Sequence[str]], dict[str, Any] | None],
+    print_search: Callable[[argparse.Namespace, Any], int],
     run_proxy: Callable[[argparse.Namespace, Any, Path | None, str], int],
 ) -> int:
     """Run ``args.command`` on the cluster at ``args.cluster``; the exit code."""
@@ -48,7 +48,7 @@ def run_cluster(
         kb = ShardedKnowledgeBase.load(path, client=client)
         try:
             if args.command == "search":
-                return _search(args, kb, parse_where)
+                return print_search(args, kb)
             if args.command == "stats":
                 return _stats(args, kb, path)
             # No folder to watch: a sharded index is re-read by restarting serve.
@@ -89,30 +89,6 @@ def _ingest(args: argparse.Namespace, path: Path, client: Any) -> int:
         for skipped, reason in report.skipped:
             print(f"  skipped {skipped}: {reason}", file=sys.stderr)
     print(f"index: {path} ({report.workers} shards)", file=sys.stderr)
-    return 0
-
-
-def _search(
-    args: argparse.Namespace, kb: ShardedKnowledgeBase, parse_where: Callable[[Sequence[str]], dict[str, Any] | None]
-) -> int:
-    if args.k < 1:
-        raise ConfigError(f"--k must be >= 1, got {args.k}")
-    hits = kb.search(args.query, args.k, source=args.filter, where=parse_where(args.where), feedback=args.feedback)
-    if args.json:
-        items = []
-        for hit in hits:
-            item = hit.to_dict()
-            if args.explain:
-                item["explanation"] = kb.explain(args.query, hit, feedback=args.feedback).to_dict()
-            items.append(item)
-        print(json.dumps(items, ensure_ascii=False))
-        return 0
-    if not hits:
-        print(f"no results for {args.query!r}", file=sys.stderr)
-        return 0
-    for rank, hit in enumerate(hits, 1):
-        print(f"{rank:>2}. {hit.source}:{hit.start_line}-{hit.end_line}  {hit.score:.3f}")
-        print("    " + " ".join(hit.text.split())[:240])
     return 0
 
 

@@ -106,7 +106,11 @@ def connect(address: str, *, n_workers: int | None = None) -> Any:
                 processes=True,
                 n_workers=n_workers if n_workers is not None else min(3, os.cpu_count() or 1),
                 threads_per_worker=1,
-                dashboard_address=None,  # no web server: nothing listens beyond the scheduler and workers
+                dashboard_address=None,  # no dashboard
+                # The scheduler still serves a few HTTP routes (health, metrics):
+                # on loopback, on a free port. Left alone it tries 8787 and
+                # warns when another cluster on this machine holds it.
+                scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
             )
         client = Client(cluster)  # type: ignore[no-untyped-call]
         _STARTED[id(client)] = cluster  # closed with the client (see close_client)

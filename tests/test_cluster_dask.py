@@ -270,3 +270,36 @@ def test_shards_are_spread_one_a_worker(client, saved):
         assert sorted(holders) == sorted(client.ncores())  # 3 shards on 3 workers: one hung machine holds one
     finally:
         kb.close()
+
+
+def test_cli_search_on_the_cluster_escapes_terminal_controls(client, tmp_path):
+    kb = ShardedKnowledgeBase(3)
+    kb.add_text("harbor lantern \x1b[2J\x1b]0;pwned\x07 keeper", "notes/evil\nname\x1b]2;t\x07.md")
+    kb.add_text("harbor lantern plain", "plain.md")
+    kb.save(tmp_path / "idx")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "clanker_rag", "search", "harbor lantern", "--index", str(tmp_path / "idx")]
+    cmd += ["--cluster", client.scheduler.address, "--color", "always"]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True, timeout=300).stdout
+    for bad in ("\x1b[2J", "\x1b]", "\x07"):
+        assert bad not in out
+    assert "\\x1b[2J\\x1b]0;pwned\\x07" in out
+    assert len(out.splitlines()) == 4  # a head and a snippet line per hit: the newline in the name is escaped
+
+
+def test_a_second_local_cluster_serves_http_on_loopback_and_a_free_port():
+    import socket
+
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen()
+    try:
+        # Warnings are errors in the tests: distributed warns when its default port 8787 is taken.
+        c = connect("local", n_workers=1)
+        try:
+            http = c.cluster.scheduler.http_server
+            assert http.address == "127.0.0.1" and http.port != 8787
+        finally:
+            close_client(c)
+    finally:
+        held.close()
