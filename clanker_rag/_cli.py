@@ -289,9 +289,9 @@ def _run(args: argparse.Namespace) -> int:
 
     try:
         if getattr(args, "cluster", None):
-            from ._cluster_cli import run_cluster
+            from ._cluster_cli import CliHooks, run_cluster
 
-            return run_cluster(args, _print_search, _run_proxy)
+            return run_cluster(args, CliHooks(_ingest_options, _print_search, _run_proxy))
         code: int = args.func(args)
         return code
     except KeyboardInterrupt:
@@ -407,12 +407,8 @@ def _load(args: argparse.Namespace) -> KnowledgeBase:
 # -- ingest -------------------------------------------------------------------------------------------
 
 
-def _cmd_ingest(args: argparse.Namespace) -> int:
-    import json
-
-    from ._kb import KnowledgeBase
-
-    path = _target(args, write=True)
+def _ingest_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``ingest()`` keywords the ingest flags give, on one machine or a cluster."""
     options: dict[str, Any] = {
         "include": args.include,
         "exclude": args.exclude,
@@ -421,12 +417,22 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
         "follow_symlinks": args.follow_symlinks,
         "sync": not args.no_sync,
         "prefix": args.prefix,
-        "progress": False if args.no_progress or args.json else None,
     }
     if args.ext:
         options["extensions"] = args.ext
     if args.max_file_size is not None:
         options["max_file_size"] = args.max_file_size
+    return options
+
+
+def _cmd_ingest(args: argparse.Namespace) -> int:
+    import json
+
+    from ._kb import KnowledgeBase
+
+    path = _target(args, write=True)
+    options = _ingest_options(args)
+    options["progress"] = False if args.no_progress or args.json else None
     if args.jobs is not None:
         from ._parallel import usable_cpus
 

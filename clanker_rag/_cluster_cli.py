@@ -13,22 +13,29 @@ import logging
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ._exceptions import ConfigError
 from .cluster import MANIFEST as _MANIFEST
 from .cluster import ShardedKnowledgeBase, close_client, connect, require_dask
 
-__all__ = ["run_cluster"]
+__all__ = ["CliHooks", "run_cluster"]
 
 PROG = "clanker-rag"
 
 
-def run_cluster(
-    args: argparse.Namespace,
-    print_search: Callable[[argparse.Namespace, Any], int],
-    run_proxy: Callable[[argparse.Namespace, Any, Path | None, str], int],
-) -> int:
+class CliHooks(NamedTuple):
+    """What the command line lends the cluster commands, so both read flags and print alike.
+
+    Passed down rather than imported: ``_cli`` imports this module.
+    """
+
+    ingest_options: Callable[[argparse.Namespace], dict[str, Any]]
+    print_search: Callable[[argparse.Namespace, Any], int]
+    run_proxy: Callable[[argparse.Namespace, Any, Path | None, str], int]
+
+
+def run_cluster(args: argparse.Namespace, hooks: CliHooks) -> int:
     """Run ``args.command`` on the cluster at ``args.cluster``; the exit code."""
     if args.command not in ("ingest", "search", "stats", "serve"):
         raise ConfigError(f"--cluster works with ingest, search, stats and serve, not {args.command!r}")
@@ -42,37 +49,25 @@ def run_cluster(
     client = connect(args.cluster)
     try:
         if args.command == "ingest":
-            return _ingest(args, path, client)
+            return _ingest(args, path, client, hooks)
         if not (path / _MANIFEST).is_file():
             raise ConfigError(f"{path}: no sharded index (build one with: {PROG} ingest TREE --index {path} --cluster)")
         kb = ShardedKnowledgeBase.load(path, client=client)
         try:
             if args.command == "search":
-                return print_search(args, kb)
+                return hooks.print_search(args, kb)
             if args.command == "stats":
                 return _stats(args, kb, path)
             # No folder to watch: a sharded index is re-read by restarting serve.
-            return run_proxy(args, kb, None, f"{path} ({kb.n_shards} shards on {args.cluster})")
+            return hooks.run_proxy(args, kb, None, f"{path} ({kb.n_shards} shards on {args.cluster})")
         finally:
             kb.close()
     finally:
         close_client(client)
 
 
-def _ingest(args: argparse.Namespace, path: Path, client: Any) -> int:
-    options: dict[str, Any] = {
-        "include": args.include,
-        "exclude": args.exclude,
-        "gitignore": not args.no_gitignore,
-        "secret_guard": not args.no_secret_guard,
-        "follow_symlinks": args.follow_symlinks,
-        "sync": not args.no_sync,
-        "prefix": args.prefix,
-    }
-    if args.ext:
-        options["extensions"] = args.ext
-    if args.max_file_size is not None:
-        options["max_file_size"] = args.max_file_size
+def _ingest(args: argparse.Namespace, path: Path, client: Any, hooks: CliHooks) -> int:
+    options = hooks.ingest_options(args)
     if (path / _MANIFEST).is_file():
         kb = ShardedKnowledgeBase.load(path, client=client, shards=args.shards)
     else:
