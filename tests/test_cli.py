@@ -5,16 +5,14 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 from _fake_upstream import FakeUpstream, Reply
+from _serve import serve_and_ask
 
 from clanker_rag import _eval
 from clanker_rag._cli import main
@@ -485,35 +483,8 @@ def test_subprocess_help_search_and_error(index: Path) -> None:
 
 def test_subprocess_serve(index: Path) -> None:
     with FakeUpstream(lambda path, body: Reply(["7341"])) as up:
-        env = dict(os.environ, PYTHONPATH=str(ROOT))
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "clanker_rag", "serve", "--upstream", up.url, "--index", str(index), "--port", "0"],
-            stderr=subprocess.PIPE, text=True, env=env,
-        )  # fmt: skip
-        try:
-            assert proc.stderr is not None
-            line = proc.stderr.readline()
-            match = re.search(r"serving (http://127\.0\.0\.1:\d+)/v1", line)
-            assert match, line
-            req = urllib.request.Request(
-                match.group(1) + "/v1/completions",
-                data=json.dumps({"prompt": "Which port does the server listen on?\n"}).encode(),
-                headers={"Content-Type": "application/json"},
-            )
-            with urllib.request.urlopen(req, timeout=30) as resp:
-                body = json.loads(resp.read())
-            assert body["choices"][0]["text"] == "7341"
-            assert "guide/ports.md" in up.requests[0]["body"]["prompt"]
-        finally:
-            proc.send_signal(signal.SIGINT)
-            try:
-                code = proc.wait(15)
-            finally:
-                if proc.poll() is None:
-                    proc.kill()
-        assert code == 0
-        rest = proc.stderr.read() if proc.stderr else ""
-        if proc.stderr:
-            proc.stderr.close()
-        assert "stopped" in rest and "Traceback" not in rest
-        time.sleep(0)
+        served = serve_and_ask(["--upstream", up.url, "--index", str(index)], "Which port does the server listen on?\n")
+        assert served.answer["choices"][0]["text"] == "7341"
+        assert "guide/ports.md" in up.requests[0]["body"]["prompt"]
+    assert served.code == 0
+    assert "stopped" in served.rest and "Traceback" not in served.rest

@@ -220,46 +220,20 @@ def test_ingest_on_the_cluster_matches_one_machine(client, tmp_path):
 
 
 def test_cli_serve_on_the_cluster_injects_from_the_shards(client, tmp_path):
-    import re
-    import urllib.request
-
     from _fake_upstream import FakeUpstream, Reply
+    from _serve import serve_and_ask
 
     kb = ShardedKnowledgeBase(3)
     kb.add_text("The harbor lantern server listens on port 7341 by default.", "guide/ports.md")
     kb.add_text("Unrelated notes about gardening and tomatoes.", "notes/garden.md")
     kb.save(tmp_path / "idx")
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     with FakeUpstream(lambda path, body: Reply(["7341"])) as up:
-        cmd = [sys.executable, "-m", "clanker_rag", "serve", "--upstream", up.url, "--index", str(tmp_path / "idx")]
-        cmd += ["--cluster", client.scheduler.address, "--port", "0"]
-        proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
-        try:
-            assert proc.stderr is not None
-            line = proc.stderr.readline()
-            match = re.search(r"serving (http://127\.0\.0\.1:\d+)/v1 .*\(3 shards on ", line)
-            assert match, line
-            req = urllib.request.Request(
-                match.group(1) + "/v1/completions",
-                data=json.dumps({"prompt": "Which port does the harbor lantern server listen on?\n"}).encode(),
-                headers={"Content-Type": "application/json"},
-            )
-            with urllib.request.urlopen(req, timeout=60) as resp:
-                body = json.loads(resp.read())
-            assert body["choices"][0]["text"] == "7341"
-            assert "guide/ports.md" in up.requests[0]["body"]["prompt"]  # injected from a shard on a worker
-        finally:
-            proc.send_signal(signal.SIGINT)
-            try:
-                code = proc.wait(30)
-            finally:
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
-            rest = proc.stderr.read() if proc.stderr else ""
-            if proc.stderr:
-                proc.stderr.close()
-    assert code == 0 and "stopped" in rest and "Traceback" not in rest
+        args = ["--upstream", up.url, "--index", str(tmp_path / "idx"), "--cluster", client.scheduler.address]
+        served = serve_and_ask(args, "Which port does the harbor lantern server listen on?\n")
+        assert "(3 shards on " in served.banner
+        assert served.answer["choices"][0]["text"] == "7341"
+        assert "guide/ports.md" in up.requests[0]["body"]["prompt"]  # injected from a shard on a worker
+    assert served.code == 0 and "stopped" in served.rest and "Traceback" not in served.rest
 
 
 def test_shards_are_spread_one_a_worker(client, saved):
