@@ -23,7 +23,7 @@ import sys
 import weakref
 from array import array
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import accumulate, compress, pairwise, repeat
 from operator import gt, le, sub
@@ -452,22 +452,27 @@ def _sources_v2(body: dict[str, Any], data: memoryview | None, where: str) -> So
     return SourceColumns(names, texts, array("q", map(len, texts)), metadata, fingerprints)
 
 
+def _chunk_columns(cols: dict[str, Any], read: Callable[[Any, str, str], Any]) -> ChunkColumns:
+    """The chunk columns of any format; ``read(value, typecode, name)`` maps (v3) or copies (v1, v2) one."""
+    return ChunkColumns(
+        read(cols["source"], "i", "chunks.source"),
+        read(cols["index"], "i", "chunks.index"),
+        read(cols["start"], "q", "chunks.start"),
+        read(cols["end"], "q", "chunks.end"),
+        read(cols["start_line"], "i", "chunks.start_line"),
+        read(cols["end_line"], "i", "chunks.end_line"),
+        read(cols["length"], "i", "chunks.length"),
+        list(cols["section"]),
+    )
+
+
 def _read_v3(body: dict[str, Any], data: memoryview | None, where: str, path: Path | None) -> Snapshot:
     cols = body["chunks"]
 
     def view(value: Any, typecode: str, name: str) -> Any:
         return _view(value, data, typecode, f"{where}: {name}")
 
-    chunks = ChunkColumns(
-        view(cols["source"], "i", "chunks.source"),
-        view(cols["index"], "i", "chunks.index"),
-        view(cols["start"], "q", "chunks.start"),
-        view(cols["end"], "q", "chunks.end"),
-        view(cols["start_line"], "i", "chunks.start_line"),
-        view(cols["end_line"], "i", "chunks.end_line"),
-        view(cols["length"], "i", "chunks.length"),
-        list(cols["section"]),
-    )
+    chunks = _chunk_columns(cols, view)
     d = body["dictionary"]
     dictionary = TermDictionary(
         _store.data_range(d["text"], data, f"{where}: dictionary.text"),
@@ -506,16 +511,7 @@ def _read_v2(body: dict[str, Any], data: memoryview | None, where: str) -> Snaps
         return _store.unpack(value, typecode, f"{where}: {name}", data)
 
     cols = body["chunks"]
-    chunks = ChunkColumns(
-        unpack(cols["source"], "i", "chunks.source"),
-        unpack(cols["index"], "i", "chunks.index"),
-        unpack(cols["start"], "q", "chunks.start"),
-        unpack(cols["end"], "q", "chunks.end"),
-        unpack(cols["start_line"], "i", "chunks.start_line"),
-        unpack(cols["end_line"], "i", "chunks.end_line"),
-        unpack(cols["length"], "i", "chunks.length"),
-        list(cols["section"]),
-    )
+    chunks = _chunk_columns(cols, unpack)
     post = body["postings"]
     lengths = unpack(post["lengths"], "i", "postings.lengths")
     terms = list(body["terms"])
