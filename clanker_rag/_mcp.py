@@ -31,10 +31,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from . import _store
 from ._adapters import check_k, check_query, check_source, check_where
 from ._blocks import BlockBuilder, neutralize
 from ._exceptions import ClankerRagError, ConfigError, MissingExtraError
+from ._follow import IndexFollower
 from ._kb import KnowledgeBase
 
 if TYPE_CHECKING:
@@ -64,14 +64,6 @@ def require_sdk() -> None:
 def resource_uri(source: str) -> str:
     """The resource URI of a source: its name, percent-encoded, after ``RESOURCE_PREFIX``."""
     return RESOURCE_PREFIX + urllib.parse.quote(source, safe="/")
-
-
-def _stamp(file: Path) -> tuple[int, int] | None:
-    try:
-        st = file.stat()
-    except OSError:
-        return None
-    return (st.st_mtime_ns, st.st_size)
 
 
 def _int_or_none(name: str, value: object) -> int | None:
@@ -109,8 +101,7 @@ class KnowledgeService:
         self._roots = tuple(roots)
         self._kb = kb if kb is not None else KnowledgeBase()
         self._lock = threading.Lock()
-        self._file = self._path / _store.INDEX_FILE if self._path is not None else None
-        self._stamp = _stamp(self._file) if self._file is not None else None
+        self._follower = IndexFollower(self._path) if self._path is not None else None
 
     @property
     def ingest_roots(self) -> tuple[Path, ...]:
@@ -118,20 +109,10 @@ class KnowledgeService:
 
     def _current(self) -> KnowledgeBase:
         """The knowledge base, re-read first if its index file changed (caller holds the lock)."""
-        if self._file is None:
-            return self._kb
-        stamp = _stamp(self._file)
-        if stamp is None or stamp == self._stamp:
-            return self._kb
-        try:
-            fresh = KnowledgeBase.load(self._file.parent)
-        except (ClankerRagError, OSError, ValueError) as exc:
-            # A broken file written by someone else: keep serving what we have.
-            logger.warning("could not reload %s: %s", self._file.parent, exc)
-            return self._kb
-        self._kb, self._stamp = fresh, stamp
-        logger.info("reloaded %s (%d chunks)", self._file.parent, len(fresh))
-        return fresh
+        fresh = self._follower.fresh() if self._follower is not None else None
+        if fresh is not None:
+            self._kb = fresh
+        return self._kb
 
     def _with_kb(self, fn: Callable[[KnowledgeBase], _T]) -> _T:
         with self._lock:

@@ -30,11 +30,10 @@ import logging
 import os
 import socket
 import threading
-import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
+from ._follow import IndexFollower
 from ._proxy_handler import DEFAULT_MAX_REQUEST_BYTES, ProxyConfig, ProxyServer
 from ._types import HitLike, Retriever
 from ._upstream import redact
@@ -65,42 +64,13 @@ class SharedRetriever:
     ) -> None:
         self._retriever = retriever
         self._lock = threading.Lock()
-        self._file = Path(path) / "index.json" if path is not None else None
-        self._check_every = check_every
-        self._checked = time.monotonic()
-        self._stamp = self._file_stamp()
-
-    def _file_stamp(self) -> tuple[int, int] | None:
-        if self._file is None:
-            return None
-        try:
-            st = self._file.stat()
-        except OSError:
-            return None
-        return (st.st_mtime_ns, st.st_size)
-
-    def _maybe_reload(self) -> None:
-        now = time.monotonic()
-        if self._file is None or now - self._checked < self._check_every:
-            return
-        self._checked = now
-        stamp = self._file_stamp()
-        if stamp is None or stamp == self._stamp:
-            return
-        from ._kb import KnowledgeBase
-
-        try:
-            fresh = KnowledgeBase.load(self._file.parent)
-        except Exception as exc:  # a save in progress or a broken file: keep serving the old one
-            logger.warning("could not reload %s: %s", self._file, exc)
-            return
-        self._retriever = fresh
-        self._stamp = stamp
-        logger.info("reloaded %s (%d chunks)", self._file.parent, len(fresh))
+        self._follower = IndexFollower(path, check_every=check_every) if path is not None else None
 
     def search(self, query: str, k: int = 10) -> Sequence[HitLike]:
         with self._lock:
-            self._maybe_reload()
+            fresh = self._follower.fresh() if self._follower is not None else None
+            if fresh is not None:
+                self._retriever = fresh
             return list(self._retriever.search(query, k))
 
 

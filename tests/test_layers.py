@@ -39,7 +39,7 @@ LAYERS = [
     {"_chunking", "_index", "_discovery", "_shaping"},
     {"_counting", "_collection"},
     {"_kb", "_dense"},
-    {"_parallel"},
+    {"_parallel", "_follow"},
     {"_ingest", "_bulk", "_rerank", "_eval", "_controller", "_named_kbs", "_upstream", "_native_tools"},
     {"_proxy_handler", "_cluster_shards", "_ask"},
     {"cluster"},
