@@ -29,7 +29,6 @@ import tempfile
 import threading
 import time
 import weakref
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -105,14 +104,9 @@ def _unbox(files: dict[str, bytes]) -> ShardBox:
 # -- what runs next to a shard ---------------------------------------------------------------------
 
 
-def shard_stats(kb: KnowledgeBase, query: str) -> tuple[dict[str, float], CollectionStats]:
-    """The query's term weights (as ``KnowledgeBase.search`` counts them) and this shard's statistics."""
-    weights = {term: float(n) for term, n in Counter(kb.analyzer(query)).items()}
-    return weights, kb.collection_stats(weights)
-
-
-def shard_term_stats(kb: KnowledgeBase, terms: list[str]) -> CollectionStats:
-    return kb.collection_stats(terms)
+def shard_table(kb: KnowledgeBase) -> CollectionStats:
+    """This shard's chunk count, summed length and every term's document frequency (the client keeps it)."""
+    return kb.collection_stats()
 
 
 def shard_search(

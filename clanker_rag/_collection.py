@@ -17,17 +17,20 @@ index needs, kept apart from the index's search machinery.
 from __future__ import annotations
 
 import heapq
+import threading
+import weakref
 from array import array
 from bisect import bisect_left
 from collections.abc import Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from itertools import repeat
-from operator import mul
+from operator import add, mul
 
 from ._codec import Ints
 from ._exceptions import ConfigError
-from ._index import InvertedIndex
-from ._scoring import TermExplanation, length_norm, norm_values, tf_weight, tf_weights
+from ._index import SEED, InvertedIndex
+from ._pruning import Plan, above, best_of, essential_slices, probe
+from ._scoring import TermExplanation, impact_order, length_norm, norm_values, tf_weight, tf_weights
 
 __all__ = ["CollectionStats", "explain_with_stats", "local_stats", "top_with_stats"]
 
@@ -62,10 +65,21 @@ class CollectionStats:
         return cls(n, total, df)
 
 
-def local_stats(index: InvertedIndex, terms: Iterable[str]) -> CollectionStats:
-    """This index's statistics for ``terms`` (only the terms its vocabulary holds)."""
+def local_stats(index: InvertedIndex, terms: Iterable[str] | None = None) -> CollectionStats:
+    """This index's statistics for ``terms`` (only the terms its vocabulary holds).
+
+    ``terms=None``: for every term the vocabulary holds, including terms
+    whose chunks were all removed (df 0: a query still counts them, as
+    ``KnowledgeBase.search`` does).  A sharded index's client keeps this
+    table of every shard, so a search needs no statistics round trip.
+    """
     term_id = index.term_id
     df: dict[str, int] = {}
+    if terms is None:
+        fold = index.fold
+        for each, term in enumerate(index.terms):
+            df[term] = len(fold(each))
+        return CollectionStats(index.n_docs, index.total_len, df)
     for term in terms:
         tid = term_id(term)
         if tid is not None:
@@ -73,8 +87,46 @@ def local_stats(index: InvertedIndex, terms: Iterable[str]) -> CollectionStats:
     return CollectionStats(index.n_docs, index.total_len, df)
 
 
-def _impacts(index: InvertedIndex, term: str, stats: CollectionStats) -> tuple[Ints, array[float], float] | None:
-    """The term's chunk ids here, their float32 impacts under ``stats``, and its idf."""
+@dataclass(slots=True)
+class _Impacts:
+    """One term's postings here scored with a whole collection's statistics."""
+
+    key: tuple[int, int, int, int]  # the index generation, N, summed length, df they are for
+    docs: Ints
+    imps: array[float]
+    idf: float
+    top: float  # the largest impact
+    order: array[int] | None = None  # positions by decreasing impact, sorted on first need
+
+    def by_impact(self) -> array[int]:
+        if self.order is None:
+            self.order = impact_order(self.imps)
+        return self.order
+
+
+# Impacts under the last statistics seen, per index and term, least recently
+# used first.  The statistics change only when the collection does, so a
+# shard scores a term's list once per change rather than once per query.
+# Weak: a shard's cache goes with its index.
+_CACHES: weakref.WeakKeyDictionary[InvertedIndex, dict[str, _Impacts]] = weakref.WeakKeyDictionary()
+_CACHE_LOCK = threading.Lock()
+# Postings cached per index (8 bytes each: a float32 impact and an int32 position).
+CACHE_POSTINGS = 4_000_000
+# Chunks a list contributes to the pool before the pruned search gives up on
+# its bounds and scores every posting (a share of all the query's postings).
+_POOL_SHARE = 4
+
+
+def _cache_of(index: InvertedIndex) -> dict[str, _Impacts]:
+    with _CACHE_LOCK:
+        cache = _CACHES.get(index)
+        if cache is None:
+            cache = _CACHES[index] = {}
+        return cache
+
+
+def _impacts(index: InvertedIndex, term: str, stats: CollectionStats) -> _Impacts | None:
+    """The term's chunk ids here and their float32 impacts under ``stats`` (cached)."""
     tid = index.term_id(term)
     if tid is None:
         return None
@@ -87,6 +139,12 @@ def _impacts(index: InvertedIndex, term: str, stats: CollectionStats) -> tuple[I
             f"collection statistics name {df} chunks holding {term!r} and {stats.n_docs} chunks in all, "
             f"fewer than this part alone holds ({len(docs)} and {index.n_docs})"
         )
+    key = (index.gen, stats.n_docs, stats.total_length, df)
+    cache = _cache_of(index)
+    hit = cache.pop(term, None)
+    if hit is not None and hit.key == key:
+        cache[term] = hit  # now the most recently used
+        return hit
     tfs = index.tfs[tid]
     assert tfs is not None
     bm = index.bm25
@@ -96,15 +154,42 @@ def _impacts(index: InvertedIndex, term: str, stats: CollectionStats) -> tuple[I
     lengths = map(index.dl.__getitem__, docs)
     norms = list(norm_values(bm, avgdl, lengths)) if avgdl > 0 else [bm.k1] * len(docs)
     weights = tf_weights(bm, tfs, norms, docs, index.dl, avgdl)
-    return docs, array("f", map(mul, repeat(idf), weights)), idf
+    imps = array("f", map(mul, repeat(idf), weights))
+    found = _Impacts(key, docs, imps, idf, max(imps))
+    cache[term] = found
+    held = sum(len(c.docs) for c in cache.values())
+    while held > CACHE_POSTINGS and len(cache) > 1:
+        held -= len(cache.pop(next(iter(cache))).docs)
+    return found
 
 
 def _terms(weights: Mapping[str, float]) -> Iterator[tuple[str, float]]:
-    # One fixed order (by term) so every shard sums a chunk's parts alike.
+    # One fixed order (by term) so every shard, and the pruned and the
+    # exhaustive scoring, sum a chunk's parts alike.
     for term in sorted(weights):
         w = weights[term]
         if w > 0:
             yield term, w
+
+
+def _exhaustive(lists: list[tuple[_Impacts, float]], k: int, allowed: Container[int] | None) -> list[tuple[int, float]]:
+    acc: dict[int, float] = {}
+    for found, w in lists:
+        contribs: Iterable[float] = found.imps if w == 1.0 else map(mul, found.imps, repeat(w))
+        for d, c in zip(found.docs, contribs):
+            if allowed is None or d in allowed:
+                acc[d] = acc.get(d, 0.0) + c
+    return heapq.nsmallest(k, acc.items(), key=lambda item: (-item[1], item[0]))
+
+
+def _scores(lists: list[tuple[_Impacts, float]], cands: list[int]) -> list[float]:
+    """Full scores of ``cands``, summed in the exhaustive order (bit for bit its sums)."""
+    scores: list[float] = []
+    for i, (found, w) in enumerate(lists):
+        vals = probe(found.docs, found.imps, w, cands)
+        # 0.0 + x is x, and x + 0.0 is x: an absent term changes nothing.
+        scores = list(map(add, scores, vals)) if i else list(vals)
+    return scores
 
 
 def top_with_stats(
@@ -116,22 +201,65 @@ def top_with_stats(
 ) -> list[tuple[int, float]]:
     """The ``k`` best ``(chunk id, score)`` pairs here under ``stats``, best first, ties by lower id.
 
-    Exhaustive over the query terms' postings: a shard is a fraction of the
-    collection, and its pruning bounds would need the global statistics too.
+    Exact and pruned, as ``InvertedIndex.top_k``: the threshold algorithm
+    over each term's impact order (impacts under ``stats``, cached), then
+    MaxScore's essential terms bound what a chunk outside the pool can
+    score; when the bounds leave too many chunks, every posting is scored.
     """
     if k <= 0:
         return []
-    acc: dict[int, float] = {}
+    lists = []
     for term, w in _terms(weights):
         found = _impacts(index, term, stats)
-        if found is None:
-            continue
-        docs, imps, _ = found
-        contribs: Iterable[float] = imps if w == 1.0 else map(mul, imps, repeat(w))
-        for d, c in zip(docs, contribs):
-            if allowed is None or d in allowed:
-                acc[d] = acc.get(d, 0.0) + c
-    return heapq.nsmallest(k, acc.items(), key=lambda item: (-item[1], item[0]))
+        if found is not None:
+            lists.append((found, w))
+    total = sum(len(found.docs) for found, _ in lists)
+    depth = max(SEED, k)
+    if total <= 4 * depth or len(lists) < 1:
+        return _exhaustive(lists, k, allowed)
+    plan: Plan = [(found.top * w, i, w) for i, (found, w) in enumerate(lists)]
+    pool: set[int] = set()
+    cands: list[int] = []
+    scores: list[float] = []
+    theta = 0.0
+    while True:
+        new: set[int] = set()
+        edges: list[float] = []
+        for found, w in lists:
+            docs = found.docs
+            if depth >= len(docs):
+                new.update(docs)
+                edges.append(0.0)
+            else:
+                order = found.by_impact()
+                new.update(map(docs.__getitem__, order[:depth]))
+                edges.append(found.imps[order[depth]] * w)
+        new.difference_update(pool)
+        pool.update(new)
+        fresh = list(new) if allowed is None else list(filter(allowed.__contains__, new))
+        cands.extend(fresh)
+        scores.extend(_scores(lists, fresh))
+        if len(cands) >= k:
+            theta = heapq.nlargest(k, scores)[-1]
+        if not any(edges) or (theta > 0.0 and above(sum(edges)) < theta):
+            return best_of(cands, scores, k, theta)
+        if theta > 0.0:
+            ranges, n_more = essential_slices(
+                plan, edges, depth, theta, lambda i: lists[i][0].by_impact(), lambda i: lists[i][0].imps
+            )
+            if n_more <= total // _POOL_SHARE:
+                more: set[int] = set()
+                for i, lo, hi in ranges:
+                    docs = lists[i][0].docs
+                    more.update(map(docs.__getitem__, lists[i][0].by_impact()[lo:hi]))
+                more.difference_update(pool)
+                extra = list(more) if allowed is None else list(filter(allowed.__contains__, more))
+                cands.extend(extra)
+                scores.extend(_scores(lists, extra))
+                return best_of(cands, scores, k, theta)
+        if len(pool) > total // _POOL_SHARE:
+            return _exhaustive(lists, k, allowed)
+        depth *= 4
 
 
 def explain_with_stats(
@@ -146,7 +274,7 @@ def explain_with_stats(
         found = _impacts(index, term, stats)
         if found is None:
             continue
-        docs, imps, idf = found
+        docs, imps, idf = found.docs, found.imps, found.idf
         i = bisect_left(docs, cid)
         if i >= len(docs) or docs[i] != cid:
             continue

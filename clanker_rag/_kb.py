@@ -570,8 +570,8 @@ class KnowledgeBase:
         score, parts = self._index.explain(weights, cid)
         return Explanation(score, parts, self._index.n_docs, self._index.avgdl, self._index.dl[cid])
 
-    def collection_stats(self, terms: Iterable[str]) -> CollectionStats:
-        """Chunk count, summed length and the document frequency of ``terms`` here (for a sharded index)."""
+    def collection_stats(self, terms: Iterable[str] | None = None) -> CollectionStats:
+        """Chunk count, summed length and the document frequency of ``terms`` (None: every term) here."""
         return _collection.local_stats(self._index, terms)
 
     def search_with_stats(

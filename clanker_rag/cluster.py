@@ -7,11 +7,13 @@ source's chunks all live on the shard a stable hash of its name picks
 (``blake2b`` of the name, modulo the shard count), so re-ingesting or
 removing a source touches one shard.
 
-Scores are exact: a search first collects each shard's chunk count, summed
-length and the query terms' document frequencies, adds them up, and has
-every shard score its chunks with those totals, so each hit scores what one
-``KnowledgeBase`` over the same chunks gives it (up to the last bit of the
-sum; ties between equal scores are broken by source and chunk number).
+Scores are exact: the client keeps each shard's chunk count, summed length
+and every term's document frequency (fetched from a shard when it first
+searches after a change to that shard), adds up the query terms' figures,
+and has every shard score its chunks with those totals, in one round trip;
+so each hit scores what one ``KnowledgeBase`` over the same chunks gives it
+(up to the last bit of the sum; ties between equal scores are broken by
+source and chunk number).
 
 Without a ``client`` every shard lives in this process: a sharded index opens
 on one machine without Dask.  See ``docs/scale.md``.
@@ -25,12 +27,14 @@ import json
 import logging
 import os
 import tempfile
+import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from ._analysis import Analyzer
 from ._cluster_shards import (
     PLACEMENT,
     DaskShards,
@@ -47,8 +51,7 @@ from ._cluster_shards import (
     shard_search,
     shard_settings,
     shard_source,
-    shard_stats,
-    shard_term_stats,
+    shard_table,
 )
 from ._collection import CollectionStats
 from ._exceptions import ConfigError, IndexFormatError, IngestError, MissingExtraError
@@ -60,6 +63,7 @@ from ._validate import check_metadata, text_items
 __all__ = ["MANIFEST", "ShardedHits", "ShardedKnowledgeBase", "connect", "shard_of"]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 MANIFEST = "cluster.json"
 FORMAT_VERSION = 1
@@ -140,6 +144,47 @@ def _order(hit: Hit) -> tuple[float, str, int]:
     return (-hit.score, hit.source, hit.chunk_index)
 
 
+class _Totals:
+    """The whole collection's statistics, kept on the client: each shard's term table.
+
+    A change to a shard drops its table (and bumps its generation); the next
+    search fetches it again.  A table fetched while a change ran is not kept
+    (the generation moved on), so a search never scores with a stale one.
+    """
+
+    def __init__(self, n_shards: int) -> None:
+        self.parts: list[CollectionStats | None] = [None] * n_shards
+        self.gens = [0] * n_shards
+        self.lock = threading.Lock()
+
+    def forget(self, shards: Iterable[int]) -> None:
+        with self.lock:
+            for i in shards:
+                self.parts[i] = None
+                self.gens[i] += 1
+
+    def stale(self) -> dict[int, int]:
+        """The shards without a table, with their generations."""
+        with self.lock:
+            return {i: self.gens[i] for i, part in enumerate(self.parts) if part is None}
+
+    def keep(self, i: int, gen: int, part: CollectionStats) -> None:
+        with self.lock:
+            if self.gens[i] == gen:
+                self.parts[i] = part
+
+    def of(self, terms: Iterable[str]) -> CollectionStats:
+        """The totals of the shards with a table, with the document frequencies of ``terms``
+        (only the terms some shard's vocabulary holds)."""
+        parts = [p for p in self.parts if p is not None]
+        df: dict[str, int] = {}
+        for term in terms:
+            counts = [c for c in (p.df.get(term) for p in parts) if c is not None]
+            if counts:
+                df[term] = sum(counts)
+        return CollectionStats(sum(p.n_docs for p in parts), sum(p.total_length for p in parts), df)
+
+
 class ShardedKnowledgeBase:
     """A knowledge base split into ``shards`` knowledge bases, on a Dask cluster or in this process.
 
@@ -159,10 +204,16 @@ class ShardedKnowledgeBase:
         else:
             require_dask()
             home = DaskShards.create(client, shards, options)
-        self._init(home, client, timeout, None, shard_settings(template))
+        self._init(home, client, timeout, None, shard_settings(template), template.analyzer)
 
     def _init(
-        self, home: LocalShards | DaskShards, client: Any, timeout: float, path: Path | None, settings: dict[str, Any]
+        self,
+        home: LocalShards | DaskShards,
+        client: Any,
+        timeout: float,
+        path: Path | None,
+        settings: dict[str, Any],
+        analyzer: Analyzer,
     ) -> None:
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < 1e6:
             raise ConfigError(f"timeout={timeout!r} is out of range: expected seconds in (0, 1e6)")
@@ -171,6 +222,9 @@ class ShardedKnowledgeBase:
         self.timeout = float(timeout)
         self._path = path
         self._settings = settings
+        self._totals = _Totals(len(home))
+        # The client analyses queries itself (as every shard would): it holds the statistics.
+        self._analyzer = analyzer
 
     # -- opening and saving ----------------------------------------------------------
     @classmethod
@@ -203,10 +257,9 @@ class ShardedKnowledgeBase:
         else:
             require_dask()
             home = DaskShards.open(client, folders)
+        settings = home.map(shard_settings, {0: ()}, timeout=None)[0]
         self = cls.__new__(cls)
-        self._init(home, client, timeout, folder, {})
-        first = home.map(shard_settings, {0: ()}, timeout=None)
-        self._settings = first[0]
+        self._init(home, client, timeout, folder, settings, Analyzer.from_settings(settings["analyzer"]))
         return self
 
     @property
@@ -273,6 +326,15 @@ class ShardedKnowledgeBase:
         self.close()
 
     # -- adding and removing ---------------------------------------------------------
+    def _change(self, changes: Mapping[int, tuple[Callable[..., T], tuple[Any, ...]]]) -> dict[int, T]:
+        # Before: a search meanwhile must not keep the old table; after: nor
+        # one fetched while the change ran.
+        self._totals.forget(changes)
+        try:
+            return self._home.change(changes)
+        finally:
+            self._totals.forget(changes)
+
     def shard_of(self, source: str) -> int:
         """The shard that holds (or would hold) ``source``."""
         if not isinstance(source, str) or not source:
@@ -291,7 +353,7 @@ class ShardedKnowledgeBase:
         i = self.shard_of(source)
         check_metadata(source, metadata)  # here, not as a worker's error
         item = (text, source, dict(metadata) if metadata else None, list(sections) if sections is not None else None)
-        return self._home.change({i: (shard_add, ([item],))})[i]
+        return self._change({i: (shard_add, ([item],))})[i]
 
     def add_texts(self, items: Iterable[tuple[str, str] | tuple[str, str, Mapping[str, Any] | None]]) -> int:
         """Bulk :meth:`add_text` of ``(text, source[, metadata])``: one change per shard."""
@@ -302,12 +364,12 @@ class ShardedKnowledgeBase:
             batches.setdefault(i, []).append((text, source, dict(meta) if meta else None, None))
         if not batches:
             return 0
-        return sum(self._home.change({i: (shard_add, (b,)) for i, b in batches.items()}).values())
+        return sum(self._change({i: (shard_add, (b,)) for i, b in batches.items()}).values())
 
     def remove(self, source: str) -> int:
         """Remove every chunk of ``source``; returns how many (0 if unknown)."""
         i = self.shard_of(source)
-        return self._home.change({i: (shard_remove, ([source],))})[i]
+        return self._change({i: (shard_remove, ([source],))})[i]
 
     def ingest(self, path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], **options: Any) -> IngestReport:
         """Ingest files and folders, each shard reading the files placed on it (on its worker).
@@ -337,7 +399,7 @@ class ShardedKnowledgeBase:
             pre = prefix + name + "/" if len(roots) > 1 and os.path.isdir(root) else prefix
             n = self.n_shards
             changes = {i: (shard_ingest, (i, n, root, pre, dict(options))) for i in range(n)}
-            results = self._home.change(changes)
+            results = self._change(changes)
             reports.append(merge_reports([results[i] for i in range(n)]))
         report = merge_reports(reports)
         report.roots = [r for rep in reports for r in rep.roots]
@@ -396,19 +458,32 @@ class ShardedKnowledgeBase:
     def _all(self, *args: Any) -> dict[int, tuple[Any, ...]]:
         return {i: args for i in range(self.n_shards)}
 
+    def _statistics(self, terms: Iterable[str], allow_partial: bool) -> tuple[CollectionStats, set[int]]:
+        """The whole collection's statistics for ``terms``, and the shards left out of them.
+
+        Fetches the term table of each shard changed since its last one (see
+        ``_Totals``); a shard that cannot give it is left out (``allow_partial``)."""
+        stale = self._totals.stale()
+        missing: set[int] = set()
+        if stale:
+            args = {i: () for i in stale}
+            tables = self._home.map(shard_table, args, timeout=self.timeout, allow_partial=allow_partial)
+            for i, table in tables.items():
+                self._totals.keep(i, stale[i], table)
+            missing = set(stale) - set(tables)
+        return self._totals.of(terms), missing
+
     def _prepare(
         self, query: str, source: str | None, where: Mapping[str, Any] | None, feedback: bool, allow_partial: bool
     ) -> tuple[dict[str, float], CollectionStats, set[int]]:
         """The query's term weights (expanded with ``feedback``) and the whole collection's statistics."""
         if not isinstance(query, str):
             raise ConfigError(f"query must be str, not {type(query).__name__}")
-        parts = self._home.map(shard_stats, self._all(query), timeout=self.timeout, allow_partial=allow_partial)
-        missing = set(range(self.n_shards)) - set(parts)
-        if not parts:
-            return {}, CollectionStats(0, 0), missing
-        stats = CollectionStats.combine(p[1] for p in parts.values())
+        # The term weights as KnowledgeBase.search counts them.
+        counts = {term: float(n) for term, n in Counter(self._analyzer(query)).items()}
+        stats, missing = self._statistics(counts, allow_partial)
         # Terms no shard ever indexed count for nothing, as in KnowledgeBase.search.
-        weights = {t: w for t, w in next(iter(parts.values()))[0].items() if t in stats.df}
+        weights = {t: w for t, w in counts.items() if t in stats.df}
         if feedback and weights:
             weights, stats, lost = self._expand(weights, stats, source, where, allow_partial)
             missing |= lost
@@ -444,13 +519,8 @@ class ShardedKnowledgeBase:
         out = {term: _FEEDBACK_ORIGINAL_WEIGHT * w / qnorm for term, w in weights.items()}
         for term, value in best:
             out[term] = out.get(term, 0.0) + (1 - _FEEDBACK_ORIGINAL_WEIGHT) * value / norm
-        new = sorted(set(out) - set(stats.df))
-        if new:
-            more = self._home.map(shard_term_stats, self._all(new), timeout=self.timeout, allow_partial=allow_partial)
-            missing |= set(range(self.n_shards)) - set(more)
-            extra = CollectionStats.combine(more.values())
-            stats = CollectionStats(stats.n_docs, stats.total_length, {**stats.df, **extra.df})
-        return out, stats, missing
+        # The expansion terms' frequencies come from the client's tables too.
+        return out, self._totals.of(out), missing
 
     def search(
         self,

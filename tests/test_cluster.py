@@ -3,6 +3,7 @@ persistence and ingest semantics.  The same code runs on a Dask cluster in test_
 
 import json
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,15 @@ from _trees import write
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from clanker_rag import Analyzer, ConfigError, IndexFormatError, IngestError, KnowledgeBase, MissingExtraError
+from clanker_rag import (
+    Analyzer,
+    ConfigError,
+    IndexFormatError,
+    IngestError,
+    KnowledgeBase,
+    MissingExtraError,
+    _collection,
+)
 from clanker_rag.cluster import MANIFEST, ShardedKnowledgeBase, shard_of
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -77,6 +86,57 @@ def test_sharded_scores_equal_one_knowledge_base(texts, ops, n_shards, variant, 
     assert searched
     assert len(one) == len(sharded)
     assert one.sources() == sharded.sources()
+
+
+def zipf_corpus(seed: int, n_docs: int) -> list[str]:
+    """Documents over a Zipf-like vocabulary: long and short lists, as real text has."""
+    rng = random.Random(seed)
+    words = [f"t{i}" for i in range(300)]
+    weights = [1 / (i + 1) for i in range(len(words))]
+    return [" ".join(rng.choices(words, weights, k=rng.randint(3, 60))) for _ in range(n_docs)]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.integers(0, 2**32 - 1),
+    st.integers(50, 400),
+    st.lists(st.integers(0, 299), min_size=1, max_size=5),
+    st.integers(1, 30),
+    st.integers(1, 4),
+    st.sampled_from(["lucene", "robertson", "atire", "bm25l", "bm25+"]),
+)
+def test_pruned_shard_search_equals_one_knowledge_base(seed, n_docs, words, k, n_shards, variant):
+    """Corpora large enough that each shard prunes (the small ones above are mostly scored whole)."""
+    options = {"chunk_size": None, "analyzer": plain, "variant": variant}
+    one = KnowledgeBase(**options)
+    sharded = ShardedKnowledgeBase(n_shards, **options)
+    items = [(text, f"d{i}", {"odd": i % 2}) for i, text in enumerate(zipf_corpus(seed, n_docs))]
+    one.add_texts(items)
+    sharded.add_texts(items)
+    q = " ".join(f"t{w}" for w in words)
+    check_same(one, sharded, q, k)
+    check_same(one, sharded, q, k, where={"odd": 1})
+    # A change between searches: the cached impacts of the old statistics must not be used.
+    assert one.remove("d3") == sharded.remove("d3")
+    one.add_text("t0 t1 t2", "new")
+    sharded.add_text("t0 t1 t2", "new")
+    check_same(one, sharded, q, k)
+
+
+def test_shard_search_is_pruned(monkeypatch):
+    """A selective query on a large shard scores a pool, not every posting of its terms."""
+    options = {"chunk_size": None, "analyzer": plain}
+    one = KnowledgeBase(**options)
+    sharded = ShardedKnowledgeBase(1, **options)
+    items = [(text, f"d{i}") for i, text in enumerate(zipf_corpus(7, 3000))]
+    one.add_texts(items)
+    sharded.add_texts(items)
+
+    def scored_whole(*args):
+        raise AssertionError("scored every posting")
+
+    monkeypatch.setattr(_collection, "_exhaustive", scored_whole)
+    check_same(one, sharded, "t0 t1 t250", 5)
 
 
 def feedback_is_well_posed(one: KnowledgeBase, query: str) -> bool:
