@@ -21,10 +21,12 @@ This module imports ``distributed`` only inside ``DaskShards``.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import logging
 import os
+import pickle
 import tempfile
 import threading
 import time
@@ -344,15 +346,56 @@ class ShardServer:
 
         self.worker = get_worker()
 
-    def call(self, key: str, fn: Callable[..., T], *args: Any) -> tuple[bool, T | None]:
+    async def call(self, key: str, payload: bytes) -> bytes:
+        """``fn(shard, *args)`` for the pickled ``(fn, args)``: the pickled ``(found, result)``.
+
+        The call and its answer travel as one pickle each: Dask serialises
+        every argument of an actor call on its own, which cost more than the
+        search itself.
+        """
+        fn, args = pickle.loads(payload)
         try:
             box = self.worker.data[key]
         except KeyError:
-            return False, None
+            return _NOT_HERE
         if not isinstance(box, ShardBox):
-            return False, None
-        with box.lock:
-            return True, fn(box.kb, *args)
+            return _NOT_HERE
+        # A coroutine runs on the worker's event loop, without a hop to a
+        # thread and back (a search takes well under a millisecond a shard);
+        # while a change holds the shard, it waits on a thread instead, so
+        # the loop never blocks (the worker keeps answering the scheduler).
+        if box.lock.acquire(blocking=False):
+            try:
+                value = fn(box.kb, *args)
+            finally:
+                box.lock.release()
+        else:
+            value = await asyncio.get_running_loop().run_in_executor(None, _run, fn, box, *args)
+        return pickle.dumps((True, value), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+_NOT_HERE = pickle.dumps((False, None))
+
+
+async def _answers(calls: Mapping[int, Any], timeout: float | None) -> dict[int, tuple[bool, Any]]:
+    """The actor calls that answered within ``timeout``: ``(True, value)`` or ``(False, exception)``."""
+    tasks = {i: asyncio.ensure_future(_outcome(call)) for i, call in calls.items()}
+    if tasks:
+        await asyncio.wait(list(tasks.values()), timeout=timeout)
+    out = {}
+    for i, task in tasks.items():
+        if task.done():
+            out[i] = task.result()
+        else:
+            task.cancel()
+    return out
+
+
+async def _outcome(call: Any) -> tuple[bool, Any]:
+    try:
+        return True, await call
+    except Exception as exc:  # handed to the caller, which sorts them
+        return False, exc
 
 
 def _first(pair: tuple[ShardBox, Any]) -> ShardBox:
@@ -525,34 +568,40 @@ class DaskShards:
         calls: dict[int, Any] = {}
         retry: list[int] = []
         gone: set[str] = set()
+        packed: dict[int, bytes] = {}  # by id of the argument tuple: shards often share one
         for i, a in args.items():
             address = self._where[i]
             if address is None or address in gone:
                 retry.append(i)
                 continue
+            payload = packed.get(id(a))
+            if payload is None:
+                payload = packed[id(a)] = pickle.dumps((fn, a), protocol=pickle.HIGHEST_PROTOCOL)
             try:
-                calls[i] = self._server(address, deadline).call(self.futures[i].key, fn, *a)
+                calls[i] = self._server(address, deadline).call(self.futures[i].key, payload)
             except Exception:  # the worker is gone, and its actor with it
                 self._servers.pop(address, None)
                 gone.add(address)
                 retry.append(i)
+        # One wait on the client's event loop for every call (a wait each
+        # would hand over to that loop and back once a shard).
+        from distributed.utils import sync
+
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        answers = sync(self.client.loop, _answers, calls, left) if calls else {}
         out: dict[int, T] = {}
-        for i, call in calls.items():
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            try:
-                found, value = call.result(timeout=left)
-            except TimeoutError:
-                continue
-            except ClankerRagError:
-                raise  # bad input or a bad index: the shard answered
-            except Exception:
+        for i, (ok, value) in answers.items():
+            if not ok:
+                if isinstance(value, ClankerRagError):
+                    raise value  # bad input or a bad index: the shard answered
                 address = self._where[i]
                 if address is not None:
                     self._servers.pop(address, None)
                 retry.append(i)
                 continue
+            found, result = pickle.loads(value)
             if found:
-                out[i] = value
+                out[i] = result
             else:
                 retry.append(i)
         return out, retry
