@@ -436,14 +436,44 @@ def _adopt_box(folder: str) -> ShardBox:
 
 
 def _spread(client: Any, fn: Callable[..., Any], args: Sequence[tuple[Any, ...]]) -> list[Any]:
-    """Submit one shard-building task per ``args`` item, shard i loosely preferring the i-th worker."""
+    """Build one shard per ``args`` item, shard i loosely preferring the i-th worker; wait for them.
+
+    Once built, the preference is dropped (see ``_unpin``): a rebuild goes
+    to any worker.
+    """
     workers = sorted(client.ncores())  # asks the scheduler: the client's cached view may list a lost worker
     if not workers:
-        return [client.submit(fn, *a, pure=False) for a in args]
-    return [
-        client.submit(fn, *a, workers=[workers[i % len(workers)]], allow_other_workers=True, pure=False)
-        for i, a in enumerate(args)
-    ]
+        futures = [client.submit(fn, *a, pure=False) for a in args]
+    else:
+        futures = [
+            client.submit(fn, *a, workers=[workers[i % len(workers)]], allow_other_workers=True, pure=False)
+            for i, a in enumerate(args)
+        ]
+    from distributed import wait
+
+    wait(futures)  # type: ignore[no-untyped-call]
+    _unpin(client, futures)
+    return futures
+
+
+def _unpin(client: Any, futures: Sequence[Any]) -> None:
+    """Drop the worker preference of finished shard-building tasks.
+
+    A task that prefers a worker (``allow_other_workers``) and lost its
+    result when every worker died at once waits for a worker in the
+    scheduler's no-worker state; Dask (2026.8) starts such a task when a new
+    worker joins only if that worker is one it prefers, and the preferred
+    one is gone for good, so the shard would never be rebuilt (seen after
+    about 15 quick kills on a loopback cluster).  Without the preference, the
+    first worker to join rebuilds it.
+    """
+    keys = {f.key: None for f in futures if f.status == "finished"}
+    if not keys:
+        return
+    try:
+        client.sync(client.scheduler.set_restrictions, worker=keys)
+    except Exception as exc:  # the tasks are gone (released) or the scheduler is: nothing to keep alive
+        log.warning("could not drop the worker preference of %d shards: %s", len(keys), exc)
 
 
 class DaskShards:

@@ -77,6 +77,9 @@ _FEEDBACK_ORIGINAL_WEIGHT = 0.5
 DASK_CONFIG = {"distributed.scheduler.work-stealing": False, "distributed.scheduler.worker-saturation": "inf"}
 # Clusters connect("local") started, by id of their client.
 _STARTED: dict[int, Any] = {}
+# The lost-worker timeout before the first of them started (see connect).
+_LOST_WORKER_KEY = "distributed.deploy.lost-worker-timeout"
+_LOST_WORKER: list[Any] = []
 _INSTALL_HINT = "the Dask cluster needs the dask extra: pip install 'clanker-rag[dask]'"
 
 
@@ -117,6 +120,16 @@ def connect(address: str, *, n_workers: int | None = None) -> Any:
                 scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
             )
         client = Client(cluster)  # type: ignore[no-untyped-call]
+        if not _STARTED:
+            _LOST_WORKER[:] = [dask.config.get(_LOST_WORKER_KEY)]
+            # LocalCluster closes a worker's nanny for good when, this long
+            # after the worker was lost, no worker of its name is registered;
+            # a nanny restarts its lost worker in well under a second, but
+            # under repeated kills the check can land inside a restart, and
+            # after enough kills (about 40 here) no worker is left to rebuild
+            # the shards.  Read when a worker is lost (not when the cluster
+            # starts), so it is set for as long as a local cluster runs.
+            dask.config.set({_LOST_WORKER_KEY: "3650 days"})
         _STARTED[id(client)] = cluster  # closed with the client (see close_client)
         return client
     return Client(address)  # type: ignore[no-untyped-call]
@@ -128,6 +141,10 @@ def close_client(client: Any) -> None:
     client.close()
     if cluster is not None:
         cluster.close()
+        if not _STARTED and _LOST_WORKER:
+            import dask
+
+            dask.config.set({_LOST_WORKER_KEY: _LOST_WORKER.pop()})
 
 
 class ShardedHits(list[Hit]):
