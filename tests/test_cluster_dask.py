@@ -131,6 +131,20 @@ def test_search_survives_sigkill_of_a_worker(client, saved):
     kb.close()
 
 
+def test_shards_lost_with_every_worker_at_once_are_rebuilt(client, saved):
+    """Every worker killed at once: the shards wait for a worker, and the restarted ones rebuild them
+    (Dask never started a waiting task that preferred a worker now gone: the search stalled)."""
+    one, folder = saved
+    kb = ShardedKnowledgeBase.load(folder, client=client)
+    before = answers(kb)
+    pids = client.run(os.getpid)
+    for pid in pids.values():
+        os.kill(pid, signal.SIGKILL)
+    assert answers(kb) == before
+    same(answers(one), before)
+    kb.close()
+
+
 def test_unsaved_changes_survive_sigkill(client, saved):
     one, folder = saved
     kb = ShardedKnowledgeBase.load(folder, client=client)
