@@ -4,14 +4,16 @@ Measures, against one in-process ``KnowledgeBase`` over the same chunks:
 
 - memory per chunk of one knowledge base (resident memory the build added);
 - per-query latency of 3 shards in this process and on a ``LocalCluster``
-  (3 worker processes), so the fan-out overhead is the difference;
+  (3 worker processes), so the fan-out overhead is the difference, with the
+  client's CPU time a query beside it, and the floor: a bare Dask round trip
+  to the 3 workers (3 trivial tasks gathered; 3 trivial actor calls);
 - ingest throughput of the stdlib tree (site-packages excluded) with 1 and 3
   workers (one shard each);
 - recovery: a worker holding a shard is killed with SIGKILL during searches;
   the time until a search answers again (identical hits), and the chunks
   still there afterwards, over ``--kills`` runs.
 
-    python bench/bench_cluster.py                       # 30,000 chunks, 200 queries, 5 kills
+    python bench/bench_cluster.py --chunks 30000 --queries 200 --kills 50
     python bench/bench_cluster.py --chunks 10000 --queries 50 --kills 2
 
 Prints a table and writes ``bench/results/cluster.json``.  Keep runs short on
@@ -31,6 +33,7 @@ import sysconfig
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -54,6 +57,39 @@ def per_query_ms(kb: object, queries: list[str]) -> list[float]:
         kb.search(q, 10)  # type: ignore[attr-defined]
         out.append((time.perf_counter() - t) * 1000)
     return out
+
+
+def _noop(x: int) -> int:
+    return x
+
+
+class _Echo:
+    """A trivial actor: the floor of one call to a worker that skips the scheduler."""
+
+    def call(self, x: int) -> int:
+        return x
+
+
+def bare_round_trips(client: Any, n: int) -> dict[str, float]:
+    """Median ms of the floor: 3 trivial tasks (one a worker) submitted and gathered, and 3
+    trivial actor calls (one a worker, as the sharded search makes them) waited for."""
+    workers = sorted(client.ncores())
+    actors = [client.submit(_Echo, workers=[w], actor=True).result() for w in workers]
+    tasks, calls = [], []
+    for i in range(n):
+        t = time.perf_counter()
+        client.gather([client.submit(_noop, i, workers=[w], pure=False) for w in workers])
+        tasks.append((time.perf_counter() - t) * 1000)
+        t = time.perf_counter()
+        pending: list[Any] = [a.call(i) for a in actors]
+        for call in pending:
+            call.result()
+        calls.append((time.perf_counter() - t) * 1000)
+    del actors
+    return {
+        "3_tasks_gathered_ms": round(statistics.median(tasks), 3),
+        "3_actor_calls_ms": round(statistics.median(calls), 3),
+    }
 
 
 def summary(ms: list[float]) -> dict[str, float]:
@@ -97,7 +133,9 @@ def main() -> None:
     one.search("warm up", 10)
     gc.collect()
     result["bytes_per_chunk_one_kb"] = round((rss_bytes() - before) / len(texts))
+    cpu = time.process_time()
     one_ms = summary(per_query_ms(one, queries))
+    one_ms["cpu_ms_a_query"] = round((time.process_time() - cpu) * 1000 / len(queries), 3)
     result["one_kb"] = one_ms
     want = hits(one, queries)
 
@@ -116,8 +154,11 @@ def main() -> None:
             result["open_on_cluster_s"] = round(time.perf_counter() - t, 2)
             per_query_ms(kb, queries[:10])  # warm up the workers
             assert same(hits(kb, queries), want), "cluster shards disagree with one knowledge base"
+            cpu = time.process_time()
             cluster_ms = summary(per_query_ms(kb, queries))
+            cluster_ms["client_cpu_ms_a_query"] = round((time.process_time() - cpu) * 1000 / len(queries), 3)
             result["three_shards_cluster"] = cluster_ms
+            result["bare_dask_round_trip"] = bare_round_trips(client, len(queries))
             result["fanout_overhead_ms"] = round(cluster_ms["median_ms"] - one_ms["median_ms"], 3)
             recoveries = []
             lost = []
