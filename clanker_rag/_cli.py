@@ -417,6 +417,7 @@ def _ingest_options(args: argparse.Namespace) -> dict[str, Any]:
         "follow_symlinks": args.follow_symlinks,
         "sync": not args.no_sync,
         "prefix": args.prefix,
+        "progress": False if args.no_progress or args.json else None,
     }
     if args.ext:
         options["extensions"] = args.ext
@@ -432,7 +433,6 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
 
     path = _target(args, write=True)
     options = _ingest_options(args)
-    options["progress"] = False if args.no_progress or args.json else None
     if args.jobs is not None:
         from ._parallel import usable_cpus
 

@@ -38,7 +38,7 @@ from typing import Any, TypeVar
 
 from ._collection import CollectionStats
 from ._exceptions import ClankerRagError, RetrievalTimeoutError
-from ._ingest import IngestReport, ingest
+from ._ingest import IngestReport, ProgressHook, ingest
 from ._kb import Explanation, KnowledgeBase
 from ._readers import READER_VERSION
 from ._types import Hit
@@ -246,12 +246,32 @@ class _Placed:
         return len(self.kb)
 
 
+class ProgressEvents:
+    """An ingest's progress hook on a worker: ``(shard, files done, files)`` as a Dask event
+    under ``topic``, which the client follows to draw one progress bar."""
+
+    def __init__(self, topic: str, shard: int) -> None:
+        self.topic = topic
+        self.shard = shard
+
+    def __call__(self, done: int, total: int) -> None:
+        from distributed import get_worker
+
+        get_worker().log_event(self.topic, [self.shard, done, total])
+
+
 def shard_ingest(
-    kb: KnowledgeBase, index: int, n_shards: int, root: str, prefix: str, options: dict[str, Any]
+    kb: KnowledgeBase,
+    index: int,
+    n_shards: int,
+    root: str,
+    prefix: str,
+    options: dict[str, Any],
+    progress: ProgressHook | None = None,
 ) -> IngestReport:
     """Ingest the files of ``root`` placed on shard ``index``; the report names only those."""
     placed = _Placed(kb, index, n_shards, root, prefix)
-    report = ingest(placed, root, prefix=prefix, progress=False, **options)
+    report = ingest(placed, root, prefix=prefix, progress=progress or False, **options)
     # Folder skips are the same on every shard: shard 0 reports them.
     report.unchanged = [s for s in report.unchanged if placed.mine(s)]
     report.skipped = [(s, why) for s, why in report.skipped if (index == 0 if s.endswith("/") else placed.mine(s))]

@@ -61,7 +61,7 @@ from ._readers import (
     read_document,
 )
 
-__all__ = ["IngestReport", "ingest"]
+__all__ = ["IngestReport", "Progress", "ProgressHook", "ingest"]
 
 logger = logging.getLogger(__name__)
 
@@ -189,22 +189,35 @@ def _reason_kind(reason: str) -> str:
     return reason
 
 
-class _Progress:
-    """A one-line progress bar on stderr: files done, files/s, ETA."""
+ProgressHook = Callable[[int, int], None]
 
-    def __init__(self, total: int, stream: IO[str] | None) -> None:
+
+class Progress:
+    """A one-line progress bar on stderr: files done, files/s, ETA.
+
+    With ``hook``, ``hook(done, total)`` is called instead (at most ten times
+    a second, and at the end): a sharded ingest sends each shard's progress
+    to the client, which draws one bar for them all.
+    """
+
+    def __init__(self, total: int, stream: IO[str] | None, hook: ProgressHook | None = None) -> None:
         self.total = total
         self.stream = stream
+        self.hook = hook
         self.start = time.monotonic()
         self.last = 0.0
 
     def update(self, done: int, *, force: bool = False) -> None:
-        if self.stream is None:
+        if self.stream is None and self.hook is None:
             return
         now = time.monotonic()
         if not force and now - self.last < 0.1:
             return
         self.last = now
+        if self.hook is not None:
+            self.hook(done, self.total)
+        if self.stream is None:
+            return
         elapsed = max(now - self.start, 1e-9)
         rate = done / elapsed
         eta = (self.total - done) / rate if rate > 0 else 0.0
@@ -216,9 +229,11 @@ class _Progress:
         self.stream.flush()
 
     def close(self, done: int) -> None:
-        if self.stream is None:
+        if self.stream is None and self.hook is None:
             return
         self.update(done, force=True)
+        if self.stream is None:
+            return
         self.stream.write("\n")
         self.stream.flush()
 
@@ -259,7 +274,7 @@ def ingest(
     index_path: StrPath | None = None,
     checkpoint_files: int | None = None,
     checkpoint_seconds: float = 30.0,
-    progress: bool | None = None,
+    progress: bool | ProgressHook | None = None,
     jobs: int | None = None,
     overwrite: bool = False,
 ) -> IngestReport:
@@ -306,7 +321,8 @@ def ingest(
         but never sooner than four times the last save took, so saving a
         large index stays under a fifth of the run.
     progress:
-        Show a progress bar on stderr; ``None`` shows it when stderr is a terminal.
+        Show a progress bar on stderr; ``None`` shows it when stderr is a
+        terminal; a callable is called as ``progress(files done, files)`` instead.
     jobs:
         Worker processes that read, chunk and count files while this one
         indexes them; ``1`` reads everything here.  ``None`` (the default)
@@ -359,7 +375,7 @@ def ingest(
         kb, options, max_file_size, max_record_file_size, prefix, index_path, checkpoint_files, checkpoint_seconds, jobs
     )
     run.overwrite = overwrite
-    show = sys.stderr.isatty() if progress is None else progress
+    show: bool | ProgressHook = sys.stderr.isatty() if progress is None else progress
     started = time.monotonic()
     try:
         with collector_paused():
@@ -484,7 +500,7 @@ class _Run:
         self.report.skipped.append((rel, reason))
         logger.log(level, "skipped %s: %s", rel, reason)
 
-    def ingest_root(self, root: str, *, sync: bool, show_progress: bool) -> None:
+    def ingest_root(self, root: str, *, sync: bool, show_progress: bool | ProgressHook) -> None:
         is_dir = os.path.isdir(root)
         root_id = os.path.realpath(root if is_dir else os.path.dirname(os.path.abspath(root)))
         self.report.roots.append(root_id)
@@ -505,7 +521,8 @@ class _Run:
                         keep_folders.append("" if item.rel == "./" else self.prefix + item.rel)
             else:
                 candidates.append(item)
-        bar = _Progress(len(candidates), sys.stderr if show_progress else None)
+        hook = show_progress if callable(show_progress) else None
+        bar = Progress(len(candidates), sys.stderr if show_progress and hook is None else None, hook)
         self.root_id = root_id
         if self.reader is not None and not self.reader.broken:
             files = [(cand, self.prefix + cand.rel) for cand in candidates]

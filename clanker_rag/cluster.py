@@ -22,23 +22,27 @@ on one machine without Dask.  See ``docs/scale.md``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import heapq
 import json
 import logging
 import os
+import sys
 import tempfile
 import threading
 import time
+import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 from ._analysis import Analyzer
 from ._cluster_shards import (
     PLACEMENT,
     DaskShards,
     LocalShards,
+    ProgressEvents,
     ShardInfo,
     merge_reports,
     shard_add,
@@ -55,7 +59,7 @@ from ._cluster_shards import (
 )
 from ._collection import CollectionStats
 from ._exceptions import ConfigError, IndexFormatError, IngestError, MissingExtraError
-from ._ingest import IngestReport
+from ._ingest import IngestReport, Progress, ProgressHook
 from ._kb import Explanation, KnowledgeBase
 from ._types import Hit
 from ._validate import check_metadata, text_items
@@ -200,6 +204,56 @@ class _Totals:
             if counts:
                 df[term] = sum(counts)
         return CollectionStats(sum(p.n_docs for p in parts), sum(p.total_length for p in parts), df)
+
+
+class _IngestBar:
+    """One progress bar (the one-machine ingest's) for every shard's ingest of a root.
+
+    On a cluster each shard's hook logs a Dask event that this client
+    follows; in this process the hooks are called directly.
+    """
+
+    def __init__(self, n_shards: int, stream: IO[str] | None) -> None:
+        self.stream = stream
+        self.done = [0] * n_shards
+        self.total = 0
+        self.bar: Progress | None = None
+        self.lock = threading.Lock()
+
+    def shard_did(self, shard: int, done: int, total: int) -> None:
+        with self.lock:
+            self.done[shard] = done
+            if self.bar is None:
+                self.total = total
+                self.bar = Progress(total, self.stream)
+            self.bar.update(sum(self.done) // len(self.done))
+
+    def _event(self, event: tuple[float, list[int]]) -> None:
+        shard, done, total = event[1]
+        self.shard_did(shard, done, total)
+
+    @contextlib.contextmanager
+    def following(self, client: Any) -> Iterator[list[ProgressHook | None]]:
+        """The shards' hooks, while this bar follows them; the bar ends full."""
+        n = len(self.done)
+        if self.stream is None:
+            yield [None] * n
+            return
+        topic = ""
+        if client is None:
+            hooks: list[ProgressHook | None] = [functools.partial(self.shard_did, i) for i in range(n)]
+        else:
+            topic = f"clanker-rag-ingest-{uuid.uuid4().hex}"
+            client.subscribe_topic(topic, self._event)
+            hooks = [ProgressEvents(topic, i) for i in range(n)]
+        try:
+            yield hooks
+        finally:
+            if topic:
+                client.unsubscribe_topic(topic)
+            with self.lock:
+                if self.bar is not None:
+                    self.bar.close(self.total)
 
 
 class ShardedKnowledgeBase:
@@ -394,11 +448,15 @@ class ShardedKnowledgeBase:
         Options are those of :func:`clanker_rag.ingest` with one-machine
         semantics (fingerprint skips, replace, sync, secret guard, skips),
         except: ``jobs`` and ``checkpoint_*`` are ignored (each shard reads
-        on its own worker), ``progress`` is not shown, and ``index_path``
-        saves once at the end.  Paths must be readable by every worker.
+        on its own worker), ``index_path`` saves once at the end, and
+        ``progress`` draws one bar on this machine for every shard (each
+        shard walks the whole tree, reading only its own files: the bar
+        shows their mean).  Paths must be readable by every worker.
         """
         index_path = options.pop("index_path", None)
-        for unused in ("jobs", "checkpoint_files", "checkpoint_seconds", "progress"):
+        progress = options.pop("progress", None)
+        show = sys.stderr.isatty() if progress is None else bool(progress)
+        for unused in ("jobs", "checkpoint_files", "checkpoint_seconds"):
             options.pop(unused, None)
         prefix = options.pop("prefix", "")
         paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
@@ -415,8 +473,10 @@ class ShardedKnowledgeBase:
             name = os.path.basename(os.path.realpath(root)) or "root"
             pre = prefix + name + "/" if len(roots) > 1 and os.path.isdir(root) else prefix
             n = self.n_shards
-            changes = {i: (shard_ingest, (i, n, root, pre, dict(options))) for i in range(n)}
-            results = self._change(changes)
+            bar = _IngestBar(n, sys.stderr if show else None)
+            with bar.following(self.client) as hooks:
+                changes = {i: (shard_ingest, (i, n, root, pre, dict(options), hooks[i])) for i in range(n)}
+                results = self._change(changes)
             reports.append(merge_reports([results[i] for i in range(n)]))
         report = merge_reports(reports)
         report.roots = [r for rep in reports for r in rep.roots]

@@ -332,6 +332,19 @@ def test_ingest_has_one_machine_semantics(tmp_path):
     assert one.sources() == sharded.sources()
 
 
+def test_ingest_draws_one_progress_bar_for_the_shards(tmp_path, capsys):
+    tree = tmp_path / "tree"
+    for i in range(7):
+        write(tree, f"docs/page{i}.md", f"page {i} about the proxy")
+    ShardedKnowledgeBase(3).ingest(tree, progress=True)
+    err = capsys.readouterr().err
+    assert "files/s" in err and err.rstrip().endswith("ETA 0:00")
+    assert "7/7 files" in err  # every shard walks the 7 files: one bar, not three
+    assert err.count("\n") == 1
+    ShardedKnowledgeBase(3).ingest(tree, progress=False)
+    assert capsys.readouterr().err == ""
+
+
 def test_ingest_saves_with_index_path(tmp_path):
     tree = tmp_path / "tree"
     write(tree, "a.md", "alpha beta")

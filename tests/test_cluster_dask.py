@@ -218,14 +218,17 @@ def test_cli_ingest_and_search_on_the_cluster(client, tmp_path):
     assert ShardedKnowledgeBase.load(index).search("proxy streams tokens", 3)[0].source == want[0]["source"]
 
 
-def test_ingest_on_the_cluster_matches_one_machine(client, tmp_path):
+def test_ingest_on_the_cluster_matches_one_machine(client, tmp_path, capsys):
     tree = tmp_path / "tree"
     for text, source, _ in corpus():
         write(tree, source, text)
     one = KnowledgeBase()
     kb = ShardedKnowledgeBase(3, client=client)
-    r1, s1 = one.ingest(tree, progress=False), kb.ingest(tree)
+    r1, s1 = one.ingest(tree, progress=False), kb.ingest(tree, progress=True)
     assert (sorted(s1.added), s1.chunks_total) == (sorted(r1.added), r1.chunks_total)
+    # The workers' progress reaches this process: one bar, ending full.
+    err = capsys.readouterr().err
+    assert f"{len(r1.added)}/{len(r1.added)} files" in err and "files/s" in err
     (tree / "docs/7.md").unlink()
     r2, s2 = one.ingest(tree, progress=False), kb.ingest(tree)
     assert s2.removed == r2.removed == ["docs/7.md"]
