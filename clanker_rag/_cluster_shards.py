@@ -56,6 +56,8 @@ _BYTES_PER_CHUNK = 5000
 # Seconds to wait for a worker's ShardServer to start (tens of milliseconds
 # when the worker is there): a worker that just died may still be listed.
 _ACTOR_START = 2.0
+# Seconds between checks that the workers a search waits for still hold their shards.
+_RECHECK = 0.5
 
 
 def shard_of(source: str, n_shards: int) -> int:
@@ -397,14 +399,37 @@ class ShardServer:
 _NOT_HERE = pickle.dumps((False, None))
 
 
-async def _answers(calls: Mapping[int, Any], timeout: float | None) -> dict[int, tuple[bool, Any]]:
-    """The actor calls that answered within ``timeout``: ``(True, value)`` or ``(False, exception)``."""
-    tasks = {i: asyncio.ensure_future(_outcome(call)) for i, call in calls.items()}
-    if tasks:
-        await asyncio.wait(list(tasks.values()), timeout=timeout)
-    out = {}
+async def _answers(
+    client: Any, calls: Mapping[int, tuple[Any, str, str]], timeout: float | None
+) -> dict[int, tuple[bool, Any]]:
+    """The actor calls ``(call, shard key, worker)`` that answered within ``timeout``:
+    ``(True, value)`` or ``(False, exception)``.
+
+    A call whose worker no longer holds its shard (it died: the scheduler
+    knows within moments) is given up with an ``OSError``, to be run as a
+    task: the call itself would go on trying to connect to the dead worker
+    for Dask's connect timeout (30 s by default).
+    """
+    loop = asyncio.get_running_loop()
+    deadline = None if timeout is None else loop.time() + timeout
+    tasks = {i: asyncio.ensure_future(_outcome(call)) for i, (call, _, _) in calls.items()}
+    out: dict[int, tuple[bool, Any]] = {}
+    while True:
+        pending = [t for i, t in tasks.items() if i not in out and not t.done()]
+        left = None if deadline is None else deadline - loop.time()
+        if not pending or (left is not None and left <= 0):
+            break
+        await asyncio.wait(pending, timeout=_RECHECK if left is None else min(_RECHECK, left))
+        waiting = [i for i, t in tasks.items() if i not in out and not t.done()]
+        if waiting:
+            who = await client.scheduler.who_has(keys=[calls[i][1] for i in waiting])
+            for i in waiting:
+                if calls[i][2] not in who.get(calls[i][1], ()):
+                    out[i] = (False, OSError(f"worker {calls[i][2]} no longer holds shard {i}"))
     for i, task in tasks.items():
-        if task.done():
+        if i in out:
+            task.cancel()
+        elif task.done():
             out[i] = task.result()
         else:
             task.cancel()
@@ -615,7 +640,7 @@ class DaskShards:
             for i in args:
                 holders = sorted(who.get(self.futures[i].key, ()))
                 self._where[i] = holders[0] if holders else None
-        calls: dict[int, Any] = {}
+        calls: dict[int, tuple[Any, str, str]] = {}
         retry: list[int] = []
         gone: set[str] = set()
         packed: dict[int, bytes] = {}  # by id of the argument tuple: shards often share one
@@ -628,7 +653,11 @@ class DaskShards:
             if payload is None:
                 payload = packed[id(a)] = pickle.dumps((fn, a), protocol=pickle.HIGHEST_PROTOCOL)
             try:
-                calls[i] = self._server(address, deadline).call(self.futures[i].key, payload)
+                calls[i] = (
+                    self._server(address, deadline).call(self.futures[i].key, payload),
+                    self.futures[i].key,
+                    address,
+                )
             except Exception:  # the worker is gone, and its actor with it
                 self._servers.pop(address, None)
                 gone.add(address)
@@ -638,7 +667,7 @@ class DaskShards:
         from distributed.utils import sync
 
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        answers = sync(self.client.loop, _answers, calls, left) if calls else {}
+        answers = sync(self.client.loop, _answers, self.client, calls, left) if calls else {}
         out: dict[int, T] = {}
         for i, (ok, value) in answers.items():
             if not ok:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from operator import add, mul
 
-from ._codec import Ints
+from ._codec import Ints, lengths_of
 from ._exceptions import ConfigError
 from ._index import SEED, InvertedIndex
 from ._pruning import Plan, above, best_of, essential_slices, probe
@@ -76,6 +76,11 @@ def local_stats(index: InvertedIndex, terms: Iterable[str] | None = None) -> Col
     term_id = index.term_id
     df: dict[str, int] = {}
     if terms is None:
+        packed = index.packed()
+        if packed is not None and len(packed.offsets) == len(index.terms) + 1:
+            # Loaded or bulk-built and unchanged since: the list lengths are
+            # in the packed offsets, no list need be cut out of them.
+            return CollectionStats(index.n_docs, index.total_len, dict(zip(packed.terms, lengths_of(packed.offsets))))
         fold = index.fold
         for each, term in enumerate(index.terms):
             df[term] = len(fold(each))

@@ -331,6 +331,7 @@ class ShardedKnowledgeBase:
         settings = home.map(shard_settings, {0: ()}, timeout=None)[0]
         self = cls.__new__(cls)
         self._init(home, client, timeout, folder, settings, Analyzer.from_settings(settings["analyzer"]))
+        self._statistics((), allow_partial=False)  # every shard's term table, now rather than at the first search
         return self
 
     @property

@@ -121,7 +121,9 @@ def saved(tmp_path, client):
 
 def test_search_survives_sigkill_of_a_worker(client, saved):
     one, folder = saved
-    kb = ShardedKnowledgeBase.load(folder, client=client)
+    # A call to the killed worker's actor would try to connect for Dask's connect timeout (30 s):
+    # the search gives it up once the scheduler no longer lists that worker as the shard's holder.
+    kb = ShardedKnowledgeBase.load(folder, client=client, timeout=10.0)
     before = answers(kb)
     same(answers(one), before)
     for shard in (0, 1):
