@@ -108,6 +108,11 @@ def _unbox(files: dict[str, bytes]) -> ShardBox:
 # -- what runs next to a shard ---------------------------------------------------------------------
 
 
+def shard_term_stats(kb: KnowledgeBase, terms: list[str]) -> CollectionStats:
+    """This shard's chunk count, summed length and the document frequencies of ``terms``."""
+    return kb.collection_stats(terms)
+
+
 def shard_table(kb: KnowledgeBase) -> CollectionStats:
     """This shard's chunk count, summed length and every term's document frequency (the client keeps it)."""
     return kb.collection_stats()

@@ -56,6 +56,7 @@ from ._cluster_shards import (
     shard_settings,
     shard_source,
     shard_table,
+    shard_term_stats,
 )
 from ._collection import CollectionStats
 from ._exceptions import ConfigError, IndexFormatError, IngestError, MissingExtraError
@@ -261,12 +262,22 @@ class ShardedKnowledgeBase:
 
     ``client`` is a ``distributed.Client`` (see :func:`connect`); ``None``
     keeps every shard here.  ``timeout`` bounds each search's wait for the
-    shards (seconds).  Other keyword arguments configure the shards as
-    ``KnowledgeBase(...)`` would (chunking, analyser settings, BM25).
+    shards (seconds).  ``term_tables`` (default) keeps every shard's
+    document frequencies here, so a search is one round trip to the shards;
+    ``False`` asks the shards for the query terms' figures at each search
+    instead (two round trips, no memory here: see docs/scale.md).  Other
+    keyword arguments configure the shards as ``KnowledgeBase(...)`` would
+    (chunking, analyser settings, BM25).
     """
 
     def __init__(
-        self, shards: int = 3, *, client: Any = None, timeout: float = DEFAULT_TIMEOUT, **options: Any
+        self,
+        shards: int = 3,
+        *,
+        client: Any = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        term_tables: bool = True,
+        **options: Any,
     ) -> None:
         _check_shards(shards)
         template = KnowledgeBase(**options)  # validates the options here, before any worker sees them
@@ -275,7 +286,7 @@ class ShardedKnowledgeBase:
         else:
             require_dask()
             home = DaskShards.create(client, shards, options)
-        self._init(home, client, timeout, None, shard_settings(template), template.analyzer)
+        self._init(home, client, timeout, None, shard_settings(template), template.analyzer, term_tables)
 
     def _init(
         self,
@@ -285,7 +296,10 @@ class ShardedKnowledgeBase:
         path: Path | None,
         settings: dict[str, Any],
         analyzer: Analyzer,
+        term_tables: bool,
     ) -> None:
+        if not isinstance(term_tables, bool):
+            raise ConfigError(f"term_tables={term_tables!r} must be True or False")
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < 1e6:
             raise ConfigError(f"timeout={timeout!r} is out of range: expected seconds in (0, 1e6)")
         self._home = home
@@ -293,7 +307,7 @@ class ShardedKnowledgeBase:
         self.timeout = float(timeout)
         self._path = path
         self._settings = settings
-        self._totals = _Totals(len(home))
+        self._totals = _Totals(len(home)) if term_tables else None
         # The client analyses queries itself (as every shard would): it holds the statistics.
         self._analyzer = analyzer
 
@@ -306,6 +320,7 @@ class ShardedKnowledgeBase:
         client: Any = None,
         shards: int | None = None,
         timeout: float = DEFAULT_TIMEOUT,
+        term_tables: bool = True,
     ) -> ShardedKnowledgeBase:
         """Open a sharded index folder written by :meth:`save`.
 
@@ -330,7 +345,8 @@ class ShardedKnowledgeBase:
             home = DaskShards.open(client, folders)
         settings = home.map(shard_settings, {0: ()}, timeout=None)[0]
         self = cls.__new__(cls)
-        self._init(home, client, timeout, folder, settings, Analyzer.from_settings(settings["analyzer"]))
+        analyzer = Analyzer.from_settings(settings["analyzer"])
+        self._init(home, client, timeout, folder, settings, analyzer, term_tables)
         self._statistics((), allow_partial=False)  # every shard's term table, now rather than at the first search
         return self
 
@@ -399,13 +415,16 @@ class ShardedKnowledgeBase:
 
     # -- adding and removing ---------------------------------------------------------
     def _change(self, changes: Mapping[int, tuple[Callable[..., T], tuple[Any, ...]]]) -> dict[int, T]:
+        totals = self._totals
+        if totals is None:
+            return self._home.change(changes)
         # Before: a search meanwhile must not keep the old table; after: nor
         # one fetched while the change ran.
-        self._totals.forget(changes)
+        totals.forget(changes)
         try:
             return self._home.change(changes)
         finally:
-            self._totals.forget(changes)
+            totals.forget(changes)
 
     def shard_of(self, source: str) -> int:
         """The shard that holds (or would hold) ``source``."""
@@ -540,7 +559,14 @@ class ShardedKnowledgeBase:
         """The whole collection's statistics for ``terms``, and the shards left out of them.
 
         Fetches the term table of each shard changed since its last one (see
-        ``_Totals``); a shard that cannot give it is left out (``allow_partial``)."""
+        ``_Totals``), or without tables the terms' figures from every shard; a
+        shard that cannot give them is left out (``allow_partial``)."""
+        if self._totals is None:
+            if not terms:
+                return CollectionStats(0, 0), set()
+            args = self._all(sorted(set(terms)))
+            parts = self._home.map(shard_term_stats, args, timeout=self.timeout, allow_partial=allow_partial)
+            return CollectionStats.combine(parts.values()), set(range(self.n_shards)) - set(parts)
         stale = self._totals.stale()
         missing: set[int] = set()
         if stale:
@@ -598,7 +624,8 @@ class ShardedKnowledgeBase:
         for term, value in best:
             out[term] = out.get(term, 0.0) + (1 - _FEEDBACK_ORIGINAL_WEIGHT) * value / norm
         # The expansion terms' frequencies come from the client's tables too.
-        return out, self._totals.of(out), missing
+        more, lost = self._statistics(out, allow_partial)
+        return out, more, missing | lost
 
     def search(
         self,

@@ -64,11 +64,12 @@ op = st.one_of(
     st.integers(1, 5),
     st.sampled_from(["lucene", "robertson", "atire", "bm25l", "bm25+"]),
     st.sampled_from([None, 8]),
+    st.booleans(),
 )
-def test_sharded_scores_equal_one_knowledge_base(texts, ops, n_shards, variant, chunk_size):
+def test_sharded_scores_equal_one_knowledge_base(texts, ops, n_shards, variant, chunk_size, term_tables):
     options = {"chunk_size": chunk_size, "stride": 4 if chunk_size else None, "analyzer": plain, "variant": variant}
     one = KnowledgeBase(**options)
-    sharded = ShardedKnowledgeBase(n_shards, **options)
+    sharded = ShardedKnowledgeBase(n_shards, term_tables=term_tables, **options)
     items = [(text, f"d{i}", {"odd": i % 2}) for i, text in enumerate(texts)]
     assert one.add_texts(items) == sharded.add_texts(items)
     searched = False
@@ -147,12 +148,15 @@ def feedback_is_well_posed(one: KnowledgeBase, query: str) -> bool:
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    st.lists(doc, min_size=1, max_size=40), st.lists(st.sampled_from(VOCAB), min_size=1, max_size=4), st.integers(1, 5)
+    st.lists(doc, min_size=1, max_size=40),
+    st.lists(st.sampled_from(VOCAB), min_size=1, max_size=4),
+    st.integers(1, 5),
+    st.booleans(),
 )
-def test_feedback_scores_equal_one_knowledge_base(texts, words, n_shards):
+def test_feedback_scores_equal_one_knowledge_base(texts, words, n_shards, term_tables):
     options = {"chunk_size": None, "analyzer": plain}
     one = KnowledgeBase(**options)
-    sharded = ShardedKnowledgeBase(n_shards, **options)
+    sharded = ShardedKnowledgeBase(n_shards, term_tables=term_tables, **options)
     items = [(text, f"d{i}") for i, text in enumerate(texts)]
     one.add_texts(items)
     sharded.add_texts(items)
@@ -224,6 +228,8 @@ def test_bad_arguments_get_one_clear_error():
     with pytest.raises(ConfigError, match="query"):
         sharded.search(None)  # type: ignore[arg-type]
     assert sharded.search("anything", 5) == []
+    with pytest.raises(ConfigError, match="term_tables"):
+        ShardedKnowledgeBase(2, term_tables="yes")
     with pytest.raises(ConfigError, match="timeout"):
         ShardedKnowledgeBase(2, timeout=0)
     with pytest.raises(IngestError, match="no such file or folder"):
