@@ -64,9 +64,10 @@ def _noop(x: int) -> int:
 
 
 class _Echo:
-    """A trivial actor: the floor of one call to a worker that skips the scheduler."""
+    """A trivial actor: the floor of one call to a worker that skips the scheduler (a
+    coroutine, run on the worker's event loop, as the sharded search's actor)."""
 
-    def call(self, x: int) -> int:
+    async def call(self, x: int) -> int:
         return x
 
 
