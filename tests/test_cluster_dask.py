@@ -2,6 +2,7 @@
 same hits as one KnowledgeBase, recovery from a worker killed with SIGKILL,
 bounded searches, the CLI with --cluster.  The tests start the cluster and shut it down."""
 
+import io
 import json
 import os
 import signal
@@ -234,6 +235,38 @@ def test_ingest_on_the_cluster_matches_one_machine(client, tmp_path, capsys):
     (tree / "docs/7.md").unlink()
     r2, s2 = one.ingest(tree, progress=False), kb.ingest(tree)
     assert s2.removed == r2.removed == ["docs/7.md"]
+    same(answers(one), answers(kb))
+    kb.close()
+
+
+def test_ingest_finishes_when_a_worker_is_killed_during_it(client, tmp_path, monkeypatch):
+    """The scheduler runs a lost shard's ingest again on the rebuilt shard: the report and the
+    index are those of one machine."""
+    client.wait_for_workers(3, timeout=120)
+    tree = tmp_path / "tree"
+    for i in range(400):
+        write(tree, f"docs/{i // 50}/page{i}.md", f"# Page {i}\n\nproxy {i} streams tokens " + "word " * (i % 40))
+    one = KnowledgeBase()
+    r1 = one.ingest(tree, progress=False)
+    kb = ShardedKnowledgeBase(3, client=client)
+    victim = sorted(client.ncores())[0]
+    pid = client.run(os.getpid, workers=[victim])[victim]
+
+    class KillOnFirstProgress(io.StringIO):
+        """The progress bar's stream: the first progress a shard reports (its first file) kills a worker."""
+
+        def write(self, text):
+            if not self.getvalue():
+                os.kill(pid, signal.SIGKILL)
+            return super().write(text)
+
+    stream = KillOnFirstProgress()
+    monkeypatch.setattr(sys, "stderr", stream)
+    s1 = kb.ingest(tree, progress=True)
+    monkeypatch.undo()
+    assert stream.getvalue()  # the kill happened, while the shards were ingesting
+    assert (sorted(s1.added), s1.chunks_total, s1.skipped) == (sorted(r1.added), r1.chunks_total, r1.skipped)
+    assert len(kb) == len(one)
     same(answers(one), answers(kb))
     kb.close()
 
