@@ -48,8 +48,9 @@ from ._codec import (
     without_empty_lists,
 )
 from ._exceptions import IndexFormatError
+from ._packing import impacts_and_orders
 from ._pruning import Plan, above, best_of, essential_slices, merge_cost, probe
-from ._scoring import BM25, TermExplanation, bulk_impacts, impact_orders, norm_values, tf_weights
+from ._scoring import BM25, TermExplanation, norm_values, tf_weights
 from ._scoring import impact_order as _impact_order
 
 __all__ = ["InvertedIndex", "TermExplanation"]
@@ -475,11 +476,12 @@ class InvertedIndex:
         impacts and orders computed in a few C-level passes: the same values
         as :meth:`impacts` and :meth:`order` term by term (same operations in
         the same order)."""
-        norms = map(self._length_norms().__getitem__, docs)
-        imps = bulk_impacts(self.bm25, self.n_docs, lengths, tfs, norms, docs, self.dl, self.avgdl)
-        offsets = array("q", accumulate(lengths, initial=0))
-        self.attach_buffers(offsets, docs, tfs, imps)
-        self.attach_orders(order_offsets_of(lengths, ORDER_MIN), impact_orders(imps, offsets, ORDER_MIN))
+        norms = self._length_norms()
+        imps, positions = impacts_and_orders(
+            self.bm25, self.n_docs, lengths, tfs, docs, norms, self.dl, self.avgdl, ORDER_MIN
+        )
+        self.attach_buffers(array("q", accumulate(lengths, initial=0)), docs, tfs, imps)
+        self.attach_orders(order_offsets_of(lengths, ORDER_MIN), positions)
 
     def _packed_current(self) -> bool:
         """Whether the packed buffers and orders still hold every list as it is."""
