@@ -2,7 +2,7 @@
 
 import os
 from array import array
-from itertools import accumulate
+from itertools import accumulate, pairwise
 
 import pytest
 from hypothesis import given, settings
@@ -46,7 +46,7 @@ def by_hand(inputs, order_min):
     bm, n, lengths, tfs, docs, _, dls, avgdl = inputs
     imps, positions = array("f"), array("i")
     offsets = list(accumulate(lengths, initial=0))
-    for a, b in zip(offsets, offsets[1:]):
+    for a, b in pairwise(offsets):
         mine = array("f", [bm.contribution(n, b - a, tfs[i], dls[docs[i]], avgdl) for i in range(a, b)])
         imps.extend(mine)
         if b - a > order_min:
