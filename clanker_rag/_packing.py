@@ -7,8 +7,8 @@ the second half of the postings while this process computes the first half;
 the child writes its part into an anonymous shared mapping made before the
 fork, and this process appends it to its own.  The values are the ones one
 process computes, bit for bit (the same operations in the same order, list
-by list); when forking is not safe or the child fails, this process does
-the second half itself.
+by list); when forking is not safe, no core is idle or the child fails,
+this process does the second half itself.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from operator import gt
 
 from ._scoring import BM25, bulk_impacts, impact_orders
 
-__all__ = ["SPLIT_MIN", "Packed", "impacts_and_orders", "can_fork"]
+__all__ = ["SPLIT_MIN", "Packed", "can_fork", "idle_core", "impacts_and_orders"]
 
 # Below this many postings one process does it all: forking a big parent
 # costs milliseconds, and the half it saves must be worth more.
@@ -49,12 +49,30 @@ def can_fork() -> bool:
     """
     if not hasattr(os, "fork") or sys.platform == "darwin" or threading.active_count() != 1:
         return False
+    return _cpus() > 1
+
+
+def _cpus() -> int:
     getaffinity = getattr(os, "sched_getaffinity", None)
     try:
-        cpus = len(getaffinity(0)) if getaffinity is not None else (os.cpu_count() or 1)
+        return len(getaffinity(0)) if getaffinity is not None else (os.cpu_count() or 1)
     except OSError:
-        cpus = os.cpu_count() or 1
-    return cpus > 1
+        return os.cpu_count() or 1
+
+
+def idle_core() -> bool:
+    """Whether a core is likely idle for the child (the load average leaves one).
+
+    On a busy machine the split gains no time and costs about a sixth more
+    CPU: while the child lives, every page either process writes to is
+    copied (measured on 225k chunks: 5.6 s in one process; 3.8 s here and
+    2.7 s in the child, 6.5 s of wall time when no core was free).
+    """
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return False
+    return load < _cpus() - 0.5
 
 
 def _part(
@@ -105,14 +123,14 @@ def impacts_and_orders(
     """:func:`bulk_impacts` and :func:`impact_orders` of lists laid end to end
     (``lengths`` postings each; ``norms`` the length norm of every chunk).
 
-    With at least ``split_min`` postings and a safe fork, a child process
-    computes the second half of the lists.
+    With at least ``split_min`` postings, a safe fork and an idle core, a
+    child process computes the second half of the lists.
     """
     offsets = array("q", accumulate(lengths, initial=0))
     n_terms = len(lengths)
     args: _Args = (bm, n_docs, lengths, offsets, tfs, docs, norms, dls, avgdl, order_min)
     total = offsets[-1]
-    if total < split_min or n_terms < 2 or not can_fork():
+    if total < split_min or n_terms < 2 or not can_fork() or not idle_core():
         return _part(*args, (0, n_terms))
     # The first list that starts past half the postings begins the child's half.
     mid = max(1, min(n_terms - 1, bisect_left(offsets, total // 2)))

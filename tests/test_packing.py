@@ -37,6 +37,12 @@ def packed_input(lists, variant):
     return bm, n, lengths, tfs, docs, norms, dls, avgdl
 
 
+@pytest.fixture(autouse=True)
+def idle(monkeypatch):
+    # Whether this machine is busy right now must not decide what is tested.
+    monkeypatch.setattr(_packing, "idle_core", lambda: True)
+
+
 def one_process(inputs, order_min):
     return _packing.impacts_and_orders(*inputs, order_min, split_min=10**12)
 
@@ -134,3 +140,15 @@ def test_small_or_threaded_work_stays_in_this_process(monkeypatch):
     monkeypatch.setattr(_packing.threading, "active_count", lambda: 2)
     assert not _packing.can_fork()
     _packing.impacts_and_orders(*inputs, 4, split_min=0)  # another thread runs: no fork
+    monkeypatch.setattr(_packing.threading, "active_count", lambda: 1)
+    monkeypatch.setattr(_packing, "idle_core", lambda: False)
+    _packing.impacts_and_orders(*inputs, 4, split_min=0)  # every core busy: no fork
+
+
+def test_a_core_is_idle_only_when_the_load_leaves_one(monkeypatch):
+    monkeypatch.undo()  # the real idle_core, not the fixture's
+    monkeypatch.setattr(_packing, "_cpus", lambda: 2)
+    monkeypatch.setattr(os, "getloadavg", lambda: (1.0, 0.0, 0.0))
+    assert _packing.idle_core()
+    monkeypatch.setattr(os, "getloadavg", lambda: (1.6, 0.0, 0.0))
+    assert not _packing.idle_core()
