@@ -145,10 +145,26 @@ def test_small_or_threaded_work_stays_in_this_process(monkeypatch):
     _packing.impacts_and_orders(*inputs, 4, split_min=0)  # every core busy: no fork
 
 
-def test_a_core_is_idle_only_when_the_load_leaves_one(monkeypatch):
+def test_a_core_is_idle_only_when_the_cpu_times_say_so(monkeypatch):
     monkeypatch.undo()  # the real idle_core, not the fixture's
+    monkeypatch.setattr(_packing, "IDLE_SAMPLE_S", 0.0)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    samples = []
+    monkeypatch.setattr(_packing, "_cpu_times", lambda: samples.pop(0))
+    # user nice system idle iowait irq softirq steal: 200 ticks in all, 100 of them idle
+    samples[:] = [[0] * 8, [100, 0, 0, 90, 10, 0, 0, 0]]
+    assert _packing.idle_core()  # one of two cores idle
+    samples[:] = [[0] * 8, [150, 0, 10, 40, 0, 0, 0, 0]]
+    assert not _packing.idle_core()  # 0.4 of a core
+    # No /proc/stat: the load average decides.
+    monkeypatch.setattr(_packing, "_cpu_times", lambda: None)
     monkeypatch.setattr(_packing, "_cpus", lambda: 2)
     monkeypatch.setattr(os, "getloadavg", lambda: (1.0, 0.0, 0.0))
     assert _packing.idle_core()
     monkeypatch.setattr(os, "getloadavg", lambda: (1.6, 0.0, 0.0))
     assert not _packing.idle_core()
+
+
+def test_cpu_times_read_this_machine_or_nothing():
+    times = _packing._cpu_times()
+    assert times is None or (len(times) == 8 and all(t >= 0 for t in times))
