@@ -214,6 +214,10 @@ class _Child:
         """The child's impacts and orders, or None when it failed."""
         try:
             _, status = os.waitpid(self.pid, 0)
+        except BaseException:  # interrupted while waiting: the child goes too
+            self.abandon()
+            raise
+        try:
             if not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
                 return None
             imps: array[float] = array("f")

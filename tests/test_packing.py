@@ -168,3 +168,30 @@ def test_a_core_is_idle_only_when_the_cpu_times_say_so(monkeypatch):
 def test_cpu_times_read_this_machine_or_nothing():
     times = _packing._cpu_times()
     assert times is None or (len(times) == 8 and all(t >= 0 for t in times))
+
+
+@needs_fork
+def test_an_interrupted_wait_stops_and_reaps_the_child(monkeypatch):
+    inputs = packed_input([[(1, 2)] * 40, [(2, 1)] * 50, [(1, 3)] * 45], "lucene")
+    children = []
+    real_fork, real_waitpid = os.fork, os.waitpid
+
+    def recording_fork():
+        pid = real_fork()
+        if pid:
+            children.append(pid)
+        return pid
+
+    def interrupted_wait(pid, options):
+        if options == 0 and pid in children:
+            monkeypatch.setattr(os, "waitpid", real_waitpid)  # the reaping wait goes through
+            raise KeyboardInterrupt
+        return real_waitpid(pid, options)
+
+    monkeypatch.setattr(os, "fork", recording_fork)
+    monkeypatch.setattr(os, "waitpid", interrupted_wait)
+    with pytest.raises(KeyboardInterrupt):
+        _packing.impacts_and_orders(*inputs, 4, split_min=0)
+    assert len(children) == 1
+    with pytest.raises(ChildProcessError):  # already reaped
+        real_waitpid(children[0], os.WNOHANG)
