@@ -117,14 +117,18 @@ def _pooled(kb: KnowledgeBase, items: Iterator[Item], workers: int, method: str)
 
     def drain() -> int:
         future, batch = pending.popleft()
-        token, fresh, counted = pool.counted(future)
+        token, fresh, counted, per_text = pool.counted(future)
         worker_terms = terms.setdefault(token, WorkerTerms())
         worker_terms.strings.extend(fresh)
         added = 0
-        for (text, source, meta), chunks in zip(batch, counted):
-            added += kb.add_prepared(
-                text, source, meta, None, content=None, counted=partial(chunks.chunks, worker_terms)
-            )
+        first = pos = 0
+        sizes = counted.sizes
+        for (text, source, meta), n in zip(batch, per_text):
+            last = first + n
+            chunks = partial(counted.chunks, worker_terms, first=first, last=last, pos=pos)
+            added += kb.add_prepared(text, source, meta, None, content=None, counted=chunks)
+            pos += sum(sizes[first:last])
+            first = last
         return added
 
     total = 0

@@ -48,8 +48,9 @@ from ._codec import (
     without_empty_lists,
 )
 from ._exceptions import IndexFormatError
-from ._pruning import Plan, above, best_of, essential_slices, merge_cost, probe
-from ._scoring import BM25, TermExplanation, bulk_impacts, impact_orders, norm_values, tf_weights
+from ._packing import impacts_and_orders
+from ._pruning import Plan, above, best_of, essential_slices, full_scores, merge_cost, probe
+from ._scoring import BM25, TermExplanation, norm_values, tf_weights
 from ._scoring import impact_order as _impact_order
 
 __all__ = ["InvertedIndex", "TermExplanation"]
@@ -475,11 +476,12 @@ class InvertedIndex:
         impacts and orders computed in a few C-level passes: the same values
         as :meth:`impacts` and :meth:`order` term by term (same operations in
         the same order)."""
-        norms = map(self._length_norms().__getitem__, docs)
-        imps = bulk_impacts(self.bm25, self.n_docs, lengths, tfs, norms, docs, self.dl, self.avgdl)
-        offsets = array("q", accumulate(lengths, initial=0))
-        self.attach_buffers(offsets, docs, tfs, imps)
-        self.attach_orders(order_offsets_of(lengths, ORDER_MIN), impact_orders(imps, offsets, ORDER_MIN))
+        norms = self._length_norms()
+        imps, positions = impacts_and_orders(
+            self.bm25, self.n_docs, lengths, tfs, docs, norms, self.dl, self.avgdl, ORDER_MIN
+        )
+        self.attach_buffers(array("q", accumulate(lengths, initial=0)), docs, tfs, imps)
+        self.attach_orders(order_offsets_of(lengths, ORDER_MIN), positions)
 
     def _packed_current(self) -> bool:
         """Whether the packed buffers and orders still hold every list as it is."""
@@ -739,21 +741,27 @@ class InvertedIndex:
         they are scored too, else the pool deepens while that stays cheaper.
         """
         depth = max(SEED, k)
+        lookup = self._lookup
         pool: set[int] = set()
         cands: list[int] = []
         scores: list[float] = []
         bounds = [ub for ub, _, _ in plan]
         lengths = [len(self.fold(tid)) for _, tid, _ in plan]
         theta = 0.0
+        # Terms whose whole list was in the pool by the last round: a chunk
+        # new to it gets exactly 0.0 from them, so they are not looked up.
+        inside: set[int] = set()
         while True:
             new: set[int] = set()
             edges: list[float] = []
-            for _, tid, w in plan:
+            now_inside: set[int] = set()
+            for i, (_, tid, w) in enumerate(plan):
                 docs = self.fold(tid)
                 order = self.order(tid)
                 if order is None or depth >= len(order):
                     new.update(docs)
                     edges.append(0.0)
+                    now_inside.add(i)
                 else:
                     new.update(map(docs.__getitem__, order[:depth]))
                     edges.append(self._imp(tid)[order[depth]] * w)
@@ -761,8 +769,8 @@ class InvertedIndex:
             pool.update(new)
             # Chunks new to the pool lie below the last depth everywhere:
             # the last edges bound what each term gives them.
-            more, more_scores = self._full_scores(
-                plan, list(new if allowed is None else filter(allowed.__contains__, new)), theta, bounds
+            more, more_scores = full_scores(
+                plan, list(new if allowed is None else filter(allowed.__contains__, new)), theta, bounds, inside, lookup
             )
             cands.extend(more)
             scores.extend(more_scores)
@@ -781,43 +789,19 @@ class InvertedIndex:
                     fresh.difference_update(pool)
                     if allowed is not None:
                         fresh = set(filter(allowed.__contains__, fresh))
-                    more, more_scores = self._full_scores(plan, list(fresh), theta, edges)
+                    more, more_scores = full_scores(plan, list(fresh), theta, edges, now_inside, lookup)
                     cands.extend(more)
                     scores.extend(more_scores)
                     return best_of(cands, scores, k, theta), theta
             if len(pool) + deeper > budget:
                 return (None, theta) if theta > 0.0 else None
-            bounds = edges
+            bounds, inside = edges, now_inside
             depth *= 4
 
     def _order(self, tid: int) -> Ints:
         order = self.order(tid)
         assert order is not None  # edges are 0.0 for lists without an order
         return order
-
-    def _full_scores(
-        self, plan: Plan, cands: list[int], theta: float, bounds: list[float]
-    ) -> tuple[list[int], list[float]]:
-        """Scores of ``cands`` summed in plan order.  With ``theta > 0``, a
-        chunk is dropped on the way once its partial score plus ``bounds``
-        (what each term left can still add to it) cannot reach ``theta``."""
-        scores: list[float] = []
-        rest = sum(bounds)
-        last = len(plan) - 1
-        for i, ((_, tid, w), bound) in enumerate(zip(plan, bounds)):
-            if not cands:
-                break
-            # 0.0 + x is x, bit for bit, so the first term needs no addition.
-            found = self._lookup(tid, w, cands)
-            scores = list(map(add, scores, found)) if i else list(found)
-            rest -= bound
-            if theta > 0.0 and i < last:
-                # score + rest >= theta, with the slack on the side of keeping.
-                keep = list(map(ge, scores, repeat(theta - above(rest))))
-                if not all(keep):
-                    cands = list(compress(cands, keep))
-                    scores = list(compress(scores, keep))
-        return cands, scores
 
     def _term_at_a_time(
         self, plan: Plan, k: int, allowed: Container[int] | None, theta0: float

@@ -8,13 +8,15 @@ the per-term numbers the index hands them, so they hold no index state.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from itertools import compress, repeat
-from operator import eq, ge, mul
+from operator import add, eq, ge, mul
 
-__all__ = ["Plan", "above", "best_of", "essential_slices", "merge_cost", "probe"]
+__all__ = ["Lookup", "Plan", "above", "best_of", "essential_slices", "full_scores", "merge_cost", "probe"]
 
 Plan = list[tuple[float, int, float]]
+# (term id, weight, chunk ids) -> the weighted impact of the term in each (0.0 where absent).
+Lookup = Callable[[int, float, list[int]], Iterable[float]]
 # Relative and absolute slack on upper bounds: the pruned and the exhaustive
 # sums may round differently in the last bit.
 _UB_SLACK = 1e-9
@@ -93,3 +95,37 @@ def essential_slices(
         ranges.append((tid, depth, cut))
         count += cut - depth
     return ranges, count
+
+
+def full_scores(
+    plan: Plan, cands: list[int], theta: float, bounds: list[float], absent: Container[int], lookup: Lookup
+) -> tuple[list[int], list[float]]:
+    """Scores of ``cands`` summed in plan order.  With ``theta > 0``, a
+    chunk is dropped on the way once its partial score plus ``bounds``
+    (what each term left can still add to it) cannot reach ``theta``.
+
+    The terms at the plan positions in ``absent`` hold none of ``cands``:
+    they add exactly 0.0, which leaves a sum unchanged bit for bit, so they
+    are not looked up.
+    """
+    scores: list[float] | None = None
+    rest = sum(bounds)
+    last = len(plan) - 1
+    for i, ((_, tid, w), bound) in enumerate(zip(plan, bounds)):
+        if not cands:
+            break
+        rest -= bound
+        if i in absent:
+            continue
+        found = lookup(tid, w, cands)
+        # 0.0 + x is x, bit for bit, so the first term needs no addition.
+        scores = list(found) if scores is None else list(map(add, scores, found))
+        if theta > 0.0 and i < last:
+            # score + rest >= theta, with the slack on the side of keeping.
+            keep = list(map(ge, scores, repeat(theta - above(rest))))
+            if not all(keep):
+                cands = list(compress(cands, keep))
+                scores = list(compress(scores, keep))
+    if scores is None:
+        scores = [0.0] * len(cands)
+    return cands, scores

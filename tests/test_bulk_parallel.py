@@ -14,6 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from clanker_rag import ConfigError, KnowledgeBase, _bulk
+from clanker_rag._parallel import Worker, WorkerTerms, _Numbers
+from clanker_rag._readers import Document
 
 fork_only = pytest.mark.skipif(
     "fork" not in multiprocessing.get_all_start_methods() or threading.active_count() != 1,
@@ -36,12 +38,13 @@ items = st.lists(st.tuples(texts, st.sampled_from(["s1", "s2", "s3", "s4", "s5",
 
 @fork_only
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(items=items)
+@given(items=items, batch=st.sampled_from([2, 5]))
 def test_workers_build_the_same_index_byte_for_byte(
-    items: list[tuple[str, str]], monkeypatch: pytest.MonkeyPatch
+    items: list[tuple[str, str]], batch: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Tiny batches: many round trips, terms first met in any worker, repeated sources replaced.
-    monkeypatch.setattr(_bulk, "BATCH_TEXTS", 2)
+    # Small batches: many round trips, terms first met in any worker, repeated
+    # sources replaced, several texts' chunks in one batch's counts.
+    monkeypatch.setattr(_bulk, "BATCH_TEXTS", batch)
     pools: list[object] = []
     real_pool = _bulk.Pool
 
@@ -86,3 +89,39 @@ def test_automatic_mode_stays_in_process_for_little_text(monkeypatch: pytest.Mon
     kb = KnowledgeBase()
     assert kb.add_texts([("alpha beta", "a"), ("gamma", "b")]) == 2
     assert kb.sources() == ["a", "b"]
+
+
+@settings(max_examples=30, deadline=None)
+@given(batch=st.lists(texts, max_size=6))
+def test_a_batch_counted_at_once_holds_each_texts_chunks_in_turn(batch: list[str]) -> None:
+    kb = KnowledgeBase(chunk_size=8)
+    together, per_text = Worker(kb.analyzer, kb.chunker).count_many(batch)
+    alone = Worker(kb.analyzer, kb.chunker)  # numbers terms in the same order
+    assert len(per_text) == len(batch) and sum(per_text) == len(together.sizes)
+    terms, vocab = WorkerTerms(), _Numbers()
+    terms.strings.extend(together_strings(batch, kb))
+    first = pos = 0
+    for text, n in zip(batch, per_text):
+        mine = list(together.chunks(terms, vocab, first=first, last=first + n, pos=pos))
+        single = alone.count(Document(text, None, "", ""))
+        assert [(c.start, c.end, c.label, list(c.tfs)) for c in mine] == [
+            (b, e, label, list(t))
+            for b, e, label, t in zip(single.bounds[0::4], single.bounds[1::4], single.labels, split(single))
+        ]
+        pos += sum(together.sizes[first : first + n])
+        first += n
+    assert first == len(together.sizes) and pos == len(together.keys)
+
+
+def together_strings(batch: list[str], kb: KnowledgeBase) -> list[str]:
+    worker = Worker(kb.analyzer, kb.chunker)
+    worker.count_many(batch)
+    return list(worker.numbers)
+
+
+def split(counted: Any) -> list[list[int]]:
+    out, pos = [], 0
+    for n in counted.sizes:
+        out.append(list(counted.tfs[pos : pos + n]))
+        pos += n
+    return out

@@ -35,7 +35,7 @@ LAYERS = [
         "backends",
         "_adapters",
     },
-    {"_codec"},
+    {"_codec", "_packing"},
     {"_chunking", "_index", "_discovery", "_shaping"},
     {"_counting", "_collection"},
     {"_kb", "_dense"},

@@ -1,0 +1,197 @@
+"""Impacts and impact orders of a packed index: split over a forked child, they equal one process's, bit for bit."""
+
+import os
+from array import array
+from itertools import accumulate, pairwise
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from clanker_rag import _packing
+from clanker_rag._scoring import BM25, impact_order, norm_values
+
+needs_fork = pytest.mark.skipif(not _packing.can_fork(), reason="no safe fork here (one CPU, or no os.fork)")
+
+variants = st.sampled_from(["lucene", "robertson", "atire", "bm25l", "bm25+"])
+# Lists of (chunk id offset, tf) pairs: chunk ids ascend within a list.
+postings_list = st.lists(st.tuples(st.integers(1, 3), st.integers(1, 9)), min_size=1, max_size=60)
+
+
+def packed_input(lists, variant):
+    lengths, docs, tfs = array("i"), array("i"), array("I")
+    for plist in lists:
+        cid = -1
+        for gap, tf in plist:
+            cid += gap
+            docs.append(cid)
+            tfs.append(tf)
+        lengths.append(len(plist))
+    n = max(docs) + 1
+    dls = array("i", [0] * n)
+    for d, tf in zip(docs, tfs):
+        dls[d] += tf
+    avgdl = sum(dls) / n
+    bm = BM25(variant=variant)
+    norms = list(norm_values(bm, avgdl, dls))
+    return bm, n, lengths, tfs, docs, norms, dls, avgdl
+
+
+@pytest.fixture(autouse=True)
+def idle(monkeypatch):
+    # Whether this machine is busy right now must not decide what is tested.
+    monkeypatch.setattr(_packing, "idle_core", lambda: True)
+
+
+def one_process(inputs, order_min):
+    return _packing.impacts_and_orders(*inputs, order_min, split_min=10**12)
+
+
+def by_hand(inputs, order_min):
+    # The reference: each list's impacts from the reference contribution, orders by sorting each list.
+    bm, n, lengths, tfs, docs, _, dls, avgdl = inputs
+    imps, positions = array("f"), array("i")
+    offsets = list(accumulate(lengths, initial=0))
+    for a, b in pairwise(offsets):
+        mine = array("f", [bm.contribution(n, b - a, tfs[i], dls[docs[i]], avgdl) for i in range(a, b)])
+        imps.extend(mine)
+        if b - a > order_min:
+            positions.extend(impact_order(mine))
+    return imps, positions
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(postings_list, min_size=1, max_size=12), variants, st.integers(0, 8))
+def test_one_process_matches_the_reference(lists, variant, order_min):
+    inputs = packed_input(lists, variant)
+    imps, positions = one_process(inputs, order_min)
+    ref_imps, ref_positions = by_hand(inputs, order_min)
+    assert positions == ref_positions
+    assert imps.tobytes() == ref_imps.tobytes() or all(
+        abs(a - b) <= 1e-6 * max(1.0, abs(b)) for a, b in zip(imps, ref_imps)
+    )
+
+
+@needs_fork
+@settings(max_examples=40, deadline=None)
+@given(st.lists(postings_list, min_size=2, max_size=12), variants, st.integers(0, 8))
+def test_split_over_a_child_equals_one_process_bit_for_bit(lists, variant, order_min):
+    inputs = packed_input(lists, variant)
+    imps, positions = _packing.impacts_and_orders(*inputs, order_min, split_min=0)
+    alone_imps, alone_positions = one_process(inputs, order_min)
+    assert imps.tobytes() == alone_imps.tobytes()
+    assert positions == alone_positions
+
+
+@needs_fork
+def test_a_failed_child_leaves_this_process_to_do_its_half(monkeypatch):
+    inputs = packed_input([[(1, 2)] * 40, [(2, 1)] * 50, [(1, 3)] * 45], "lucene")
+    real_part = _packing._part
+    parent = os.getpid()
+
+    def failing_in_the_child(*args):
+        if os.getpid() != parent:
+            raise RuntimeError("the child breaks")
+        return real_part(*args)
+
+    monkeypatch.setattr(_packing, "_part", failing_in_the_child)
+    imps, positions = _packing.impacts_and_orders(*inputs, 4, split_min=0)
+    monkeypatch.setattr(_packing, "_part", real_part)
+    alone_imps, alone_positions = one_process(inputs, 4)
+    assert imps.tobytes() == alone_imps.tobytes() and positions == alone_positions
+
+
+@needs_fork
+def test_an_interrupted_parent_stops_and_reaps_its_child(monkeypatch):
+    inputs = packed_input([[(1, 2)] * 40, [(2, 1)] * 50, [(1, 3)] * 45], "lucene")
+    real_part = _packing._part
+    parent = os.getpid()
+    children = []
+    real_fork = os.fork
+
+    def recording_fork():
+        pid = real_fork()
+        if pid:
+            children.append(pid)
+        return pid
+
+    def interrupted_in_the_parent(*args):
+        if os.getpid() == parent:
+            raise KeyboardInterrupt
+        return real_part(*args)
+
+    monkeypatch.setattr(os, "fork", recording_fork)
+    monkeypatch.setattr(_packing, "_part", interrupted_in_the_parent)
+    with pytest.raises(KeyboardInterrupt):
+        _packing.impacts_and_orders(*inputs, 4, split_min=0)
+    assert len(children) == 1
+    with pytest.raises(ChildProcessError):  # already reaped
+        os.waitpid(children[0], os.WNOHANG)
+
+
+def test_small_or_threaded_work_stays_in_this_process(monkeypatch):
+    inputs = packed_input([[(1, 2)] * 40, [(2, 1)] * 50], "lucene")
+
+    def no_fork():
+        raise AssertionError("forked")
+
+    monkeypatch.setattr(os, "fork", no_fork)
+    one_process(inputs, 4)  # below split_min
+    monkeypatch.setattr(_packing.threading, "active_count", lambda: 2)
+    assert not _packing.can_fork()
+    _packing.impacts_and_orders(*inputs, 4, split_min=0)  # another thread runs: no fork
+    monkeypatch.setattr(_packing.threading, "active_count", lambda: 1)
+    monkeypatch.setattr(_packing, "idle_core", lambda: False)
+    _packing.impacts_and_orders(*inputs, 4, split_min=0)  # every core busy: no fork
+
+
+def test_a_core_is_idle_only_when_the_cpu_times_say_so(monkeypatch):
+    monkeypatch.undo()  # the real idle_core, not the fixture's
+    monkeypatch.setattr(_packing, "IDLE_SAMPLE_S", 0.0)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    samples = []
+    monkeypatch.setattr(_packing, "_cpu_times", lambda: samples.pop(0))
+    # user nice system idle iowait irq softirq steal: 200 ticks in all, 100 of them idle
+    samples[:] = [[0] * 8, [100, 0, 0, 90, 10, 0, 0, 0]]
+    assert _packing.idle_core()  # one of two cores idle
+    samples[:] = [[0] * 8, [150, 0, 10, 40, 0, 0, 0, 0]]
+    assert not _packing.idle_core()  # 0.4 of a core
+    # No /proc/stat: the load average decides.
+    monkeypatch.setattr(_packing, "_cpu_times", lambda: None)
+    monkeypatch.setattr(_packing, "_cpus", lambda: 2)
+    monkeypatch.setattr(os, "getloadavg", lambda: (1.0, 0.0, 0.0))
+    assert _packing.idle_core()
+    monkeypatch.setattr(os, "getloadavg", lambda: (1.6, 0.0, 0.0))
+    assert not _packing.idle_core()
+
+
+def test_cpu_times_read_this_machine_or_nothing():
+    times = _packing._cpu_times()
+    assert times is None or (len(times) == 8 and all(t >= 0 for t in times))
+
+
+@needs_fork
+def test_an_interrupted_wait_stops_and_reaps_the_child(monkeypatch):
+    inputs = packed_input([[(1, 2)] * 40, [(2, 1)] * 50, [(1, 3)] * 45], "lucene")
+    children = []
+    real_fork, real_waitpid = os.fork, os.waitpid
+
+    def recording_fork():
+        pid = real_fork()
+        if pid:
+            children.append(pid)
+        return pid
+
+    def interrupted_wait(pid, options):
+        if options == 0 and pid in children:
+            monkeypatch.setattr(os, "waitpid", real_waitpid)  # the reaping wait goes through
+            raise KeyboardInterrupt
+        return real_waitpid(pid, options)
+
+    monkeypatch.setattr(os, "fork", recording_fork)
+    monkeypatch.setattr(os, "waitpid", interrupted_wait)
+    with pytest.raises(KeyboardInterrupt):
+        _packing.impacts_and_orders(*inputs, 4, split_min=0)
+    assert len(children) == 1
+    with pytest.raises(ChildProcessError):  # already reaped
+        real_waitpid(children[0], os.WNOHANG)
