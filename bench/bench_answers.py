@@ -45,6 +45,7 @@ from clanker_rag._ask import (  # noqa: E402
     ANSWER_K,
     ANSWER_SENTENCE,
     ANSWER_TOOL_QUERY,
+    ANSWER_TYPES,
     answer_controller,
     answer_text,
 )
@@ -93,6 +94,7 @@ def ask(url: str, kb: KnowledgeBase, qa: QA, mode: str, args: argparse.Namespace
         tool_query=args.tool_query,
         focus_chars=focus,
         sentence=args.sentence,
+        answer_types=args.answer_types,
     )
     started = time.perf_counter()
     parts: list[str] = []
@@ -153,6 +155,7 @@ def settings(args: argparse.Namespace) -> dict[str, object]:
         "tool_query": args.tool_query,
         "focus_chars": args.focus_chars,
         "sentence": args.sentence,
+        "answer_types": args.answer_types,
         "copy": args.copy,
         "max_tokens": args.max_tokens,
         "quick": args.quick,
@@ -189,6 +192,12 @@ def main() -> int:
         action=argparse.BooleanOptionalAction,
         default=ANSWER_SENTENCE,
         help="passage cut to its best sentence, line or table row",
+    )
+    parser.add_argument(
+        "--answer-types",
+        action=argparse.BooleanOptionalAction,
+        default=ANSWER_TYPES,
+        help="the sentence chosen prefers the kind of token the question asks for (number, flag, ...)",
     )
     parser.add_argument(
         "--copy",

@@ -38,6 +38,8 @@ ANSWER_BLOCK_CHARS = 700
 ANSWER_TOOL_QUERY = "fuse"
 ANSWER_FOCUS_CHARS = 200
 ANSWER_SENTENCE = True
+# The sentence chosen prefers one holding the kind of token the question asks for (_answer_types).
+ANSWER_TYPES = True
 # Answers after a block limited to the block's words (llama.cpp grammar, _copying).
 ANSWER_COPY = True
 
@@ -102,6 +104,7 @@ def answer_controller(
     tool_query: str = ANSWER_TOOL_QUERY,
     focus_chars: int | None = ANSWER_FOCUS_CHARS,
     sentence: bool = ANSWER_SENTENCE,
+    answer_types: bool = ANSWER_TYPES,
 ) -> RagController:
     """The controller for a :func:`~clanker_rag._prompts.base_prompt` of ``mode``.
 
@@ -109,7 +112,7 @@ def answer_controller(
     (:class:`~clanker_rag._shaping.FocusedRetriever`); ``None`` keeps whole chunks.
     """
     if focus_chars is not None:
-        retriever = FocusedRetriever(retriever, budget=focus_chars, sentence=sentence)
+        retriever = FocusedRetriever(retriever, budget=focus_chars, sentence=sentence, answer_types=answer_types)
     return RagController(
         retriever,
         k=k,
