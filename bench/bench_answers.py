@@ -205,7 +205,7 @@ def main() -> int:
         default=ANSWER_COPY,
         help="answers after a block limited to the block's words (GBNF grammar)",
     )
-    parser.add_argument("--tool-query", default=ANSWER_TOOL_QUERY, choices=("model", "merge", "fuse"))
+    parser.add_argument("--tool-query", default=ANSWER_TOOL_QUERY, choices=("model", "merge", "fuse", "first"))
     parser.add_argument("--max-tokens", type=int, default=48, help="answer length limit (default 48)")
     parser.add_argument("--url", help="use this running llama.cpp server instead of starting one")
     parser.add_argument("--label", help="store the result in bench/results/answers.json under this name")

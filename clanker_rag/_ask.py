@@ -35,7 +35,7 @@ BASE_MODE = "both"
 # Per passage and per block: measured with bench/bench_answers.py (RESULTS.md).
 ANSWER_K = 1
 ANSWER_BLOCK_CHARS = 700
-ANSWER_TOOL_QUERY = "fuse"
+ANSWER_TOOL_QUERY = "first"
 ANSWER_FOCUS_CHARS = 200
 ANSWER_SENTENCE = True
 # The sentence chosen prefers one holding the kind of token the question asks for (_answer_types).
