@@ -42,6 +42,8 @@ ANSWER_SENTENCE = True
 ANSWER_TYPES = True
 # Answers after a block limited to the block's words (llama.cpp grammar, _copying).
 ANSWER_COPY = True
+# ... and to hold a block word of the type the question asks for, when the block has one.
+ANSWER_TYPED_COPY = True
 
 _CHATML_MARK = "<|im_start|>"
 
@@ -182,7 +184,7 @@ def ask_events(
     if info is not None and info.llama_cpp:
         backend = LlamaCppBackend(base, n_predict=max_tokens, temperature=0.0, cache_prompt=True, api_key=api_key)
         if ANSWER_COPY:
-            backend = CopyingBackend(backend, question)
+            backend = CopyingBackend(backend, question, typed=ANSWER_TYPED_COPY)
     else:
         backend = CompletionsBackend(base, model, max_tokens=max_tokens, temperature=0.0, api_key=api_key)
     ctl = answer_controller(retriever, BASE_MODE, question=question, k=k or ANSWER_K)
