@@ -27,18 +27,29 @@ FILE = "file"
 ENV = "env"
 ANSWER_TYPES = (NUMBER, FLAG, ERROR, FILE, ENV)
 
-# Question cues, matched on the lower-cased question.
+# Question cues, matched on the lower-cased question.  "what/which ... NOUN" is typed by
+# its head noun: the first cue noun within two words ("which option skips hidden files"
+# asks for an option, not a file).
+_HEADS: dict[str, str] = {
+    **dict.fromkeys(
+        "port size number version year limit percentage ratio count length status code constant threshold "
+        "timeout budget".split(),
+        NUMBER,
+    ),
+    **dict.fromkeys("option flag switch argument".split(), FLAG),
+    **dict.fromkeys("error exception warning".split(), ERROR),
+    **dict.fromkeys("file filename directory folder".split(), FILE),
+}
+_NOUN = "(" + "|".join(_HEADS) + r")(?:s|es)?\b"
+# "what is the", then at most two modifiers, then the noun; a second cue noun right after it is
+# the compound's head ("file size" asks for a size).
+_HEAD_RE = re.compile(r"\b(?:what|which) (?:(?:is|are|was|were) (?:the |a |an )?)?(?:[\w-]+ ){0,2}?" + _NOUN + "(?: " + _NOUN + ")?")
 _CUES: dict[str, re.Pattern[str]] = {
     NUMBER: re.compile(
         r"\bhow (?:many|much|long|big|large|small|often|far|old|high|low|deep|wide)\b"
-        r"|\b(?:what|which) (?:\w+ ){0,3}(?:port|size|number|version|year|limit|percentage|ratio|"
-        r"count|length|status|code|constant|threshold|timeout|budget)s?\b"
         r"|\bin (?:seconds|milliseconds|minutes|hours|days|bytes|characters|tokens|percent)\b"
-        r"|\b(?:at most|at least|maximum|minimum|max|min)\b"
+        r"|\b(?:at most|at least|maximum|minimum)\b"
     ),
-    FLAG: re.compile(r"\b(?:what|which) (?:\w+ ){0,3}(?:option|flag|switch|argument)s?\b"),
-    ERROR: re.compile(r"\b(?:what|which) (?:\w+ ){0,3}(?:error|exception|warning)s?\b"),
-    FILE: re.compile(r"\b(?:what|which) (?:\w+ ){0,3}(?:file|filename|file name|directory|folder)s?\b"),
     ENV: re.compile(r"\benvironment variables?\b|\benv var"),
 }
 
@@ -55,7 +66,11 @@ _SHAPES: dict[str, re.Pattern[str]] = {
 def expected_types(question: str) -> frozenset[str]:
     """The answer types ``question`` asks for (see the module doc); empty when none is clear."""
     text = " ".join(question.lower().split())
-    return frozenset(kind for kind, cue in _CUES.items() if cue.search(text))
+    found = {kind for kind, cue in _CUES.items() if cue.search(text)}
+    head = _HEAD_RE.search(text)
+    if head:
+        found.add(_HEADS[head.group(2) or head.group(1)])
+    return frozenset(found)
 
 
 def types_in(text: str) -> frozenset[str]:
