@@ -32,18 +32,35 @@ ANSWER_TYPES = (NUMBER, FLAG, ERROR, FILE, ENV)
 # asks for an option, not a file).
 _HEADS: dict[str, str] = {
     **dict.fromkeys(
-        "port size number version year limit percentage ratio count length status code constant threshold "
-        "timeout budget".split(),
+        [
+            "port",
+            "size",
+            "number",
+            "version",
+            "year",
+            "limit",
+            "percentage",
+            "ratio",
+            "count",
+            "length",
+            "status",
+            "code",
+            "constant",
+            "threshold",
+            "timeout",
+            "budget",
+        ],
         NUMBER,
     ),
-    **dict.fromkeys("option flag switch argument".split(), FLAG),
-    **dict.fromkeys("error exception warning".split(), ERROR),
-    **dict.fromkeys("file filename directory folder".split(), FILE),
+    **dict.fromkeys(["option", "flag", "switch", "argument"], FLAG),
+    **dict.fromkeys(["error", "exception", "warning"], ERROR),
+    **dict.fromkeys(["file", "filename", "directory", "folder"], FILE),
 }
 _NOUN = "(" + "|".join(_HEADS) + r")(?:s|es)?\b"
 # "what is the", then at most two modifiers, then the noun; a second cue noun right after it is
 # the compound's head ("file size" asks for a size).
-_HEAD_RE = re.compile(r"\b(?:what|which) (?:(?:is|are|was|were) (?:the |a |an )?)?(?:[\w-]+ ){0,2}?" + _NOUN + "(?: " + _NOUN + ")?")
+_LEAD = r"\b(?:what|which) (?:(?:is|are|was|were) (?:the |a |an )?)?(?:[\w-]+ ){0,2}?"
+_HEAD_RE = re.compile(_LEAD + _NOUN + "(?: " + _NOUN + ")?")
 _CUES: dict[str, re.Pattern[str]] = {
     NUMBER: re.compile(
         r"\bhow (?:many|much|long|big|large|small|often|far|old|high|low|deep|wide)\b"

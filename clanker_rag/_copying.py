@@ -83,6 +83,9 @@ def copy_grammar(passage: str, question: str = "", expected: frozenset[str] = fr
 class CopyingBackend:
     """A llama.cpp backend whose answers after a block copy words of that block (see the module doc).
 
+    ``typed=True`` also makes an answer hold a block word of the type the
+    question asks for, when the block has one (:func:`copy_grammar`).
+
     ``inner`` is called as ``inner(prompt, stop, options=...)``: the
     :class:`~clanker_rag.backends.LlamaCppBackend` signature.
     """
