@@ -75,7 +75,8 @@ _SHAPES: dict[str, re.Pattern[str]] = {
     NUMBER: re.compile(r"\b\d"),
     FLAG: re.compile(r"(?:^|[\s`(\[|,])--?[A-Za-z][\w-]*"),
     ERROR: re.compile(r"\b[A-Z][a-z]+(?:[A-Z][a-z]*)*(?:Error|Exception|Warning)\b"),
-    FILE: re.compile(r"[\w-]+\.[a-z][a-z0-9]{0,4}\b(?!\()|\w/\w"),
+    # name.ext, a dotfile (".lock", ".gitignore") or a path
+    FILE: re.compile(r"[\w-]+\.[a-z][a-z0-9]{0,4}\b(?!\()|(?:^|[\s`'\"(])\.[a-z][\w.-]*|\w/\w"),
     ENV: re.compile(r"\$?\b[A-Z][A-Z0-9]*_[A-Z0-9_]+\b"),
 }
 

@@ -201,7 +201,11 @@ class FocusedRetriever:
     """A retriever whose hits are cut to ``budget`` characters around the query's words.
 
     ``sentence=True`` keeps only the one sentence, line or table row that
-    holds the most query-term weight (:func:`focus_sentence`).
+    holds the most query-term weight (:func:`focus_sentence`).  With
+    ``answer_types=True`` as well, the type of answer the query asks for
+    (:mod:`._answer_types`) counts as a query term, and the hits whose
+    sentence holds a token of that type and a query term come first (each
+    group in rank order): a top passage without a number cannot say "how many".
     ``analyzer`` turns text into terms (default: the wrapped retriever's own
     ``analyzer`` if it has one, else the standard English analyser), so query
     and lines match the way the index matches them.  Keyword arguments of
@@ -232,4 +236,10 @@ class FocusedRetriever:
         if not self.sentence:
             return [focus_hit(hit, terms, self.analyzer, self.budget) for hit in hits]
         expected = expected_types(query) if self.answer_types else frozenset()
-        return [focus_sentence(hit, terms, self.analyzer, self.budget, expected) for hit in hits]
+        out = [focus_sentence(hit, terms, self.analyzer, self.budget, expected) for hit in hits]
+        if expected:
+            # A passage whose best sentence holds no token of the asked-for type (and a query
+            # term) cannot answer; the ones that can go first, each group in rank order.
+            fits = [bool(expected & types_in(h.text)) and bool(terms.intersection(self.analyzer(h.text))) for h in out]
+            out = [h for h, ok in zip(out, fits) if ok] + [h for h, ok in zip(out, fits) if not ok]
+        return out

@@ -47,6 +47,8 @@ def test_expected_types(question: str, expected: set[str]) -> None:
         ("raises `ConfigError` here", "error", True),
         ("an Error happened", "error", False),
         ("written to index.json", "file", True),
+        ("a lock on `.lock` first", "file", True),
+        ("the end. Next one", "file", False),
         ("set CLANKER_RAG_API_KEY first", "env", True),
         ("set the Key first", "env", False),
     ],
@@ -84,6 +86,21 @@ def test_focused_retriever_answer_types_switch() -> None:
     [plain] = FocusedRetriever(One(), budget=200, sentence=True).search(QUERY, 1)
     [typed] = FocusedRetriever(One(), budget=200, sentence=True, answer_types=True).search(QUERY, 1)
     assert "96 MB" not in plain.text and "96 MB" in typed.text
+
+
+def test_hits_whose_sentence_holds_the_type_come_first() -> None:
+    class Two:
+        def search(self, query: str, k: int = 10, **kwargs: object) -> list[Hit]:
+            return [Hit("Workers read files in parallel.", "a.md", 2.0), Hit("It starts 4 workers.", "b.md", 1.0)]
+
+    question = "How many workers does it start?"
+    plain = FocusedRetriever(Two(), budget=200, sentence=True).search(question, 2)
+    typed = FocusedRetriever(Two(), budget=200, sentence=True, answer_types=True).search(question, 2)
+    assert [h.source for h in plain] == ["a.md", "b.md"]
+    assert [h.source for h in typed] == ["b.md", "a.md"]
+    # No type asked for: the ranking stands.
+    untyped = FocusedRetriever(Two(), budget=200, sentence=True, answer_types=True).search("Who reads files?", 2)
+    assert [h.source for h in untyped] == ["a.md", "b.md"]
 
 
 def test_typed_copy_grammar_requires_a_word_of_the_type() -> None:
