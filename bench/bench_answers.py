@@ -45,6 +45,8 @@ from clanker_rag._ask import (  # noqa: E402
     ANSWER_K,
     ANSWER_SENTENCE,
     ANSWER_TOOL_QUERY,
+    ANSWER_TYPED_COPY,
+    ANSWER_TYPES,
     answer_controller,
     answer_text,
 )
@@ -82,7 +84,7 @@ def ask(url: str, kb: KnowledgeBase, qa: QA, mode: str, args: argparse.Namespace
     backend: LlamaCppBackend | CopyingBackend
     backend = LlamaCppBackend(url, n_predict=args.max_tokens, temperature=0.0, cache_prompt=True, timeout=300)
     if args.copy:
-        backend = CopyingBackend(backend, qa.question)
+        backend = CopyingBackend(backend, qa.question, typed=args.typed_copy)
     focus = args.focus_chars or None
     ctl = answer_controller(
         kb,
@@ -93,6 +95,7 @@ def ask(url: str, kb: KnowledgeBase, qa: QA, mode: str, args: argparse.Namespace
         tool_query=args.tool_query,
         focus_chars=focus,
         sentence=args.sentence,
+        answer_types=args.answer_types,
     )
     started = time.perf_counter()
     parts: list[str] = []
@@ -153,7 +156,9 @@ def settings(args: argparse.Namespace) -> dict[str, object]:
         "tool_query": args.tool_query,
         "focus_chars": args.focus_chars,
         "sentence": args.sentence,
+        "answer_types": args.answer_types,
         "copy": args.copy,
+        "typed_copy": args.typed_copy,
         "max_tokens": args.max_tokens,
         "quick": args.quick,
         "split": args.split,
@@ -191,12 +196,24 @@ def main() -> int:
         help="passage cut to its best sentence, line or table row",
     )
     parser.add_argument(
+        "--answer-types",
+        action=argparse.BooleanOptionalAction,
+        default=ANSWER_TYPES,
+        help="the sentence chosen prefers the kind of token the question asks for (number, flag, ...)",
+    )
+    parser.add_argument(
         "--copy",
         action=argparse.BooleanOptionalAction,
         default=ANSWER_COPY,
         help="answers after a block limited to the block's words (GBNF grammar)",
     )
-    parser.add_argument("--tool-query", default=ANSWER_TOOL_QUERY, choices=("model", "merge", "fuse"))
+    parser.add_argument(
+        "--typed-copy",
+        action=argparse.BooleanOptionalAction,
+        default=ANSWER_TYPED_COPY,
+        help="a copied answer must hold a passage word of the type the question asks for (a number, a flag...)",
+    )
+    parser.add_argument("--tool-query", default=ANSWER_TOOL_QUERY, choices=("model", "merge", "fuse", "first"))
     parser.add_argument("--max-tokens", type=int, default=48, help="answer length limit (default 48)")
     parser.add_argument("--url", help="use this running llama.cpp server instead of starting one")
     parser.add_argument("--label", help="store the result in bench/results/answers.json under this name")

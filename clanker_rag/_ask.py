@@ -35,11 +35,15 @@ BASE_MODE = "both"
 # Per passage and per block: measured with bench/bench_answers.py (RESULTS.md).
 ANSWER_K = 1
 ANSWER_BLOCK_CHARS = 700
-ANSWER_TOOL_QUERY = "fuse"
+ANSWER_TOOL_QUERY = "first"
 ANSWER_FOCUS_CHARS = 200
 ANSWER_SENTENCE = True
+# The sentence chosen prefers one holding the kind of token the question asks for (_answer_types).
+ANSWER_TYPES = True
 # Answers after a block limited to the block's words (llama.cpp grammar, _copying).
 ANSWER_COPY = True
+# ... and to hold a block word of the type the question asks for, when the block has one.
+ANSWER_TYPED_COPY = True
 
 _CHATML_MARK = "<|im_start|>"
 
@@ -102,6 +106,7 @@ def answer_controller(
     tool_query: str = ANSWER_TOOL_QUERY,
     focus_chars: int | None = ANSWER_FOCUS_CHARS,
     sentence: bool = ANSWER_SENTENCE,
+    answer_types: bool = ANSWER_TYPES,
 ) -> RagController:
     """The controller for a :func:`~clanker_rag._prompts.base_prompt` of ``mode``.
 
@@ -109,7 +114,7 @@ def answer_controller(
     (:class:`~clanker_rag._shaping.FocusedRetriever`); ``None`` keeps whole chunks.
     """
     if focus_chars is not None:
-        retriever = FocusedRetriever(retriever, budget=focus_chars, sentence=sentence)
+        retriever = FocusedRetriever(retriever, budget=focus_chars, sentence=sentence, answer_types=answer_types)
     return RagController(
         retriever,
         k=k,
@@ -179,7 +184,7 @@ def ask_events(
     if info is not None and info.llama_cpp:
         backend = LlamaCppBackend(base, n_predict=max_tokens, temperature=0.0, cache_prompt=True, api_key=api_key)
         if ANSWER_COPY:
-            backend = CopyingBackend(backend, question)
+            backend = CopyingBackend(backend, question, typed=ANSWER_TYPED_COPY)
     else:
         backend = CompletionsBackend(base, model, max_tokens=max_tokens, temperature=0.0, api_key=api_key)
     ctl = answer_controller(retriever, BASE_MODE, question=question, k=k or ANSWER_K)

@@ -127,6 +127,7 @@ class _ControllerTurn:
         self.prev_char = ""
         self.ended = False  # the current generation has ended and the scanner is flushed
         self.question = ""
+        self.question_searched = False  # tool_query="first": the question has had its search
         self._new_sentence()
 
     # -- context bookkeeping -------------------------------------------------
@@ -278,8 +279,15 @@ class _ControllerTurn:
     def queries(self, trig: _Trigger, query: str) -> list[str]:
         """What to search for ``query``: a tool call's own words, with the user's question if so configured."""
         mode, question = self.ctl.tool_query, self.question
+        if trig.kind == "question":
+            self.question_searched = True
         if trig.kind != "tool" or mode == "model" or not question or norm_query(question) == norm_query(query):
             return [query]
+        if mode == "first":
+            if self.question_searched:
+                return [query]
+            self.question_searched = True
+            return [question]
         if mode == "merge":
             return [f"{query} {question}"]
         return [question, query]
@@ -449,7 +457,10 @@ class RagController:
     ``tool_query`` says what a tool call searches for: ``"model"`` the
     model's own words; ``"fuse"`` those and the user's question (``question=``
     or the last ``?`` sentence of the prompt), fused by reciprocal rank;
-    ``"merge"`` one search for both joined.  Small models write poor queries
+    ``"merge"`` one search for both joined; ``"first"`` the question alone
+    for the turn's first search and the model's words after it (a tool call
+    after an up-front ``<context>`` block already gets its own words).
+    Small models write poor queries
     ("port 8080" for "which port does the proxy use?"); the question keeps
     retrieval on topic.  ``after_block`` is text the model reads after every
     block (not shown, not scanned): a few-shot prompt's ``"Answer:"`` starts
@@ -477,7 +488,7 @@ class RagController:
         show_blocks: bool = True,
         max_payload: int = 1000,
         stop: Sequence[str] = (),
-        tool_query: Literal["model", "merge", "fuse"] = "model",
+        tool_query: Literal["model", "merge", "fuse", "first"] = "model",
         after_block: str = "",
     ) -> None:
         if not callable(getattr(retriever, "search", None)):
@@ -512,8 +523,8 @@ class RagController:
         self.on_inject = on_inject
         self.show_blocks = show_blocks
         self.max_payload = max_payload
-        if tool_query not in ("model", "merge", "fuse"):
-            raise ConfigError(f"tool_query must be 'model', 'merge' or 'fuse', got {tool_query!r}")
+        if tool_query not in ("model", "merge", "fuse", "first"):
+            raise ConfigError(f"tool_query must be 'model', 'merge', 'fuse' or 'first', got {tool_query!r}")
         self.tool_query = tool_query
         self.after_block = after_block
         names = set(self.handlers)

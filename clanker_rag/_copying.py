@@ -21,6 +21,7 @@ import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
+from ._answer_types import expected_types, types_in
 from ._prompts import ANSWER_LABEL, SEARCH_LABEL
 
 __all__ = ["TOOL_GRAMMAR", "CopyingBackend", "copy_grammar", "last_block"]
@@ -48,11 +49,15 @@ def _literal(word: str) -> str:
     return f'"{escaped}"'
 
 
-def copy_grammar(passage: str, question: str = "") -> str:
+def copy_grammar(passage: str, question: str = "", expected: frozenset[str] = frozenset()) -> str:
     """A GBNF grammar: one line of up to 40 words taken from ``passage`` or ``question``.
 
     Each word is allowed as written and without its trailing punctuation
-    (so "8765." may end a sentence and "8765" sit inside one).
+    (so "8765." may end a sentence and "8765" sit inside one).  With
+    ``expected`` answer types (:func:`~clanker_rag._answer_types.expected_types`
+    of the question), an answer must hold at least one passage word of such a
+    type when the passage has one: asked "which status", the model cannot
+    answer with the row's error name alone.
     """
     words: dict[str, None] = {}
     for text in (passage, question):
@@ -64,19 +69,31 @@ def copy_grammar(passage: str, question: str = "") -> str:
     if not words:
         return 'root ::= [^\\n]* "\\n"'
     alternatives = " | ".join(_literal(word) for word in words)
-    return f'root ::= " " word (" " word){{0,{_MAX_WORDS - 1}}} "\\n"\nword ::= {alternatives}\n'
+    typed = [w for w in dict.fromkeys(passage.split()) if expected & types_in(w)] if expected else []
+    if not typed:
+        return f'root ::= " " word (" " word){{0,{_MAX_WORDS - 1}}} "\\n"\nword ::= {alternatives}\n'
+    forms = dict.fromkeys(f for w in typed for f in (w, w.rstrip(".,;:!?|)")) if f)
+    half = _MAX_WORDS // 2
+    return (
+        f'root ::= " " (word " "){{0,{half}}} typed (" " word){{0,{half - 1}}} "\\n"\n'
+        f"word ::= {alternatives}\ntyped ::= {' | '.join(_literal(f) for f in forms)}\n"
+    )
 
 
 class CopyingBackend:
     """A llama.cpp backend whose answers after a block copy words of that block (see the module doc).
 
+    ``typed=True`` also makes an answer hold a block word of the type the
+    question asks for, when the block has one (:func:`copy_grammar`).
+
     ``inner`` is called as ``inner(prompt, stop, options=...)``: the
     :class:`~clanker_rag.backends.LlamaCppBackend` signature.
     """
 
-    def __init__(self, inner: Callable[..., Iterator[Any]], question: str = "") -> None:
+    def __init__(self, inner: Callable[..., Iterator[Any]], question: str = "", *, typed: bool = False) -> None:
         self.inner = inner
         self.question = question
+        self.expected = expected_types(question) if typed else frozenset()
 
     def __call__(self, prompt: str, stop: Sequence[str] = ()) -> Iterator[Any]:
         options: Mapping[str, Any] | None = None
@@ -85,5 +102,5 @@ class CopyingBackend:
         elif prompt.rstrip(" ").endswith(ANSWER_LABEL):
             passage = last_block(prompt)
             if passage is not None:
-                options = {"grammar": copy_grammar(passage, self.question)}
+                options = {"grammar": copy_grammar(passage, self.question, self.expected)}
         return self.inner(prompt, stop, options=options)

@@ -21,11 +21,17 @@ import re
 from collections.abc import Callable, Sequence
 
 from ._analysis import Analyzer
+from ._answer_types import expected_types, types_in
 from ._exceptions import ConfigError
 from ._types import Hit, HitLike, Retriever
 
 __all__ = ["FocusedRetriever", "focus_hit", "focus_sentence"]
 
+# Prefix of the pseudo-terms that stand for answer types (no analyser emits a NUL).
+_TYPE_MARK = "\0type:"
+# The answer's type weighs as two query terms held as often: it is what the question asks for
+# (bench/RESULTS.md: 1.5 to 3 chose the same sentences on the tune half, 1 fewer, a filter fewer).
+_TYPE_WEIGHT = 2.0
 # A line that starts a new unit of text (not a wrapped line of the previous sentence).
 _BLOCK_START = re.compile(r"[ \t]*(?:$|\n|[|#>]|[-*+] |\d+[.)] |```)", re.M)
 
@@ -128,7 +134,13 @@ def _sentences(text: str) -> list[tuple[int, int]]:
     return [(a + len(text[a:b]) - len(text[a:b].lstrip()), b) for a, b in spans]
 
 
-def focus_sentence(hit: HitLike, terms: set[str], analyzer: Callable[[str], list[str]], budget: int) -> HitLike:
+def focus_sentence(
+    hit: HitLike,
+    terms: set[str],
+    analyzer: Callable[[str], list[str]],
+    budget: int,
+    expected: frozenset[str] = frozenset(),
+) -> HitLike:
     """``hit`` cut to its one sentence (or line, or table row) holding the most query-term weight.
 
     A small model asked to copy a fact copies *some* line of its passage;
@@ -148,11 +160,18 @@ def focus_sentence(hit: HitLike, terms: set[str], analyzer: Callable[[str], list
         return hit
     # Only what would be shown counts: a long sentence is scored on its first ``budget`` characters.
     unit_terms = [terms.intersection(analyzer(text[a : min(b, a + budget)])) for a, b in spans]
+    if expected:
+        # The answer's type is one more query term, held by the sentences with a token of that type.
+        for found, (a, b) in zip(unit_terms, spans):
+            found.update(_TYPE_MARK + kind for kind in expected & types_in(text[a : min(b, a + budget)]))
     held: dict[str, int] = {}
     for found in unit_terms:
         for term in found:
             held[term] = held.get(term, 0) + 1
     weight = {term: math.log(1.0 + len(spans) / count) for term, count in held.items()}
+    for term in weight:
+        if term.startswith(_TYPE_MARK):
+            weight[term] *= _TYPE_WEIGHT
     scores = [sum(weight[t] for t in found) for found in unit_terms]
     best = max(range(len(spans)), key=lambda i: (scores[i], -i))
     start, end = spans[best]
@@ -182,7 +201,11 @@ class FocusedRetriever:
     """A retriever whose hits are cut to ``budget`` characters around the query's words.
 
     ``sentence=True`` keeps only the one sentence, line or table row that
-    holds the most query-term weight (:func:`focus_sentence`).
+    holds the most query-term weight (:func:`focus_sentence`).  With
+    ``answer_types=True`` as well, the type of answer the query asks for
+    (:mod:`._answer_types`) counts as a query term, and the hits whose
+    sentence holds a token of that type and a query term come first (each
+    group in rank order): a top passage without a number cannot say "how many".
     ``analyzer`` turns text into terms (default: the wrapped retriever's own
     ``analyzer`` if it has one, else the standard English analyser), so query
     and lines match the way the index matches them.  Keyword arguments of
@@ -196,10 +219,12 @@ class FocusedRetriever:
         budget: int = 400,
         analyzer: Callable[[str], list[str]] | None = None,
         sentence: bool = False,
+        answer_types: bool = False,
     ) -> None:
         if budget < 40:
             raise ConfigError(f"budget must be >= 40 characters, got {budget}")
         self.sentence = sentence
+        self.answer_types = answer_types
         self.retriever = retriever
         self.budget = budget
         found = getattr(retriever, "analyzer", None)
@@ -208,5 +233,13 @@ class FocusedRetriever:
     def search(self, query: str, k: int = 10, **kwargs: object) -> list[HitLike]:
         hits = self.retriever.search(query, k, **kwargs)
         terms = set(self.analyzer(query))
-        focus = focus_sentence if self.sentence else focus_hit
-        return [focus(hit, terms, self.analyzer, self.budget) for hit in hits]
+        if not self.sentence:
+            return [focus_hit(hit, terms, self.analyzer, self.budget) for hit in hits]
+        expected = expected_types(query) if self.answer_types else frozenset()
+        out = [focus_sentence(hit, terms, self.analyzer, self.budget, expected) for hit in hits]
+        if expected:
+            # A passage whose best sentence holds no token of the asked-for type (and a query
+            # term) cannot answer; the ones that can go first, each group in rank order.
+            fits = [bool(expected & types_in(h.text)) and bool(terms.intersection(self.analyzer(h.text))) for h in out]
+            out = [h for h, ok in zip(out, fits) if ok] + [h for h, ok in zip(out, fits) if not ok]
+        return out

@@ -109,6 +109,7 @@ DOCS = {"docs/server.md": GUIDE, "docs/other.md": "The settings file is TOML. Se
         ("model", ["settings"]),
         ("merge", ["settings Which port does the server use?"]),
         ("fuse", ["Which port does the server use?", "settings"]),
+        ("first", ["Which port does the server use?"]),
     ],
 )
 def test_tool_query_modes(mode: str, expected: list[str]) -> None:
@@ -120,6 +121,31 @@ def test_tool_query_modes(mode: str, expected: list[str]) -> None:
     assert retrieve.query == "settings"  # the event names the model's own query
     block = next(e.block for e in events if isinstance(e, InjectEvent))
     assert ("7341" in block) == (mode != "model")
+
+
+def two_calls_llm(prompt: str, stop: Sequence[str]) -> Iterator[str]:
+    # A model that searches twice before it answers.
+    calls = prompt.count("<result>")
+    if calls == 0:
+        yield '<tool name="retrieve">settings</tool>'
+    elif calls == 1:
+        yield '<tool name="retrieve">settings file format</tool>'
+    else:
+        yield "TOML"
+
+
+def test_tool_query_first_searches_the_question_once_then_the_model_s_words() -> None:
+    rec = Recording(kb_of(DOCS))
+    ctl = RagController(rec, k=1, tool_query="first")
+    list(ctl.events(two_calls_llm, "Q: Which port does the server use?\nA:"))
+    assert rec.queries == ["Which port does the server use?", "settings file format"]
+
+
+def test_tool_query_first_after_up_front_context_uses_the_model_s_words() -> None:
+    rec = Recording(kb_of(DOCS))
+    ctl = RagController(rec, k=1, tool_query="first", questions=True)
+    list(ctl.events(tool_llm, "Q: Which port does the server use?\nA:", question="Which port does the server use?"))
+    assert rec.queries == ["Which port does the server use?", "settings"]
 
 
 def test_tool_query_is_checked() -> None:

@@ -22,7 +22,7 @@ from clanker_rag._kb import KnowledgeBase
 pytestmark = pytest.mark.llama
 
 QUESTIONS = 8
-FLOOR = 2  # correct answers out of QUESTIONS; measured 3/8 (bench/RESULTS.md, `--split test --quick 8 --modes both`)
+FLOOR = 5  # correct answers out of QUESTIONS; measured 6/8 and 7/8 (bench/RESULTS.md, `final3`, `final4`, mode both)
 
 
 def test_the_shipped_model_is_detected_as_a_base_model(llama_server: LlamaServer) -> None:

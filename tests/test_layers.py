@@ -20,7 +20,18 @@ PACKAGE = Path(__file__).resolve().parent.parent / "clanker_rag"
 MAX_LINES = 900
 
 LAYERS = [
-    {"_exceptions", "_types", "_gc_pause", "_stopwords", "_stemmer", "_generate", "_readers", "_sse", "_term"},
+    {
+        "_exceptions",
+        "_types",
+        "_gc_pause",
+        "_stopwords",
+        "_stemmer",
+        "_generate",
+        "_readers",
+        "_sse",
+        "_term",
+        "_answer_types",
+    },
     {"_validate", "_blocks", "_urls", "_prompts"},
     {
         "_analysis",

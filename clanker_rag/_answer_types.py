@@ -1,0 +1,96 @@
+"""Answer typing: what kind of token a question asks for, and which text holds one.
+
+Classic factoid QA (the TREC QA systems of the late 1990s) reads the
+expected *type* of the answer off the question ("how many" asks for a
+number, "which option" for a flag) and prefers passages that hold a token of
+that type.  A sentence ranked by query-term overlap alone often picks the
+neighbour that repeats the question's words and lacks the fact; the answer's
+type tells them apart.
+
+:func:`expected_types` maps a question to the types it asks for (empty when
+it says nothing about its answer's form); :func:`types_in` says which types a
+text holds.  Both are pattern rules on English question words and on the
+shapes of technical documentation (numbers, ``--flags``, ``CamelCaseError``
+names, file names, ``ENV_VARS``); they know nothing of any collection.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["ANSWER_TYPES", "expected_types", "types_in"]
+
+NUMBER = "number"
+FLAG = "flag"
+ERROR = "error"
+FILE = "file"
+ENV = "env"
+ANSWER_TYPES = (NUMBER, FLAG, ERROR, FILE, ENV)
+
+# Question cues, matched on the lower-cased question.  "what/which ... NOUN" is typed by
+# its head noun: the first cue noun within two words ("which option skips hidden files"
+# asks for an option, not a file).
+_HEADS: dict[str, str] = {
+    **dict.fromkeys(
+        [
+            "port",
+            "size",
+            "number",
+            "version",
+            "year",
+            "limit",
+            "percentage",
+            "ratio",
+            "count",
+            "length",
+            "status",
+            "code",
+            "constant",
+            "threshold",
+            "timeout",
+            "budget",
+        ],
+        NUMBER,
+    ),
+    **dict.fromkeys(["option", "flag", "switch", "argument"], FLAG),
+    **dict.fromkeys(["error", "exception", "warning"], ERROR),
+    **dict.fromkeys(["file", "filename", "directory", "folder"], FILE),
+}
+_NOUN = "(" + "|".join(_HEADS) + r")(?:s|es)?\b"
+# "what is the", then at most two modifiers, then the noun; a second cue noun right after it is
+# the compound's head ("file size" asks for a size).
+_LEAD = r"\b(?:what|which) (?:(?:is|are|was|were) (?:the |a |an )?)?(?:[\w-]+ ){0,2}?"
+_HEAD_RE = re.compile(_LEAD + _NOUN + "(?: " + _NOUN + ")?")
+_CUES: dict[str, re.Pattern[str]] = {
+    NUMBER: re.compile(
+        r"\bhow (?:many|much|long|big|large|small|often|far|old|high|low|deep|wide)\b"
+        r"|\bin (?:seconds|milliseconds|minutes|hours|days|bytes|characters|tokens|percent)\b"
+        r"|\b(?:at most|at least|maximum|minimum)\b"
+    ),
+    ENV: re.compile(r"\benvironment variables?\b|\benv var"),
+}
+
+# Answer shapes, matched on the text as written.
+_SHAPES: dict[str, re.Pattern[str]] = {
+    NUMBER: re.compile(r"\b\d"),
+    FLAG: re.compile(r"(?:^|[\s`(\[|,])--?[A-Za-z][\w-]*"),
+    ERROR: re.compile(r"\b[A-Z][a-z]+(?:[A-Z][a-z]*)*(?:Error|Exception|Warning)\b"),
+    # name.ext, a dotfile (".lock", ".gitignore") or a path
+    FILE: re.compile(r"[\w-]+\.[a-z][a-z0-9]{0,4}\b(?!\()|(?:^|[\s`'\"(])\.[a-z][\w.-]*|\w/\w"),
+    ENV: re.compile(r"\$?\b[A-Z][A-Z0-9]*_[A-Z0-9_]+\b"),
+}
+
+
+def expected_types(question: str) -> frozenset[str]:
+    """The answer types ``question`` asks for (see the module doc); empty when none is clear."""
+    text = " ".join(question.lower().split())
+    found = {kind for kind, cue in _CUES.items() if cue.search(text)}
+    head = _HEAD_RE.search(text)
+    if head:
+        found.add(_HEADS[head.group(2) or head.group(1)])
+    return frozenset(found)
+
+
+def types_in(text: str) -> frozenset[str]:
+    """The answer types of which ``text`` holds at least one token."""
+    return frozenset(kind for kind, shape in _SHAPES.items() if shape.search(text))
