@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
-
 import pytest
+from _backends import Recorder
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -113,17 +111,6 @@ def test_typed_copy_grammar_requires_a_word_of_the_type() -> None:
     assert copy_grammar("no digits here", "Which status?", frozenset({"number"})) == copy_grammar(
         "no digits here", "Which status?"
     )
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.calls: list[Mapping[str, Any] | None] = []
-
-    def __call__(
-        self, prompt: str, stop: Sequence[str] = (), *, options: Mapping[str, Any] | None = None
-    ) -> Iterator[str]:
-        self.calls.append(options)
-        return iter(())
 
 
 @pytest.mark.parametrize("typed", [False, True])

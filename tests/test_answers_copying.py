@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
-
+from _backends import Recorder
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -70,17 +68,6 @@ def test_last_block_drops_source_lines() -> None:
     prompt = "Q\n<context>\n[1] a.md:1-2\nfirst\n</context>\nQ\n<result>\n[1] docs/b.md:3-4\nsecond line\n</result>\n"
     assert last_block(prompt) == "second line"
     assert last_block("no block here") is None
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.calls: list[Mapping[str, Any] | None] = []
-
-    def __call__(
-        self, prompt: str, stop: Sequence[str] = (), *, options: Mapping[str, Any] | None = None
-    ) -> Iterator[str]:
-        self.calls.append(options)
-        return iter(())
 
 
 def test_copying_backend_constrains_answers_after_a_block_and_tool_calls_only() -> None:
