@@ -113,7 +113,7 @@ class _Impacts:
 # used first.  The statistics change only when the collection does, so a
 # shard scores a term's list once per change rather than once per query.
 # Weak: a shard's cache goes with its index.
-_CACHES: weakref.WeakKeyDictionary[InvertedIndex, dict[str, _Impacts]] = weakref.WeakKeyDictionary()
+_CACHES: weakref.WeakKeyDictionary[InvertedIndex, _Cache] = weakref.WeakKeyDictionary()
 _CACHE_LOCK = threading.Lock()
 # Postings cached per index (8 bytes each: a float32 impact and an int32 position).
 CACHE_POSTINGS = 4_000_000
@@ -122,11 +122,37 @@ CACHE_POSTINGS = 4_000_000
 _POOL_SHARE = 4
 
 
-def _cache_of(index: InvertedIndex) -> dict[str, _Impacts]:
+@dataclass(slots=True)
+class _Cache:
+    """One index's cached impacts, least recently used first, and the postings they hold."""
+
+    entries: dict[str, _Impacts] = field(default_factory=dict)
+    held: int = 0
+
+    def take(self, term: str, key: tuple[int, int, int, int]) -> _Impacts | None:
+        """The term's impacts if cached for ``key`` (now the most recently used); a stale entry goes."""
+        found = self.entries.pop(term, None)
+        if found is None:
+            return None
+        if found.key != key:
+            self.held -= len(found.docs)
+            return None
+        self.entries[term] = found
+        return found
+
+    def put(self, term: str, found: _Impacts) -> None:
+        """Keep ``found``, dropping the least recently used while over ``CACHE_POSTINGS`` (never the last)."""
+        self.entries[term] = found
+        self.held += len(found.docs)
+        while self.held > CACHE_POSTINGS and len(self.entries) > 1:
+            self.held -= len(self.entries.pop(next(iter(self.entries))).docs)
+
+
+def _cache_of(index: InvertedIndex) -> _Cache:
     with _CACHE_LOCK:
         cache = _CACHES.get(index)
         if cache is None:
-            cache = _CACHES[index] = {}
+            cache = _CACHES[index] = _Cache()
         return cache
 
 
@@ -146,9 +172,8 @@ def _impacts(index: InvertedIndex, term: str, stats: CollectionStats) -> _Impact
         )
     key = (index.gen, stats.n_docs, stats.total_length, df)
     cache = _cache_of(index)
-    hit = cache.pop(term, None)
-    if hit is not None and hit.key == key:
-        cache[term] = hit  # now the most recently used
+    hit = cache.take(term, key)
+    if hit is not None:
         return hit
     tfs = index.tfs[tid]
     assert tfs is not None
@@ -161,10 +186,7 @@ def _impacts(index: InvertedIndex, term: str, stats: CollectionStats) -> _Impact
     weights = tf_weights(bm, tfs, norms, docs, index.dl, avgdl)
     imps = array("f", map(mul, repeat(idf), weights))
     found = _Impacts(key, docs, imps, idf, max(imps))
-    cache[term] = found
-    held = sum(len(c.docs) for c in cache.values())
-    while held > CACHE_POSTINGS and len(cache) > 1:
-        held -= len(cache.pop(next(iter(cache))).docs)
+    cache.put(term, found)
     return found
 
 

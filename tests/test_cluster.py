@@ -429,3 +429,25 @@ def test_bad_arguments_are_config_errors_as_on_one_machine(call):
         call(one)
     assert str(on_shards.value) == str(on_one.value)
     assert len(sharded) == 0
+
+
+def test_impact_cache_counts_its_postings_and_evicts_least_recently_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    from array import array
+
+    from clanker_rag import _collection
+
+    monkeypatch.setattr(_collection, "CACHE_POSTINGS", 10)
+
+    def entry(n: int, key: int = 0) -> _collection._Impacts:
+        return _collection._Impacts((key, 0, 0, 0), array("i", range(n)), array("f", [1.0] * n), 1.0, 1.0)
+
+    cache = _collection._Cache()
+    cache.put("a", entry(4))
+    cache.put("b", entry(4))
+    assert cache.take("a", (0, 0, 0, 0)) is not None  # "a" is now the most recently used
+    cache.put("c", entry(4))  # 12 > 10: "b", the least recently used, goes
+    assert list(cache.entries) == ["a", "c"] and cache.held == 8
+    assert cache.take("a", (1, 0, 0, 0)) is None  # stale statistics: dropped, and its postings uncounted
+    assert list(cache.entries) == ["c"] and cache.held == 4
+    cache.put("big", entry(50))  # over the cap alone: kept (never the last entry), the rest goes
+    assert list(cache.entries) == ["big"] and cache.held == 50
