@@ -49,6 +49,12 @@ def _literal(word: str) -> str:
     return f'"{escaped}"'
 
 
+def _forms(word: str) -> tuple[str, ...]:
+    """The ways an answer may write ``word``: as written, and without its trailing punctuation."""
+    bare = word.rstrip(".,;:!?|)")
+    return (word, bare) if bare else (word,)
+
+
 def copy_grammar(passage: str, question: str = "", expected: frozenset[str] = frozenset()) -> str:
     """A GBNF grammar: one line of up to 40 words taken from ``passage`` or ``question``.
 
@@ -62,17 +68,14 @@ def copy_grammar(passage: str, question: str = "", expected: frozenset[str] = fr
     words: dict[str, None] = {}
     for text in (passage, question):
         for word in text.split():
-            words[word] = None
-            bare = word.rstrip(".,;:!?|)")
-            if bare:
-                words[bare] = None
+            words.update(dict.fromkeys(_forms(word)))
     if not words:
         return 'root ::= [^\\n]* "\\n"'
     alternatives = " | ".join(_literal(word) for word in words)
     typed = [w for w in dict.fromkeys(passage.split()) if expected & types_in(w)] if expected else []
     if not typed:
         return f'root ::= " " word (" " word){{0,{_MAX_WORDS - 1}}} "\\n"\nword ::= {alternatives}\n'
-    forms = dict.fromkeys(f for w in typed for f in (w, w.rstrip(".,;:!?|)")) if f)
+    forms = dict.fromkeys(f for w in typed for f in _forms(w))
     half = _MAX_WORDS // 2
     return (
         f'root ::= " " (word " "){{0,{half}}} typed (" " word){{0,{half - 1}}} "\\n"\n'
