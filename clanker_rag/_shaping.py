@@ -123,7 +123,7 @@ def _sentences(text: str) -> list[tuple[int, int]]:
             depth -= 1
         if ch == "\n":
             line = text[start:i].rsplit("\n", 1)[-1].lstrip()
-            if line.startswith(("|", "#")) or _BLOCK_START.match(text, i + 1):
+            if line.startswith(("|", "#")) or line.rstrip() == "```" or _BLOCK_START.match(text, i + 1):
                 close(i)
                 start, depth, code = i + 1, 0, False
         elif ch in ".!?" and not code and not depth and text[i + 1 : i + 2] in (" ", "\t", "\n") and not row(i):
@@ -132,6 +132,32 @@ def _sentences(text: str) -> list[tuple[int, int]]:
         i += 1
     close(n)
     return [(a + len(text[a:b]) - len(text[a:b].lstrip()), b) for a, b in spans]
+
+
+def _is_code(text: str, at: int, fenced: list[int]) -> bool:
+    """Whether the unit starting at ``at`` is code: an indented line, a fence or inside one."""
+    line = text[text.rfind("\n", 0, at) + 1 :]
+    return line.startswith(("    ", "\t", "```")) or sum(f < at for f in fenced) % 2 == 1
+
+
+def _lead_ins(text: str, spans: Sequence[tuple[int, int]]) -> dict[int, int]:
+    """Unit index -> the unit that began its sentence, for prose resumed after a code block.
+
+    A unit resumes a sentence when it starts in lower case and only code
+    separates it from an earlier prose unit ending with a colon.
+    """
+    fenced = [m.start() for m in re.finditer(r"^[ \t]*```", text, re.M)]
+    code = [_is_code(text, a, fenced) for a, _ in spans]
+    out: dict[int, int] = {}
+    for k, (a, _) in enumerate(spans):
+        if k == 0 or code[k] or not text[a].islower() or not code[k - 1]:
+            continue
+        lead = k - 1
+        while lead >= 0 and code[lead]:
+            lead -= 1
+        if lead >= 0 and text[spans[lead][0] : spans[lead][1]].rstrip().endswith(":"):
+            out[k] = lead
+    return out
 
 
 def focus_sentence(
@@ -146,7 +172,9 @@ def focus_sentence(
     A small model asked to copy a fact copies *some* line of its passage;
     with one line there is only the right one to copy.  Weights as in
     :func:`_best_window`; ties go to the earliest sentence; a sentence longer
-    than ``budget`` keeps its start.
+    than ``budget`` keeps its start.  Prose resumed after a code block ("the
+    score is:", a formula, "with k1 = 1.2") also counts the query terms of the
+    sentence that led into the code (:func:`_lead_ins`).
 
     The sentence comes back on one line (each whitespace run made one
     space), so its ``text`` is the slice ``start:end`` of the document up to
@@ -160,6 +188,10 @@ def focus_sentence(
         return hit
     # Only what would be shown counts: a long sentence is scored on its first ``budget`` characters.
     unit_terms = [terms.intersection(analyzer(text[a : min(b, a + budget)])) for a, b in spans]
+    for k, lead in _lead_ins(text, spans).items():
+        # "BM25 is scored with:", a code block, "with k1 = 1.2.": the fact ends a sentence its
+        # lead-in began, so it is about the lead-in's words too.
+        unit_terms[k] |= unit_terms[lead]
     if expected:
         # The answer's type is one more query term, held by the sentences with a token of that type.
         for found, (a, b) in zip(unit_terms, spans):

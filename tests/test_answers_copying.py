@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from _backends import Recorder
 from hypothesis import given
 from hypothesis import strategies as st
@@ -9,7 +10,7 @@ from hypothesis import strategies as st
 from clanker_rag._analysis import Analyzer
 from clanker_rag._copying import TOOL_GRAMMAR, CopyingBackend, copy_grammar, last_block
 from clanker_rag._prompts import ANSWER_LABEL, SEARCH_LABEL
-from clanker_rag._shaping import FocusedRetriever, _sentences, focus_sentence
+from clanker_rag._shaping import FocusedRetriever, _lead_ins, _sentences, focus_sentence
 from clanker_rag._types import Hit
 
 
@@ -45,6 +46,38 @@ def test_focus_sentence_keeps_the_best_sentence_on_one_line() -> None:
     assert out.text == "It listens on port 7341 by default."
     assert (out.start_line, out.end_line) == (6, 7)
     assert " ".join(text[out.start - 100 : out.end - 100].split()) == out.text
+
+
+# The fact ends a sentence begun before a code block: "... with:", the formula, "with k1 = 1.2".
+RESUMED = (
+    "## Scoring\n\nThe default scoring is BM25 with:\n\n    score = k1 * tf\n\nwith `k1 = 1.2` here. Each k1 is checked.\n"
+)
+
+
+def test_prose_resumed_after_a_code_block_is_about_its_lead_in_words() -> None:
+    hit = Hit(RESUMED, "search.md", 1.0, start=0, end=len(RESUMED), start_line=1, end_line=8)
+    out = focus_sentence(hit, set(Analyzer()("default k1 of the scoring")), Analyzer(), 200)
+    assert out.text == "with `k1 = 1.2` here."
+    assert RESUMED[out.start : out.end] == out.text
+
+
+@pytest.mark.parametrize(
+    ("text", "joined"),
+    [
+        (RESUMED, True),
+        ("Run it:\n\n```\nclanker-rag ask. x\n```\nthen look. Done.", True),
+        ("Run it.\n\n    code here\n\nthen look.", False),  # the lead-in ended its sentence
+        ("Run it:\n\n    code here\n\nThen look.", False),  # a new sentence
+        ("Run it:\nthen look.", False),  # no code in between
+    ],
+)
+def test_lead_ins_need_a_colon_code_and_lower_case(text: str, joined: bool) -> None:
+    spans = _sentences(text)
+    leads = _lead_ins(text, spans)
+    resumed = [k for k, (a, _) in enumerate(spans) if text[a:].startswith("then") or text[a:].startswith("with")]
+    assert bool(leads) == joined
+    if joined:
+        assert list(leads) == resumed and text[spans[leads[resumed[0]]][0] :].startswith(("The default", "Run it:"))
 
 
 def test_focused_retriever_sentence_mode_checks_budget_and_cuts() -> None:
