@@ -50,7 +50,8 @@ def test_focus_sentence_keeps_the_best_sentence_on_one_line() -> None:
 
 # The fact ends a sentence begun before a code block: "... with:", the formula, "with k1 = 1.2".
 RESUMED = (
-    "## Scoring\n\nThe default scoring is BM25 with:\n\n    score = k1 * tf\n\nwith `k1 = 1.2` here. Each k1 is checked.\n"
+    "## Scoring\n\nThe default scoring is BM25 with:\n\n    score = k1 * tf\n\n"
+    "with `k1 = 1.2` here. Each k1 is checked.\n"
 )
 
 
