@@ -11,21 +11,24 @@ type tells them apart.
 it says nothing about its answer's form); :func:`types_in` says which types a
 text holds.  Both are pattern rules on English question words and on the
 shapes of technical documentation (numbers, ``--flags``, ``CamelCaseError``
-names, file names, ``ENV_VARS``); they know nothing of any collection.
+names, file names, ``ENV_VARS``, ``CamelCase`` class names); they know
+nothing of any collection.  :func:`head_noun` is the noun that names what
+is asked for ("what *port*"), which the answer usually sits beside.
 """
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["ANSWER_TYPES", "expected_types", "types_in"]
+__all__ = ["ANSWER_TYPES", "expected_types", "head_noun", "types_in"]
 
 NUMBER = "number"
 FLAG = "flag"
 ERROR = "error"
 FILE = "file"
 ENV = "env"
-ANSWER_TYPES = (NUMBER, FLAG, ERROR, FILE, ENV)
+IDENT = "identifier"
+ANSWER_TYPES = (NUMBER, FLAG, ERROR, FILE, ENV, IDENT)
 
 # Question cues, matched on the lower-cased question.  "what/which ... NOUN" is typed by
 # its head noun: the first cue noun within two words ("which option skips hidden files"
@@ -55,6 +58,7 @@ _HEADS: dict[str, str] = {
     **dict.fromkeys(["option", "flag", "switch", "argument"], FLAG),
     **dict.fromkeys(["error", "exception", "warning"], ERROR),
     **dict.fromkeys(["file", "filename", "directory", "folder"], FILE),
+    **dict.fromkeys(["class", "function", "method"], IDENT),
 }
 _NOUN = "(" + "|".join(_HEADS) + r")(?:s|es)?\b"
 # "what is the", then at most two modifiers, then the noun; a second cue noun right after it is
@@ -78,6 +82,8 @@ _SHAPES: dict[str, re.Pattern[str]] = {
     # name.ext, a dotfile (".lock", ".gitignore") or a path
     FILE: re.compile(r"[\w-]+\.[a-z][a-z0-9]{0,4}\b(?!\()|(?:^|[\s`'\"(])\.[a-z][\w.-]*|\w/\w"),
     ENV: re.compile(r"\$?\b[A-Z][A-Z0-9]*_[A-Z0-9_]+\b"),
+    # a CamelCase name of two humps or more ("KnowledgeBase"), or a call ("retrieve(")
+    IDENT: re.compile(r"\b[A-Z][a-z0-9]+[A-Z]\w*|\b[A-Za-z_]\w*\("),
 }
 
 
@@ -85,10 +91,16 @@ def expected_types(question: str) -> frozenset[str]:
     """The answer types ``question`` asks for (see the module doc); empty when none is clear."""
     text = " ".join(question.lower().split())
     found = {kind for kind, cue in _CUES.items() if cue.search(text)}
-    head = _HEAD_RE.search(text)
+    head = head_noun(text)
     if head:
-        found.add(_HEADS[head.group(2) or head.group(1)])
+        found.add(_HEADS[head])
     return frozenset(found)
+
+
+def head_noun(question: str) -> str | None:
+    """The cue noun that names what ``question`` asks for ("port" in "what port does it use?"), if any."""
+    head = _HEAD_RE.search(" ".join(question.lower().split()))
+    return (head.group(2) or head.group(1)) if head else None
 
 
 def types_in(text: str) -> frozenset[str]:

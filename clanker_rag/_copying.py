@@ -21,10 +21,11 @@ import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from ._answer_types import expected_types, types_in
+from ._analysis import Analyzer
+from ._answer_types import expected_types, head_noun, types_in
 from ._prompts import ANSWER_LABEL, SEARCH_LABEL
 
-__all__ = ["TOOL_GRAMMAR", "CopyingBackend", "copy_grammar", "last_block"]
+__all__ = ["TOOL_GRAMMAR", "CopyingBackend", "closest_typed", "copy_grammar", "last_block"]
 
 # After the search label the model may only write one closed retrieve call:
 # left free, it sometimes writes a source line and never closes the tag.
@@ -55,15 +56,62 @@ def _forms(word: str) -> tuple[str, ...]:
     return (word, bare) if bare else (word,)
 
 
-def copy_grammar(passage: str, question: str = "", expected: frozenset[str] = frozenset()) -> str:
+def closest_typed(
+    passage: str, question: str, expected: frozenset[str], analyzer: Callable[[str], list[str]] | None = None
+) -> list[str]:
+    """The words of ``passage`` of an ``expected`` type that the question's words point at.
+
+    One line often holds several tokens of the asked-for type ("1 for
+    errors, 2 for usage mistakes"; "ollama listens on 11434 ... --port
+    8765").  The candidates kept are those whose clause (the words between
+    ``,;:.`` or brackets) holds the most distinct question terms; among
+    those, the ones nearest a word holding the question's head noun
+    (:func:`~clanker_rag._answer_types.head_noun`: "port"), when the passage
+    says it, and at equal distance the ones after it.  Words of the type never count as evidence (a list of error
+    names would vouch for each other).  Ties keep every candidate.
+    """
+    words = passage.split()
+    typed = [i for i, word in enumerate(words) if expected & types_in(word)]
+    if len(typed) <= 1:
+        return [words[i] for i in typed]
+    analyze = analyzer or Analyzer()
+    candidates = set(typed)
+    held: list[set[str]] = [set() if i in candidates else set(analyze(word)) for i, word in enumerate(words)]
+    clause, at = [], 0
+    for word in words:
+        at += word.startswith(("(", "["))
+        clause.append(at)
+        at += word.endswith((",", ";", ":", ".", ")", "]"))
+    terms = set(analyze(question))
+    found: dict[int, set[str]] = {}
+    for i, word_terms in enumerate(held):
+        found.setdefault(clause[i], set()).update(word_terms & terms)
+    most = max(len(found[clause[i]]) for i in typed)
+    typed = [i for i in typed if len(found[clause[i]]) == most]
+    head = head_noun(question)
+    anchors = [j for j, word_terms in enumerate(held) if head and word_terms & set(analyze(head))]
+    if anchors:
+        # At equal distance the word after the anchor: a value follows its name ("--port 7000").
+        distance = {i: min((abs(i - j), i < j) for j in anchors) for i in typed}
+        typed = [i for i in typed if distance[i] == min(distance.values())]
+    return list(dict.fromkeys(words[i] for i in typed))
+
+
+def copy_grammar(
+    passage: str,
+    question: str = "",
+    expected: frozenset[str] = frozenset(),
+    analyzer: Callable[[str], list[str]] | None = None,
+) -> str:
     """A GBNF grammar: one line of up to 40 words taken from ``passage`` or ``question``.
 
     Each word is allowed as written and without its trailing punctuation
     (so "8765." may end a sentence and "8765" sit inside one).  With
     ``expected`` answer types (:func:`~clanker_rag._answer_types.expected_types`
-    of the question), an answer must hold at least one passage word of such a
-    type when the passage has one: asked "which status", the model cannot
-    answer with the row's error name alone.
+    of the question), an answer must hold a passage word of such a type when
+    the passage has one, and of several, one nearest the question's words
+    (:func:`closest_typed`): asked "which status", the model cannot answer
+    with the row's error name alone.
     """
     words: dict[str, None] = {}
     for text in (passage, question):
@@ -72,7 +120,7 @@ def copy_grammar(passage: str, question: str = "", expected: frozenset[str] = fr
     if not words:
         return 'root ::= [^\\n]* "\\n"'
     alternatives = " | ".join(_literal(word) for word in words)
-    typed = [w for w in dict.fromkeys(passage.split()) if expected & types_in(w)] if expected else []
+    typed = closest_typed(passage, question, expected, analyzer) if expected else []
     if not typed:
         return f'root ::= " " word (" " word){{0,{_MAX_WORDS - 1}}} "\\n"\nword ::= {alternatives}\n'
     forms = dict.fromkeys(f for w in typed for f in _forms(w))
@@ -97,6 +145,7 @@ class CopyingBackend:
         self.inner = inner
         self.question = question
         self.expected = expected_types(question) if typed else frozenset()
+        self.analyzer = Analyzer()
 
     def __call__(self, prompt: str, stop: Sequence[str] = ()) -> Iterator[Any]:
         options: Mapping[str, Any] | None = None
@@ -105,5 +154,5 @@ class CopyingBackend:
         elif prompt.rstrip(" ").endswith(ANSWER_LABEL):
             passage = last_block(prompt)
             if passage is not None:
-                options = {"grammar": copy_grammar(passage, self.question, self.expected)}
+                options = {"grammar": copy_grammar(passage, self.question, self.expected, self.analyzer)}
         return self.inner(prompt, stop, options=options)

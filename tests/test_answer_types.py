@@ -8,8 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from clanker_rag._analysis import Analyzer
-from clanker_rag._answer_types import ANSWER_TYPES, expected_types, types_in
-from clanker_rag._copying import CopyingBackend, copy_grammar
+from clanker_rag._answer_types import ANSWER_TYPES, expected_types, head_noun, types_in
+from clanker_rag._copying import CopyingBackend, closest_typed, copy_grammar
 from clanker_rag._prompts import ANSWER_LABEL
 from clanker_rag._shaping import FocusedRetriever, focus_sentence
 from clanker_rag._types import Hit
@@ -23,7 +23,8 @@ from clanker_rag._types import Hit
         ("What is the timeout in seconds?", {"number"}),
         ("Which option skips hidden files?", {"flag"}),
         ("What is the default maximum file size?", {"number"}),
-        ("Which class do all errors derive from?", set()),
+        ("Which class do all errors derive from?", {"identifier"}),
+        ("Which function returns the passages?", {"identifier"}),
         ("Which exception is raised for a bad path?", {"error"}),
         ("Which file holds the settings?", {"file"}),
         ("Which environment variable sets the key?", {"env"}),
@@ -49,10 +50,26 @@ def test_expected_types(question: str, expected: set[str]) -> None:
         ("the end. Next one", "file", False),
         ("set CLANKER_RAG_API_KEY first", "env", True),
         ("set the Key first", "env", False),
+        ("derives from `KnowledgeBase`:", "identifier", True),
+        ("call retrieve(query) first", "identifier", True),
+        ("a Word and an ID here", "identifier", False),
     ],
 )
 def test_types_in(text: str, kind: str, held: bool) -> None:
     assert (kind in types_in(text)) == held
+
+
+@pytest.mark.parametrize(
+    ("question", "head"),
+    [
+        ("What port does the server listen on?", "port"),
+        ("What is the default maximum file size?", "size"),
+        ("Which options skip files?", "option"),
+        ("How many workers does it start?", None),
+    ],
+)
+def test_head_noun(question: str, head: str | None) -> None:
+    assert head_noun(question) == head
 
 
 @given(st.text(max_size=80))
@@ -121,3 +138,43 @@ def test_copying_backend_sends_the_typed_grammar_when_asked(typed: bool) -> None
     [options] = inner.calls
     assert options is not None
     assert ('typed ::= "8765"' in options["grammar"]) == typed
+
+
+@pytest.mark.parametrize(
+    ("passage", "question", "kept"),
+    [
+        # the clause that holds the question's words: "2 for bad flags"
+        (
+            "On failure the exit code: 1 for errors, 2 for bad flags, 130 after Ctrl-C.",
+            "Which exit code means bad flags?",
+            ["2"],
+        ),
+        # one clause: the number beside the head noun ("--port 7000"), not beside "listens"
+        (
+            "$ db serve # listens on 127.0.0.1:5432 $ tool serve --db http://127.0.0.1:5432 --port 7000",
+            "What port does tool serve listen on?",
+            ["7000"],
+        ),
+        # names of the type are no evidence for each other
+        (
+            "Every error derives from `BaseError`: `ParseError` (bad input), `DiskError` (full disk).",
+            "Which class do the errors derive from?",
+            ["`BaseError`:"],
+        ),
+        # nothing tells them apart: all kept
+        ("Sizes 10 and 20 work.", "How many sizes?", ["10", "20"]),
+        ("Only 10 works.", "How many?", ["10"]),
+        ("No digits.", "How many?", []),
+    ],
+)
+def test_closest_typed_keeps_the_candidates_the_question_points_at(
+    passage: str, question: str, kept: list[str]
+) -> None:
+    assert closest_typed(passage, question, expected_types(question)) == kept
+
+
+def test_typed_copy_grammar_holds_only_the_closest_candidates() -> None:
+    line = "On failure the exit code: 1 for errors, 2 for bad flags, 130 after Ctrl-C."
+    grammar = copy_grammar(line, "Which exit code means bad flags?", frozenset({"number"}))
+    assert 'typed ::= "2"\n' in grammar
+    assert '"130"' in grammar.split("typed ::=")[0]  # still a word the answer may copy

@@ -35,7 +35,6 @@ LAYERS = [
     {"_validate", "_blocks", "_urls", "_prompts"},
     {
         "_analysis",
-        "_copying",
         "_scoring",
         "_pruning",
         "_lock",
@@ -46,7 +45,7 @@ LAYERS = [
         "backends",
         "_adapters",
     },
-    {"_codec", "_packing"},
+    {"_codec", "_packing", "_copying"},
     {"_chunking", "_index", "_discovery", "_shaping"},
     {"_counting", "_collection"},
     {"_kb", "_dense"},
