@@ -34,6 +34,10 @@ TOOL_GRAMMAR = 'root ::= " <tool name=\\"retrieve\\">" [^<>\\n]{1,100} "</tool>"
 _BLOCK_RE = re.compile(r"<(context|result)>\n(.*?)</\1>", re.S)
 _HEADER_RE = re.compile(r"^\[\d+\] \S+$")
 _MAX_WORDS = 40
+# Words an answer may write before the typed word it must hold: a short lead, as in the
+# prompt's examples ("The server listens on port 6120"); a model looping on a table row's
+# other cells reaches the asked-for token within it.
+_LEAD_WORDS = 8
 
 
 def last_block(prompt: str) -> str | None:
@@ -124,9 +128,8 @@ def copy_grammar(
     if not typed:
         return f'root ::= " " word (" " word){{0,{_MAX_WORDS - 1}}} "\\n"\nword ::= {alternatives}\n'
     forms = dict.fromkeys(f for w in typed for f in _forms(w))
-    half = _MAX_WORDS // 2
     return (
-        f'root ::= " " (word " "){{0,{half}}} typed (" " word){{0,{half - 1}}} "\\n"\n'
+        f'root ::= " " (word " "){{0,{_LEAD_WORDS}}} typed (" " word){{0,{_MAX_WORDS - _LEAD_WORDS - 1}}} "\\n"\n'
         f"word ::= {alternatives}\ntyped ::= {' | '.join(_literal(f) for f in forms)}\n"
     )
 
