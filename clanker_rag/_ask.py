@@ -17,8 +17,9 @@ import json
 import logging
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ._controller import InjectEvent, RagController, StreamEvent, TextEvent
 from ._copying import CopyingBackend
@@ -107,11 +108,14 @@ def answer_controller(
     focus_chars: int | None = ANSWER_FOCUS_CHARS,
     sentence: bool = ANSWER_SENTENCE,
     answer_types: bool = ANSWER_TYPES,
+    stop: Sequence[str] = STOP,
+    **options: Any,
 ) -> RagController:
     """The controller for a :func:`~clanker_rag._prompts.base_prompt` of ``mode``.
 
     ``focus_chars`` cuts each passage to the lines around the query's words
     (:class:`~clanker_rag._shaping.FocusedRetriever`); ``None`` keeps whole chunks.
+    ``options`` (``min_score``, ``show_blocks``...) go to the controller as they are.
     """
     if focus_chars is not None:
         retriever = FocusedRetriever(retriever, budget=focus_chars, sentence=sentence, answer_types=answer_types)
@@ -121,9 +125,10 @@ def answer_controller(
         tools=mode in ("tools", "both"),
         questions=mode in ("context", "both"),
         block_chars=block_chars,
-        stop=STOP,
+        stop=stop,
         tool_query=tool_query,  # type: ignore[arg-type]
         after_block=after_block(question),
+        **options,
     )
 
 

@@ -768,6 +768,8 @@ def _run_proxy(args: argparse.Namespace, retriever: Any, watch: Path | None, wha
         "k": args.k,
         "tools": not args.no_tools,
         "native_tools": args.native_tools,
+        # A base model (no chat template, as `ask` detects it) gets chat requests as few-shot completions.
+        "base_model": None,
         "live": not args.no_live,
         "show_blocks": args.show_blocks,
         "min_score": args.min_score,

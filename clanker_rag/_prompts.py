@@ -27,6 +27,7 @@ block again.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ._exceptions import ConfigError
@@ -138,18 +139,29 @@ def _shot(example: Example, mode: str) -> str:
     return head + call + _block("result", example) + after_block(example.question) + answer
 
 
-def base_prompt(question: str, mode: str = "tools") -> str:
-    """The few-shot prompt for ``question``; see the module doc for ``mode``."""
+def base_prompt(
+    question: str, mode: str = "tools", *, history: Sequence[tuple[str, str]] = (), system: str = ""
+) -> str:
+    """The few-shot prompt for ``question``; see the module doc for ``mode``.
+
+    A chat rendered for a base model (``serve``) brings its ``system`` text,
+    which leads the prompt, and its earlier turns as ``history`` (question,
+    answer) pairs, written after the examples in their layout (without
+    passages: those were read in their own turn).
+    """
     if mode not in MODES:
         raise ConfigError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     question = " ".join(question.split())
     shots = "\n".join(_shot(example, mode) for example in EXAMPLES)
+    # Each earlier turn on its own two lines: the answer stop (STOP) ends answers at a line's end.
+    earlier = "".join(f"Question: {' '.join(q.split())}\n{ANSWER_LABEL} {' '.join(a.split())}\n\n" for q, a in history)
     tail = f"Question: {question}\n"
     if mode == "none":
         tail += ANSWER_LABEL
     elif mode == "tools":
         tail += SEARCH_LABEL
-    return f"{_INTRO}\n\n{shots}\n{tail}"
+    lead = f"{' '.join(system.split())}\n\n" if system.strip() else ""
+    return f"{lead}{_INTRO}\n\n{shots}\n{earlier}{tail}"
 
 
 def strip_label(text: str) -> str:

@@ -19,23 +19,29 @@ import logging
 import secrets
 import socket
 import sys
+import threading
 import time
-from collections.abc import Generator, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from ._ask import ANSWER_COPY, ANSWER_TYPED_COPY, answer_controller, answer_text, probe_server
 from ._blocks import DEFAULT_BLOCK_CHARS, BlockBuilder, last_question, squash_ws
-from ._controller import InjectEvent, RagController, RetrieveEvent, TextEvent
+from ._controller import InjectEvent, RagController, RetrieveEvent, StreamEvent, TextEvent
+from ._copying import CopyingBackend
 from ._exceptions import ConfigError
 from ._native_tools import assemble_response, run_native
+from ._prompts import STOP, base_prompt
 from ._sse import DONE, encode_event
 from ._types import Retriever
 from ._upstream import (
+    ChatTurns,
     Upstream,
     UpstreamError,
     UpstreamTurn,
     as_stops,
+    chat_turns,
     error_body,
     event_stream,
     message_text,
@@ -77,6 +83,16 @@ class ProxyConfig:
     forwards the upstream stream untouched.  ``native_tools`` answers chat
     requests through the upstream's own function calling instead (see
     :mod:`clanker_rag._native_tools`), client tools or not.
+
+    ``base_model`` says the upstream serves a base model without a chat
+    template: a chat request is then rendered into ``ask``'s few-shot
+    completion prompt and sent to ``/v1/completions`` with ``ask``'s answer
+    settings (one focused passage per block, answers end at their line; on a
+    probed llama.cpp, answers copy the block's words under a grammar), and
+    answered as a chat completion.  ``None`` asks the upstream once, on the
+    first chat request, the way ``ask`` does (llama.cpp's ``/props``,
+    :func:`~clanker_rag._ask.probe_server`); an upstream that does not
+    answer counts as a chat server.
     """
 
     upstream: str
@@ -92,6 +108,7 @@ class ProxyConfig:
     api_key: str | None = None  # used when the client sends no Authorization header
     block_chars: int = DEFAULT_BLOCK_CHARS
     native_tools: bool = False
+    base_model: bool | None = False
     base: BaseUrl = field(init=False)
 
     def __post_init__(self) -> None:
@@ -140,7 +157,21 @@ class ProxyServer(ThreadingHTTPServer):
         self.config = config
         self.retriever = retriever
         self.upstream = Upstream(config.base, config.timeout)
+        self._base_model = config.base_model
+        self.llama_cpp = False  # the probe found llama.cpp: its completions take a GBNF grammar
+        self._probe_lock = threading.Lock()
         super().__init__(address, _Handler)
+
+    def base_model(self) -> bool:
+        """Whether chat requests go to the upstream as rendered completions (see :class:`ProxyConfig`)."""
+        with self._probe_lock:
+            if self._base_model is None:
+                info = probe_server(self.config.upstream, timeout=min(5.0, self.config.timeout))
+                self._base_model = info.base_model
+                self.llama_cpp = info.llama_cpp
+                if info.base_model:
+                    logger.info("the upstream has no usable chat template: chat requests become completions")
+            return self._base_model
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """One log line instead of socketserver's traceback on stderr."""
@@ -468,6 +499,10 @@ class _Handler(BaseHTTPRequestHandler):
             return self._native(body)
         if not self._drivable(kind, body):
             return self._upfront(kind, body)
+        if kind == "chat":
+            chat = chat_turns(body["messages"])
+            if chat is not None and self.server.base_model():
+                return self._drive_base(body, chat)
         return self._drive(kind, body)
 
     def _upfront(self, kind: str, body: dict[str, Any]) -> tuple[int, str]:
@@ -499,7 +534,6 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _drive(self, kind: str, body: dict[str, Any]) -> tuple[int, str]:
         cfg = self.server.config
-        stream = bool(body.get("stream"))
         turn = UpstreamTurn(kind, body, self.server.upstream, self._upstream_headers(json_body=True))
         ctl = RagController(
             self.server.retriever,
@@ -514,11 +548,49 @@ class _Handler(BaseHTTPRequestHandler):
         )
         prompt = "" if kind == "chat" else str(body["prompt"])
         question = (self._question(kind, body) or "") if kind == "chat" else None
+        events = ctl.events(turn.generate, prompt, question=question)
+        assert isinstance(events, Generator)
+        return self._respond(kind, turn, events, events)
+
+    def _drive_base(self, body: dict[str, Any], chat: ChatTurns) -> tuple[int, str]:
+        """A chat request to a base model: ``ask``'s few-shot prompt over ``/v1/completions``, a chat answer."""
+        cfg = self.server.config
+        mode = {(True, True): "both", (True, False): "context", (False, True): "tools"}.get(
+            (cfg.questions, cfg.tools), "none"
+        )
+        question = _question_of(chat.question)
+        prompt = base_prompt(chat.question, mode, history=chat.history, system=chat.system)
+        # The rendered prompt replaces the messages; sampling settings pass through as they are.
+        payload = {key: value for key, value in body.items() if key not in ("messages", "stop")}
+        payload["prompt"] = prompt
+        turn = UpstreamTurn("completions", payload, self.server.upstream, self._upstream_headers(json_body=True))
+        ctl = answer_controller(
+            self.server.retriever,
+            mode,
+            question=question,
+            stop=(*STOP, *as_stops(body.get("stop"))),
+            min_score=cfg.min_score,
+            retrieval_timeout=cfg.retrieval_timeout,
+            show_blocks=cfg.show_blocks,
+        )
+        generate: Callable[..., Iterator[Any]] = turn.generate
+        if self.server.llama_cpp and ANSWER_COPY:
+            # As `ask` does: llama.cpp limits each answer after a block to the block's words.
+            generate = CopyingBackend(turn.generate, question, typed=ANSWER_TYPED_COPY)
+        inner = ctl.events(generate, prompt, question=question)
+        assert isinstance(inner, Generator)
+        # The visible answer without the prompt's "Answer:" label.
+        return self._respond("chat", turn, answer_text(inner), inner)
+
+    def _respond(
+        self, kind: str, turn: UpstreamTurn, events: Iterator[StreamEvent], controller: Generator[StreamEvent]
+    ) -> tuple[int, str]:
+        """Send ``events`` to the client as a ``kind`` answer, streamed or whole; then close ``controller``."""
+        cfg = self.server.config
+        stream = bool(turn.body.get("stream"))
         sink = _SseSink(self, kind, turn) if stream else _JsonSink(kind, turn)
         retrievals: list[dict[str, Any]] = []
         injections = 0
-        events = ctl.events(turn.generate, prompt, question=question)
-        assert isinstance(events, Generator)
         try:
             for ev in events:
                 if isinstance(ev, TextEvent):
@@ -537,7 +609,8 @@ class _Handler(BaseHTTPRequestHandler):
             sink.error(exc.payload(self._secrets()))
             return 200, "upstream failed mid-stream"
         finally:
-            events.close()
+            # Closing the controller's stream closes the upstream request (a client gone mid-answer).
+            controller.close()
         extension = {"injections": injections, "retrievals": retrievals}
         sink.finish(extension)
         if not stream:

@@ -18,6 +18,7 @@ import json
 import re
 import socket
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ._generate import Token
@@ -25,10 +26,12 @@ from ._sse import DONE, iter_sse
 from ._urls import BaseUrl
 
 __all__ = [
+    "ChatTurns",
     "Upstream",
     "UpstreamError",
     "UpstreamTurn",
     "as_stops",
+    "chat_turns",
     "error_body",
     "event_stream",
     "message_text",
@@ -152,6 +155,38 @@ def message_text(content: object) -> str:
     return ""
 
 
+@dataclass(frozen=True)
+class ChatTurns:
+    """A chat as a base model's prompt reads it: system text, earlier (question, answer) turns, the question."""
+
+    system: str
+    history: tuple[tuple[str, str], ...]
+    question: str
+
+
+def chat_turns(messages: list[Any]) -> ChatTurns | None:
+    """``messages`` as plain turns, or None when they are not a user/assistant dialogue ending with a user."""
+    system: list[str] = []
+    history: list[tuple[str, str]] = []
+    pending: str | None = None
+    for msg in messages:
+        if not isinstance(msg, dict):
+            return None
+        role, text = msg.get("role"), message_text(msg.get("content"))
+        if role in ("system", "developer"):
+            system.append(text)
+        elif role == "user":
+            pending = text if pending is None else f"{pending}\n{text}"
+        elif role == "assistant" and pending is not None and isinstance(msg.get("content"), (str, list)):
+            history.append((pending, text))
+            pending = None
+        else:  # tool results, an opening assistant turn, function calls: no few-shot layout for them
+            return None
+    if pending is None or not pending.strip():
+        return None
+    return ChatTurns("\n".join(system), tuple(history), pending)
+
+
 def prepend_to_content(content: object, block: str) -> object:
     if isinstance(content, list):
         return [{"type": "text", "text": block}, *content]
@@ -222,8 +257,10 @@ class UpstreamTurn:
             messages.append({"role": "assistant", "content": rest})
         return messages
 
-    def generate(self, prompt: str, stop: Sequence[str]) -> Iterator[Token]:
+    def generate(self, prompt: str, stop: Sequence[str], options: Mapping[str, Any] | None = None) -> Iterator[Token]:
+        """Stream the upstream's tokens for ``prompt``; ``options`` are extra request fields (a ``grammar``)."""
         payload = self._payload(prompt, stop)
+        payload.update(options or {})
         self.calls += 1
         data = json.dumps(payload).encode("utf-8")
         conn, resp = self.upstream.open("POST", self.path, data, self.headers)

@@ -66,8 +66,10 @@ def apply_stop(text: str, stop: object) -> tuple[str, bool]:
 class FakeUpstream:
     """Use as a context manager; ``url`` is its base URL, ``requests`` what it received."""
 
-    def __init__(self, responder: Responder | None = None) -> None:
+    def __init__(self, responder: Responder | None = None, *, props: dict[str, Any] | None = None) -> None:
         self.responder: Responder = responder or (lambda path, body: Reply(["Hello", " world", "."]))
+        # Served at GET /props as llama.cpp does (None: no such route, like other servers).
+        self.props = props
         self.requests: list[dict[str, Any]] = []
         self.lock = threading.Lock()
         self.active = 0
@@ -101,7 +103,9 @@ class FakeUpstream:
 
             def do_GET(self) -> None:
                 fake._record(self, {})
-                if self.path.startswith("/v1/models"):
+                if self.path == "/props" and fake.props is not None:
+                    self._json(200, fake.props)
+                elif self.path.startswith("/v1/models"):
                     self._json(
                         200,
                         {

@@ -51,7 +51,8 @@ LAYERS = [
     {"_kb", "_dense"},
     {"_parallel", "_follow"},
     {"_ingest", "_bulk", "_rerank", "_eval", "_controller", "_named_kbs", "_upstream", "_native_tools"},
-    {"_proxy_handler", "_cluster_shards", "_ask"},
+    {"_ask"},
+    {"_proxy_handler", "_cluster_shards"},
     {"cluster"},
     {"_proxy", "_cli", "_cluster_cli", "_demo", "_mcp", "integrations", "__init__", "__main__"},
 ]
