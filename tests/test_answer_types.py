@@ -178,3 +178,16 @@ def test_typed_copy_grammar_holds_only_the_closest_candidates() -> None:
     grammar = copy_grammar(line, "Which exit code means bad flags?", frozenset({"number"}))
     assert 'typed ::= "2"\n' in grammar
     assert '"130"' in grammar.split("typed ::=")[0]  # still a word the answer may copy
+
+
+@given(
+    st.lists(st.sampled_from(["port", "7000", "8080,", "(30", "on", "the", "--port", "x:", "Error", "KnowledgeBase"])),
+    st.sampled_from(["What port is it?", "Which class is it?", "How many ports?", "Which option?"]),
+)
+def test_closest_typed_keeps_some_candidates_and_only_candidates(words: list[str], question: str) -> None:
+    passage = " ".join(words)
+    expected = expected_types(question)
+    candidates = [w for w in passage.split() if expected & types_in(w)]
+    kept = closest_typed(passage, question, expected)
+    assert set(kept) <= set(candidates)
+    assert bool(kept) == bool(candidates)
