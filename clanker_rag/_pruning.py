@@ -12,7 +12,17 @@ from collections.abc import Callable, Container, Iterable, Sequence
 from itertools import compress, repeat
 from operator import add, eq, ge, mul
 
-__all__ = ["Lookup", "Plan", "above", "best_of", "essential_slices", "full_scores", "merge_cost", "probe"]
+__all__ = [
+    "Lookup",
+    "Plan",
+    "above",
+    "best_of",
+    "cheap_essentials",
+    "essential_slices",
+    "full_scores",
+    "merge_cost",
+    "probe",
+]
 
 Plan = list[tuple[float, int, float]]
 # (term id, weight, chunk ids) -> the weighted impact of the term in each (0.0 where absent).
@@ -58,6 +68,26 @@ def merge_cost(plan: Plan, lengths: Sequence[int], theta: float) -> int:
         cost += length
         rest -= ub
     return cost
+
+
+def cheap_essentials(plan: Plan, lengths: Sequence[int], theta: float) -> list[int]:
+    """Plan positions of a MaxScore essential set chosen for short lists.
+
+    Any set of terms whose upper bounds sum below ``theta`` is non-essential:
+    a chunk in none of the other lists scores under ``theta``.  Plan order
+    (largest bound first) makes long lists of common terms essential when
+    their weight is high; here the non-essential set is filled greedily by
+    postings saved per unit of bound, so long, low-bound lists are left out
+    and the essential lists, whose union is scored in full, stay short.
+    """
+    by_ratio = sorted(range(len(plan)), key=lambda i: -lengths[i] / max(plan[i][0], 1e-300))
+    spent = 0.0
+    skipped = set()
+    for i in by_ratio:
+        if above(spent + plan[i][0]) < theta:
+            spent += plan[i][0]
+            skipped.add(i)
+    return [i for i in range(len(plan)) if i not in skipped]
 
 
 def essential_slices(

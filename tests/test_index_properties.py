@@ -351,3 +351,33 @@ def test_bulk_refresh_after_changes_equals_term_by_term(tmp_path_factory, texts,
             assert ranked(loaded, q, 5) == exhaustive(loaded, q, 5) == ranked(walk, q, 5)
     finally:
         index_module.ORDER_MIN = old
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(doc_text, min_size=5, max_size=40),
+    st.lists(st.sampled_from(VOCAB), min_size=1, max_size=6).map(" ".join),
+    st.integers(1, 6),
+    st.sampled_from([0.0, 0.5, 0.999, 1.0]),
+    st.sampled_from([0, 10**9]),
+)
+def test_term_at_a_time_from_a_threshold_equals_exhaustive(texts, q, k, share_of_kth, essential_share):
+    # Seeding hands term-at-a-time a threshold no higher than the k-th best
+    # score; any such threshold must give the exhaustive top k.  On corpora
+    # this small seeding rarely gives up, so the threshold is set here.
+    # ESSENTIAL_SHARE 0 always scores the essential lists' union, 10**9 never.
+    import clanker_rag._index as index_module
+
+    kb = build(texts)
+    index = kb._index
+    plan = index._plan(kb._query_weights(q))
+    scores = sorted(index.score_all(kb._query_weights(q)).values(), reverse=True)
+    theta0 = scores[k - 1] * share_of_kth if len(scores) >= k else 0.0
+    old = index_module.ESSENTIAL_SHARE
+    index_module.ESSENTIAL_SHARE = essential_share
+    try:
+        got = index._term_at_a_time(plan, k, None, theta0)
+    finally:
+        index_module.ESSENTIAL_SHARE = old
+    want = sorted(index.score_all(kb._query_weights(q)).items(), key=lambda item: (-item[1], item[0]))[:k]
+    assert got == want

@@ -3,7 +3,7 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clanker_rag._pruning import full_scores
+from clanker_rag._pruning import above, cheap_essentials, full_scores
 
 impact = st.floats(0.01, 20.0, allow_nan=False, allow_infinity=False)
 # Each term: weight and {chunk id: impact}; the candidates are chunk ids 0..29.
@@ -45,3 +45,23 @@ def test_skipping_terms_without_the_candidates_keeps_every_score(terms, cand_set
         assert {c for c in cands if exact[c] >= theta} <= set(kept[0])
     if theta == 0.0:
         assert skipped[0] == cands
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(st.floats(0.01, 20.0), st.integers(1, 10**6)), min_size=1, max_size=8),
+    st.floats(0.0, 60.0),
+)
+def test_cheap_essentials_leave_out_less_than_theta(terms, theta):
+    plan = sorted(((ub, tid, 1.0) for tid, (ub, _) in enumerate(terms)), key=lambda item: (-item[0], item[1]))
+    lengths = [terms[tid][1] for _, tid, _ in plan]
+    essential = cheap_essentials(plan, lengths, theta)
+    assert essential == sorted(set(essential))
+    left_out = [i for i in range(len(plan)) if i not in essential]
+    # A chunk in none of the essential lists scores at most the left-out
+    # bounds, which stay under theta: it cannot reach the top k.
+    # (The tolerance: the sums here run in another order than the greedy's.)
+    assert not left_out or above(sum(plan[i][0] for i in left_out)) < theta * (1 + 1e-12)
+    # Greedy: no essential term could also be left out within theta.
+    spent = sum(plan[i][0] for i in left_out)
+    assert all(above(spent + plan[i][0]) >= theta * (1 - 1e-12) for i in essential)
