@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._controller import InjectEvent, RagController, StreamEvent, TextEvent
-from ._copying import CopyingBackend
+from ._copying import LEAD_WORDS, CopyingBackend
+from ._loops import repeats_at_end
 from ._prompts import ANSWER_LABEL, CHAT_PROMPT, STOP, after_block, base_prompt
 from ._shaping import FocusedRetriever
 from ._types import Retriever
@@ -132,29 +133,53 @@ def answer_controller(
     )
 
 
-def answer_text(events: Iterable[StreamEvent]) -> Iterator[StreamEvent]:
+# Words an answer may hold before a loop in it ends it: the typed copying
+# grammar may still owe the asked-for word up to the word after LEAD_WORDS, and
+# a model looping over a table row's cells reaches it there.
+LOOP_AFTER_WORDS = LEAD_WORDS + 1
+
+
+def answer_text(events: Iterable[StreamEvent], loop_after_words: int = LOOP_AFTER_WORDS) -> Iterator[StreamEvent]:
     """The events with the few-shot label (``Answer:``) taken out of the visible text.
 
     After each block, text is held only while it could still be the label.
+    An answer of more than ``loop_after_words`` words that has turned into one
+    piece written over and over (:func:`~clanker_rag._loops.repeats_at_end`)
+    ends there: ``events`` is closed, which stops the generation.
     """
     held: str | None = ""  # None: the label question is settled until the next block
-    for ev in events:
-        if isinstance(ev, InjectEvent):
-            held = ""
-        if not isinstance(ev, TextEvent) or held is None:
-            yield ev
-            continue
-        held += ev.text
-        head = held.lstrip()
-        if len(head) < len(ANSWER_LABEL) and ANSWER_LABEL.startswith(head):
-            continue
-        if head.startswith(ANSWER_LABEL):
-            head = head[len(ANSWER_LABEL) :].lstrip(" ")
-        held = None
-        if head:
-            yield TextEvent(head)
-    if held and held.strip():
-        yield TextEvent(held.strip())
+    answer = ""  # the visible answer since the last block
+    it = iter(events)
+    try:
+        for ev in it:
+            if isinstance(ev, InjectEvent):
+                held, answer = "", ""
+            if not isinstance(ev, TextEvent):
+                yield ev
+                continue
+            if held is None:
+                yield ev
+                answer += ev.text
+            else:
+                held += ev.text
+                head = held.lstrip()
+                if len(head) < len(ANSWER_LABEL) and ANSWER_LABEL.startswith(head):
+                    continue
+                if head.startswith(ANSWER_LABEL):
+                    head = head[len(ANSWER_LABEL) :].lstrip(" ")
+                held = None
+                if head:
+                    yield TextEvent(head)
+                    answer += head
+            if repeats_at_end(answer) and len(answer.split()) > loop_after_words:
+                logger.debug("the answer repeats itself; generation stopped after %d characters", len(answer))
+                return
+        if held and held.strip():
+            yield TextEvent(held.strip())
+    finally:
+        close = getattr(it, "close", None)
+        if close is not None:
+            close()
 
 
 def ask_events(

@@ -25,7 +25,7 @@ from ._analysis import Analyzer
 from ._answer_types import expected_types, head_noun, types_in
 from ._prompts import ANSWER_LABEL, SEARCH_LABEL
 
-__all__ = ["TOOL_GRAMMAR", "CopyingBackend", "closest_typed", "copy_grammar", "last_block"]
+__all__ = ["LEAD_WORDS", "TOOL_GRAMMAR", "CopyingBackend", "closest_typed", "copy_grammar", "last_block"]
 
 # After the search label the model may only write one closed retrieve call:
 # left free, it sometimes writes a source line and never closes the tag.
@@ -37,7 +37,7 @@ _MAX_WORDS = 40
 # Words an answer may write before the typed word it must hold: a short lead, as in the
 # prompt's examples ("The server listens on port 6120"); a model looping on a table row's
 # other cells reaches the asked-for token within it.
-_LEAD_WORDS = 8
+LEAD_WORDS = 8
 
 
 def last_block(prompt: str) -> str | None:
@@ -129,7 +129,7 @@ def copy_grammar(
         return f'root ::= " " word (" " word){{0,{_MAX_WORDS - 1}}} "\\n"\nword ::= {alternatives}\n'
     forms = dict.fromkeys(f for w in typed for f in _forms(w))
     return (
-        f'root ::= " " (word " "){{0,{_LEAD_WORDS}}} typed (" " word){{0,{_MAX_WORDS - _LEAD_WORDS - 1}}} "\\n"\n'
+        f'root ::= " " (word " "){{0,{LEAD_WORDS}}} typed (" " word){{0,{_MAX_WORDS - LEAD_WORDS - 1}}} "\\n"\n'
         f"word ::= {alternatives}\ntyped ::= {' | '.join(_literal(f) for f in forms)}\n"
     )
 

@@ -32,7 +32,7 @@ LAYERS = [
         "_term",
         "_answer_types",
     },
-    {"_validate", "_blocks", "_urls", "_prompts"},
+    {"_validate", "_blocks", "_urls", "_prompts", "_loops"},
     {
         "_analysis",
         "_scoring",
