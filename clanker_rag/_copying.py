@@ -93,7 +93,8 @@ def closest_typed(
     most = max(len(found[clause[i]]) for i in typed)
     typed = [i for i in typed if len(found[clause[i]]) == most]
     head = head_noun(question)
-    anchors = [j for j, word_terms in enumerate(held) if head and word_terms & set(analyze(head))]
+    head_terms = set(analyze(head)) if head else set()
+    anchors = [j for j, word_terms in enumerate(held) if word_terms & head_terms]
     if anchors:
         # At equal distance the word after the anchor: a value follows its name ("--port 7000").
         distance = {i: min((abs(i - j), i < j) for j in anchors) for i in typed}

@@ -29,8 +29,9 @@ def repeats_at_end(text: str, repeats: int = REPEATS, max_unit: int = MAX_UNIT) 
     end = len(text)
     for unit in range(1, min(max_unit, end // repeats) + 1):
         piece = text[end - unit :]
-        if not any(ch.isalnum() for ch in piece):
-            continue
-        if all(text[end - (i + 1) * unit : end - i * unit] == piece for i in range(1, repeats)):
+        # The slice comparisons run in C; the letter-or-digit test only for a repeat found.
+        if all(text[end - (i + 1) * unit : end - i * unit] == piece for i in range(1, repeats)) and any(
+            ch.isalnum() for ch in piece
+        ):
             return True
     return False
