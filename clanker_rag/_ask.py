@@ -17,9 +17,9 @@ import json
 import logging
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from ._controller import InjectEvent, RagController, StreamEvent, TextEvent
 from ._copying import LEAD_WORDS, CopyingBackend
@@ -28,7 +28,7 @@ from ._prompts import ANSWER_LABEL, CHAT_PROMPT, STOP, after_block, base_prompt
 from ._shaping import FocusedRetriever
 from ._types import Retriever
 
-__all__ = ["BASE_MODE", "ServerInfo", "answer_controller", "answer_text", "ask_events", "probe_server"]
+__all__ = ["BASE_MODE", "ServerInfo", "answer_controller", "answer_text", "ask_events", "copying", "probe_server"]
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +48,8 @@ ANSWER_COPY = True
 ANSWER_TYPED_COPY = True
 
 _CHATML_MARK = "<|im_start|>"
+
+G = TypeVar("G", bound=Callable[..., Iterator[Any]])
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,12 @@ def probe_server(base_url: str, timeout: float = 5.0) -> ServerInfo:
     ids = tokens.get("tokens") if isinstance(tokens, dict) else None
     special = isinstance(ids, list) and len(ids) == 1
     return ServerInfo(True, template, not special)
+
+
+def copying(generate: G, question: str) -> G | CopyingBackend:
+    """``generate`` (a llama.cpp backend) with answers held to each block's words, as
+    ``ask`` and ``serve`` answer a base model (:data:`ANSWER_COPY`, :data:`ANSWER_TYPED_COPY`)."""
+    return CopyingBackend(generate, question, typed=ANSWER_TYPED_COPY) if ANSWER_COPY else generate
 
 
 def answer_controller(
@@ -212,9 +220,8 @@ def ask_events(
         return ctl.events(chat, CHAT_PROMPT.format(question=question), question=question)
     backend: LlamaCppBackend | CompletionsBackend | CopyingBackend
     if info is not None and info.llama_cpp:
-        backend = LlamaCppBackend(base, n_predict=max_tokens, temperature=0.0, cache_prompt=True, api_key=api_key)
-        if ANSWER_COPY:
-            backend = CopyingBackend(backend, question, typed=ANSWER_TYPED_COPY)
+        llama = LlamaCppBackend(base, n_predict=max_tokens, temperature=0.0, cache_prompt=True, api_key=api_key)
+        backend = copying(llama, question)
     else:
         backend = CompletionsBackend(base, model, max_tokens=max_tokens, temperature=0.0, api_key=api_key)
     ctl = answer_controller(retriever, BASE_MODE, question=question, k=k or ANSWER_K)

@@ -26,10 +26,9 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from ._ask import ANSWER_COPY, ANSWER_TYPED_COPY, answer_controller, answer_text, probe_server
+from ._ask import answer_controller, answer_text, copying, probe_server
 from ._blocks import DEFAULT_BLOCK_CHARS, BlockBuilder, last_question, squash_ws
 from ._controller import InjectEvent, RagController, RetrieveEvent, StreamEvent, TextEvent
-from ._copying import CopyingBackend
 from ._exceptions import ConfigError
 from ._native_tools import assemble_response, run_native
 from ._prompts import STOP, base_prompt
@@ -574,9 +573,9 @@ class _Handler(BaseHTTPRequestHandler):
             show_blocks=cfg.show_blocks,
         )
         generate: Callable[..., Iterator[Any]] = turn.generate
-        if self.server.llama_cpp and ANSWER_COPY:
+        if self.server.llama_cpp:
             # As `ask` does: llama.cpp limits each answer after a block to the block's words.
-            generate = CopyingBackend(turn.generate, question, typed=ANSWER_TYPED_COPY)
+            generate = copying(turn.generate, question)
         inner = ctl.events(generate, prompt, question=question)
         assert isinstance(inner, Generator)
         # The visible answer without the prompt's "Answer:" label.
