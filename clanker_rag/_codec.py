@@ -26,12 +26,13 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import accumulate, compress, pairwise, repeat
-from operator import gt, le, sub
+from operator import floordiv, gt, le, sub
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol, Union, cast
 
 from . import _store
 from ._exceptions import IndexFormatError
+from ._tables import LookupTables, TableParts, build_tables, check_tables
 
 __all__ = [
     "ChunkColumns",
@@ -81,6 +82,8 @@ class Postings(NamedTuple):
     maxes: Floats | None
     order_offsets: Ints | None
     positions: Ints | None
+    # Format 3 since 0.9 (absent in older files): see _tables.
+    tables: LookupTables | None = None
 
 
 class ChunkColumns(NamedTuple):
@@ -346,8 +349,25 @@ def write(folder: str | Path, snap: Snapshot) -> str:
             "maxes": blob.array(post.maxes, "f"),
         },
         "orders": {"offsets": blob.array(post.order_offsets, "q"), "positions": blob.array(post.positions, "i")},
+        "tables": _write_tables(blob, build_tables(post.offsets, post.chunks, post.impacts, len(cols.source))),
     }
     return _store.write_index(folder, body, blob)
+
+
+def _bytes_of(arrays: Iterable[array[Any]]) -> Iterator[memoryview]:
+    return (memoryview(a).cast("B") for a in arrays)
+
+
+def _write_tables(blob: _store.Blob, parts: TableParts) -> dict[str, Any]:
+    impacts_ref, byte_offsets = blob.run(_bytes_of(parts.slot_impacts))
+    return {
+        "dense_terms": blob.array(parts.dense_terms, "i"),
+        "dense": blob.run(_bytes_of(parts.dense))[0],
+        "slot_terms": blob.array(parts.slot_terms, "i"),
+        "slots": blob.run(_bytes_of(parts.slots))[0],
+        "slot_impacts": impacts_ref,
+        "slot_offsets": blob.array(array("q", map(floordiv, byte_offsets, repeat(4))), "q"),
+    }
 
 
 def _utf8(value: str | bytes | memoryview) -> bytes | memoryview:
@@ -491,6 +511,7 @@ def _read_v3(body: dict[str, Any], data: memoryview | None, where: str, path: Pa
         view(post["maxes"], "f", "postings.maxes"),
         view(orders["offsets"], "q", "orders.offsets"),
         view(orders["positions"], "i", "orders.positions"),
+        _read_tables(body.get("tables"), body["stats"]["chunks"], view),
     )
     return Snapshot(
         body["analyzer"],
@@ -501,6 +522,20 @@ def _read_v3(body: dict[str, Any], data: memoryview | None, where: str, path: Pa
         postings,
         body["stats"]["total_length"],
         body.get("created_by", ""),
+    )
+
+
+def _read_tables(tables: Any, n_chunks: int, view: Callable[[Any, str, str], Any]) -> LookupTables | None:
+    if tables is None:  # saved before tables existed
+        return None
+    return LookupTables(
+        n_chunks,
+        view(tables["dense_terms"], "i", "tables.dense_terms"),
+        view(tables["dense"], "f", "tables.dense"),
+        view(tables["slot_terms"], "i", "tables.slot_terms"),
+        view(tables["slots"], "H", "tables.slots"),
+        view(tables["slot_impacts"], "f", "tables.slot_impacts"),
+        view(tables["slot_offsets"], "q", "tables.slot_offsets"),
     )
 
 
@@ -593,6 +628,10 @@ def _check(snap: Snapshot, where: str) -> None:
         oo = post.order_offsets
         if len(oo) != n_terms + 1 or oo[0] != 0 or oo[n_terms] != len(post.positions):
             raise IndexFormatError(f"{where}: impact orders have the wrong length")
+    if post.tables is not None:
+        if post.tables.n_chunks != n:
+            raise IndexFormatError(f"{where}: lookup tables are for another number of chunks")
+        check_tables(post.tables, n_terms, where)
 
 
 class PostingLists(Protocol):

@@ -52,6 +52,8 @@ from ._packing import impacts_and_orders
 from ._pruning import Plan, above, best_of, cheap_essentials, essential_slices, full_scores, merge_cost, probe
 from ._scoring import BM25, TermExplanation, norm_values, tf_weights
 from ._scoring import impact_order as _impact_order
+from ._tables import DENSE_SLOT_BYTES, Built, StoredTables, TableCache, build_table
+from ._tables import lookup as saved_lookup
 
 __all__ = ["InvertedIndex", "TermExplanation"]
 
@@ -77,9 +79,6 @@ SEED = 8
 TABLE_MIN = 256
 TABLE_BYTES = 96_000_000
 DENSE_SHARE = 16
-_DICT_ENTRY_BYTES = 90
-_SLOT_BYTES = 4
-_ZERO_SLOT: array[float] = array("f", [0.0])
 # A term's table is built once its binary-searched candidates pass 1/PROBE_SHARE
 # of its list (a binary search over an array costs about as much as putting 20
 # to 40 postings in a table, and the table serves later queries too);
@@ -164,11 +163,12 @@ class InvertedIndex:
         self._order_wanted: dict[int, int] = {}
         # (positions, per-term offsets into them, the generation they are for)
         self._order_buffer: tuple[Ints, Ints, int] | None = None
-        # tid -> (impact generation, table, its size in bytes), least recently
-        # used first: one C-level lookup per candidate instead of a binary
-        # search.  A table is a dense list indexed by chunk id or a dict.
-        self._tables: dict[int, tuple[int, array[float] | dict[int, float], int]] = {}
-        self._table_bytes = 0
+        # Tables built at query time: one C-level lookup per candidate
+        # instead of a binary search.
+        self._table_cache = TableCache()
+        # Tables saved with the index (see _tables) and the impact generation
+        # they hold: a term uses its table while its impacts are still that one.
+        self._stored: tuple[StoredTables, int] | None = None
         # tid -> candidates looked up by binary search so far: a table pays
         # for itself once they pass a share of the list (like a ski rental).
         self._probed: dict[int, int] = {}
@@ -227,6 +227,8 @@ class InvertedIndex:
             index.maxes = copy_array("f", postings.maxes)
         if postings.order_offsets is not None and postings.positions is not None:
             index.attach_orders(postings.order_offsets, postings.positions)
+        if postings.tables is not None:
+            index._stored = (StoredTables(postings.tables, where), index.gen)
         return index
 
     def add(self, cid: int, counts: Mapping[int, int]) -> int:
@@ -270,6 +272,7 @@ class InvertedIndex:
         n = len(offsets) - 1
         self._n_buffered = n
         self._buffers_gen = self.gen
+        self._stored = None  # tables of the buffers replaced, if any
         self.docs = [None] * n
         self.tfs = [None] * n
         self.imps = [None] * n
@@ -632,58 +635,31 @@ class InvertedIndex:
         imps = self._imp(tid)
         return imps if w == 1.0 else map(mul, imps, repeat(w))
 
-    def _cached_table(self, tid: int) -> array[float] | dict[int, float] | None:
-        cached = self._tables.pop(tid, None)
-        if cached is None:
-            return None
-        if cached[0] != self.imp_gen[tid]:
-            self._table_bytes -= cached[2]
-            return None
-        self._tables[tid] = cached  # now the most recently used
-        return cached[1]
-
-    def _table(self, tid: int) -> array[float] | dict[int, float]:
+    def _table(self, tid: int) -> Built:
         """The term's impacts by chunk id, cached: a dense array or a dict."""
-        table = self._cached_table(tid)
-        if table is not None:
-            return table
-        imps, _ = self.impacts(tid)
-        docs = self.fold(tid)
-        n = len(self.dl)
-        if len(docs) * DENSE_SHARE >= n:
-            # float32 slots, 4 bytes each: a list of floats indexes about
-            # twice as fast but costs 8 bytes a slot and 24 a posting, and is
-            # three times slower to fill, so far fewer tables fit the budget
-            # and cold queries spend their time rebuilding them.
-            dense = _ZERO_SLOT * n  # repeats in C; array("f", bytes(...)) converts slot by slot
-            _consume(map(dense.__setitem__, docs, imps))
-            table = dense
-            size = n * _SLOT_BYTES
-        else:
-            table = dict(zip(docs.tolist(), imps.tolist()))
-            size = len(docs) * _DICT_ENTRY_BYTES
-        self._tables[tid] = (self.imp_gen[tid], table, size)
-        self._table_bytes += size
-        tables = self._tables
-        try:
-            while self._table_bytes > TABLE_BYTES and len(tables) > 1:
-                oldest = next(iter(tables))
-                self._table_bytes -= tables.pop(oldest)[2]
-        except (RuntimeError, KeyError, StopIteration):
-            # Another thread searching at the same time changed the cache
-            # under us: start it afresh rather than let the accounting drift.
-            tables.clear()
-            self._table_bytes = 0
+        table = self._table_cache.get(tid, self.imp_gen[tid])
+        if table is None:
+            imps, _ = self.impacts(tid)
+            docs = self.fold(tid)
+            n = len(self.dl)
+            table, size = build_table(docs, imps, n, len(docs) * DENSE_SHARE >= n)
+            self._table_cache.put(tid, self.imp_gen[tid], table, size, TABLE_BYTES)
         return table
 
     def _lookup(self, tid: int, w: float, cands: list[int]) -> Iterable[float]:
         """The term's contribution to each of ``cands`` (0.0 where absent)."""
         docs = self.fold(tid)
-        table = self._cached_table(tid)
+        stored = self._stored
+        if stored is not None and stored[1] == self.imp_gen[tid] == self.gen:
+            saved = stored[0].table(tid, len(docs))
+            if saved is not None:
+                found = saved_lookup(saved, cands)
+                return found if w == 1.0 else map(mul, found, repeat(w))
+        table = self._table_cache.get(tid, self.imp_gen[tid])
         if table is None:
             probed = self._probed.get(tid, 0) + len(cands)
             share = PROBE_SHARE
-            if len(docs) * DENSE_SHARE >= len(self.dl) and len(self.dl) * _SLOT_BYTES > CACHED_TABLE_BYTES:
+            if len(docs) * DENSE_SHARE >= len(self.dl) and len(self.dl) * DENSE_SLOT_BYTES > CACHED_TABLE_BYTES:
                 # A dense table larger than the CPU cache takes a cache miss
                 # per posting to fill: wait for three times the candidates.
                 share = max(1, share // 3)

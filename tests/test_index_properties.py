@@ -254,13 +254,13 @@ def test_lookup_tables_stay_within_their_budget(monkeypatch):
     for _ in range(40):
         q = " ".join(rng.sample(words, rng.randint(1, 4)))
         assert ranked(kb, q, 5) == exhaustive(kb, q, 5)
-        tables = index._tables
+        tables = index._table_cache.entries
         assert tables, "lookups should have built tables"
-        assert index._table_bytes == sum(size for _, _, size in tables.values())
+        assert index._table_cache.size == sum(size for _, _, size in tables.values())
         for _, table, size in tables.values():
             # A dense float32 array costs a slot per chunk, a dict an entry per posting.
             assert size >= (len(table) * 4 if isinstance(table, array) else len(table) * 90)
-        assert index._table_bytes <= 60 * 90 or len(tables) == 1
+        assert index._table_cache.size <= 60 * 90 or len(tables) == 1
         kinds.update(type(table) for _, table, _ in tables.values())
     assert kinds == {array, dict}, "both kinds of table should have been used"
 

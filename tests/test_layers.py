@@ -37,6 +37,7 @@ LAYERS = [
         "_analysis",
         "_scoring",
         "_pruning",
+        "_tables",
         "_lock",
         "_store",
         "_scanner",
