@@ -22,7 +22,7 @@ import os
 import sys
 import weakref
 from array import array
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import accumulate, compress, pairwise, repeat
@@ -215,17 +215,21 @@ class Snapshot(NamedTuple):
 class TermDictionary:
     """The saved vocabulary: term strings by id, and their ids in sorted order.
 
-    ``find`` is a binary search over the sorted ids (about 20 short decodes
-    for a million terms): no dict of every term is built at load, the
-    caller keeps the few terms it looks up.
+    ``find`` is a binary search over the sorted ids: no dict of every term
+    is built at load, the caller keeps the few terms it looks up.  The
+    first search decodes every ``fence``-th term into a list, so each search
+    bisects that list in C and then decodes about 7 terms, not 20 (at a
+    million terms).
     """
 
-    __slots__ = ("_offsets", "_sorted", "_text")
+    __slots__ = ("_fence", "_fences", "_offsets", "_sorted", "_text")
 
-    def __init__(self, text: memoryview, offsets: Ints, sorted_ids: Ints) -> None:
+    def __init__(self, text: memoryview, offsets: Ints, sorted_ids: Ints, fence: int = 64) -> None:
+        self._fence = fence
         self._text = text
         self._offsets = offsets
         self._sorted = sorted_ids
+        self._fences: list[str] | None = None
 
     def __len__(self) -> int:
         return len(self._sorted)
@@ -251,8 +255,13 @@ class TermDictionary:
 
     def find(self, term: str) -> int | None:
         """The id of ``term``, or None."""
-        i = bisect_left(self, term)
-        if i < len(self._sorted) and self[i] == term:
+        n = len(self._sorted)
+        fences = self._fences
+        if fences is None:
+            fences = self._fences = list(map(self.__getitem__, range(0, n, self._fence)))
+        lo = max(bisect_right(fences, term) - 1, 0) * self._fence
+        i = bisect_left(self, term, lo, min(lo + self._fence, n))
+        if i < n and self[i] == term:
             return self._sorted[i]
         return None
 

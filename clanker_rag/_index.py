@@ -78,6 +78,10 @@ ORDER_MIN = 32
 SEED = 8
 TABLE_MIN = 256
 TABLE_BYTES = 96_000_000
+# Beside tables saved with the index (see _tables) only shorter lists need
+# built ones: at 225k chunks a sixth of the budget held them, with the same
+# cold queries/s and 14 MB less memory.
+TABLE_BYTES_BESIDE_SAVED = 16_000_000
 DENSE_SHARE = 16
 # A term's table is built once its binary-searched candidates pass 1/PROBE_SHARE
 # of its list (a binary search over an array costs about as much as putting 20
@@ -643,7 +647,8 @@ class InvertedIndex:
             docs = self.fold(tid)
             n = len(self.dl)
             table, size = build_table(docs, imps, n, len(docs) * DENSE_SHARE >= n)
-            self._table_cache.put(tid, self.imp_gen[tid], table, size, TABLE_BYTES)
+            budget = TABLE_BYTES if self._stored is None else TABLE_BYTES_BESIDE_SAVED
+            self._table_cache.put(tid, self.imp_gen[tid], table, size, budget)
         return table
 
     def _lookup(self, tid: int, w: float, cands: list[int]) -> Iterable[float]:

@@ -158,8 +158,9 @@ def test_term_lookup_after_load_builds_no_vocabulary_up_front(tmp_path):
 @given(
     st.sets(st.text(st.characters(blacklist_categories=("Cs",)), max_size=6), max_size=40),
     st.lists(st.text(max_size=6), max_size=10),
+    st.sampled_from([1, 2, 3, 64]),
 )
-def test_term_dictionary_finds_exactly_its_terms(terms, probes):
+def test_term_dictionary_finds_exactly_its_terms(terms, probes, fence):
     from array import array
     from itertools import accumulate
 
@@ -167,7 +168,8 @@ def test_term_dictionary_finds_exactly_its_terms(terms, probes):
     encoded = [t.encode("utf-8") for t in terms]
     offsets = array("q", accumulate(map(len, encoded), initial=0))
     ranks = array("i", sorted(range(len(terms)), key=terms.__getitem__))
-    dictionary = TermDictionary(memoryview(b"".join(encoded)), offsets, ranks)
+    # Every fence-th term decoded on first use: small fences probe each block's edges.
+    dictionary = TermDictionary(memoryview(b"".join(encoded)), offsets, ranks, fence)
     for tid, term in enumerate(terms):
         assert dictionary.find(term) == tid
         assert dictionary.term(tid) == term
