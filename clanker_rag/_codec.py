@@ -41,6 +41,7 @@ __all__ = [
     "Postings",
     "Snapshot",
     "SourceColumns",
+    "SourceNames",
     "SourceStore",
     "TermDictionary",
     "TermList",
@@ -175,12 +176,43 @@ class SourceStore:
         return str(self._fps[self._fp_offsets[i] : self._fp_offsets[i + 1]], "utf-8", "surrogatepass")
 
 
+class SourceNames:
+    """Source names still in the data file (UTF-8, back to back, with ``n + 1``
+    offsets), decoded one by one on demand or all at once.
+
+    A big index has hundreds of thousands of names and a search shows a few:
+    decoding them all at load was a tenth of a second and megabytes of
+    strings.  A name that is not valid UTF-8 fails when it is decoded.
+    """
+
+    __slots__ = ("_blob", "_offsets", "where")
+
+    def __init__(self, blob: memoryview, offsets: Ints, where: str) -> None:
+        self._blob = blob
+        self._offsets = offsets
+        self.where = where
+
+    def __len__(self) -> int:
+        return len(self._offsets) - 1
+
+    def __getitem__(self, i: int) -> str:
+        if not 0 <= i < len(self):
+            raise IndexError(f"source {i} does not exist")
+        try:
+            return str(self._blob[self._offsets[i] : self._offsets[i + 1]], "utf-8", "surrogatepass")
+        except UnicodeDecodeError as exc:
+            raise IndexFormatError(f"{self.where}: not valid UTF-8 ({exc})") from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_strings(self._blob, self._offsets, self.where))
+
+
 class SourceColumns(NamedTuple):
     """The sources as columns.  A text is a ``str`` or its UTF-8 bytes (a
     view of a loaded data file); a loaded format 3 index gives a :class:`SourceStore`
-    for the texts and fingerprints."""
+    for the texts and fingerprints, and :class:`SourceNames` for the names."""
 
-    names: list[str]
+    names: Sequence[str] | SourceNames
     texts: Sequence[str | bytes | memoryview] | SourceStore
     chars: Ints
     metadata: list[dict[str, Any] | None]  # None: no metadata
@@ -443,7 +475,7 @@ def _sources_v3(body: dict[str, Any], data: memoryview | None, where: str, path:
     name_blob = _store.data_range(src["names"], data, f"{where}: sources.names")
     fp_blob = _store.data_range(src["fingerprints"], data, f"{where}: sources.fingerprints")
     text_blob = _store.data_range(src["texts"], data, f"{where}: sources.texts")
-    names = _strings(name_blob, offsets("name_offsets", len(name_blob)), f"{where}: sources.names")
+    names = SourceNames(name_blob, offsets("name_offsets", len(name_blob)), f"{where}: sources.names")
     chars = column("chars", "q")
     store = SourceStore(
         text_blob,

@@ -12,15 +12,13 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from itertools import chain, repeat
-from operator import attrgetter, sub
+from operator import attrgetter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from . import _codec, _collection, _store
 from ._analysis import Analyzer
 from ._chunking import Chunker
-from ._codec import Ints
 from ._collection import CollectionStats
 from ._counting import CountedChunk, TermIds, span_counts
 from ._exceptions import ConfigError, IndexFormatError, IndexLockedError
@@ -28,6 +26,7 @@ from ._gc_pause import collector_paused
 from ._index import InvertedIndex, TermExplanation
 from ._lock import IndexLock
 from ._scoring import BM25
+from ._sources import ChunkDocs, ChunkTable, Doc, LoadedSources
 from ._types import Hit, metadata_matches, source_matches
 from ._validate import check_metadata, text_items
 
@@ -50,103 +49,6 @@ def default_index_path() -> Path:
         if (candidate / _store.INDEX_FILE).is_file():
             return candidate
     return here.parent / "data" / "kb"
-
-
-class _Doc(NamedTuple):
-    """One source.  A loaded one keeps its text and fingerprint in the mapped
-    data file (``store``, at ``number``) and decodes them on demand: most
-    sources of a big index are never shown, and a load makes each of them
-    with one C-level tuple construction (see :meth:`KnowledgeBase._from_snapshot`)."""
-
-    source: str
-    own_text: str | None
-    own_metadata: dict[str, Any] | None
-    own_fingerprint: str | None
-    number: int = -1
-    store: _codec.SourceStore | None = None
-    # A new source's chunk ids, appended as it is chunked; a loaded one's are a range.
-    own_cids: Sequence[int] | None = None
-    first_chunks: Ints | None = None
-
-    @property
-    def text(self) -> str:
-        if self.own_text is not None:
-            return self.own_text
-        assert self.store is not None
-        return self.store.text(self.number)
-
-    @property
-    def stored(self) -> str | bytes | memoryview:
-        """The text, or its UTF-8 bytes when still in the data file (what a save copies)."""
-        if self.own_text is not None:
-            return self.own_text
-        assert self.store is not None
-        return self.store.raw(self.number)
-
-    @property
-    def chars(self) -> int:
-        if self.own_text is not None:
-            return len(self.own_text)
-        assert self.store is not None
-        return self.store.chars[self.number]
-
-    @property
-    def metadata(self) -> dict[str, Any]:
-        return {} if self.own_metadata is None else self.own_metadata
-
-    @property
-    def fingerprint(self) -> str:
-        if self.own_fingerprint is not None:
-            return self.own_fingerprint
-        assert self.store is not None
-        return self.store.fingerprint(self.number)
-
-    @property
-    def cids(self) -> Sequence[int]:
-        if self.own_cids is not None:
-            return self.own_cids
-        firsts = self.first_chunks
-        assert firsts is not None
-        return range(firsts[self.number], firsts[self.number + 1])
-
-
-class _ChunkTable:
-    """Chunks as parallel columns indexed by chunk id (cheap to load and to keep)."""
-
-    __slots__ = ("doc", "end", "end_line", "index", "section", "start", "start_line")
-
-    def __init__(self) -> None:
-        self.doc: list[_Doc | None] = []  # None: removed
-        self.index: array[int] = array("i")
-        self.start: array[int] = array("q")
-        self.end: array[int] = array("q")
-        self.start_line: array[int] = array("i")
-        self.end_line: array[int] = array("i")
-        self.section: list[str | None] = []
-
-    def __len__(self) -> int:
-        return len(self.doc)
-
-    def append(
-        self, doc: _Doc, index: int, start: int, end: int, start_line: int, end_line: int, section: str | None
-    ) -> int:
-        cid = len(self.doc)
-        self.doc.append(doc)
-        self.index.append(index)
-        self.start.append(start)
-        self.end.append(end)
-        self.start_line.append(start_line)
-        self.end_line.append(end_line)
-        self.section.append(section)
-        return cid
-
-    def live(self, cid: int) -> bool:
-        return 0 <= cid < len(self.doc) and self.doc[cid] is not None
-
-    def text(self, cid: int) -> str:
-        doc = self.doc[cid]
-        assert doc is not None
-        return doc.text[self.start[cid] : self.end[cid]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,10 +116,10 @@ class KnowledgeBase:
         self._index = InvertedIndex(bm25)
         self._term_ids = TermIds(analyzer, self._index.vocab)
         # Source name -> document; a load fills it on first use from
-        # _loaded_docs (a search without filters never needs it).
-        self._doc_map: dict[str, _Doc] | None = {}
-        self._loaded_docs: list[_Doc] = []
-        self._chunks = _ChunkTable()
+        # _loaded (a search without filters never needs it).
+        self._doc_map: dict[str, Doc] | None = {}
+        self._loaded: LoadedSources | None = None
+        self._chunks = ChunkTable()
         self._path: Path | None = None
         self._revision: str | None = None
         self._lock: IndexLock | None = None
@@ -227,14 +129,15 @@ class KnowledgeBase:
         self._saved_changes: int | None = None
 
     @property
-    def _docs(self) -> dict[str, _Doc]:
+    def _docs(self) -> dict[str, Doc]:
         docs = self._doc_map
         if docs is None:
-            docs = dict(zip(map(attrgetter("source"), self._loaded_docs), self._loaded_docs))
-            if len(docs) != len(self._loaded_docs):
+            assert self._loaded is not None
+            loaded = self._loaded.everything()
+            docs = dict(zip(map(attrgetter("source"), loaded), loaded))
+            if len(docs) != len(loaded):
                 raise IndexFormatError(f"{self._path}: the index names a source twice")
             self._doc_map = docs
-            self._loaded_docs = []
         return docs
 
     # -- construction ----------------------------------------------------------
@@ -368,7 +271,7 @@ class KnowledgeBase:
         metadata: Mapping[str, Any] | None,
         sections: Sequence[tuple[int, int, str | None]] | None,
         content: str | None,
-    ) -> tuple[_Doc, list[tuple[int, int, str | None]] | None] | None:
+    ) -> tuple[Doc, list[tuple[int, int, str | None]] | None] | None:
         """Check an add and drop what ``source`` held: the new document and its
         checked sections, or None when the same text and metadata are indexed."""
         if not isinstance(text, str):
@@ -389,7 +292,7 @@ class KnowledgeBase:
             if old.fingerprint == fingerprint:
                 return None
             self.remove(source)
-        doc = _Doc(source, text, meta, fingerprint, own_cids=[])
+        doc = Doc(source, text, meta, fingerprint, own_cids=[])
         self._docs[source] = doc
         self._changes += 1
         return doc, checked
@@ -787,37 +690,21 @@ class KnowledgeBase:
             raise IndexFormatError(f"{where}: malformed index ({type(exc).__name__}: {exc})") from None
         cols = snap.chunks
         src = snap.sources
-        n_sources = len(src.names)
+        n_sources = len(src.chars)
         # Each source's chunks: a run of chunk ids, as saves lay them out
         # (a list per source otherwise).
         c_src = cols.source
         firsts = src.first_chunks if src.first_chunks is not None else _codec.first_chunks(c_src, n_sources)
-        chunk_ids: Iterable[Sequence[int] | None]
-        if firsts is not None:
-            chunk_ids = repeat(None)  # a range of first_chunks, made on demand
-        else:
-            lists: list[list[int]] = [[] for _ in range(n_sources)]
+        lists: list[list[int]] | None = None
+        if firsts is None:
+            lists = [[] for _ in range(n_sources)]
             for cid, owner in enumerate(c_src):
                 lists[owner].append(cid)
-            chunk_ids = lists
-        texts, fps = src.texts, src.fingerprints
-        store = texts if isinstance(texts, _codec.SourceStore) else None
-        own_texts: Iterable[Any] = repeat(None) if isinstance(texts, _codec.SourceStore) else texts
-        fields = zip(
-            src.names,
-            own_texts,
-            src.metadata,
-            repeat(None) if isinstance(fps, _codec.SourceStore) else fps,
-            range(n_sources),
-            repeat(store),
-            chunk_ids,
-            repeat(firsts),
-        )
-        # tuple.__new__ straight from the columns: no Python call per source.
-        docs: list[_Doc] = list(map(tuple.__new__, repeat(_Doc), fields))
+        # No source is made (nor its name decoded) until something needs it.
         kb._doc_map = None
-        kb._loaded_docs = docs
+        kb._loaded = LoadedSources(src, c_src, firsts, lists)
         ct = kb._chunks
+        ct.doc = ChunkDocs(kb._loaded)
         # The chunk table is small beside the postings (about 30 bytes a
         # chunk) and grows with adds: it is copied, the postings are not.
         ct.index = _codec.copy_array("i", cols.ordinal)
@@ -826,11 +713,6 @@ class KnowledgeBase:
         ct.start_line = _codec.copy_array("i", cols.start_line)
         ct.end_line = _codec.copy_array("i", cols.end_line)
         ct.section = cols.section
-        if firsts is not None:
-            # Each source repeated over its run of chunks, in one C-level pass.
-            ct.doc = list(chain.from_iterable(map(repeat, docs, map(sub, firsts[1:], firsts[:-1]))))
-        else:
-            ct.doc = list(map(docs.__getitem__, c_src))
         kb._index = InvertedIndex.from_packed(kb.bm25, snap.postings, cols.length, where=where)
         kb._term_ids = TermIds(an, kb._index.vocab)
         return kb

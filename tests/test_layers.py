@@ -48,7 +48,7 @@ LAYERS = [
     },
     {"_codec", "_packing", "_copying"},
     {"_chunking", "_index", "_discovery", "_shaping"},
-    {"_counting", "_collection"},
+    {"_counting", "_collection", "_sources"},
     {"_kb", "_dense"},
     {"_parallel", "_follow"},
     {"_ingest", "_bulk", "_rerank", "_eval", "_controller", "_named_kbs", "_upstream", "_native_tools"},
