@@ -531,13 +531,14 @@ class KnowledgeBase:
         index = self._index
         index.refresh()
         ct = self._chunks
-        live = [cid for cid, d in enumerate(ct.doc) if d is not None]
+        live: list[int] = []
         doc_order: dict[str, int] = {}
         c_doc = array("i")
-        for cid in live:
-            doc = ct.doc[cid]
-            assert doc is not None
-            c_doc.append(doc_order.setdefault(doc.source, len(doc_order)))
+        # One pass over the chunks' sources (a loaded chunk's is found, not stored).
+        for cid, doc in enumerate(ct.doc):
+            if doc is not None:
+                live.append(cid)
+                c_doc.append(doc_order.setdefault(doc.source, len(doc_order)))
         pick = live.__iter__
         # Sources without chunks (empty texts) still round-trip.
         for name in self._docs:
