@@ -158,7 +158,7 @@ def test_term_lookup_after_load_builds_no_vocabulary_up_front(tmp_path):
 @given(
     st.sets(st.text(st.characters(blacklist_categories=("Cs",)), max_size=6), max_size=40),
     st.lists(st.text(max_size=6), max_size=10),
-    st.sampled_from([1, 2, 3, 64]),
+    st.sampled_from([1, 2, 3, 64, 1024]),
 )
 def test_term_dictionary_finds_exactly_its_terms(terms, probes, fence):
     from array import array
