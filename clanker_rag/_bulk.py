@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from functools import partial
 from itertools import chain
@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from ._analysis import Analyzer
 from ._chunking import Chunker
-from ._counting import CountedChunk
+from ._counting import CountedChunk, CountedTexts
 from ._exceptions import ConfigError
 from ._gc_pause import collector_paused
 from ._parallel import Pool, WorkerTerms, can_parallel, start_method, usable_cpus
@@ -41,6 +41,8 @@ class KnowledgeBase(Protocol):
     def takes_prepared(self) -> bool: ...
 
     def add_text(self, text: str, source: str, metadata: Mapping[str, Any] | None = None) -> int: ...
+
+    def add_counted(self, items: Sequence[Item], counted: CountedTexts) -> int | None: ...
 
     def add_prepared(
         self,
@@ -120,6 +122,19 @@ def _pooled(kb: KnowledgeBase, items: Iterator[Item], workers: int, method: str)
         token, fresh, counted, per_text = pool.counted(future)
         worker_terms = terms.setdefault(token, WorkerTerms())
         worker_terms.strings.extend(fresh)
+        known = counted.known[-1] if counted.known else 0
+        whole = CountedTexts(
+            per_text,
+            counted.bounds,
+            counted.labels,
+            counted.sizes,
+            counted.tfs,
+            partial(worker_terms.term_ids, counted.keys, known),
+        )
+        # The usual case, new sources only, in one pass; else text by text.
+        at_once = kb.add_counted(batch, whole)
+        if at_once is not None:
+            return at_once
         added = 0
         first = pos = 0
         sizes = counted.sizes

@@ -320,6 +320,9 @@ class TermList:
     def append(self, term: str) -> None:
         self.added.append(term)
 
+    def extend(self, terms: Iterable[str]) -> None:
+        self.added.extend(terms)
+
     def find(self, term: str) -> int | None:
         return self.saved.find(term)
 

@@ -7,15 +7,17 @@ number terms their own way) so both build the same index.
 
 from __future__ import annotations
 
+from array import array
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from itertools import chain
 from typing import NamedTuple
 
 from ._analysis import Analyzer
 from ._chunking import ChunkSpan
 
-__all__ = ["CountedChunk", "TermIds", "span_counts"]
+__all__ = ["CountedChunk", "CountedTexts", "TermIds", "span_counts"]
 
 # Cached raw tokens before the table is emptied: bounds its memory on a
 # corpus with a huge vocabulary (identifiers, numbers).
@@ -70,3 +72,21 @@ class CountedChunk(NamedTuple):
     label: str | None
     tids: Iterable[int]
     tfs: Collection[int]
+
+
+@dataclass(frozen=True, slots=True)
+class CountedTexts:
+    """Several texts chunked and counted elsewhere (a bulk add's worker), laid end to end.
+
+    ``term_ids(ids_of)`` gives the index's term id of every posting in
+    order, given ``ids_of`` (distinct terms -> their ids, unknown ones
+    created in the order given); call it only once the chunks are sure to
+    be added, since it may create terms.
+    """
+
+    per_text: Sequence[int]  # chunks of each text
+    bounds: Sequence[int]  # start, end, start_line, end_line per chunk
+    labels: Sequence[str | None]
+    sizes: Collection[int]  # distinct terms per chunk
+    tfs: array[int]  # per posting, chunk after chunk
+    term_ids: Callable[[Callable[[list[str]], list[int]]], list[int]]

@@ -32,8 +32,8 @@ from array import array
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Collection, Container, Iterable, Mapping
-from itertools import accumulate, compress, repeat
-from operator import add, ge, mul, ne, rshift
+from itertools import accumulate, chain, compress, repeat
+from operator import is_, mul, ne, rshift
 from typing import Any
 
 from ._codec import (
@@ -49,7 +49,7 @@ from ._codec import (
 )
 from ._exceptions import IndexFormatError
 from ._packing import impacts_and_orders
-from ._pruning import Plan, above, best_of, cheap_essentials, essential_slices, full_scores, merge_cost, probe
+from ._pruning import Plan, above, best_of, essential_slices, full_scores, merge_cost, probe, term_at_a_time
 from ._scoring import BM25, TermExplanation, norm_values, tf_weights
 from ._scoring import impact_order as _impact_order
 from ._tables import DENSE_SLOT_BYTES, Built, StoredTables, TableCache, build_table
@@ -182,17 +182,37 @@ class InvertedIndex:
 
     # -- building -------------------------------------------------------------
     def _new_term(self, term: str) -> int:
-        tid = len(self.terms)
-        self.vocab[term] = tid
-        self.terms.append(term)
+        return self._new_terms([term])
+
+    def _new_terms(self, terms: list[str]) -> int:
+        """Give ``terms`` (distinct, all unknown) the next ids; returns the first."""
+        tid, n = len(self.terms), len(terms)
+        self.vocab.update(zip(terms, range(tid, tid + n)))
+        self.terms.extend(terms)
         # Arrays are created on first use (fold): most terms of a big build
         # only ever live in the buffers that refresh() packs them into.
-        self.docs.append(None)
-        self.tfs.append(None)
-        self.imps.append(None)
-        self.maxes.append(0.0)
-        self.imp_gen.append(-1)
+        for column in (self.docs, self.tfs, self.imps):
+            column.extend(repeat(None, n))
+        self.maxes.extend(repeat(0.0, n))
+        self.imp_gen.extend(repeat(-1, n))
         return tid
+
+    def ids_of(self, terms: list[str]) -> list[int]:
+        """The ids of ``terms`` (distinct), unknown ones created in the given order:
+        what looking each up in :attr:`vocab` in turn gives, in a few C-level passes."""
+        vocab = self.vocab
+        ids: list[Any] = list(map(vocab.get, terms))
+        if None not in ids:
+            return ids
+        at = list(compress(range(len(ids)), map(is_, ids, repeat(None))))
+        if isinstance(self.terms, TermList):  # a loaded dictionary holds some of them
+            for i, tid in zip(list(at), map(self.saved_id, map(terms.__getitem__, at))):
+                if tid is not None:
+                    ids[i] = vocab[terms[i]] = tid
+            at = list(compress(range(len(ids)), map(is_, ids, repeat(None))))
+        first = self._new_terms(list(map(terms.__getitem__, at)))
+        _consume(map(ids.__setitem__, at, range(first, first + len(at))))
+        return ids
 
     def saved_id(self, term: str) -> int | None:
         """The id of ``term`` in a loaded dictionary not yet in ``vocab``, or None."""
@@ -257,6 +277,23 @@ class InvertedIndex:
         self.total_len += dl
         self.gen += 1
         return dl
+
+    def add_chunks(self, first: int, sizes: Collection[int], tids: Iterable[int], tfs: array[int]) -> None:
+        """:meth:`add_runs` of chunks ``first``, ``first + 1``... holding ``sizes``
+        distinct terms each, whose ids and counts are laid end to end in
+        ``tids`` and ``tfs``: the same index, without a Python step per chunk."""
+        n = len(sizes)
+        if first < len(self.dl):
+            raise ValueError(f"chunk {first} is not larger than every chunk added before")
+        cids = chain.from_iterable(map(repeat, range(first, first + n), sizes))
+        _consume(map(_list_extend, map(self.pending.__getitem__, tids), zip(cids, tfs)))
+        ends = list(accumulate(sizes))
+        dls = array("i", map(sum, map(tfs.__getitem__, map(slice, [0, *ends[:-1]], ends))))
+        self.dl.extend(repeat(0, first - len(self.dl)))
+        self.dl.extend(dls)
+        self.n_docs += n
+        self.total_len += sum(dls)
+        self.gen += n
 
     def attach_buffers(
         self,
@@ -794,56 +831,7 @@ class InvertedIndex:
     def _term_at_a_time(
         self, plan: Plan, k: int, allowed: Container[int] | None, theta0: float
     ) -> list[tuple[int, float]]:
-        if theta0 > 0.0:
-            lengths = [len(self.fold(tid)) for _, tid, _ in plan]
-            essential = cheap_essentials(plan, lengths, theta0)
-            if sum(lengths[i] for i in essential) * ESSENTIAL_SHARE < merge_cost(plan, lengths, theta0):
-                # Every chunk that can reach theta0 is in an essential list:
-                # score their union in full, in plan order (the same sum as
-                # every other path), instead of merging the long lists.
-                union: set[int] = set()
-                for i in essential:
-                    union.update(self.fold(plan[i][1]))
-                cands = list(union if allowed is None else filter(allowed.__contains__, union))
-                bounds = [ub for ub, _, _ in plan]
-                cands, scores = full_scores(plan, cands, theta0, bounds, (), self._lookup)
-                return best_of(cands, scores, k, theta0)
-        remaining = [0.0] * len(plan)
-        total = 0.0
-        for i in range(len(plan) - 1, 0, -1):
-            total += plan[i][0]
-            remaining[i - 1] = above(total)
-        acc: dict[int, float] = {}
-        and_mode = False
-        seen_ub = 0.0
-        for i, (ub, tid, w) in enumerate(plan):
-            if not and_mode:
-                docs = self.fold(tid)
-                contribs = self._contribs(tid, w)
-                if acc:
-                    contribs = map(add, map(acc.get, docs, repeat(0.0)), contribs)
-                pairs: Iterable[tuple[int, float]] = zip(docs, contribs)
-                if allowed is not None:
-                    pairs = compress(pairs, map(allowed.__contains__, docs))
-                acc.update(pairs)
-            else:
-                acc = self._update_candidates(acc, tid, w)
-            rest = remaining[i]
-            seen_ub += ub
-            if rest < theta0 or (len(acc) >= k and (and_mode or rest < seen_ub)):
-                theta = max(heapq.nlargest(k, acc.values())[-1], theta0) if len(acc) >= k else theta0
-                if rest < theta:
-                    and_mode = True
-                    acc = dict(compress(acc.items(), map(ge, map(add, acc.values(), repeat(rest)), repeat(theta))))
-        if len(acc) > k:
-            theta = heapq.nlargest(k, acc.values())[-1]
-            acc = dict(compress(acc.items(), map(ge, acc.values(), repeat(theta))))
-        best = sorted(acc.items(), key=lambda item: (-item[1], item[0]))
-        return best[:k]
-
-    def _update_candidates(self, acc: dict[int, float], tid: int, w: float) -> dict[int, float]:
-        cands = list(acc)
-        return dict(zip(cands, map(add, acc.values(), self._lookup(tid, w, cands))))
+        return term_at_a_time(plan, k, allowed, theta0, self.fold, self._contribs, self._lookup, ESSENTIAL_SHARE)
 
     def score_all(self, weights: Mapping[int, float]) -> dict[int, float]:
         """Exhaustive scores of every matching chunk (the reference for tests)."""

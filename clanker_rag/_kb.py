@@ -20,7 +20,7 @@ from . import _codec, _collection, _store
 from ._analysis import Analyzer
 from ._chunking import Chunker
 from ._collection import CollectionStats
-from ._counting import CountedChunk, TermIds, span_counts
+from ._counting import CountedChunk, CountedTexts, TermIds, span_counts
 from ._exceptions import ConfigError, IndexFormatError, IndexLockedError
 from ._gc_pause import collector_paused
 from ._index import InvertedIndex, TermExplanation
@@ -222,6 +222,45 @@ class KnowledgeBase:
         """
         return self._add(text, source, metadata, sections, content=content, counted=counted)
 
+    def add_counted(
+        self, items: Sequence[tuple[str, str, Mapping[str, Any] | None]], counted: CountedTexts
+    ) -> int | None:
+        """The bulk add's way in (internal): ``items`` as ``counted`` chunks and
+        counts them, all at once; returns the chunks added.
+
+        Only when every item is a new source (not indexed, not repeated) that
+        :meth:`add_text` would take: otherwise None, with nothing changed, and
+        the caller adds the items one by one (which replaces, skips or raises
+        where :meth:`add_text` does).  The index is the one adding them one
+        by one builds.  Only used while :meth:`takes_prepared` says so.
+        """
+        docs: list[Doc] = []
+        for text, source, metadata in items:
+            try:
+                doc, _ = self._new_doc(text, source, metadata, None, None)
+            except ConfigError:
+                return None
+            docs.append(doc)
+        sources = {doc.source for doc in docs}
+        # (set.isdisjoint(dict) would walk the whole dict: ask the dict instead.)
+        if len(sources) < len(docs) or any(map(self._docs.__contains__, sources)):
+            return None
+        tids = counted.term_ids(self._index.ids_of)
+        chunks, b, labels = self._chunks, counted.bounds, counted.labels
+        first = len(chunks)
+        j = 0  # the chunk's place in counted
+        for doc, n in zip(docs, counted.per_text):
+            self._docs[doc.source] = doc
+            cids = doc.own_cids
+            assert isinstance(cids, list)
+            for i in range(n):
+                at = 4 * j
+                cids.append(chunks.append(doc, i, b[at], b[at + 1], b[at + 2], b[at + 3], labels[j]))
+                j += 1
+        self._changes += len(docs)
+        self._index.add_chunks(first, counted.sizes, tids, counted.tfs)
+        return len(chunks) - first
+
     def takes_prepared(self) -> bool:
         """Whether :meth:`add_prepared` indexes what :meth:`add_text` would (internal).
 
@@ -274,6 +313,25 @@ class KnowledgeBase:
     ) -> tuple[Doc, list[tuple[int, int, str | None]] | None] | None:
         """Check an add and drop what ``source`` held: the new document and its
         checked sections, or None when the same text and metadata are indexed."""
+        doc, checked = self._new_doc(text, source, metadata, sections, content)
+        old = self._docs.get(source)
+        if old is not None:
+            if old.fingerprint == doc.fingerprint:
+                return None
+            self.remove(source)
+        self._docs[source] = doc
+        self._changes += 1
+        return doc, checked
+
+    def _new_doc(
+        self,
+        text: str,
+        source: str,
+        metadata: Mapping[str, Any] | None,
+        sections: Sequence[tuple[int, int, str | None]] | None,
+        content: str | None,
+    ) -> tuple[Doc, list[tuple[int, int, str | None]] | None]:
+        """The checks of an add (raising :class:`ConfigError`) and the document it makes; changes nothing."""
         if not isinstance(text, str):
             raise ConfigError(f"text must be str, not {type(text).__name__}")
         if not isinstance(source, str) or not source:
@@ -287,15 +345,7 @@ class KnowledgeBase:
                 raise ConfigError(f"metadata of {source!r} must be JSON-serialisable: {exc}") from None
         checked = self._check_sections(sections, len(text), source) if sections is not None else None
         fingerprint = self._fingerprint(text, meta, checked, content)
-        old = self._docs.get(source)
-        if old is not None:
-            if old.fingerprint == fingerprint:
-                return None
-            self.remove(source)
-        doc = Doc(source, text, meta, fingerprint, own_cids=[])
-        self._docs[source] = doc
-        self._changes += 1
-        return doc, checked
+        return Doc(source, text, meta, fingerprint, own_cids=[]), checked
 
     @staticmethod
     def _check_sections(

@@ -42,10 +42,11 @@ import time
 import traceback
 from array import array
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
-from itertools import count, repeat
+from itertools import compress, count, repeat
+from operator import eq
 from typing import Any
 
 from ._analysis import Analyzer
@@ -81,6 +82,9 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+# Runs an iterator of C-level calls to its end without keeping anything.
+_consume: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +198,27 @@ class WorkerTerms:
     def __init__(self) -> None:
         self.strings: list[str] = []  # number -> term, as the worker sent them
         self.ids: list[int] = []
+
+    def term_ids(self, keys: array[int], known: int, ids_of: Callable[[list[str]], list[int]]) -> list[int]:
+        """The index's id of every number in ``keys`` (several chunks' keys, in
+        order; ``known``: the worker's count of numbers once it counted them).
+
+        Numbers met for the first time are resolved in the order the chunks
+        hold them, so ``ids_of`` creates new terms in the order adding the
+        chunks one by one does.
+        """
+        ids = self.ids
+        if known > len(ids):
+            ids.extend(repeat(-1, known - len(ids)))
+        tids = list(map(ids.__getitem__, keys))
+        if -1 not in tids:
+            return tids
+        at = list(compress(range(len(tids)), map(eq, tids, repeat(-1))))
+        numbers = list(map(keys.__getitem__, at))
+        fresh = list(dict.fromkeys(numbers))
+        _consume(map(ids.__setitem__, fresh, ids_of(list(map(self.strings.__getitem__, fresh)))))
+        _consume(map(tids.__setitem__, at, map(ids.__getitem__, numbers)))
+        return tids
 
     def resolve(self, nums: array[int], tids: list[int], vocab: Mapping[str, int]) -> None:
         """Fill in the -1s of ``tids`` (a chunk's ids, in the order it met them).

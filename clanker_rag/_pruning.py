@@ -7,6 +7,7 @@ the per-term numbers the index hands them, so they hold no index state.
 
 from __future__ import annotations
 
+import heapq
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Container, Iterable, Sequence
 from itertools import compress, repeat
@@ -22,6 +23,7 @@ __all__ = [
     "full_scores",
     "merge_cost",
     "probe",
+    "term_at_a_time",
 ]
 
 Plan = list[tuple[float, int, float]]
@@ -159,3 +161,70 @@ def full_scores(
     if scores is None:
         scores = [0.0] * len(cands)
     return cands, scores
+
+
+def term_at_a_time(
+    plan: Plan,
+    k: int,
+    allowed: Container[int] | None,
+    theta0: float,
+    postings: Callable[[int], Sequence[int]],
+    contributions: Callable[[int, float], Iterable[float]],
+    lookup: Lookup,
+    essential_share: int,
+) -> list[tuple[int, float]]:
+    """Top ``k`` by term-at-a-time scoring with MaxScore pruning, from the floor ``theta0``.
+
+    ``postings(tid)`` is a term's sorted chunk ids and ``contributions(tid, w)``
+    its weighted impacts beside them.  With ``theta0 > 0`` and essential lists
+    holding under ``1/essential_share`` of what merging would visit, their
+    union is scored in full instead.
+    """
+    if theta0 > 0.0:
+        lengths = [len(postings(tid)) for _, tid, _ in plan]
+        essential = cheap_essentials(plan, lengths, theta0)
+        if sum(lengths[i] for i in essential) * essential_share < merge_cost(plan, lengths, theta0):
+            # Every chunk that can reach theta0 is in an essential list:
+            # score their union in full, in plan order (the same sum as
+            # every other path), instead of merging the long lists.
+            union: set[int] = set()
+            for i in essential:
+                union.update(postings(plan[i][1]))
+            cands = list(union if allowed is None else filter(allowed.__contains__, union))
+            bounds = [ub for ub, _, _ in plan]
+            cands, scores = full_scores(plan, cands, theta0, bounds, (), lookup)
+            return best_of(cands, scores, k, theta0)
+    remaining = [0.0] * len(plan)
+    total = 0.0
+    for i in range(len(plan) - 1, 0, -1):
+        total += plan[i][0]
+        remaining[i - 1] = above(total)
+    acc: dict[int, float] = {}
+    and_mode = False
+    seen_ub = 0.0
+    for i, (ub, tid, w) in enumerate(plan):
+        if not and_mode:
+            docs = postings(tid)
+            contribs = contributions(tid, w)
+            if acc:
+                contribs = map(add, map(acc.get, docs, repeat(0.0)), contribs)
+            pairs: Iterable[tuple[int, float]] = zip(docs, contribs)
+            if allowed is not None:
+                pairs = compress(pairs, map(allowed.__contains__, docs))
+            acc.update(pairs)
+        else:
+            # Only chunks already in acc can still reach theta: look them up.
+            cands = list(acc)
+            acc = dict(zip(cands, map(add, acc.values(), lookup(tid, w, cands))))
+        rest = remaining[i]
+        seen_ub += ub
+        if rest < theta0 or (len(acc) >= k and (and_mode or rest < seen_ub)):
+            theta = max(heapq.nlargest(k, acc.values())[-1], theta0) if len(acc) >= k else theta0
+            if rest < theta:
+                and_mode = True
+                acc = dict(compress(acc.items(), map(ge, map(add, acc.values(), repeat(rest)), repeat(theta))))
+    if len(acc) > k:
+        theta = heapq.nlargest(k, acc.values())[-1]
+        acc = dict(compress(acc.items(), map(ge, acc.values(), repeat(theta))))
+    best = sorted(acc.items(), key=lambda item: (-item[1], item[0]))
+    return best[:k]
