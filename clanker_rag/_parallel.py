@@ -290,38 +290,59 @@ class Worker:
             return Retry(traceback.format_exc())
 
     def count(self, doc: Document) -> Counted:
-        counted = _empty_counted()
-        self._count_into(doc, counted)
-        return counted
+        tally = _Tally()
+        self._count_into(doc, tally)
+        return tally.counted()
 
     def count_many(self, texts: list[str]) -> tuple[Counted, array[int]]:
         """Every text's chunks in one :class:`Counted`, and how many chunks each
         text has: a handful of arrays to pickle instead of six per text."""
-        counted = _empty_counted()
+        tally = _Tally()
         per_text: array[int] = array("i")
-        sizes = counted.sizes
+        sizes = tally.sizes
         for text in texts:
             before = len(sizes)
-            self._count_into(Document(text, None, "", ""), counted)
+            self._count_into(Document(text, None, "", ""), tally)
             per_text.append(len(sizes) - before)
-        return counted, per_text
+        return tally.counted(), per_text
 
-    def _count_into(self, doc: Document, counted: Counted) -> None:
-        bounds, labels, sizes, known = counted.bounds, counted.labels, counted.sizes, counted.known
-        keys, tfs = counted.keys, counted.tfs
+    def _count_into(self, doc: Document, tally: _Tally) -> None:
+        bounds, labels, sizes, known = tally.bounds, tally.labels, tally.sizes, tally.known
+        keys, tfs = tally.keys, tally.tfs
         term_ids, analyzer, numbers = self.term_ids, self.analyzer, self.numbers
         for span in self.chunker.split(doc.text, doc.sections):
             counts = span_counts(span, term_ids, analyzer, numbers)
-            keys.extend(counts)
-            tfs.extend(counts.values())
+            keys += counts
+            tfs += counts.values()
             sizes.append(len(counts))
             known.append(len(numbers))
-            bounds.extend((span.start, span.end, span.start_line, span.end_line))
+            bounds += (span.start, span.end, span.start_line, span.end_line)
             labels.append(span.label)
 
 
-def _empty_counted() -> Counted:
-    return Counted(array("q"), [], array("i"), array("i"), array("i"), array("i"))
+class _Tally:
+    """A :class:`Counted` being filled: lists, which grow by a dict's keys or
+    values about a third faster than arrays do, made arrays once at the end."""
+
+    __slots__ = ("bounds", "keys", "known", "labels", "sizes", "tfs")
+
+    def __init__(self) -> None:
+        self.bounds: list[int] = []
+        self.labels: list[str | None] = []
+        self.sizes: list[int] = []
+        self.known: list[int] = []
+        self.keys: list[int] = []
+        self.tfs: list[int] = []
+
+    def counted(self) -> Counted:
+        return Counted(
+            array("q", self.bounds),
+            self.labels,
+            array("i", self.sizes),
+            array("i", self.known),
+            array("i", self.keys),
+            array("i", self.tfs),
+        )
 
 
 # The worker process's own Worker and the pool's spool folder.
