@@ -85,7 +85,7 @@ class CountedTexts:
     """
 
     per_text: Sequence[int]  # chunks of each text
-    bounds: Sequence[int]  # start, end, start_line, end_line per chunk
+    bounds: array[int]  # start, end, start_line, end_line per chunk
     labels: Sequence[str | None]
     sizes: Collection[int]  # distinct terms per chunk
     tfs: array[int]  # per posting, chunk after chunk

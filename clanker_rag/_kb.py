@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from itertools import accumulate, chain, repeat
 from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -246,20 +247,22 @@ class KnowledgeBase:
         if len(sources) < len(docs) or any(map(self._docs.__contains__, sources)):
             return None
         tids = counted.term_ids(self._index.ids_of)
-        chunks, b, labels = self._chunks, counted.bounds, counted.labels
-        first = len(chunks)
-        j = 0  # the chunk's place in counted
-        for doc, n in zip(docs, counted.per_text):
+        per_text = counted.per_text
+        first = self._chunks.extend(
+            chain.from_iterable(map(repeat, docs, per_text)),
+            chain.from_iterable(map(range, per_text)),
+            counted.bounds,
+            counted.labels,
+        )
+        edges = list(accumulate(per_text, initial=first))  # each text's first chunk id, and the end
+        for doc, start, end in zip(docs, edges, edges[1:]):
             self._docs[doc.source] = doc
             cids = doc.own_cids
             assert isinstance(cids, list)
-            for i in range(n):
-                at = 4 * j
-                cids.append(chunks.append(doc, i, b[at], b[at + 1], b[at + 2], b[at + 3], labels[j]))
-                j += 1
+            cids.extend(range(start, end))
         self._changes += len(docs)
         self._index.add_chunks(first, counted.sizes, tids, counted.tfs)
-        return len(chunks) - first
+        return edges[-1] - first
 
     def takes_prepared(self) -> bool:
         """Whether :meth:`add_prepared` indexes what :meth:`add_text` would (internal).

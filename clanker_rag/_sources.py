@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_right
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from itertools import chain, repeat
 from operator import sub
 from typing import Any, NamedTuple
@@ -226,6 +226,9 @@ class ChunkDocs:
     def append(self, doc: Doc) -> None:
         self._added.append(doc)
 
+    def extend(self, docs: Iterable[Doc]) -> None:
+        self._added.extend(docs)
+
     def live(self, cid: int) -> bool:
         """Whether chunk ``cid`` exists and was not removed (makes no :class:`Doc`)."""
         if not 0 <= cid < len(self):
@@ -273,6 +276,21 @@ class ChunkTable:
         self.end_line.append(end_line)
         self.section.append(section)
         return cid
+
+    def extend(
+        self, docs: Iterable[Doc], index: Iterable[int], bounds: array[int], sections: Iterable[str | None]
+    ) -> int:
+        """:meth:`append` of several chunks: ``bounds`` holds start, end,
+        start_line and end_line of each; returns the first one's id."""
+        first = len(self.doc)
+        self.doc.extend(docs)
+        self.index.extend(index)
+        self.start.extend(bounds[0::4])
+        self.end.extend(bounds[1::4])
+        self.start_line.fromlist(bounds[2::4].tolist())
+        self.end_line.fromlist(bounds[3::4].tolist())
+        self.section.extend(sections)
+        return first
 
     def live(self, cid: int) -> bool:
         return self.doc.live(cid)
