@@ -467,10 +467,9 @@ class InvertedIndex:
     def _freeze(self) -> None:
         """Pack a fresh build into the loaded-index layout in a few C-level passes
         (see :func:`pack_pending`): the same values as :meth:`impacts` term by term."""
-        packed = pack_pending(
+        packed = pack_pending(  # empties self.pending
             self.pending, len(self.terms), self.bm25, self.n_docs, self._length_norms(), self.dl, self.avgdl, ORDER_MIN
         )
-        self.pending.clear()  # only now: a child packing half the lists read them until pack_pending returned
         self._adopt(*packed)
 
     def _pack(self, lengths: array[int], docs: array[int], tfs: array[int]) -> None:

@@ -28,7 +28,7 @@ import time
 from array import array
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, MutableMapping, Sequence
 from functools import partial
 from itertools import accumulate, compress, islice, repeat
 from operator import gt, rshift
@@ -216,7 +216,7 @@ def impacts_and_orders(
 
 
 def pack_pending(
-    pending: Mapping[int, list[int]],
+    pending: MutableMapping[int, list[int]],
     n_terms: int,
     bm: BM25,
     n_docs: int,
@@ -234,9 +234,10 @@ def pack_pending(
     The values of :func:`impacts_and_orders` over the packed lists, bit for
     bit.  With at least ``split_min`` postings, a safe fork and an idle core,
     a child packs and computes the last :data:`CHILD_SHARE` of the postings.
-    ``pending`` is left as it is: the caller frees the lists only after this
-    returns, when no child reads them any more (freeing them sooner would
-    write to pages the child still shares, and copy them).
+    Empties ``pending``: alone, as soon as its lists are packed (as few of
+    them and their copies live at once as can be); with a child, only once
+    it is collected (freeing the lists sooner would write to pages it still
+    reads, and copy them; a failed child leaves its half to this process).
     """
     none: list[int] = []  # shared, never changed
     plists = list(map(pending.get, range(n_terms), repeat(none)))
@@ -244,8 +245,13 @@ def pack_pending(
     offsets = array("q", accumulate(lengths, initial=0))
     stats = (bm, n_docs, norms, dls, avgdl, order_min)
     mid = _split(offsets, split_min, CHILD_SHARE)
+
+    def free() -> None:
+        plists.clear()
+        pending.clear()
+
     if mid is None:
-        return (lengths, *_packed_part(plists, lengths, stats, (0, n_terms)))
+        return (lengths, *_packed_part(plists, lengths, stats, (0, n_terms), free))
     child_postings = offsets[-1] - offsets[mid]
     layout = (
         ("i", child_postings),
@@ -262,24 +268,34 @@ def pack_pending(
         raise
     if child is None or not child.collect(mine):
         # The lists are all still here: this process packs the child's half.
-        docs, tfs, imps, positions = _packed_part(plists, lengths, stats, (mid, n_terms))
+        docs, tfs, imps, positions = _packed_part(plists, lengths, stats, (mid, n_terms), free)
         mine[0].extend(docs)
         mine[1].extend(tfs)
         mine[2].extend(imps)
         mine[3].extend(positions)
+    free()  # (again, after a failed child: nothing left)
     return (lengths, *mine)
 
 
 _Stats = tuple[BM25, int, list[float], Sequence[int], float, int]
 
 
-def _packed_part(plists: list[list[int]], lengths: array[int], stats: _Stats, terms: tuple[int, int]) -> PackedLists:
-    """Chunk ids, tfs, impacts and orders of lists ``terms[0]`` to ``terms[1] - 1`` of ``plists``."""
+def _packed_part(
+    plists: list[list[int]],
+    lengths: array[int],
+    stats: _Stats,
+    terms: tuple[int, int],
+    free: Callable[[], None] | None = None,
+) -> PackedLists:
+    """Chunk ids, tfs, impacts and orders of lists ``terms[0]`` to ``terms[1] - 1``
+    of ``plists``; ``free`` is called once they are packed, before the rest."""
     lo, hi = terms
     bm, n_docs, norms, dls, avgdl, order_min = stats
     # One fromlist per list: no flat list of every posting in between.
     pairs = array("i")
     _consume(map(pairs.fromlist, islice(plists, lo, hi)))
+    if free is not None:
+        free()
     docs = pairs[0::2]
     tfs = array("I")
     tfs.frombytes(memoryview(pairs[1::2]).cast("B"))

@@ -258,8 +258,10 @@ pending_lists = st.lists(st.none() | st.just([]) | postings_list, min_size=1, ma
 @given(pending_lists, variants, st.integers(0, 8))
 def test_packing_pending_lists_in_one_process_equals_packing_them_first(lists, variant, order_min):
     pending, n_terms, stats = pending_input(lists, variant)
+    reference = as_bytes(packed_by_hand(pending, n_terms, stats, order_min))
     packed = _packing.pack_pending(pending, n_terms, *stats, order_min, split_min=10**12)
-    assert as_bytes(packed) == as_bytes(packed_by_hand(pending, n_terms, stats, order_min))
+    assert as_bytes(packed) == reference
+    assert pending == {}  # freed
 
 
 @needs_fork
@@ -267,10 +269,10 @@ def test_packing_pending_lists_in_one_process_equals_packing_them_first(lists, v
 @given(pending_lists, variants, st.integers(0, 8), st.sampled_from([0.0, 0.1, 0.5, 0.9, 1.0]))
 def test_a_child_packing_its_share_equals_one_process_bit_for_bit(lists, variant, order_min, share):
     pending, n_terms, stats = pending_input(lists, variant)
-    before = {tid: list(flat) for tid, flat in pending.items()}
+    reference = as_bytes(packed_by_hand(pending, n_terms, stats, order_min))
     packed = pack(pending, n_terms, stats, order_min, share)
-    assert as_bytes(packed) == as_bytes(packed_by_hand(pending, n_terms, stats, order_min))
-    assert pending == before  # the caller frees the lists
+    assert as_bytes(packed) == reference
+    assert pending == {}  # freed once the child was collected
 
 
 @needs_fork
@@ -280,20 +282,21 @@ def test_the_child_packs_every_list_of_its_half_and_this_process_none(monkeypatc
     # share it lands in one half or the other, and the other half is empty.
     lists = [None, [], None, [], None, [(1, 2), (3, 1)] * 20, [], None]
     pending, n_terms, stats = pending_input(lists, "robertson")
+    reference = as_bytes(packed_by_hand(pending, n_terms, stats, 4))
     real_packed_part = _packing._packed_part
     parent = os.getpid()
     packed_here = []
 
-    def recording(plists, lengths, stats, terms):
+    def recording(plists, lengths, stats, terms, free=None):
         if os.getpid() == parent:
             packed_here.append(terms)
-        return real_packed_part(plists, lengths, stats, terms)
+        return real_packed_part(plists, lengths, stats, terms, free)
 
     monkeypatch.setattr(_packing, "_packed_part", recording)
     packed = pack(pending, n_terms, stats, 4, share)
     monkeypatch.setattr(_packing, "_packed_part", real_packed_part)
     assert len(packed_here) == 1 and packed_here[0][0] == 0 and 1 <= packed_here[0][1] < n_terms
-    assert as_bytes(packed) == as_bytes(packed_by_hand(pending, n_terms, stats, 4))
+    assert as_bytes(packed) == reference
 
 
 @needs_fork
@@ -301,24 +304,26 @@ def test_the_child_packs_every_list_of_its_half_and_this_process_none(monkeypatc
 def test_a_failed_packing_child_leaves_this_process_to_pack_its_half(monkeypatch, how):
     lists = [[(1, 2)] * 40, None, [(2, 1)] * 50, [], [(1, 3)] * 45, [(3, 1)] * 30]
     pending, n_terms, stats = pending_input(lists, "bm25+")
+    reference = as_bytes(packed_by_hand(pending, n_terms, stats, 4))
     real_packed_part = _packing._packed_part
     parent = os.getpid()
     packed_here = []
 
-    def failing_in_the_child(plists, lengths, stats, terms):
+    def failing_in_the_child(plists, lengths, stats, terms, free=None):
         if os.getpid() != parent:
             if how == "exits":
                 os._exit(3)
             raise RuntimeError("the child breaks")
         packed_here.append(terms)
-        return real_packed_part(plists, lengths, stats, terms)
+        return real_packed_part(plists, lengths, stats, terms, free)
 
     monkeypatch.setattr(_packing, "_packed_part", failing_in_the_child)
     packed = pack(pending, n_terms, stats, 4)
     monkeypatch.setattr(_packing, "_packed_part", real_packed_part)
     # This process packed both halves, the child's from the lists it still had.
     assert len(packed_here) == 2 and packed_here[0][1] == packed_here[1][0] and packed_here[1][1] == n_terms
-    assert as_bytes(packed) == as_bytes(packed_by_hand(pending, n_terms, stats, 4))
+    assert as_bytes(packed) == reference
+    assert pending == {}
 
 
 @needs_fork
@@ -335,7 +340,7 @@ def test_pending_lists_are_intact_until_the_child_is_collected(monkeypatch):
 
     monkeypatch.setattr(_packing._Child, "collect", checking_collect)
     pack(pending, n_terms, stats, 4)
-    assert seen == [True] and pending == before
+    assert seen == [True] and pending == {}  # intact while the child lived, freed after
 
 
 @needs_fork
@@ -367,17 +372,28 @@ def test_an_interrupted_packing_parent_stops_and_reaps_its_child(monkeypatch):
         os.waitpid(children[0], os.WNOHANG)
 
 
-def test_small_or_busy_packing_stays_in_this_process(monkeypatch):
-    pending, n_terms, stats = pending_input([[(1, 2)] * 40, [(2, 1)] * 50], "lucene")
+def test_small_or_busy_packing_stays_in_this_process_and_frees_the_lists_once_packed(monkeypatch):
+    lists = [[(1, 2)] * 40, [(2, 1)] * 50]
+    real_part = _packing._part
+    reference = as_bytes(packed_by_hand(*pending_input(lists, "lucene"), 4))
 
     def no_fork():
         raise AssertionError("forked")
 
     monkeypatch.setattr(os, "fork", no_fork)
-    reference = as_bytes(packed_by_hand(pending, n_terms, stats, 4))
-    assert as_bytes(_packing.pack_pending(pending, n_terms, *stats, 4)) == reference  # below SPLIT_MIN
-    monkeypatch.setattr(_packing, "idle_core", lambda: False)
-    assert as_bytes(pack(pending, n_terms, stats, 4)) == reference  # every core busy
+    for busy in (False, True):
+        monkeypatch.setattr(_packing, "idle_core", lambda busy=busy: not busy)
+        pending, n_terms, stats = pending_input(lists, "lucene")
+        seen = []
+
+        def checking_part(*args, pending=pending, seen=seen):
+            seen.append(len(pending))  # the impacts come after the lists are freed
+            return real_part(*args)
+
+        monkeypatch.setattr(_packing, "_part", checking_part)
+        # Every core busy, or below SPLIT_MIN.
+        packed = pack(pending, n_terms, stats, 4) if busy else _packing.pack_pending(pending, n_terms, *stats, 4)
+        assert as_bytes(packed) == reference and seen == [0] and pending == {}
 
 
 @needs_fork
