@@ -486,6 +486,7 @@ class InvertedIndex:
     def _adopt(
         self, lengths: array[int], docs: array[int], tfs: array[int], imps: array[float], positions: Ints
     ) -> None:
+        """Adopt packed lists with their impacts and orders (all laid end to end) as the buffers."""
         self.attach_buffers(array("q", accumulate(lengths, initial=0)), docs, tfs, imps)
         self.attach_orders(order_offsets_of(lengths, ORDER_MIN), positions)
 
