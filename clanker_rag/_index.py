@@ -33,7 +33,7 @@ from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Collection, Container, Iterable, Mapping
 from itertools import accumulate, chain, compress, repeat
-from operator import is_, mul, ne, rshift
+from operator import is_, mul, ne
 from typing import Any
 
 from ._codec import (
@@ -48,7 +48,7 @@ from ._codec import (
     without_empty_lists,
 )
 from ._exceptions import IndexFormatError
-from ._packing import impacts_and_orders
+from ._packing import impacts_and_orders, pack_pending
 from ._pruning import Plan, above, best_of, essential_slices, full_scores, merge_cost, probe, term_at_a_time
 from ._scoring import BM25, TermExplanation, norm_values, tf_weights
 from ._scoring import impact_order as _impact_order
@@ -502,25 +502,12 @@ class InvertedIndex:
         return lengths_of(self._buffers[3])
 
     def _freeze(self) -> None:
-        """Pack a fresh build into the loaded-index layout in a few C-level passes.
-
-        Same values as :meth:`impacts` term by term (same operations in the
-        same order), without a Python-level loop over the postings.
-        """
-        n = len(self.terms)
-        none: list[int] = []  # shared, never changed
-        plists = list(map(self.pending.get, range(n), repeat(none)))
-        lengths = array("i", map(rshift, map(len, plists), repeat(1)))  # two ints per posting
-        # One fromlist per list: no flat list of every posting in between.
-        pairs = array("i")
-        _consume(map(pairs.fromlist, plists))
-        self.pending.clear()
-        del plists
-        docs = pairs[0::2]
-        tfs = array("I")
-        tfs.frombytes(pairs[1::2].tobytes())
-        del pairs
-        self._pack(lengths, docs, tfs)
+        """Pack a fresh build into the loaded-index layout in a few C-level passes
+        (see :func:`pack_pending`): the same values as :meth:`impacts` term by term."""
+        packed = pack_pending(  # empties self.pending
+            self.pending, len(self.terms), self.bm25, self.n_docs, self._length_norms(), self.dl, self.avgdl, ORDER_MIN
+        )
+        self._adopt(*packed)
 
     def _pack(self, lengths: array[int], docs: array[int], tfs: array[int]) -> None:
         """Adopt ``docs``/``tfs`` (lists laid end to end) as the buffers, with
@@ -531,6 +518,12 @@ class InvertedIndex:
         imps, positions = impacts_and_orders(
             self.bm25, self.n_docs, lengths, tfs, docs, norms, self.dl, self.avgdl, ORDER_MIN
         )
+        self._adopt(lengths, docs, tfs, imps, positions)
+
+    def _adopt(
+        self, lengths: array[int], docs: array[int], tfs: array[int], imps: array[float], positions: Ints
+    ) -> None:
+        """Adopt packed lists with their impacts and orders (all laid end to end) as the buffers."""
         self.attach_buffers(array("q", accumulate(lengths, initial=0)), docs, tfs, imps)
         self.attach_orders(order_offsets_of(lengths, ORDER_MIN), positions)
 

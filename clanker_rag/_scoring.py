@@ -188,8 +188,12 @@ def bulk_impacts(
     """Impacts (float32) of lists laid end to end (``lengths`` postings each,
     ``norms`` their chunks' length norms), bit for bit those computed term by
     term: ``idf * tf_weight``, the same operations in the same order."""
-    # An emptied list (every chunk of the term removed) has no impacts.
-    idfs = [bm.idf(n_docs, df) if df else 0.0 for df in lengths]
+    # One idf per distinct df (a few thousand among 600k terms at 225k chunks):
+    # 0.04 s instead of 0.32 s of calls, the same values.  An emptied list
+    # (every chunk of the term removed) has no impacts.
+    by_df = {df: bm.idf(n_docs, df) for df in set(lengths) if df}
+    by_df[0] = 0.0
+    idfs = list(map(by_df.__getitem__, lengths))
     weights = tf_weights(bm, tfs, norms, docs, dls, avgdl)
     return array("f", map(mul, chain.from_iterable(map(repeat, idfs, lengths)), weights))
 

@@ -195,3 +195,222 @@ def test_an_interrupted_wait_stops_and_reaps_the_child(monkeypatch):
     assert len(children) == 1
     with pytest.raises(ChildProcessError):  # already reaped
         real_waitpid(children[0], os.WNOHANG)
+
+
+# -- pack_pending: a fresh build's lists, packed by both processes ------------------------------
+
+
+def pending_input(lists, variant):
+    """Pending lists ``{term id: [cid, tf, cid, tf, ...]}`` of ``lists`` (None: the term has
+    no pending list; []: an emptied one) and the statistics to pack them with."""
+    pending = {}
+    for tid, plist in enumerate(lists):
+        if plist is None:
+            continue
+        flat, cid = [], -1
+        for gap, tf in plist:
+            cid += gap
+            flat += [cid, tf]
+        pending[tid] = flat
+    n = max((cid for flat in pending.values() for cid in flat[0::2]), default=0) + 1
+    dls = array("i", [0] * n)
+    for flat in pending.values():
+        for cid, tf in zip(flat[0::2], flat[1::2]):
+            dls[cid] += tf
+    avgdl = sum(dls) / n if any(dls) else 0.0
+    bm = BM25(variant=variant)
+    norms = list(norm_values(bm, avgdl, dls)) if avgdl else [bm.k1] * n
+    return pending, len(lists), (bm, n, norms, dls, avgdl)
+
+
+def packed_by_hand(pending, n_terms, stats, order_min):
+    # The reference: what _freeze did before the child packed too, packing in this process.
+    bm, n, norms, dls, avgdl = stats
+    lengths, docs, tfs = array("i"), array("i"), array("I")
+    for tid in range(n_terms):
+        flat = pending.get(tid, [])
+        docs.fromlist(flat[0::2])
+        tfs.fromlist(flat[1::2])
+        lengths.append(len(flat) // 2)
+    imps, positions = _packing.impacts_and_orders(
+        bm, n, lengths, tfs, docs, norms, dls, avgdl, order_min, split_min=10**12
+    )
+    return lengths, docs, tfs, imps, positions
+
+
+def as_bytes(packed):
+    return [part.tobytes() for part in packed]
+
+
+def pack(pending, n_terms, stats, order_min, share=0.5):
+    old = _packing.CHILD_SHARE
+    _packing.CHILD_SHARE = share
+    try:
+        return _packing.pack_pending(pending, n_terms, *stats, order_min, split_min=0)
+    finally:
+        _packing.CHILD_SHARE = old
+
+
+pending_lists = st.lists(st.none() | st.just([]) | postings_list, min_size=1, max_size=12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(pending_lists, variants, st.integers(0, 8))
+def test_packing_pending_lists_in_one_process_equals_packing_them_first(lists, variant, order_min):
+    pending, n_terms, stats = pending_input(lists, variant)
+    reference = as_bytes(packed_by_hand(pending, n_terms, stats, order_min))
+    packed = _packing.pack_pending(pending, n_terms, *stats, order_min, split_min=10**12)
+    assert as_bytes(packed) == reference
+    assert pending == {}  # freed
+
+
+@needs_fork
+@settings(max_examples=40, deadline=None)
+@given(pending_lists, variants, st.integers(0, 8), st.sampled_from([0.0, 0.1, 0.5, 0.9, 1.0]))
+def test_a_child_packing_its_share_equals_one_process_bit_for_bit(lists, variant, order_min, share):
+    pending, n_terms, stats = pending_input(lists, variant)
+    reference = as_bytes(packed_by_hand(pending, n_terms, stats, order_min))
+    packed = pack(pending, n_terms, stats, order_min, share)
+    assert as_bytes(packed) == reference
+    assert pending == {}  # freed once the child was collected
+
+
+@needs_fork
+@pytest.mark.parametrize("share", [0.0, 0.3, 0.5, 0.7, 1.0])
+def test_the_child_packs_every_list_of_its_half_and_this_process_none(monkeypatch, share):
+    # Only term 5 has postings among 8 (the rest have none or emptied lists): with every
+    # share it lands in one half or the other, and the other half is empty.
+    lists = [None, [], None, [], None, [(1, 2), (3, 1)] * 20, [], None]
+    pending, n_terms, stats = pending_input(lists, "robertson")
+    reference = as_bytes(packed_by_hand(pending, n_terms, stats, 4))
+    real_packed_part = _packing._packed_part
+    parent = os.getpid()
+    packed_here = []
+
+    def recording(plists, lengths, stats, terms, free=None):
+        if os.getpid() == parent:
+            packed_here.append(terms)
+        return real_packed_part(plists, lengths, stats, terms, free)
+
+    monkeypatch.setattr(_packing, "_packed_part", recording)
+    packed = pack(pending, n_terms, stats, 4, share)
+    monkeypatch.setattr(_packing, "_packed_part", real_packed_part)
+    assert len(packed_here) == 1 and packed_here[0][0] == 0 and 1 <= packed_here[0][1] < n_terms
+    assert as_bytes(packed) == reference
+
+
+@needs_fork
+@pytest.mark.parametrize("how", ["raises", "exits"])
+def test_a_failed_packing_child_leaves_this_process_to_pack_its_half(monkeypatch, how):
+    lists = [[(1, 2)] * 40, None, [(2, 1)] * 50, [], [(1, 3)] * 45, [(3, 1)] * 30]
+    pending, n_terms, stats = pending_input(lists, "bm25+")
+    reference = as_bytes(packed_by_hand(pending, n_terms, stats, 4))
+    real_packed_part = _packing._packed_part
+    parent = os.getpid()
+    packed_here = []
+
+    def failing_in_the_child(plists, lengths, stats, terms, free=None):
+        if os.getpid() != parent:
+            if how == "exits":
+                os._exit(3)
+            raise RuntimeError("the child breaks")
+        packed_here.append(terms)
+        return real_packed_part(plists, lengths, stats, terms, free)
+
+    monkeypatch.setattr(_packing, "_packed_part", failing_in_the_child)
+    packed = pack(pending, n_terms, stats, 4)
+    monkeypatch.setattr(_packing, "_packed_part", real_packed_part)
+    # This process packed both halves, the child's from the lists it still had.
+    assert len(packed_here) == 2 and packed_here[0][1] == packed_here[1][0] and packed_here[1][1] == n_terms
+    assert as_bytes(packed) == reference
+    assert pending == {}
+
+
+@needs_fork
+def test_pending_lists_are_intact_until_the_child_is_collected(monkeypatch):
+    lists = [[(1, 2)] * 40, [(2, 1)] * 50, None, [(1, 3)] * 45]
+    pending, n_terms, stats = pending_input(lists, "lucene")
+    before = {tid: list(flat) for tid, flat in pending.items()}
+    real_collect = _packing._Child.collect
+    seen = []
+
+    def checking_collect(child, into):
+        seen.append(pending == before)
+        return real_collect(child, into)
+
+    monkeypatch.setattr(_packing._Child, "collect", checking_collect)
+    pack(pending, n_terms, stats, 4)
+    assert seen == [True] and pending == {}  # intact while the child lived, freed after
+
+
+@needs_fork
+def test_an_interrupted_packing_parent_stops_and_reaps_its_child(monkeypatch):
+    lists = [[(1, 2)] * 40, [(2, 1)] * 50, [(1, 3)] * 45]
+    pending, n_terms, stats = pending_input(lists, "lucene")
+    real_packed_part = _packing._packed_part
+    parent = os.getpid()
+    children = []
+    real_fork = os.fork
+
+    def recording_fork():
+        pid = real_fork()
+        if pid:
+            children.append(pid)
+        return pid
+
+    def interrupted_in_the_parent(*args):
+        if os.getpid() == parent:
+            raise KeyboardInterrupt
+        return real_packed_part(*args)
+
+    monkeypatch.setattr(os, "fork", recording_fork)
+    monkeypatch.setattr(_packing, "_packed_part", interrupted_in_the_parent)
+    with pytest.raises(KeyboardInterrupt):
+        pack(pending, n_terms, stats, 4)
+    assert len(children) == 1
+    with pytest.raises(ChildProcessError):  # already reaped
+        os.waitpid(children[0], os.WNOHANG)
+
+
+def test_small_or_busy_packing_stays_in_this_process_and_frees_the_lists_once_packed(monkeypatch):
+    lists = [[(1, 2)] * 40, [(2, 1)] * 50]
+    real_part = _packing._part
+    reference = as_bytes(packed_by_hand(*pending_input(lists, "lucene"), 4))
+
+    def no_fork():
+        raise AssertionError("forked")
+
+    monkeypatch.setattr(os, "fork", no_fork)
+    for busy in (False, True):
+        monkeypatch.setattr(_packing, "idle_core", lambda busy=busy: not busy)
+        pending, n_terms, stats = pending_input(lists, "lucene")
+        seen = []
+
+        def checking_part(*args, pending=pending, seen=seen):
+            seen.append(len(pending))  # the impacts come after the lists are freed
+            return real_part(*args)
+
+        monkeypatch.setattr(_packing, "_part", checking_part)
+        # Every core busy, or below SPLIT_MIN.
+        packed = pack(pending, n_terms, stats, 4) if busy else _packing.pack_pending(pending, n_terms, *stats, 4)
+        assert as_bytes(packed) == reference and seen == [0] and pending == {}
+
+
+@needs_fork
+def test_the_child_computes_its_half_of_the_impacts(monkeypatch):
+    inputs = packed_input([[(1, 2)] * 40, [(2, 1)] * 50, [(1, 3)] * 45], "atire")
+    real_part = _packing._part
+    parent = os.getpid()
+    done_here = []
+
+    def recording(*args):
+        if os.getpid() == parent:
+            done_here.append(args[-1])
+        return real_part(*args)
+
+    monkeypatch.setattr(_packing, "_part", recording)
+    imps, positions = _packing.impacts_and_orders(*inputs, 4, split_min=0)
+    monkeypatch.setattr(_packing, "_part", real_part)
+    assert done_here == [(0, 2)]  # the child did list 2
+    alone_imps, alone_positions = one_process(inputs, 4)
+    assert imps.tobytes() == alone_imps.tobytes() and positions == alone_positions
