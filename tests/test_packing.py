@@ -101,11 +101,8 @@ def test_a_failed_child_leaves_this_process_to_do_its_half(monkeypatch):
     assert imps.tobytes() == alone_imps.tobytes() and positions == alone_positions
 
 
-@needs_fork
-def test_an_interrupted_parent_stops_and_reaps_its_child(monkeypatch):
-    inputs = packed_input([[(1, 2)] * 40, [(2, 1)] * 50, [(1, 3)] * 45], "lucene")
-    real_part = _packing._part
-    parent = os.getpid()
+def recorded_forks(monkeypatch):
+    """The pids of the children ``os.fork`` starts from now on (in this test)."""
     children = []
     real_fork = os.fork
 
@@ -115,12 +112,22 @@ def test_an_interrupted_parent_stops_and_reaps_its_child(monkeypatch):
             children.append(pid)
         return pid
 
+    monkeypatch.setattr(os, "fork", recording_fork)
+    return children
+
+
+@needs_fork
+def test_an_interrupted_parent_stops_and_reaps_its_child(monkeypatch):
+    inputs = packed_input([[(1, 2)] * 40, [(2, 1)] * 50, [(1, 3)] * 45], "lucene")
+    real_part = _packing._part
+    parent = os.getpid()
+    children = recorded_forks(monkeypatch)
+
     def interrupted_in_the_parent(*args):
         if os.getpid() == parent:
             raise KeyboardInterrupt
         return real_part(*args)
 
-    monkeypatch.setattr(os, "fork", recording_fork)
     monkeypatch.setattr(_packing, "_part", interrupted_in_the_parent)
     with pytest.raises(KeyboardInterrupt):
         _packing.impacts_and_orders(*inputs, 4, split_min=0)
@@ -173,14 +180,8 @@ def test_cpu_times_read_this_machine_or_nothing():
 @needs_fork
 def test_an_interrupted_wait_stops_and_reaps_the_child(monkeypatch):
     inputs = packed_input([[(1, 2)] * 40, [(2, 1)] * 50, [(1, 3)] * 45], "lucene")
-    children = []
-    real_fork, real_waitpid = os.fork, os.waitpid
-
-    def recording_fork():
-        pid = real_fork()
-        if pid:
-            children.append(pid)
-        return pid
+    children = recorded_forks(monkeypatch)
+    real_waitpid = os.waitpid
 
     def interrupted_wait(pid, options):
         if options == 0 and pid in children:
@@ -188,7 +189,6 @@ def test_an_interrupted_wait_stops_and_reaps_the_child(monkeypatch):
             raise KeyboardInterrupt
         return real_waitpid(pid, options)
 
-    monkeypatch.setattr(os, "fork", recording_fork)
     monkeypatch.setattr(os, "waitpid", interrupted_wait)
     with pytest.raises(KeyboardInterrupt):
         _packing.impacts_and_orders(*inputs, 4, split_min=0)
@@ -349,21 +349,13 @@ def test_an_interrupted_packing_parent_stops_and_reaps_its_child(monkeypatch):
     pending, n_terms, stats = pending_input(lists, "lucene")
     real_packed_part = _packing._packed_part
     parent = os.getpid()
-    children = []
-    real_fork = os.fork
-
-    def recording_fork():
-        pid = real_fork()
-        if pid:
-            children.append(pid)
-        return pid
+    children = recorded_forks(monkeypatch)
 
     def interrupted_in_the_parent(*args):
         if os.getpid() == parent:
             raise KeyboardInterrupt
         return real_packed_part(*args)
 
-    monkeypatch.setattr(os, "fork", recording_fork)
     monkeypatch.setattr(_packing, "_packed_part", interrupted_in_the_parent)
     with pytest.raises(KeyboardInterrupt):
         pack(pending, n_terms, stats, 4)
