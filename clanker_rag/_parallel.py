@@ -124,17 +124,14 @@ class Counted:
         when several texts' chunks share this one (see :meth:`Worker.count_many`).
         """
         keys, tfs, b, known, sizes = self.keys, self.tfs, self.bounds, self.known, self.sizes
-        ids = terms.ids
-        get = ids.__getitem__
+        lookup = vocab.__getitem__
+
+        def ids_of(fresh: list[str]) -> list[int]:
+            return list(map(lookup, fresh))
+
         for i in range(first, len(sizes) if last is None else last):
-            n = sizes[i]
-            if known[i] > len(ids):
-                ids.extend(repeat(-1, known[i] - len(ids)))
-            end = pos + n
-            nums = keys[pos:end]
-            tids = list(map(get, nums))
-            if -1 in tids:
-                terms.resolve(nums, tids, vocab)
+            end = pos + sizes[i]
+            tids = terms.term_ids(keys[pos:end], known[i], ids_of)
             j = 4 * i
             yield CountedChunk(b[j], b[j + 1], b[j + 2], b[j + 3], self.labels[i], tids, tfs[pos:end])
             pos = end
@@ -205,7 +202,9 @@ class WorkerTerms:
 
         Numbers met for the first time are resolved in the order the chunks
         hold them, so ``ids_of`` creates new terms in the order adding the
-        chunks one by one does.
+        chunks one by one does.  A number is resolved only once a chunk that
+        holds it is added, never for a file that was skipped (a secret, say):
+        its terms must not reach the index.
         """
         ids = self.ids
         if known > len(ids):
@@ -219,25 +218,6 @@ class WorkerTerms:
         _consume(map(ids.__setitem__, fresh, ids_of(list(map(self.strings.__getitem__, fresh)))))
         _consume(map(tids.__setitem__, at, map(ids.__getitem__, numbers)))
         return tids
-
-    def resolve(self, nums: array[int], tids: list[int], vocab: Mapping[str, int]) -> None:
-        """Fill in the -1s of ``tids`` (a chunk's ids, in the order it met them).
-
-        A number is resolved when an added chunk first holds it, never when
-        the file that introduced it was skipped (a secret, say): its terms
-        must not reach the index.  Resolving in the chunk's order creates
-        new index ids in the order a serial ingest creates them.
-        """
-        ids, strings = self.ids, self.strings
-        find = tids.index  # a C-level scan: a chunk holds few new terms among many
-        j = find(-1)
-        while True:
-            number = nums[j]
-            tids[j] = ids[number] = vocab[strings[number]]
-            try:
-                j = find(-1, j + 1)
-            except ValueError:
-                return
 
 
 class _Numbers(dict[str, int]):

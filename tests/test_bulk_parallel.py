@@ -199,9 +199,9 @@ def test_bad_metadata_in_a_batch_stops_where_one_process_stops(monkeypatch: pyte
 @settings(max_examples=40, deadline=None)
 @given(batch=st.lists(texts, max_size=8), seen=st.integers(0, 8))
 def test_worker_terms_of_a_whole_batch_are_those_met_chunk_by_chunk(batch: list[str], seen: int) -> None:
-    # term_ids resolves every number at once; resolve() does it chunk by
-    # chunk as the chunks are added.  Same ids, new terms created in the same
-    # order, also when an earlier batch already resolved some numbers.
+    # The bulk add resolves a whole batch's numbers at once; Counted.chunks
+    # does it chunk by chunk as the chunks are added.  Same ids, new terms
+    # created in the same order, also when an earlier batch resolved some.
     kb = KnowledgeBase(chunk_size=8)
     worker = Worker(kb.analyzer, kb.chunker)
     earlier, _ = worker.count_many(batch[:seen])
