@@ -11,7 +11,7 @@ normalised contains-match (``bench/answers_qa.py``):
 * ``both``: up-front context and the tool.
 
 The prompts, the controller settings and the answer clean-up are the ones
-``clanker-rag ask`` uses for a base model (``clanker_rag._ask``), so the
+``clanker-rag ask`` uses for a base model (``clanker_rag._answer._ask``), so the
 figures measure the product.  Reported per mode and split: accuracy, median
 and mean time to answer (request to last token), injected tokens per
 question (the server's tokenizer) and retrievals per question.
@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from bench.answers_qa import QA, correct, load  # noqa: E402
-from clanker_rag._ask import (  # noqa: E402
+from clanker_rag._answer._ask import (  # noqa: E402
     ANSWER_BLOCK_CHARS,
     ANSWER_COPY,
     ANSWER_FOCUS_CHARS,
@@ -50,10 +50,10 @@ from clanker_rag._ask import (  # noqa: E402
     answer_controller,
     answer_text,
 )
-from clanker_rag._controller import InjectEvent, RetrieveEvent, TextEvent  # noqa: E402
-from clanker_rag._copying import CopyingBackend  # noqa: E402
+from clanker_rag._answer._grammars import CopyingBackend  # noqa: E402
+from clanker_rag._answer._prompts import MODES, base_prompt  # noqa: E402
 from clanker_rag._kb import KnowledgeBase  # noqa: E402
-from clanker_rag._prompts import MODES, base_prompt  # noqa: E402
+from clanker_rag._stream._controller import InjectEvent, RetrieveEvent, TextEvent  # noqa: E402
 from clanker_rag.backends import LlamaCppBackend  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "answers.json"

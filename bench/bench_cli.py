@@ -2,7 +2,7 @@
 
 Measures, as separate processes (median of several runs):
 
-* the import time of ``clanker_rag._cli`` (``python -X importtime``), and of
+* the import time of ``clanker_rag._cli._main`` (``python -X importtime``), and of
   plain ``python -c pass`` for reference;
 * the wall time of ``clanker-rag --help``;
 * the wall time of ``clanker-rag search QUERY`` on the shipped ``data/kb``.
@@ -63,7 +63,7 @@ def main() -> None:
     py = sys.executable
     rows = [
         ("python -c pass", wall([py, "-c", "pass"], args.runs)),
-        ("import clanker_rag._cli (importtime, cumulative)", import_time("clanker_rag._cli", args.runs)),
+        ("import clanker_rag._cli._main (importtime, cumulative)", import_time("clanker_rag._cli._main", args.runs)),
         ("import clanker_rag (importtime, cumulative)", import_time("clanker_rag", args.runs)),
         ("clanker-rag --help", wall([py, "-m", "clanker_rag", "--help"], args.runs)),
         (

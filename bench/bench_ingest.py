@@ -25,9 +25,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from clanker_rag._ingest import ingest
+from clanker_rag._ingest._parallel import usable_cpus
+from clanker_rag._ingest._run import ingest
 from clanker_rag._kb import KnowledgeBase
-from clanker_rag._parallel import usable_cpus
 
 
 def timed_ingest(tree: str, include: list[str], jobs: int | None) -> tuple[float, int, int]:
@@ -35,7 +35,7 @@ def timed_ingest(tree: str, include: list[str], jobs: int | None) -> tuple[float
     (seconds, chunks, worker processes)."""
     code = (
         "import sys, time, json; sys.path.insert(0, sys.argv[1]);"
-        "from clanker_rag._ingest import ingest; from clanker_rag._kb import KnowledgeBase;"
+        "from clanker_rag._ingest._run import ingest; from clanker_rag._kb import KnowledgeBase;"
         "kb = KnowledgeBase(); t = time.perf_counter();"
         "r = ingest(kb, sys.argv[2], progress=False, include=json.loads(sys.argv[3]), jobs=json.loads(sys.argv[4]));"
         "print(time.perf_counter() - t, len(kb), r.workers)"

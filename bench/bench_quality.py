@@ -33,10 +33,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from clanker_rag._dense import HybridRetriever  # noqa: E402
-from clanker_rag._eval import evaluate_run, load_beir  # noqa: E402
 from clanker_rag._kb import KnowledgeBase  # noqa: E402
-from clanker_rag._rerank import Reranker, RerankingRetriever  # noqa: E402
+from clanker_rag._retrieval._dense import HybridRetriever  # noqa: E402
+from clanker_rag._retrieval._eval import evaluate_run, load_beir  # noqa: E402
+from clanker_rag._retrieval._rerank import Reranker, RerankingRetriever  # noqa: E402
 
 
 def default_model() -> str:

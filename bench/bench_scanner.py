@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from clanker_rag._scanner import TagScanner
+from clanker_rag._stream._scanner import TagScanner
 
 WORDS = [" the", " model", " writes", " text", ",", ".", " a", " <", "b", " x<y", " token", "\n", " cache", " is"]
 CALL = ["<", "tool", " name", '="', "retrieve", '">', "kv cache", " reuse", "</", "tool>"]

@@ -1,4 +1,4 @@
-"""Time ``clanker_rag._stemmer.stem`` over a real vocabulary.
+"""Time ``clanker_rag._text._stemmer.stem`` over a real vocabulary.
 
 Vocabulary: every distinct lowercase word of the Cranfield corpus (if
 ../shared/datasets/cranfield/corpus.jsonl exists) plus every distinct word
@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from clanker_rag._stemmer import stem  # noqa: E402
+from clanker_rag._text._stemmer import stem  # noqa: E402
 
 CRANFIELD = ROOT.parent / "shared" / "datasets" / "cranfield" / "corpus.jsonl"
 _WORD = re.compile(r"[a-z']+")

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from ._analysis import Analyzer
-    from ._controller import InjectEvent, RagController, RetrieveEvent, StreamEvent, TextEvent, neutralize
-    from ._dense import DenseStore, HybridRetriever, update_embeddings
+    from ._answer._focusing import FocusedRetriever
+    from ._engine._index import TermExplanation
+    from ._engine._scoring import BM25
     from ._exceptions import (
         BackendError,
         ClankerRagError,
@@ -25,15 +25,15 @@ if TYPE_CHECKING:
         MissingExtraError,
         RetrievalTimeoutError,
     )
-    from ._fusion import MultiQueryRetriever, expand_neighbors, fuse_hits, reciprocal_rank_fusion
-    from ._generate import RETRIEVE_TOOL, AsyncGenerateFn, GenerateFn, RequestStats, Token, retrieve_tool
-    from ._index import TermExplanation
-    from ._ingest import IngestReport
+    from ._ingest._run import IngestReport
     from ._kb import Explanation, KnowledgeBase
-    from ._rerank import Reranker, RerankingRetriever
-    from ._scanner import TagScanner, ToolCall
-    from ._scoring import BM25
-    from ._shaping import FocusedRetriever
+    from ._retrieval._dense import DenseStore, HybridRetriever, update_embeddings
+    from ._retrieval._fusion import MultiQueryRetriever, expand_neighbors, fuse_hits, reciprocal_rank_fusion
+    from ._retrieval._rerank import Reranker, RerankingRetriever
+    from ._stream._controller import InjectEvent, RagController, RetrieveEvent, StreamEvent, TextEvent, neutralize
+    from ._stream._generate import RETRIEVE_TOOL, AsyncGenerateFn, GenerateFn, RequestStats, Token, retrieve_tool
+    from ._stream._scanner import TagScanner, ToolCall
+    from ._text._analysis import Analyzer
     from ._types import Hit, HitLike, Retriever
 
 __all__ = [
@@ -83,13 +83,13 @@ __all__ = [
 ]
 
 _LAZY = {
-    "Analyzer": "_analysis",
-    "InjectEvent": "_controller",
-    "RagController": "_controller",
-    "RetrieveEvent": "_controller",
-    "StreamEvent": "_controller",
-    "TextEvent": "_controller",
-    "neutralize": "_controller",
+    "Analyzer": "_text._analysis",
+    "InjectEvent": "_stream._controller",
+    "RagController": "_stream._controller",
+    "RetrieveEvent": "_stream._controller",
+    "StreamEvent": "_stream._controller",
+    "TextEvent": "_stream._controller",
+    "neutralize": "_stream._controller",
     "BackendError": "_exceptions",
     "ClankerRagError": "_exceptions",
     "ConfigError": "_exceptions",
@@ -98,32 +98,32 @@ _LAZY = {
     "IngestError": "_exceptions",
     "MissingExtraError": "_exceptions",
     "RetrievalTimeoutError": "_exceptions",
-    "AsyncGenerateFn": "_generate",
-    "GenerateFn": "_generate",
-    "RequestStats": "_generate",
-    "Token": "_generate",
-    "TermExplanation": "_index",
-    "IngestReport": "_ingest",
+    "AsyncGenerateFn": "_stream._generate",
+    "GenerateFn": "_stream._generate",
+    "RequestStats": "_stream._generate",
+    "Token": "_stream._generate",
+    "TermExplanation": "_engine._index",
+    "IngestReport": "_ingest._run",
     "Explanation": "_kb",
     "KnowledgeBase": "_kb",
-    "TagScanner": "_scanner",
-    "ToolCall": "_scanner",
-    "BM25": "_scoring",
-    "RETRIEVE_TOOL": "_generate",
-    "retrieve_tool": "_generate",
+    "TagScanner": "_stream._scanner",
+    "ToolCall": "_stream._scanner",
+    "BM25": "_engine._scoring",
+    "RETRIEVE_TOOL": "_stream._generate",
+    "retrieve_tool": "_stream._generate",
     "Hit": "_types",
     "HitLike": "_types",
     "Retriever": "_types",
-    "Reranker": "_rerank",
-    "RerankingRetriever": "_rerank",
-    "DenseStore": "_dense",
-    "HybridRetriever": "_dense",
-    "update_embeddings": "_dense",
-    "FocusedRetriever": "_shaping",
-    "MultiQueryRetriever": "_fusion",
-    "expand_neighbors": "_fusion",
-    "fuse_hits": "_fusion",
-    "reciprocal_rank_fusion": "_fusion",
+    "Reranker": "_retrieval._rerank",
+    "RerankingRetriever": "_retrieval._rerank",
+    "DenseStore": "_retrieval._dense",
+    "HybridRetriever": "_retrieval._dense",
+    "update_embeddings": "_retrieval._dense",
+    "FocusedRetriever": "_answer._focusing",
+    "MultiQueryRetriever": "_retrieval._fusion",
+    "expand_neighbors": "_retrieval._fusion",
+    "fuse_hits": "_retrieval._fusion",
+    "reciprocal_rank_fusion": "_retrieval._fusion",
 }
 
 _default_kb: KnowledgeBase | None = None

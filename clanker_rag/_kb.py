@@ -17,22 +17,23 @@ from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import _codec, _collection, _store
-from ._analysis import Analyzer
-from ._chunking import Chunker
-from ._collection import CollectionStats
-from ._counting import CountedChunk, CountedTexts, TermIds, span_counts
+from ._engine import _collection
+from ._engine._collection import CollectionStats
+from ._engine._counting import CountedChunk, CountedTexts, TermIds, span_counts
+from ._engine._index import InvertedIndex, TermExplanation
+from ._engine._scoring import BM25
+from ._engine._sources import ChunkDocs, ChunkTable, Doc, LoadedSources
 from ._exceptions import ConfigError, IndexFormatError, IndexLockedError
 from ._gc_pause import collector_paused
-from ._index import InvertedIndex, TermExplanation
-from ._lock import IndexLock
-from ._scoring import BM25
-from ._sources import ChunkDocs, ChunkTable, Doc, LoadedSources
+from ._storage import _codec, _store
+from ._storage._lock import IndexLock
+from ._text._analysis import Analyzer
+from ._text._chunking import Chunker
 from ._types import Hit, metadata_matches, source_matches
 from ._validate import check_metadata, text_items
 
 if TYPE_CHECKING:
-    from ._ingest import IngestReport
+    from ._ingest._run import IngestReport
 
 __all__ = ["Explanation", "KnowledgeBase", "default_index_path"]
 
@@ -376,7 +377,7 @@ class KnowledgeBase:
     ) -> int:
         """Bulk :meth:`add_text` of ``(text, source[, metadata])`` (``jobs``: see :mod:`._bulk`); returns chunks."""
         checked = text_items(items)
-        from ._bulk import add_texts_parallel
+        from ._ingest._parallel_add import add_texts_parallel
 
         return add_texts_parallel(self, checked, jobs)
 
@@ -441,7 +442,7 @@ class KnowledgeBase:
 
     def ingest(self, path: str | os.PathLike[str], **options: Any) -> IngestReport:
         """Ingest a file or folder tree; see :func:`clanker_rag.ingest` for the options."""
-        from ._ingest import ingest
+        from ._ingest._run import ingest
 
         return ingest(self, path, **options)
 

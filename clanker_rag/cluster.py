@@ -37,8 +37,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
-from ._analysis import Analyzer
-from ._cluster_shards import (
+from ._cluster._shards import (
     PLACEMENT,
     DaskShards,
     LocalShards,
@@ -58,10 +57,11 @@ from ._cluster_shards import (
     shard_table,
     shard_term_stats,
 )
-from ._collection import CollectionStats
+from ._engine._collection import CollectionStats
 from ._exceptions import ConfigError, IndexFormatError, IngestError, MissingExtraError
-from ._ingest import IngestReport, Progress, ProgressHook
+from ._ingest._run import IngestReport, Progress, ProgressHook
 from ._kb import Explanation, KnowledgeBase
+from ._text._analysis import Analyzer
 from ._types import Hit
 from ._validate import check_metadata, text_items
 

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from clanker_rag import KnowledgeBase  # noqa: E402
-from clanker_rag._readers import parse_text  # noqa: E402
+from clanker_rag._ingest._readers import parse_text  # noqa: E402
 
 DOCS = ROOT / "docs"
 KB = ROOT / "data" / "kb"

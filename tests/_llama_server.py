@@ -15,7 +15,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from clanker_rag._demo import LlamaServerProcess, locate_demo_model
+from clanker_rag._cli._demo import LlamaServerProcess, locate_demo_model
 from clanker_rag._exceptions import MissingExtraError
 
 FEW_SHOT = """The assistant answers questions about the clanker project. It never guesses: it first searches the \

@@ -18,7 +18,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .._generate import RequestStats, Token
+from .._stream._generate import RequestStats, Token
 
 if TYPE_CHECKING:
     from ._llama_cpp_python import LlamaCppPythonBackend

@@ -1,7 +1,7 @@
 """OpenAI-compatible and llama.cpp HTTP backends, standard library only.
 
 Three endpoints, each a ``generate(prompt, stop)`` callable that streams
-:class:`~clanker_rag._generate.Token` pieces over server-sent events:
+:class:`~clanker_rag._stream._generate.Token` pieces over server-sent events:
 
 * :class:`CompletionsBackend` - ``POST /v1/completions`` with a raw prompt;
 * :class:`ChatBackend` - ``POST /v1/chat/completions`` (the prompt becomes the
@@ -27,8 +27,8 @@ from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
 
 from .._exceptions import BackendError, ConfigError
-from .._generate import RequestStats, Token, ToolCallDeltas, retrieve_tool
 from .._sse import DONE, iter_sse
+from .._stream._generate import RequestStats, Token, ToolCallDeltas, retrieve_tool
 from .._urls import parse_base_url
 
 __all__ = ["ChatBackend", "CompletionsBackend", "LlamaCppBackend"]

@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from .._exceptions import ConfigError, MissingExtraError
-from .._generate import RequestStats, Token
+from .._stream._generate import RequestStats, Token
 
 __all__ = ["TransformersBackend"]
 

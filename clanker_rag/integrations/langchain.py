@@ -18,7 +18,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from .._adapters import (
+from .._exceptions import MissingExtraError
+from .._stream._blocks import neutralize
+from ._adapters import (
     check_flag,
     check_k,
     check_query,
@@ -28,8 +30,6 @@ from .._adapters import (
     hit_fields,
     search_hits,
 )
-from .._blocks import neutralize
-from .._exceptions import MissingExtraError
 
 try:
     from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun

@@ -21,7 +21,10 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
-from .._adapters import (
+from .._exceptions import MissingExtraError
+from .._stream._blocks import neutralize
+from .._types import Retriever
+from ._adapters import (
     check_flag,
     check_k,
     check_query,
@@ -31,9 +34,6 @@ from .._adapters import (
     hit_fields,
     search_hits,
 )
-from .._blocks import neutralize
-from .._exceptions import MissingExtraError
-from .._types import Retriever
 
 try:
     from llama_index.core.callbacks import CallbackManager

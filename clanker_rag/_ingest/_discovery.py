@@ -1,0 +1,503 @@
+"""Finding the files of a tree that are safe and useful to index.
+
+The walk is iterative (very deep trees cannot exhaust the stack), sorted (the
+same tree always gives the same order), honours ``.gitignore`` files with
+git's own matching rules, prunes tool and dependency folders, never follows a
+symlink out of the root unless asked, and survives symlink loops.
+
+The secret guard runs before anything is opened: files whose names say they
+hold credentials are never read.  Content-based checks (private-key blocks)
+happen after decoding, in the ingest step.
+
+Every file that is not selected is reported with its reason; pruned folders
+are reported once, as ``folder/``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import os
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from ._readers import DEFAULT_EXTENSIONS, DEFAULT_FILENAMES, format_for
+
+__all__ = [
+    "DEFAULT_SKIP_DIRS",
+    "SECRET_NAME_PATTERNS",
+    "Candidate",
+    "DiscoveryOptions",
+    "GitIgnore",
+    "Skipped",
+    "compile_glob",
+    "discover",
+    "secret_name_reason",
+]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_SKIP_DIRS: frozenset[str] = frozenset(
+    {
+        ".git",
+        ".hg",
+        ".svn",
+        ".bzr",
+        "_darcs",
+        "CVS",
+        "node_modules",
+        "bower_components",
+        "__pycache__",
+        ".venv",
+        "venv",
+        "virtualenv",
+        ".tox",
+        ".nox",
+        ".mypy_cache",
+        ".pytest_cache",
+        ".ruff_cache",
+        ".hypothesis",
+        ".eggs",
+        "dist",
+        "build",
+        "site-packages",
+        ".gradle",
+        ".next",
+        ".nuxt",
+        ".cache",
+    }
+)
+
+# Matched case-insensitively against the file name.
+SECRET_NAME_PATTERNS: tuple[str, ...] = (
+    ".env",
+    ".env.*",
+    ".envrc",
+    "*.env",
+    "*.pem",
+    "*.key",
+    "*.p12",
+    "*.pfx",
+    "*.keystore",
+    "*.jks",
+    "*.ppk",
+    "*.gpg",
+    "*.asc",
+    "id_rsa*",
+    "id_dsa*",
+    "id_ecdsa*",
+    "id_ed25519*",
+    ".netrc",
+    "_netrc",
+    ".npmrc",
+    ".pypirc",
+    ".pgpass",
+    ".htpasswd",
+    ".git-credentials",
+    ".dockercfg",
+    ".boto",
+    ".s3cfg",
+    "credentials*",
+    "*.tfstate",
+    "*.tfstate.backup",
+    "client_secret*.json",
+    "application_default_credentials.json",
+    "service-account*.json",
+    "*-service-account.json",
+    "accesstokens.json",
+    "azureprofile.json",
+    "secrets.yaml",
+    "secrets.yml",
+    "secrets.json",
+    "secrets.toml",
+)
+# Matched against the end of the relative path (posix separators).
+_SECRET_PATH_PATTERNS: tuple[str, ...] = (
+    ".aws/*",
+    ".ssh/*",
+    ".docker/config.json",
+    ".kube/config",
+    ".config/gcloud/*",
+    ".azure/*",
+    ".gnupg/*",
+)
+_SECRET_RE = re.compile("|".join(fnmatch.translate(p) for p in SECRET_NAME_PATTERNS), re.IGNORECASE)
+_SECRET_PATH_RE = re.compile(
+    "|".join(r"(?:^|.*/)" + fnmatch.translate(p) for p in _SECRET_PATH_PATTERNS), re.IGNORECASE
+)
+
+
+def secret_name_reason(rel: str) -> str | None:
+    """Why the secret guard refuses this path by name, or None."""
+    name = rel.rsplit("/", 1)[-1]
+    if _SECRET_RE.match(name):
+        pattern = next(p for p in SECRET_NAME_PATTERNS if fnmatch.fnmatch(name.lower(), p.lower()))
+        return f"secret guard: file name matches {pattern!r}"
+    if _SECRET_PATH_RE.match(rel):
+        return "secret guard: credential folder"
+    return None
+
+
+# ------------------------------------------------------------- git globs
+
+
+def _segment_regex(seg: str) -> str:
+    out: list[str] = []
+    i = 0
+    while i < len(seg):
+        c = seg[i]
+        if c == "\\" and i + 1 < len(seg):
+            out.append(re.escape(seg[i + 1]))
+            i += 2
+            continue
+        if c == "*":
+            while i + 1 < len(seg) and seg[i + 1] == "*":
+                i += 1
+            out.append("[^/]*")
+        elif c == "?":
+            out.append("[^/]")
+        elif c == "[":
+            j = i + 1
+            if j < len(seg) and seg[j] in "!^":
+                j += 1
+            if j < len(seg) and seg[j] == "]":
+                j += 1
+            while j < len(seg) and seg[j] != "]":
+                j += 1
+            if j >= len(seg):
+                out.append(re.escape(c))
+            else:
+                body = seg[i + 1 : j]
+                negate = body[:1] in ("!", "^")
+                if negate:
+                    body = body[1:]
+                body = body.replace("\\", "\\\\").replace("^", "\\^")
+                out.append(f"[^/{body}]" if negate else f"(?!/)[{body}]")
+                i = j
+        else:
+            out.append(re.escape(c))
+        i += 1
+    return "".join(out)
+
+
+def compile_glob(pattern: str) -> tuple[re.Pattern[str], bool]:
+    """Compile a gitignore-style pattern into ``(regex, directory_only)``.
+
+    A pattern without an inner ``/`` matches at any depth (``*.md``); one
+    with a ``/`` is anchored to the base (``docs/*.md``, ``/build``); ``**``
+    spans folders.  The regex matches a path relative to the base.
+    """
+    dir_only = pattern.endswith("/")
+    pattern = pattern.rstrip("/")
+    anchored = "/" in pattern
+    pattern = pattern.lstrip("/")
+    parts = pattern.split("/")
+    pieces: list[str] = []
+    for i, seg in enumerate(parts):
+        last = i == len(parts) - 1
+        if seg == "**":
+            pieces.append(".*" if last else "(?:[^/]*/)*")
+        else:
+            pieces.append(_segment_regex(seg) + ("" if last else "/"))
+    body = "".join(pieces)
+    regex = ("" if anchored else "(?:.*/)?") + body
+    return re.compile(regex + r"\Z", re.DOTALL), dir_only
+
+
+@dataclass(slots=True)
+class _Rule:
+    regex: re.Pattern[str]
+    negate: bool
+    dir_only: bool
+    text: str
+
+
+@dataclass(slots=True)
+class GitIgnore:
+    """The rules of one ignore file, with where its base sits relative to the ingest root.
+
+    A path ``rel`` (relative to the root) is seen by these rules as
+    ``add + rel[len(strip):]``: ``strip`` is the base folder below the root,
+    ``add`` the root's position below an ignore file above it.
+    """
+
+    rules: list[_Rule]
+    strip: str = ""
+    add: str = ""
+
+    @classmethod
+    def parse(cls, text: str, *, strip: str = "", add: str = "") -> GitIgnore:
+        rules: list[_Rule] = []
+        for raw in text.splitlines():
+            line = raw.rstrip("\r")
+            if not line or line.startswith("#"):
+                continue
+            # Trailing spaces are ignored unless escaped with a backslash.
+            stripped = line.rstrip(" ")
+            if stripped.endswith("\\") and len(stripped) < len(line):
+                stripped += " "
+            line = stripped
+            negate = line.startswith("!")
+            if negate or line.startswith(("\\!", "\\#")):
+                line = line[1:]
+            if not line or line == "/":
+                continue
+            regex, dir_only = compile_glob(line)
+            rules.append(_Rule(regex, negate, dir_only, raw))
+        return cls(rules, strip, add)
+
+    def decide(self, rel: str, is_dir: bool) -> bool | None:
+        """True: ignored, False: re-included by ``!``, None: no rule matches."""
+        if self.strip:
+            if not rel.startswith(self.strip):
+                return None
+            rel = rel[len(self.strip) :]
+        rel = self.add + rel
+        for rule in reversed(self.rules):
+            if rule.dir_only and not is_dir:
+                continue
+            if rule.regex.match(rel):
+                return not rule.negate
+        return None
+
+
+def _ignored(rel: str, is_dir: bool, ignores: tuple[GitIgnore, ...]) -> bool:
+    # Deeper ignore files take precedence; within a file the last match wins.
+    for gi in reversed(ignores):
+        verdict = gi.decide(rel, is_dir)
+        if verdict is not None:
+            return verdict
+    return False
+
+
+# ------------------------------------------------------------------ walk
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A file selected for reading."""
+
+    path: str
+    rel: str
+    fmt: str
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """A file or pruned folder that is not indexed, and why."""
+
+    rel: str
+    reason: str
+    transient: bool = False
+
+
+@dataclass(slots=True)
+class DiscoveryOptions:
+    """What the walk selects; see :func:`clanker_rag._ingest._run.ingest` for the meaning."""
+
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    extensions: frozenset[str] = DEFAULT_EXTENSIONS
+    filenames: frozenset[str] = DEFAULT_FILENAMES
+    skip_dirs: frozenset[str] = DEFAULT_SKIP_DIRS
+    gitignore: bool = True
+    secret_guard: bool = True
+    follow_symlinks: bool = False
+    skip_real: frozenset[str] = frozenset()
+    _include_re: list[tuple[str, re.Pattern[str], bool]] = field(default_factory=list)
+    _exclude_re: list[tuple[str, re.Pattern[str], bool]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._include_re = [(p, *compile_glob(p)) for p in self.include]
+        self._exclude_re = [(p, *compile_glob(p)) for p in self.exclude]
+
+    @staticmethod
+    def normalise_extensions(exts: Iterable[str]) -> frozenset[str]:
+        return frozenset(e.lower() if e.startswith(".") else "." + e.lower() for e in exts)
+
+
+def _matching(rel: str, is_dir: bool, patterns: list[tuple[str, re.Pattern[str], bool]]) -> str | None:
+    for text, regex, dir_only in patterns:
+        if dir_only and not is_dir:
+            continue
+        if regex.match(rel):
+            return text
+    return None
+
+
+def _printable(name: str) -> str:
+    """A file name that can be shown and stored even if it was not valid UTF-8."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def _has_surrogates(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _within(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def _repo_ignores(root: str) -> tuple[GitIgnore, ...]:
+    """Ignore files of an enclosing git work tree, above the ingest root."""
+    ancestors: list[str] = []
+    cur = root
+    while True:
+        parent = os.path.dirname(cur)
+        if parent == cur:
+            return ()
+        ancestors.append(parent)
+        if os.path.exists(os.path.join(parent, ".git")):
+            break
+        cur = parent
+    out: list[GitIgnore] = []
+    for base in reversed(ancestors):
+        rel_root = os.path.relpath(root, base).replace(os.sep, "/") + "/"
+        files = [os.path.join(base, ".gitignore")]
+        if base == ancestors[-1]:
+            files.insert(0, os.path.join(base, ".git", "info", "exclude"))
+        for path in files:
+            text = _read_small(path)
+            if text is not None:
+                out.append(GitIgnore.parse(text, add=rel_root))
+    return tuple(out)
+
+
+def _read_small(path: str) -> str | None:
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(1 << 20)
+    except OSError:
+        return None
+    return data.decode("utf-8", "replace")
+
+
+def discover(root: str, options: DiscoveryOptions) -> Iterator[Candidate | Skipped]:
+    """Walk ``root`` (a folder) and yield selected files and skips in sorted order."""
+    root_real = os.path.realpath(root)
+    ignores: tuple[GitIgnore, ...] = ()
+    if options.gitignore:
+        ignores = _repo_ignores(root_real)
+        own = _read_small(os.path.join(root, ".git", "info", "exclude"))
+        if own is not None:
+            ignores += (GitIgnore.parse(own),)
+    visited: set[tuple[int, int]] = set()
+    try:
+        st = os.stat(root)
+        visited.add((st.st_dev, st.st_ino))
+    except OSError:
+        pass
+    stack: list[tuple[str, str, tuple[GitIgnore, ...]]] = [(root, "", ignores)]
+    while stack:
+        dirpath, rel_dir, active = stack.pop()
+        prefix = rel_dir + "/" if rel_dir else ""
+        try:
+            with os.scandir(dirpath) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as exc:
+            yield Skipped(prefix or "./", f"unreadable folder: {exc.strerror or exc}", transient=True)
+            continue
+        if options.gitignore and any(e.name == ".gitignore" for e in entries):
+            text = _read_small(os.path.join(dirpath, ".gitignore"))
+            if text is not None:
+                active = (*active, GitIgnore.parse(text, strip=prefix))
+        subdirs: list[tuple[str, str, tuple[GitIgnore, ...]]] = []
+        for entry in entries:
+            name = entry.name
+            rel = prefix + name
+            if _has_surrogates(name):
+                yield Skipped(_printable(rel), "file name is not valid UTF-8")
+                continue
+            try:
+                is_link = entry.is_symlink()
+                is_dir = entry.is_dir()
+                is_file = not is_dir and entry.is_file()
+            except OSError as exc:
+                yield Skipped(rel, f"unreadable: {exc.strerror or exc}", transient=True)
+                continue
+            if is_link:
+                target = os.path.realpath(entry.path)
+                if not os.path.exists(target):
+                    yield Skipped(rel, "broken symlink")
+                    continue
+                if not options.follow_symlinks and not _within(target, root_real):
+                    yield Skipped(rel + ("/" if is_dir else ""), "symlink leaves the ingest root")
+                    continue
+            if is_dir:
+                skip = _dir_skip_reason(entry, rel, active, options)
+                if skip is not None:
+                    yield Skipped(rel + "/", skip)
+                    continue
+                try:
+                    st = os.stat(entry.path)
+                except OSError as exc:
+                    yield Skipped(rel + "/", f"unreadable folder: {exc.strerror or exc}", transient=True)
+                    continue
+                ident = (st.st_dev, st.st_ino)
+                if ident in visited:
+                    yield Skipped(rel + "/", "symlink loop (folder already visited)")
+                    continue
+                visited.add(ident)
+                subdirs.append((entry.path, rel, active))
+                continue
+            if not is_file:
+                yield Skipped(rel, "not a regular file")
+                continue
+            yield _file_decision(entry.path, rel, active, options)
+        stack.extend(reversed(subdirs))
+
+
+def _dir_skip_reason(
+    entry: os.DirEntry[str], rel: str, active: tuple[GitIgnore, ...], options: DiscoveryOptions
+) -> str | None:
+    name = entry.name
+    if name in options.skip_dirs or name.endswith(".egg-info"):
+        return f"skipped folder ({name})"
+    if options.secret_guard and _SECRET_PATH_RE.match(rel + "/x"):
+        return "secret guard: credential folder"
+    if (pattern := _matching(rel, True, options._exclude_re)) is not None:
+        return f"excluded by {pattern!r}"
+    if active and _ignored(rel, True, active):
+        return "ignored by .gitignore"
+    if options.skip_real and os.path.realpath(entry.path) in options.skip_real:
+        return "skipped folder (the index itself)"
+    if os.path.exists(os.path.join(entry.path, "pyvenv.cfg")):
+        return "skipped folder (virtualenv)"
+    return None
+
+
+def _file_decision(
+    path: str, rel: str, active: tuple[GitIgnore, ...], options: DiscoveryOptions
+) -> Candidate | Skipped:
+    name = rel.rsplit("/", 1)[-1]
+    if options.secret_guard and (reason := secret_name_reason(rel)):
+        return Skipped(rel, reason)
+    if (pattern := _matching(rel, False, options._exclude_re)) is not None:
+        return Skipped(rel, f"excluded by {pattern!r}")
+    if active and _ignored(rel, False, active):
+        return Skipped(rel, "ignored by .gitignore")
+    if options._include_re:
+        if _matching(rel, False, options._include_re) is None:
+            return Skipped(rel, "not matched by the include patterns")
+        return Candidate(path, rel, format_for(name))
+    ext = os.path.splitext(name)[1].lower()
+    if ext in options.extensions or name in options.filenames:
+        return Candidate(path, rel, format_for(name))
+    return Skipped(rel, f"extension {ext!r} not in the allow-list" if ext else "no extension, not in the allow-list")
+
+
+def single_file(path: str, options: DiscoveryOptions) -> Candidate | Skipped:
+    """The decision for a file named explicitly: no allow-list, no ignore files."""
+    name = os.path.basename(path)
+    if _has_surrogates(name):
+        return Skipped(_printable(name), "file name is not valid UTF-8")
+    if options.secret_guard and (reason := secret_name_reason(os.path.abspath(path).replace(os.sep, "/"))):
+        return Skipped(name, reason)
+    if not os.path.isfile(path):
+        return Skipped(name, "not a regular file")
+    return Candidate(path, name, format_for(name))

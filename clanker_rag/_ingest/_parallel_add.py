@@ -1,0 +1,188 @@
+"""``add_texts(jobs=)``: worker processes chunk and count, this process adds in order.
+
+Counting a chunk is the larger part of a bulk build and needs nothing of the
+index, so workers do it (numbering terms their own way, see
+:class:`._parallel.WorkerTerms`) while this process adds the counted chunks
+in the items' order: the index is the one a single process builds, byte for
+byte.  Workers start only when the knowledge base counts the standard way,
+forking is safe (or ``jobs`` asks for them) and enough text is coming.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
+from functools import partial
+from itertools import chain
+from typing import Any, Protocol
+
+from .._engine._counting import CountedChunk, CountedTexts
+from .._exceptions import ConfigError
+from .._gc_pause import collector_paused
+from .._text._analysis import Analyzer
+from .._text._chunking import Chunker
+from ._parallel import Pool, WorkerTerms, can_parallel, start_method, usable_cpus
+
+__all__ = ["add_texts_parallel"]
+
+logger = logging.getLogger(__name__)
+
+Item = tuple[str, str, "Mapping[str, Any] | None"]
+
+
+class KnowledgeBase(Protocol):
+    """What a bulk add needs of a knowledge base (an import of ``_kb`` here would close a cycle)."""
+
+    analyzer: Analyzer
+    chunker: Chunker
+
+    def takes_prepared(self) -> bool: ...
+
+    def add_text(self, text: str, source: str, metadata: Mapping[str, Any] | None = None) -> int: ...
+
+    def add_counted(self, items: Sequence[Item], counted: CountedTexts) -> int | None: ...
+
+    def add_prepared(
+        self,
+        text: str,
+        source: str,
+        metadata: Mapping[str, Any] | None,
+        sections: None,
+        *,
+        content: str | None,
+        counted: Callable[[Mapping[str, int]], Iterable[CountedChunk]] | None = None,
+    ) -> int: ...
+
+
+# A batch is some 64 texts or a megabyte: few round trips, small enough to
+# keep both processes busy to the end.
+BATCH_TEXTS = 64
+BATCH_CHARS = 1 << 20
+# In automatic mode workers start once this much text is waiting: below it,
+# starting them costs more than they save.
+START_CHARS = 8 << 20
+# Batches per worker handed out and not back yet.
+WORKER_QUEUE = 2
+
+
+def _plan(kb: KnowledgeBase, jobs: int | None) -> tuple[int, str] | None:
+    """Workers and start method, or None to add in this process."""
+    reason = can_parallel(kb.analyzer, kb.chunker)
+    if reason is None and not kb.takes_prepared():
+        reason = "add_text is overridden"
+    if reason is not None:
+        logger.debug("add_texts in one process: %s", reason)
+        return None
+    method = start_method(explicit=jobs is not None)
+    if method is None:
+        logger.debug("add_texts in one process: other threads are running (pass jobs=N to use workers anyway)")
+        return None
+    n = usable_cpus() if jobs is None else jobs
+    return (n, method) if n > 1 else None
+
+
+def _serial(kb: KnowledgeBase, items: Iterator[Item]) -> int:
+    total = 0
+    with collector_paused():
+        for text, source, meta in items:
+            total += kb.add_text(text, source, meta)
+    return total
+
+
+def add_texts_parallel(kb: KnowledgeBase, items: Iterator[Item], jobs: int | None) -> int:
+    """Add ``items`` (already checked tuples) as :meth:`KnowledgeBase.add_texts` does."""
+    if jobs is not None and (type(jobs) is not int or jobs < 1):
+        raise ConfigError(f"add_texts(): jobs must be an int >= 1 or None, got {jobs!r}")
+    plan = _plan(kb, jobs)
+    if plan is None:
+        return _serial(kb, items)
+    workers, method = plan
+    head: list[Item] = []
+    if jobs is None:
+        size = 0
+        for item in items:
+            head.append(item)
+            size += len(item[0]) if isinstance(item[0], str) else 0
+            if size >= START_CHARS:
+                break
+        else:
+            return _serial(kb, iter(head))
+    return _pooled(kb, chain(head, items), workers, method)
+
+
+def _pooled(kb: KnowledgeBase, items: Iterator[Item], workers: int, method: str) -> int:
+    pool = Pool(kb.analyzer, kb.chunker, workers, method)
+    terms: dict[str, WorkerTerms] = {}
+    pending: deque[tuple[Future[str], list[Item]]] = deque()
+
+    def drain() -> int:
+        future, batch = pending.popleft()
+        token, fresh, counted, per_text = pool.counted(future)
+        worker_terms = terms.setdefault(token, WorkerTerms())
+        worker_terms.strings.extend(fresh)
+        known = counted.known[-1] if counted.known else 0
+        whole = CountedTexts(
+            per_text,
+            counted.bounds,
+            counted.labels,
+            counted.sizes,
+            counted.tfs,
+            partial(worker_terms.term_ids, counted.keys, known),
+        )
+        # The usual case, new sources only, in one pass; else text by text.
+        at_once = kb.add_counted(batch, whole)
+        if at_once is not None:
+            return at_once
+        added = 0
+        first = pos = 0
+        sizes = counted.sizes
+        for (text, source, meta), n in zip(batch, per_text):
+            last = first + n
+            chunks = partial(counted.chunks, worker_terms, first=first, last=last, pos=pos)
+            added += kb.add_prepared(text, source, meta, None, content=None, counted=chunks)
+            pos += sum(sizes[first:last])
+            first = last
+        return added
+
+    total = 0
+    batch: list[Item] = []
+    size = 0
+    try:
+        with collector_paused():
+            while True:
+                try:
+                    item = next(items)
+                except StopIteration:
+                    break
+                except Exception:
+                    # A bad item stops the add where a single process stops:
+                    # everything before it is added first.
+                    if batch:
+                        pending.append((pool.submit_texts([t for t, _, _ in batch]), batch))
+                    while pending:
+                        total += drain()
+                    raise
+                if not isinstance(item[0], str):
+                    if batch:
+                        pending.append((pool.submit_texts([t for t, _, _ in batch]), batch))
+                        batch, size = [], 0
+                    while pending:
+                        total += drain()
+                    total += kb.add_text(*item)  # raises the one clear error
+                    continue
+                batch.append(item)
+                size += len(item[0])
+                if len(batch) >= BATCH_TEXTS or size >= BATCH_CHARS:
+                    pending.append((pool.submit_texts([t for t, _, _ in batch]), batch))
+                    batch, size = [], 0
+                    while len(pending) > workers * WORKER_QUEUE:
+                        total += drain()
+            if batch:
+                pending.append((pool.submit_texts([t for t, _, _ in batch]), batch))
+            while pending:
+                total += drain()
+    finally:
+        pool.close()
+    return total

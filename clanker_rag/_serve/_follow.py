@@ -1,0 +1,76 @@
+"""Following an index folder that other processes save: the proxy's and the MCP server's reload.
+
+A long-running server holds one loaded :class:`KnowledgeBase`; an
+``ingest`` in another process replaces the folder's index file atomically.
+:class:`IndexFollower` notices that by the file's modification time and size
+(cheap: one ``stat``) and loads the new index.  A load that fails (a broken
+file written by someone else) is logged and retried at the next look, and
+the caller keeps serving what it has: a server never goes down, or goes
+empty, because of another process's write.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+
+from .._exceptions import ClankerRagError, ConfigError
+from .._kb import KnowledgeBase
+from .._storage import _store
+
+__all__ = ["IndexFollower"]
+
+logger = logging.getLogger(__name__)
+
+Stamp = tuple[int, int]
+
+
+def _stamp(file: Path) -> Stamp | None:
+    try:
+        st = file.stat()
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size)
+
+
+class IndexFollower:
+    """Loads ``folder`` again each time its index file changes.
+
+    ``check_every`` (seconds) spaces the looks out: a server answering many
+    requests a second stats the file at most that often.  Not thread-safe:
+    the caller serialises calls (both servers hold a lock around searches).
+    """
+
+    def __init__(self, folder: str | os.PathLike[str], *, check_every: float = 0.0) -> None:
+        if check_every < 0:
+            raise ConfigError(f"check_every={check_every!r}: must be >= 0 seconds")
+        self._file = Path(folder) / _store.INDEX_FILE
+        self._check_every = check_every
+        self._checked = time.monotonic()
+        self._stamp = _stamp(self._file)
+
+    @property
+    def folder(self) -> Path:
+        return self._file.parent
+
+    def fresh(self) -> KnowledgeBase | None:
+        """The index newly loaded if its file changed since the last successful load, else None."""
+        if self._check_every:
+            now = time.monotonic()
+            if now - self._checked < self._check_every:
+                return None
+            self._checked = now
+        stamp = _stamp(self._file)
+        if stamp is None or stamp == self._stamp:
+            return None
+        try:
+            kb = KnowledgeBase.load(self._file.parent)
+        except (ClankerRagError, OSError, ValueError) as exc:
+            # Keep the old stamp, so the next look tries again.
+            logger.warning("could not reload %s: %s", self._file.parent, exc)
+            return None
+        self._stamp = stamp
+        logger.info("reloaded %s (%d chunks)", self._file.parent, len(kb))
+        return kb

@@ -1,0 +1,796 @@
+"""The ``serve`` proxy's HTTP side: the server, its settings and the request handler.
+
+:class:`ProxyServer` holds what every request shares (settings, retriever,
+upstream client); :class:`_Handler` answers one request: generation requests
+(``/v1/chat/completions``, ``/v1/completions``) are driven through a
+:class:`~clanker_rag.RagController` over an
+:class:`~clanker_rag._serve._upstream.UpstreamTurn`, everything else is forwarded.
+Nothing a client sends (a reset connection, a body nested too deeply to
+parse) prints a traceback: each such request gets a clean answer or one log
+line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import logging
+import secrets
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Generator, Iterator, Mapping
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from .._answer._ask import answer_controller, answer_text, copying, probe_server
+from .._answer._prompts import STOP, base_prompt
+from .._exceptions import ConfigError
+from .._sse import DONE, encode_event
+from .._stream._blocks import DEFAULT_BLOCK_CHARS, BlockBuilder, last_question, squash_ws
+from .._stream._controller import InjectEvent, RagController, RetrieveEvent, StreamEvent, TextEvent
+from .._types import Retriever
+from .._urls import BaseUrl, parse_base_url
+from ._native_tools import assemble_response, run_native
+from ._upstream import (
+    ChatTurns,
+    Upstream,
+    UpstreamError,
+    UpstreamTurn,
+    as_stops,
+    chat_turns,
+    error_body,
+    event_stream,
+    message_text,
+    prepend_to_content,
+    redact,
+)
+
+__all__ = ["DEFAULT_MAX_REQUEST_BYTES", "ProxyConfig", "ProxyServer"]
+
+# The proxy logs under one name, whichever of its modules writes the line.
+logger = logging.getLogger("clanker_rag._serve._proxy")
+
+DEFAULT_MAX_REQUEST_BYTES = 8 * 1024 * 1024
+# Deeper than any real request (a JSON schema in response_format is a few
+# levels); far below Python's recursion limit.
+MAX_JSON_DEPTH = 128
+_COPY_CHUNK = 65536
+
+# Hop-by-hop headers (RFC 9110 section 7.6.1) and the ones the proxy sets itself.
+_DROP_REQUEST_HEADERS = frozenset(
+    {
+        "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection", "te",
+        "trailer", "transfer-encoding", "upgrade", "host", "content-length", "accept-encoding", "expect",
+    }
+)  # fmt: skip
+_DROP_RESPONSE_HEADERS = frozenset(
+    {"connection", "keep-alive", "proxy-authenticate", "trailer", "transfer-encoding", "upgrade", "content-length",
+     "server", "date"}
+)  # fmt: skip
+
+
+@dataclass
+class ProxyConfig:
+    """Settings of one proxy.  ``upstream`` is the upstream server's base URL.
+
+    ``live`` lets the controller resume generation mid-answer (new question
+    sentences, tool calls); ``False`` keeps only the up-front injection and
+    forwards the upstream stream untouched.  ``native_tools`` answers chat
+    requests through the upstream's own function calling instead (see
+    :mod:`clanker_rag._serve._native_tools`), client tools or not.
+
+    ``base_model`` says the upstream serves a base model without a chat
+    template: a chat request is then rendered into ``ask``'s few-shot
+    completion prompt and sent to ``/v1/completions`` with ``ask``'s answer
+    settings (one focused passage per block, answers end at their line; on a
+    probed llama.cpp, answers copy the block's words under a grammar), and
+    answered as a chat completion.  ``None`` asks the upstream once, on the
+    first chat request, the way ``ask`` does (llama.cpp's ``/props``,
+    :func:`~clanker_rag._answer._ask.probe_server`); an upstream that does not
+    answer counts as a chat server.
+    """
+
+    upstream: str
+    k: int = 3
+    questions: bool = True
+    tools: bool = True
+    live: bool = True
+    show_blocks: bool = False
+    min_score: float | None = None
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    timeout: float = 300.0
+    retrieval_timeout: float = 10.0
+    api_key: str | None = None  # used when the client sends no Authorization header
+    block_chars: int = DEFAULT_BLOCK_CHARS
+    native_tools: bool = False
+    base_model: bool | None = False
+    base: BaseUrl = field(init=False)
+
+    def __post_init__(self) -> None:
+        # Users paste the OpenAI-style base URL (".../v1"); client paths carry /v1 already.
+        base = parse_base_url(self.upstream, what="--upstream")
+        if base.has_credentials:
+            raise ConfigError("--upstream must not carry credentials; set CLANKER_RAG_API_KEY instead")
+        if self.k < 1:
+            raise ConfigError(f"k={self.k} is out of range: expected >= 1")
+        if self.max_request_bytes < 1024:
+            raise ConfigError(f"max_request_bytes={self.max_request_bytes} is out of range: expected >= 1024")
+        if self.timeout <= 0:
+            raise ConfigError(f"timeout={self.timeout} is out of range: expected > 0")
+        BlockBuilder(self.block_chars)  # the same check as the controller's
+        self.base = base
+        self.upstream = base.url
+
+
+def _nests_deeper(obj: object, limit: int) -> bool:
+    """Whether ``obj`` (parsed JSON) nests lists and objects more than ``limit`` deep; no recursion."""
+    stack: list[tuple[object, int]] = [(obj, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def _question_of(text: str) -> str:
+    """The retrieval query for a user message: its last question, else its tail."""
+    return last_question(text) or squash_ws(text[-1000:])
+
+
+class ProxyServer(ThreadingHTTPServer):
+    """A threading HTTP server holding the proxy's shared state."""
+
+    daemon_threads = True
+    block_on_close = False
+    request_queue_size = 128
+
+    def __init__(self, address: tuple[str, int], retriever: Retriever, config: ProxyConfig) -> None:
+        self.config = config
+        self.retriever = retriever
+        self.upstream = Upstream(config.base, config.timeout)
+        self._base_model = config.base_model
+        self.llama_cpp = False  # the probe found llama.cpp: its completions take a GBNF grammar
+        self._probe_lock = threading.Lock()
+        super().__init__(address, _Handler)
+
+    def base_model(self) -> bool:
+        """Whether chat requests go to the upstream as rendered completions (see :class:`ProxyConfig`)."""
+        with self._probe_lock:
+            if self._base_model is None:
+                info = probe_server(self.config.upstream, timeout=min(5.0, self.config.timeout))
+                self._base_model = info.base_model
+                self.llama_cpp = info.llama_cpp
+                if info.base_model:
+                    logger.info("the upstream has no usable chat template: chat requests become completions")
+            return self._base_model
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """One log line instead of socketserver's traceback on stderr."""
+        exc = sys.exc_info()[1]
+        peer = client_address[0] if isinstance(client_address, tuple) and client_address else client_address
+        if isinstance(exc, (ConnectionError, TimeoutError)):
+            # A client dropping an idle keep-alive connection is routine.
+            logger.debug("%s reset the connection (%s)", peer, exc)
+            return
+        logger.error("error while serving %s: %s: %s", peer, type(exc).__name__, exc)
+        logger.debug("traceback of that error", exc_info=exc)
+
+    @property
+    def url(self) -> str:
+        host, port = self.server_address[:2]
+        host_s = host.decode() if isinstance(host, bytes) else str(host)
+        if ":" in host_s:
+            host_s = f"[{host_s}]"
+        return f"http://{host_s}:{port}"
+
+
+class _ClientGone(Exception):
+    """Writing to the client failed: it disconnected."""
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: ProxyServer
+    protocol_version = "HTTP/1.1"
+    server_version = "clanker-rag"
+    timeout = 600
+
+    def version_string(self) -> str:
+        return self.server_version
+
+    def setup(self) -> None:
+        super().setup()
+        with contextlib.suppress(OSError):
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    # -- logging: never headers, never credentials ------------------------------------
+    def _secrets(self) -> list[str]:
+        values = []
+        auth = self.headers.get("Authorization", "") if getattr(self, "headers", None) is not None else ""
+        if auth:
+            values.append(auth)
+            values.append(auth.split(None, 1)[-1])
+        for name in ("api-key", "x-api-key"):
+            value = self.headers.get(name) if getattr(self, "headers", None) is not None else None
+            if value:
+                values.append(value)
+        if self.server.config.api_key:
+            values.append(self.server.config.api_key)
+        return values
+
+    def _safe_path(self) -> str:
+        path = getattr(self, "path", "") or ""
+        base, _, query = path.partition("?")
+        # Query strings can carry keys (?key=...): log their names only.
+        if query:
+            names = [part.split("=", 1)[0] for part in query.split("&") if part]
+            base += "?" + "&".join(f"{name}=..." for name in names)
+        return redact(base, self._secrets())
+
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        pass  # one line per request is logged by _finish_log instead
+
+    def log_error(self, format: str, *args: Any) -> None:
+        logger.warning("%s: %s", self.address_string(), redact(format % args, self._secrets()))
+
+    def log_message(self, format: str, *args: Any) -> None:
+        logger.debug("%s: %s", self.address_string(), redact(format % args, self._secrets()))
+
+    def _finish_log(self, status: int, started: float, note: str = "") -> None:
+        logger.info(
+            "%s %s %s %d %.0f ms%s",
+            self.address_string(),
+            self.command,
+            self._safe_path(),
+            status,
+            (time.perf_counter() - started) * 1e3,
+            f" ({note})" if note else "",
+        )
+
+    # -- plumbing ---------------------------------------------------------------------------
+    def _write(self, data: bytes) -> None:
+        try:
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError, TimeoutError, OSError) as exc:
+            raise _ClientGone(str(exc)) from None
+
+    def _send_json(self, status: int, obj: Mapping[str, Any], extra_headers: Mapping[str, str] | None = None) -> None:
+        data = json.dumps(obj).encode("utf-8")
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            for name, value in (extra_headers or {}).items():
+                self.send_header(name, value)
+            if self.close_connection:
+                self.send_header("Connection", "close")
+            self.end_headers()
+        except OSError as exc:
+            raise _ClientGone(str(exc)) from None
+        self._write(data)
+
+    def _send_error_json(self, status: int, message: str, err_type: str, code: str | int | None = None) -> None:
+        self._send_json(status, error_body(redact(message, self._secrets()), err_type, code))
+
+    def _upstream_headers(self, *, json_body: bool) -> dict[str, str]:
+        headers: dict[str, str] = {}
+        for name, value in self.headers.items():
+            if name.lower() in _DROP_REQUEST_HEADERS:
+                continue
+            if json_body and name.lower() in ("content-type", "accept"):
+                continue
+            headers[name] = value
+        if json_body:
+            headers["Content-Type"] = "application/json"
+            headers["Accept"] = "text/event-stream, application/json"
+        if self.server.config.api_key and not any(n.lower() == "authorization" for n in headers):
+            headers["Authorization"] = f"Bearer {self.server.config.api_key}"
+        headers["Accept-Encoding"] = "identity"
+        return headers
+
+    def _read_body(self) -> bytes | None:
+        """The request body, or None after answering an error (size cap, bad framing)."""
+        self._rejected = 400
+        if self.headers.get("Transfer-Encoding"):
+            self._rejected = 411
+            self.close_connection = True
+            self._send_error_json(411, "send the request body with a Content-Length", "invalid_request_error")
+            return None
+        raw = self.headers.get("Content-Length")
+        if raw is None:
+            return b""
+        try:
+            length = int(raw)
+            if length < 0:
+                raise ValueError
+        except ValueError:
+            self.close_connection = True
+            self._send_error_json(400, f"invalid Content-Length {raw[:40]!r}", "invalid_request_error")
+            return None
+        cap = self.server.config.max_request_bytes
+        if length > cap:
+            # The body stays unread: the connection cannot be reused.
+            self.close_connection = True
+            self._rejected = 413
+            self._send_error_json(
+                413,
+                f"request body of {length} bytes exceeds the proxy's limit of {cap} bytes",
+                "invalid_request_error",
+                "request_too_large",
+            )
+            return None
+        try:
+            return self.rfile.read(length)
+        except OSError as exc:
+            raise _ClientGone(str(exc)) from None
+
+    # -- dispatch ---------------------------------------------------------------------------
+    def do_GET(self) -> None:
+        self._dispatch()
+
+    def do_POST(self) -> None:
+        self._dispatch()
+
+    def do_PUT(self) -> None:
+        self._dispatch()
+
+    def do_PATCH(self) -> None:
+        self._dispatch()
+
+    def do_DELETE(self) -> None:
+        self._dispatch()
+
+    def do_OPTIONS(self) -> None:
+        self._dispatch()
+
+    def do_HEAD(self) -> None:
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        started = time.perf_counter()
+        status = 500
+        note = ""
+        try:
+            body = self._read_body()
+            if body is None:
+                self._finish_log(self._rejected, started, "rejected")
+                return
+            route = self.path.split("?", 1)[0].rstrip("/")
+            kind = {
+                "/v1/chat/completions": "chat",
+                "/chat/completions": "chat",
+                "/v1/completions": "completions",
+                "/completions": "completions",
+            }.get(route)
+            if self.command == "POST" and kind is not None:
+                status, note = self._generation(kind, body)
+            else:
+                status = self._forward(body)
+        except _ClientGone as exc:
+            self.close_connection = True
+            note = f"client disconnected: {exc}"
+            status = 499
+        except UpstreamError as exc:
+            note = "upstream failure"
+            status = exc.status
+            try:
+                self._send_json(exc.status, exc.payload(self._secrets()))
+            except _ClientGone:
+                self.close_connection = True
+        except Exception as exc:  # never let one request take the server down
+            logger.error("internal error on %s %s: %s: %s", self.command, self._safe_path(), type(exc).__name__, exc)
+            logger.debug("traceback of that error", exc_info=exc)
+            status = 500
+            self.close_connection = True
+            with contextlib.suppress(_ClientGone):
+                self._send_error_json(500, f"internal proxy error: {type(exc).__name__}", "server_error")
+        self._finish_log(status, started, note)
+
+    # -- pass-through ------------------------------------------------------------------------------
+    def _forward(self, body: bytes, *, headers: Mapping[str, str] | None = None) -> int:
+        hdrs = dict(headers) if headers is not None else self._upstream_headers(json_body=False)
+        conn, resp = self.server.upstream.open(
+            self.command, self.path, body if body or self.command in ("POST", "PUT", "PATCH") else None, hdrs
+        )
+        try:
+            length = resp.getheader("Content-Length")
+            try:
+                self.send_response(resp.status, resp.reason)
+                for name, value in resp.getheaders():
+                    if name.lower() not in _DROP_RESPONSE_HEADERS:
+                        self.send_header(name, value)
+                head = self.command == "HEAD"
+                chunked = length is None and not head
+                if chunked:
+                    self.send_header("Transfer-Encoding", "chunked")
+                elif length is not None:
+                    self.send_header("Content-Length", str(length))
+                self.end_headers()
+            except OSError as exc:
+                raise _ClientGone(str(exc)) from None
+            if head:
+                return resp.status
+            url = self.server.upstream.url(self.path)
+            while True:
+                try:
+                    data = resp.read1(_COPY_CHUNK)
+                except TimeoutError:
+                    self.close_connection = True
+                    logger.warning("upstream %s timed out mid-response", redact(url))
+                    break
+                except (OSError, http.client.HTTPException) as exc:
+                    self.close_connection = True
+                    logger.warning("upstream %s broke mid-response: %s", redact(url), exc)
+                    break
+                if not data:
+                    break
+                self._write(b"%x\r\n%s\r\n" % (len(data), data) if chunked else data)
+            if chunked and not self.close_connection:
+                self._write(b"0\r\n\r\n")
+            return resp.status
+        finally:
+            conn.close()
+
+    # -- generation --------------------------------------------------------------------------------
+    def _parse(self, body: bytes, kind: str) -> dict[str, Any] | None:
+        too_deep = f"the request body nests deeper than {MAX_JSON_DEPTH} levels"
+        try:
+            obj = json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            self._send_error_json(400, "the request body is not valid JSON", "invalid_request_error")
+            return None
+        except RecursionError:
+            self._send_error_json(400, too_deep, "invalid_request_error")
+            return None
+        if _nests_deeper(obj, MAX_JSON_DEPTH):
+            # Copying and re-encoding the body recurse once per level.
+            self._send_error_json(400, too_deep, "invalid_request_error")
+            return None
+        if not isinstance(obj, dict):
+            self._send_error_json(400, "the request body must be a JSON object", "invalid_request_error")
+            return None
+        if kind == "chat":
+            messages = obj.get("messages")
+            if not isinstance(messages, list) or not messages:
+                self._send_error_json(
+                    400, "'messages' must be a non-empty list", "invalid_request_error", "invalid_value"
+                )
+                return None
+        elif "prompt" not in obj:
+            self._send_error_json(400, "'prompt' is required", "invalid_request_error", "missing_required_parameter")
+            return None
+        return obj
+
+    def _question(self, kind: str, body: Mapping[str, Any]) -> str | None:
+        if kind == "chat":
+            last = body["messages"][-1]
+            if not isinstance(last, dict) or last.get("role") != "user":
+                return None
+            return _question_of(message_text(last.get("content")))
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+            prompt = prompt[0]
+        return _question_of(prompt) if isinstance(prompt, str) else None
+
+    def _drivable(self, kind: str, body: Mapping[str, Any]) -> bool:
+        if not self.server.config.live:
+            return False
+        if body.get("n") not in (None, 1) or body.get("best_of") not in (None, 1) or body.get("echo"):
+            return False
+        if body.get("logprobs") or body.get("top_logprobs"):
+            return False
+        if kind == "chat":
+            return not any(body.get(key) for key in ("tools", "functions", "tool_choice", "function_call"))
+        return isinstance(body.get("prompt"), str)
+
+    def _generation(self, kind: str, raw: bytes) -> tuple[int, str]:
+        body = self._parse(raw, kind)
+        if body is None:
+            return 400, "bad request"
+        if kind == "chat" and self.server.config.native_tools and body.get("n") in (None, 1):
+            return self._native(body)
+        if not self._drivable(kind, body):
+            return self._upfront(kind, body)
+        if kind == "chat":
+            chat = chat_turns(body["messages"])
+            if chat is not None and self.server.base_model():
+                return self._drive_base(body, chat)
+        return self._drive(kind, body)
+
+    def _upfront(self, kind: str, body: dict[str, Any]) -> tuple[int, str]:
+        """Inject for the question once, then forward the request untouched otherwise."""
+        cfg = self.server.config
+        question = self._question(kind, body) if cfg.questions else None
+        note = "forwarded"
+        if question:
+            hits = [
+                h
+                for h in self.server.retriever.search(question, cfg.k)
+                if cfg.min_score is None or h.score >= cfg.min_score
+            ]
+            if hits:
+                # The controller's builder and budget; the block leads the message as in _drive.
+                block = BlockBuilder(cfg.block_chars).block("context", hits).lstrip("\n")
+                if kind == "chat":
+                    for msg in reversed(body["messages"]):
+                        if isinstance(msg, dict) and msg.get("role") == "user":
+                            msg["content"] = prepend_to_content(msg.get("content"), block + "\n")
+                            break
+                elif isinstance(body.get("prompt"), str):
+                    body["prompt"] = block + "\n" + body["prompt"]
+                elif isinstance(body.get("prompt"), list) and body["prompt"] and isinstance(body["prompt"][0], str):
+                    body["prompt"] = [block + "\n" + body["prompt"][0], *body["prompt"][1:]]
+                note = f"forwarded, 1 injection from {len(hits)} passages"
+        headers = self._upstream_headers(json_body=True)
+        return self._forward(json.dumps(body).encode("utf-8"), headers=headers), note
+
+    def _drive(self, kind: str, body: dict[str, Any]) -> tuple[int, str]:
+        cfg = self.server.config
+        turn = UpstreamTurn(kind, body, self.server.upstream, self._upstream_headers(json_body=True))
+        ctl = RagController(
+            self.server.retriever,
+            k=cfg.k,
+            tools=cfg.tools,
+            questions=cfg.questions,
+            min_score=cfg.min_score,
+            retrieval_timeout=cfg.retrieval_timeout,
+            block_chars=cfg.block_chars,
+            show_blocks=cfg.show_blocks,
+            stop=as_stops(body.get("stop")),
+        )
+        prompt = "" if kind == "chat" else str(body["prompt"])
+        question = (self._question(kind, body) or "") if kind == "chat" else None
+        events = ctl.events(turn.generate, prompt, question=question)
+        assert isinstance(events, Generator)
+        return self._respond(kind, turn, events, events)
+
+    def _drive_base(self, body: dict[str, Any], chat: ChatTurns) -> tuple[int, str]:
+        """A chat request to a base model: ``ask``'s few-shot prompt over ``/v1/completions``, a chat answer."""
+        cfg = self.server.config
+        mode = {(True, True): "both", (True, False): "context", (False, True): "tools"}.get(
+            (cfg.questions, cfg.tools), "none"
+        )
+        question = _question_of(chat.question)
+        prompt = base_prompt(chat.question, mode, history=chat.history, system=chat.system)
+        # The rendered prompt replaces the messages; sampling settings pass through as they are.
+        payload = {key: value for key, value in body.items() if key not in ("messages", "stop")}
+        payload["prompt"] = prompt
+        turn = UpstreamTurn("completions", payload, self.server.upstream, self._upstream_headers(json_body=True))
+        ctl = answer_controller(
+            self.server.retriever,
+            mode,
+            question=question,
+            stop=(*STOP, *as_stops(body.get("stop"))),
+            min_score=cfg.min_score,
+            retrieval_timeout=cfg.retrieval_timeout,
+            show_blocks=cfg.show_blocks,
+        )
+        generate: Callable[..., Iterator[Any]] = turn.generate
+        if self.server.llama_cpp:
+            # As `ask` does: llama.cpp limits each answer after a block to the block's words.
+            generate = copying(turn.generate, question)
+        inner = ctl.events(generate, prompt, question=question)
+        assert isinstance(inner, Generator)
+        # The visible answer without the prompt's "Answer:" label.
+        return self._respond("chat", turn, answer_text(inner), inner)
+
+    def _respond(
+        self, kind: str, turn: UpstreamTurn, events: Iterator[StreamEvent], controller: Generator[StreamEvent]
+    ) -> tuple[int, str]:
+        """Send ``events`` to the client as a ``kind`` answer, streamed or whole; then close ``controller``."""
+        cfg = self.server.config
+        stream = bool(turn.body.get("stream"))
+        sink = _SseSink(self, kind, turn) if stream else _JsonSink(kind, turn)
+        retrievals: list[dict[str, Any]] = []
+        injections = 0
+        try:
+            for ev in events:
+                if isinstance(ev, TextEvent):
+                    sink.text(ev.text)
+                elif isinstance(ev, InjectEvent):
+                    injections += 1
+                    logger.debug("injected a %s block for %r", ev.tag, ev.query)
+                    if cfg.show_blocks:
+                        sink.text(ev.block)
+                elif isinstance(ev, RetrieveEvent):
+                    retrievals.append({"kind": ev.kind, "query": ev.query, "sources": [h.source for h in ev.hits]})
+        except UpstreamError as exc:
+            if not sink.started:
+                raise
+            logger.warning("upstream failed mid-stream: %s", redact(exc.message, self._secrets()))
+            sink.error(exc.payload(self._secrets()))
+            return 200, "upstream failed mid-stream"
+        finally:
+            # Closing the controller's stream closes the upstream request (a client gone mid-answer).
+            controller.close()
+        extension = {"injections": injections, "retrievals": retrievals}
+        sink.finish(extension)
+        if not stream:
+            assert isinstance(sink, _JsonSink)
+            self._send_json(200, sink.response(extension), {"X-Clanker-Rag-Injections": str(injections)})
+        return 200, f"{'stream' if stream else 'json'}, {injections} injections, {turn.calls} upstream requests"
+
+    def _native(self, body: dict[str, Any]) -> tuple[int, str]:
+        """``--native-tools``: the model calls ``retrieve`` as a function; see :mod:`._native_tools`."""
+        cfg = self.server.config
+        stream = bool(body.get("stream"))
+        headers = self._upstream_headers(json_body=True)
+        turn = UpstreamTurn("chat", body, self.server.upstream, headers)
+        sink = _SseSink(self, "chat", turn)
+        chunks: list[dict[str, Any]] = []
+
+        def events(payload: dict[str, Any]) -> Iterator[dict[str, Any]]:
+            turn.calls += 1
+            return event_stream(self.server.upstream, turn.path, payload, headers)
+
+        emit = sink.send if stream else chunks.append
+        try:
+            result = run_native(
+                body,
+                retriever=self.server.retriever,
+                open_stream=events,
+                emit=emit,
+                k=cfg.k,
+                min_score=cfg.min_score,
+                block_chars=cfg.block_chars,
+            )
+        except UpstreamError as exc:
+            if not sink.started:
+                raise
+            logger.warning("upstream failed mid-stream: %s", redact(exc.message, self._secrets()))
+            sink.error(exc.payload(self._secrets()))
+            return 200, "upstream failed mid-stream"
+        if stream:
+            sink.close()
+        else:
+            answer = assemble_response(chunks)
+            answer["id"] = sink.id
+            self._send_json(200, answer, {"X-Clanker-Rag-Injections": str(len(result.retrievals))})
+        return 200, f"native tools, {len(result.retrievals)} retrievals, {result.rounds} upstream requests"
+
+
+class _JsonSink:
+    """Collects the answer of a non-streamed request."""
+
+    started = False
+
+    def __init__(self, kind: str, turn: UpstreamTurn) -> None:
+        self.kind = kind
+        self.turn = turn
+        self.parts: list[str] = []
+
+    def text(self, text: str) -> None:
+        self.parts.append(text)
+
+    def error(self, payload: Mapping[str, Any]) -> None:  # pragma: no cover - started is always False
+        raise AssertionError("a JSON answer cannot fail mid-stream")
+
+    def finish(self, extension: Mapping[str, Any]) -> None:
+        pass
+
+    def response(self, extension: Mapping[str, Any]) -> dict[str, Any]:
+        turn = self.turn
+        text = "".join(self.parts)
+        created = int(time.time())
+        if self.kind == "chat":
+            choice: dict[str, Any] = {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "logprobs": None,
+                "finish_reason": turn.finish_reason or "stop",
+            }
+            obj: dict[str, Any] = {"id": "chatcmpl-" + secrets.token_hex(12), "object": "chat.completion"}
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": turn.finish_reason or "stop"}
+            obj = {"id": "cmpl-" + secrets.token_hex(12), "object": "text_completion"}
+        obj.update({"created": created, "model": turn.model or "unknown", "choices": [choice]})
+        usage = turn.usage()
+        if usage is not None:
+            obj["usage"] = usage
+        obj["clanker_rag"] = dict(extension)
+        return obj
+
+
+class _SseSink:
+    """Writes OpenAI-style server-sent events, chunked, one event per piece."""
+
+    def __init__(self, handler: _Handler, kind: str, turn: UpstreamTurn) -> None:
+        self.handler = handler
+        self.kind = kind
+        self.turn = turn
+        self.started = False
+        self.id = ("chatcmpl-" if kind == "chat" else "cmpl-") + secrets.token_hex(12)
+        self.created = int(time.time())
+        opts = turn.body.get("stream_options")
+        self.include_usage = isinstance(opts, dict) and bool(opts.get("include_usage"))
+
+    def _start(self) -> None:
+        h = self.handler
+        try:
+            h.send_response(200)
+            h.send_header("Content-Type", "text/event-stream; charset=utf-8")
+            h.send_header("Cache-Control", "no-cache")
+            h.send_header("X-Accel-Buffering", "no")
+            h.send_header("Transfer-Encoding", "chunked")
+            h.end_headers()
+        except OSError as exc:
+            raise _ClientGone(str(exc)) from None
+        self.started = True
+        if self.kind == "chat":
+            self._event(self._chunk({"role": "assistant", "content": ""}, None))
+
+    def _event(self, obj: Mapping[str, Any] | str) -> None:
+        data = encode_event(obj)
+        self.handler._write(b"%x\r\n%s\r\n" % (len(data), data))
+
+    def _chunk(self, delta: Mapping[str, Any] | str, finish: str | None) -> dict[str, Any]:
+        model = self.turn.model or "unknown"
+        if self.kind == "chat":
+            choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+            return {
+                "id": self.id,
+                "object": "chat.completion.chunk",
+                "created": self.created,
+                "model": model,
+                "choices": [choice],
+            }
+        choice = {"index": 0, "text": delta, "logprobs": None, "finish_reason": finish}
+        return {
+            "id": self.id,
+            "object": "text_completion",
+            "created": self.created,
+            "model": model,
+            "choices": [choice],
+        }
+
+    def text(self, text: str) -> None:
+        if not self.started:
+            self._start()
+        if text:
+            self._event(self._chunk({"content": text} if self.kind == "chat" else text, None))
+
+    def send(self, chunk: Mapping[str, Any]) -> None:
+        """Send a chunk built elsewhere (``--native-tools``) under this answer's id."""
+        if not self.started:
+            self._start()
+        self._event({**chunk, "id": self.id})
+
+    def close(self) -> None:
+        """End a stream of :meth:`send` chunks."""
+        if not self.started:
+            self._start()
+        self._event(DONE)
+        self.handler._write(b"0\r\n\r\n")
+
+    def error(self, payload: Mapping[str, Any]) -> None:
+        self._event(dict(payload))
+        self._event(DONE)
+        self.handler._write(b"0\r\n\r\n")
+
+    def finish(self, extension: Mapping[str, Any]) -> None:
+        if not self.started:
+            self._start()
+        last = self._chunk({} if self.kind == "chat" else "", self.turn.finish_reason or "stop")
+        last["clanker_rag"] = dict(extension)
+        self._event(last)
+        usage = self.turn.usage()
+        if self.include_usage and usage is not None:
+            self._event(
+                {
+                    "id": self.id,
+                    "object": last["object"],
+                    "created": self.created,
+                    "model": self.turn.model or "unknown",
+                    "choices": [],
+                    "usage": usage,
+                }
+            )
+        self._event(DONE)
+        self.handler._write(b"0\r\n\r\n")

@@ -1,0 +1,104 @@
+"""``clanker-rag serve``: an OpenAI-compatible proxy that injects knowledge.
+
+Any unmodified OpenAI client points its base URL at the proxy; the proxy sits
+in front of an upstream server (llama.cpp, vLLM, Ollama, LM Studio...) and
+runs each ``/v1/chat/completions`` and ``/v1/completions`` request through a
+:class:`~clanker_rag.RagController`:
+
+* the user's question is retrieved for before generation starts and the
+  passages go into the request (a ``<context>`` block at the end of a raw
+  prompt, or in front of the last user message of a chat);
+* while the upstream streams, question sentences the model writes and
+  ``<tool name="retrieve">`` calls trigger more retrieval; the proxy then
+  closes that upstream request and resumes with the extended text (a raw
+  prompt grows by the block; a chat gets the partial answer as a trailing
+  assistant message, which llama.cpp and Ollama continue).
+
+Requests the controller cannot represent (``n`` > 1, client-defined tools,
+log-probabilities, ``echo``) get the up-front injection only and are then
+forwarded verbatim, as is every other endpoint (``/v1/models``...).
+
+Security: binds 127.0.0.1 unless told otherwise, caps request bodies,
+forwards the client's ``Authorization`` header upstream but never logs it
+(nor anything that looks like a key), and answers upstream failures with
+OpenAI-style error JSON.  Standard library only.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .._types import HitLike, Retriever
+from ._follow import IndexFollower
+from ._handler import DEFAULT_MAX_REQUEST_BYTES, ProxyConfig, ProxyServer
+from ._upstream import redact
+
+__all__ = [
+    "DEFAULT_MAX_REQUEST_BYTES",
+    "ProxyConfig",
+    "ProxyServer",
+    "SharedRetriever",
+    "make_server",
+    "redact",
+    "serve",
+]
+
+logger = logging.getLogger(__name__)
+
+
+class SharedRetriever:
+    """A knowledge base shared by the proxy's threads.
+
+    Searches are serialised (the index computes some statistics lazily) and
+    the index folder is re-read when another process saves it, so an
+    ``ingest`` into a served knowledge base takes effect without a restart.
+    """
+
+    def __init__(
+        self, retriever: Retriever, path: str | os.PathLike[str] | None = None, *, check_every: float = 2.0
+    ) -> None:
+        self._retriever = retriever
+        self._lock = threading.Lock()
+        self._follower = IndexFollower(path, check_every=check_every) if path is not None else None
+
+    def search(self, query: str, k: int = 10) -> Sequence[HitLike]:
+        with self._lock:
+            fresh = self._follower.fresh() if self._follower is not None else None
+            if fresh is not None:
+                self._retriever = fresh
+            return list(self._retriever.search(query, k))
+
+
+class _ProxyServer6(ProxyServer):
+    address_family = socket.AF_INET6
+
+
+def make_server(
+    retriever: Retriever,
+    upstream: str,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    index_path: str | os.PathLike[str] | None = None,
+    **options: Any,
+) -> ProxyServer:
+    """A ready (not yet serving) proxy; call ``serve_forever()`` on it, ``shutdown()`` to stop."""
+    config = ProxyConfig(upstream, **options)
+    shared = retriever if isinstance(retriever, SharedRetriever) else SharedRetriever(retriever, index_path)
+    cls = _ProxyServer6 if ":" in host else ProxyServer
+    return cls((host, port), shared, config)
+
+
+def serve(server: ProxyServer, on_ready: Callable[[ProxyServer], None] | None = None) -> None:
+    """Serve until interrupted (Ctrl-C), then close the listening socket."""
+    if on_ready is not None:
+        on_ready(server)
+    try:
+        server.serve_forever(poll_interval=0.25)
+    finally:
+        server.server_close()

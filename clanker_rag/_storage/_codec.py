@@ -1,0 +1,761 @@
+"""The index's on-disk format: what a save writes and a load reads, as typed values.
+
+:mod:`._store` knows manifests, data files, checksums and atomic writes; this
+module knows what goes in them.  :func:`write` lays out a :class:`Snapshot`
+(sources, chunk table, postings) and :func:`read` gives one back, for every
+format version (1 and 2 are read, 3 is written).
+
+Format 3 is read in place.  The data file is mapped (``mmap``) and the
+postings, impacts, impact orders and per-term offsets are ``memoryview`` casts
+of it, never decoded into Python objects: loading costs the manifest and a
+few small copies, whatever the index size, and two processes that load the
+same index share its pages.  Source texts stay in the data file until a hit
+needs them.  The vocabulary is a :class:`TermDictionary`: the terms laid end
+to end in UTF-8 with fixed-width offsets, plus their ids in sorted order, so
+a term is found by binary search instead of a dict of every term built at
+load.  Every part starts on an 8-byte boundary, so any cast is aligned.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import weakref
+from array import array
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from itertools import accumulate, compress, pairwise, repeat
+from operator import floordiv, gt, le, sub
+from pathlib import Path
+from typing import Any, NamedTuple, Protocol, Union, cast
+
+from .._exceptions import IndexFormatError
+from . import _store
+from ._impact_tables import LookupTables, TableParts, build_tables, check_tables
+
+__all__ = [
+    "ChunkColumns",
+    "Floats",
+    "Ints",
+    "Postings",
+    "Snapshot",
+    "SourceColumns",
+    "SourceNames",
+    "SourceStore",
+    "TermDictionary",
+    "TermList",
+    "copy_array",
+    "read",
+    "walk_postings",
+    "without_empty_lists",
+    "write",
+]
+
+# A packed array: an array of our own, or a cast of the mapped data file.
+Ints = Union["array[int]", "memoryview[int]"]
+Floats = Union["array[float]", "memoryview[float]"]
+_LITTLE = sys.byteorder == "little"
+
+
+def copy_array(typecode: str, values: Ints | Floats) -> array[Any]:
+    """A mutable copy of ``values`` (one memcpy, whatever they are)."""
+    out: array[Any] = array(typecode)
+    out.frombytes(memoryview(values).cast("B"))
+    return out
+
+
+class Postings(NamedTuple):
+    """Every posting list laid end to end, by term id.
+
+    Term ``t`` owns ``chunks/tfs/impacts[offsets[t]:offsets[t + 1]]`` (chunk
+    ids ascending) and, when its list is longer than ``ORDER_MIN``, the
+    positions ``positions[order_offsets[t]:order_offsets[t + 1]]`` of that
+    list by decreasing impact.  ``maxes`` is each list's largest impact;
+    format 1 may lack it and the orders (None: computed on first use).
+    """
+
+    terms: Sequence[str] | TermList
+    offsets: Ints
+    chunks: Ints
+    tfs: Ints
+    impacts: Floats
+    maxes: Floats | None
+    order_offsets: Ints | None
+    positions: Ints | None
+    # Format 3 since 0.9 (absent in older files): see _tables.
+    tables: LookupTables | None = None
+
+
+class ChunkColumns(NamedTuple):
+    """The chunk table as columns indexed by chunk id; ``source`` indexes :attr:`Snapshot.sources`."""
+
+    source: Ints
+    ordinal: Ints  # the chunk's number within its source
+    start: Ints
+    end: Ints
+    start_line: Ints
+    end_line: Ints
+    length: Ints
+    section: list[str | None]
+
+
+class _Pread:
+    """Reads a range of the data file with ``os.pread`` instead of through the mapping.
+
+    A text shown in a hit is a few hundred bytes, but touching it through the
+    mapping makes the kernel map the pages around it too (fault-around, 64 KB
+    by default): over many hits that is most of the resident set.  The file
+    is kept open while this object lives.
+    """
+
+    __slots__ = ("__weakref__", "_fd", "_path", "base")
+
+    def __init__(self, path: Path, base: int) -> None:
+        self._path = path
+        self.base = base
+        # Opened now: a later save may replace and delete the file, and this
+        # descriptor (like the mapping) keeps reading the one loaded.
+        try:
+            self._fd = os.open(path, os.O_RDONLY)
+        except OSError as exc:
+            raise IndexFormatError(f"{path}: cannot read the index's data file ({exc})") from None
+        weakref.finalize(self, os.close, self._fd)
+
+    def __call__(self, offset: int, length: int) -> bytes:
+        data = os.pread(self._fd, length, self.base + offset)
+        if len(data) != length:
+            raise IndexFormatError(f"{self._path}: truncated since it was loaded")
+        return data
+
+
+class SourceStore:
+    """Source texts and fingerprints still in the data file, decoded on demand
+    (UTF-8, back to back, with ``n + 1`` offsets each)."""
+
+    __slots__ = ("_fp_offsets", "_fps", "_offsets", "_pread", "_texts", "chars", "where")
+
+    def __init__(
+        self,
+        texts: memoryview,
+        offsets: Ints,
+        fps: memoryview,
+        fp_offsets: Ints,
+        chars: Ints,
+        where: str,
+        pread: _Pread | None = None,
+    ) -> None:
+        self._texts = texts
+        self._offsets = offsets
+        self._fps = fps
+        self._fp_offsets = fp_offsets
+        self.chars = chars
+        self.where = where
+        self._pread = pread
+
+    def __len__(self) -> int:
+        return len(self._offsets) - 1
+
+    def raw(self, i: int) -> bytes | memoryview:
+        a, b = self._offsets[i], self._offsets[i + 1]
+        if self._pread is not None:
+            return self._pread(a, b - a)
+        return self._texts[a:b]
+
+    def text(self, i: int) -> str:
+        """Source ``i``'s text, checked against its saved length in characters."""
+        try:
+            text = str(self.raw(i), "utf-8", "surrogatepass")
+        except UnicodeDecodeError as exc:
+            raise IndexFormatError(f"{self.where}: a source text is not valid UTF-8 ({exc.reason})") from None
+        if len(text) != self.chars[i]:
+            raise IndexFormatError(f"{self.where}: a source text is {len(text)} characters, not {self.chars[i]}")
+        return text
+
+    def fingerprint(self, i: int) -> str:
+        return str(self._fps[self._fp_offsets[i] : self._fp_offsets[i + 1]], "utf-8", "surrogatepass")
+
+
+class SourceNames:
+    """Source names still in the data file (UTF-8, back to back, with ``n + 1``
+    offsets), decoded one by one on demand or all at once.
+
+    A big index has hundreds of thousands of names and a search shows a few:
+    decoding them all at load was a tenth of a second and megabytes of
+    strings.  A name that is not valid UTF-8 fails when it is decoded.
+    """
+
+    __slots__ = ("_blob", "_offsets", "where")
+
+    def __init__(self, blob: memoryview, offsets: Ints, where: str) -> None:
+        self._blob = blob
+        self._offsets = offsets
+        self.where = where
+
+    def __len__(self) -> int:
+        return len(self._offsets) - 1
+
+    def __getitem__(self, i: int) -> str:
+        if not 0 <= i < len(self):
+            raise IndexError(f"source {i} does not exist")
+        try:
+            return str(self._blob[self._offsets[i] : self._offsets[i + 1]], "utf-8", "surrogatepass")
+        except UnicodeDecodeError as exc:
+            raise IndexFormatError(f"{self.where}: not valid UTF-8 ({exc})") from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_strings(self._blob, self._offsets, self.where))
+
+
+class SourceColumns(NamedTuple):
+    """The sources as columns.  A text is a ``str`` or its UTF-8 bytes (a
+    view of a loaded data file); a loaded format 3 index gives a :class:`SourceStore`
+    for the texts and fingerprints, and :class:`SourceNames` for the names."""
+
+    names: Sequence[str] | SourceNames
+    texts: Sequence[str | bytes | memoryview] | SourceStore
+    chars: Ints
+    metadata: list[dict[str, Any] | None]  # None: no metadata
+    fingerprints: Sequence[str] | SourceStore
+    # Source i's chunks are ids first_chunks[i]..first_chunks[i + 1] - 1,
+    # when every source's chunks are one run in source order (as saves lay
+    # them out); None otherwise, or when the format does not say.
+    first_chunks: Ints | None = None
+
+
+def first_chunks(chunk_sources: Ints, n_sources: int) -> array[int] | None:
+    """Where each source's run of chunks starts (``n + 1`` offsets), or None
+    when the chunks of some source are not one run in source order."""
+    if not all(map(le, chunk_sources[:-1], chunk_sources[1:])):
+        return None
+    return array("q", map(bisect_left, repeat(chunk_sources), range(n_sources + 1)))
+
+
+class Snapshot(NamedTuple):
+    """Everything an index folder holds, as a save writes it and a load reads it."""
+
+    analyzer: dict[str, Any]
+    bm25: dict[str, Any]
+    chunking: dict[str, Any]
+    sources: SourceColumns
+    chunks: ChunkColumns
+    postings: Postings
+    total_length: int
+    created_by: str = ""
+
+
+class TermDictionary:
+    """The saved vocabulary: term strings by id, and their ids in sorted order.
+
+    ``find`` is a binary search over the sorted ids: no dict of every term
+    is built at load, the caller keeps the few terms it looks up.  The
+    first search decodes every ``fence``-th term into a list, so each search
+    bisects that list in C and then decodes about 10 terms, not 20.  At
+    600k terms a fence of 64 made that first search take 15-19 ms (a one-shot
+    CLI search pays it); 1024 takes 1 ms, and 2,140 searches cost 45 ms in all
+    against 48 ms with 64 and 67 ms with none.
+    """
+
+    __slots__ = ("_fence", "_fences", "_offsets", "_sorted", "_text")
+
+    def __init__(self, text: memoryview, offsets: Ints, sorted_ids: Ints, fence: int = 1024) -> None:
+        self._fence = fence
+        self._text = text
+        self._offsets = offsets
+        self._sorted = sorted_ids
+        self._fences: list[str] | None = None
+
+    def __len__(self) -> int:
+        return len(self._sorted)
+
+    def term(self, tid: int) -> str:
+        offsets = self._offsets
+        return str(self._text[offsets[tid] : offsets[tid + 1]], "utf-8", "surrogatepass")
+
+    def __getitem__(self, rank: int) -> str:
+        """The ``rank``-th term in sorted order (what :func:`bisect_left` reads)."""
+        return self.term(self._sorted[rank])
+
+    def check(self, where: str) -> None:
+        """The O(1) checks: offsets and ids agree in number and reach the text's end.
+
+        Sortedness is not checked at load (it would decode every term): the
+        checksum vouches for it, and an unsorted dictionary can only miss
+        terms, never misplace a posting.
+        """
+        n = len(self._sorted)
+        if len(self._offsets) != n + 1 or (n and (self._offsets[0] != 0 or self._offsets[n] != len(self._text))):
+            raise IndexFormatError(f"{where}: the term dictionary's offsets do not match its text")
+
+    def find(self, term: str) -> int | None:
+        """The id of ``term``, or None."""
+        n = len(self._sorted)
+        fences = self._fences
+        if fences is None:
+            fences = self._fences = list(map(self.__getitem__, range(0, n, self._fence)))
+        lo = max(bisect_right(fences, term) - 1, 0) * self._fence
+        i = bisect_left(self, term, lo, min(lo + self._fence, n))
+        if i < n and self[i] == term:
+            return self._sorted[i]
+        return None
+
+
+@dataclass(eq=False)
+class TermList:
+    """Term strings by id: a loaded :class:`TermDictionary`'s, then terms added since."""
+
+    saved: TermDictionary
+    added: list[str]
+
+    def __len__(self) -> int:
+        return len(self.saved) + len(self.added)
+
+    def __getitem__(self, tid: int) -> str:
+        n = len(self.saved)
+        return self.saved.term(tid) if 0 <= tid < n else self.added[tid - n]
+
+    def __iter__(self) -> Iterator[str]:
+        return map(self.__getitem__, range(len(self)))
+
+    def append(self, term: str) -> None:
+        self.added.append(term)
+
+    def extend(self, terms: Iterable[str]) -> None:
+        self.added.extend(terms)
+
+    def find(self, term: str) -> int | None:
+        return self.saved.find(term)
+
+
+# -- writing -------------------------------------------------------------------
+
+
+def write(folder: str | Path, snap: Snapshot) -> str:
+    """Atomically write ``snap`` as format 3 into ``folder``; returns the new revision."""
+    blob = _store.Blob()
+    src = snap.sources
+    texts = src.texts
+    text_items: Iterable[str | bytes | memoryview] = (
+        map(texts.raw, range(len(texts))) if isinstance(texts, SourceStore) else texts
+    )
+    fps = src.fingerprints
+    fp_items = map(fps.fingerprint, range(len(fps))) if isinstance(fps, SourceStore) else fps
+    text_ref, text_offsets = blob.run(map(_utf8, text_items))
+    name_ref, name_offsets = blob.run(map(_utf8, src.names))
+    fp_ref, fp_offsets = blob.run(map(_utf8, fp_items))
+    firsts = first_chunks(snap.chunks.source, len(src.names))
+    sources = {
+        "count": len(src.names),
+        "names": name_ref,
+        "name_offsets": blob.array(name_offsets, "q"),
+        "texts": text_ref,
+        "text_offsets": blob.array(text_offsets, "q"),
+        "chars": blob.array(src.chars, "q"),
+        "fingerprints": fp_ref,
+        "fingerprint_offsets": blob.array(fp_offsets, "q"),
+        "first_chunks": None if firsts is None else blob.array(firsts, "q"),
+        # Sparse: most sources of a big index have none.
+        "metadata": {str(i): meta for i, meta in enumerate(src.metadata) if meta},
+    }
+    cols = snap.chunks
+    post = snap.postings
+    n_terms = len(post.terms)
+    terms = list(post.terms)
+    encoded = [t.encode("utf-8", "surrogatepass") for t in terms]
+    term_offsets = array("q", accumulate(map(len, encoded), initial=0))
+    sorted_ids = array("i", sorted(range(n_terms), key=terms.__getitem__))
+    assert post.maxes is not None and post.order_offsets is not None and post.positions is not None
+    body = {
+        "created_by": snap.created_by,
+        "analyzer": snap.analyzer,
+        "bm25": snap.bm25,
+        "chunking": snap.chunking,
+        "stats": {"chunks": len(cols.source), "total_length": snap.total_length, "terms": n_terms},
+        "sources": sources,
+        "chunks": {
+            "source": blob.array(cols.source, "i"),
+            "index": blob.array(cols.ordinal, "i"),
+            "start": blob.array(cols.start, "q"),
+            "end": blob.array(cols.end, "q"),
+            "start_line": blob.array(cols.start_line, "i"),
+            "end_line": blob.array(cols.end_line, "i"),
+            "length": blob.array(cols.length, "i"),
+            "section": cols.section,
+        },
+        "dictionary": {
+            "text": blob.add(b"".join(encoded)),
+            "offsets": blob.array(term_offsets, "q"),
+            "sorted": blob.array(sorted_ids, "i"),
+        },
+        "postings": {
+            "offsets": blob.array(post.offsets, "q"),
+            "chunks": blob.array(post.chunks, "i"),
+            "tfs": blob.array(post.tfs, "I"),
+            "impacts": blob.array(post.impacts, "f"),
+            "maxes": blob.array(post.maxes, "f"),
+        },
+        "orders": {"offsets": blob.array(post.order_offsets, "q"), "positions": blob.array(post.positions, "i")},
+        "tables": _write_tables(blob, build_tables(post.offsets, post.chunks, post.impacts, len(cols.source))),
+    }
+    return _store.write_index(folder, body, blob)
+
+
+def _bytes_of(arrays: Iterable[array[Any]]) -> Iterator[memoryview]:
+    return (memoryview(a).cast("B") for a in arrays)
+
+
+def _write_tables(blob: _store.Blob, parts: TableParts) -> dict[str, Any]:
+    impacts_ref, byte_offsets = blob.run(_bytes_of(parts.slot_impacts))
+    return {
+        "dense_terms": blob.array(parts.dense_terms, "i"),
+        "dense": blob.run(_bytes_of(parts.dense))[0],
+        "slot_terms": blob.array(parts.slot_terms, "i"),
+        "slots": blob.run(_bytes_of(parts.slots))[0],
+        "slot_impacts": impacts_ref,
+        "slot_offsets": blob.array(array("q", map(floordiv, byte_offsets, repeat(4))), "q"),
+    }
+
+
+def _utf8(value: str | bytes | memoryview) -> bytes | memoryview:
+    # surrogatepass: a text decoded with surrogateescape round-trips too.
+    return value.encode("utf-8", "surrogatepass") if isinstance(value, str) else value
+
+
+# -- reading -------------------------------------------------------------------
+
+
+def read(folder: str | Path) -> tuple[Snapshot, str]:
+    """Read and check ``folder``'s index (any format version); returns ``(snapshot, revision)``."""
+    path = Path(folder)
+    where = str(path / _store.INDEX_FILE if path.is_dir() else path)
+    manifest = _store.read_index(path)
+    try:
+        if manifest.version >= 3:
+            snap = _read_v3(manifest.body, manifest.data, where, manifest.data_path)
+        else:
+            snap = _read_v2(manifest.body, manifest.data, where)
+        _check(snap, where)
+    except IndexFormatError:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+        raise IndexFormatError(f"{where}: malformed index ({type(exc).__name__}: {exc})") from None
+    return snap, manifest.revision
+
+
+def _view(ref: Any, data: memoryview | None, typecode: str, where: str) -> Any:
+    """A typed view of a range of the mapped data file (a copy on big-endian hosts)."""
+    raw = _store.data_range(ref, data, where)
+    size = array(typecode).itemsize
+    if len(raw) % size or ref[0] % size:
+        raise IndexFormatError(f"{where}: {len(raw)} bytes at {ref[0]} is not an aligned run of {size}-byte items")
+    if not _LITTLE:  # pragma: no cover - big-endian hosts
+        return _store.unpack(ref, typecode, where, data)
+    return cast(Any, raw).cast(typecode)
+
+
+def _strings(blob: memoryview, offsets: Ints, where: str) -> list[str]:
+    """The strings laid back to back in ``blob`` at ``offsets`` (one decode when all ASCII)."""
+    try:
+        if bytes(blob).isascii():
+            whole = str(blob, "ascii")
+            return list(map(whole.__getitem__, map(slice, offsets[:-1], offsets[1:])))
+        return [str(blob[a:b], "utf-8", "surrogatepass") for a, b in pairwise(offsets)]
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise IndexFormatError(f"{where}: not valid UTF-8 ({exc})") from None
+
+
+def _sources_v3(body: dict[str, Any], data: memoryview | None, where: str, path: Path | None) -> SourceColumns:
+    src = body["sources"]
+    n = src["count"]
+
+    def column(name: str, typecode: str) -> Any:
+        return _view(src[name], data, typecode, f"{where}: sources.{name}")
+
+    def offsets(name: str, size: int) -> Any:
+        values = column(name, "q")
+        if len(values) != n + 1 or values[0] != 0 or values[n] != size or any(map(gt, values[:-1], values[1:])):
+            raise IndexFormatError(f"{where}: sources.{name} do not match their part of the data file")
+        return values
+
+    name_blob = _store.data_range(src["names"], data, f"{where}: sources.names")
+    fp_blob = _store.data_range(src["fingerprints"], data, f"{where}: sources.fingerprints")
+    text_blob = _store.data_range(src["texts"], data, f"{where}: sources.texts")
+    names = SourceNames(name_blob, offsets("name_offsets", len(name_blob)), f"{where}: sources.names")
+    chars = column("chars", "q")
+    store = SourceStore(
+        text_blob,
+        offsets("text_offsets", len(text_blob)),
+        fp_blob,
+        offsets("fingerprint_offsets", len(fp_blob)),
+        chars,
+        f"{where}: sources",
+        _Pread(path, src["texts"][0]) if path is not None and hasattr(os, "pread") else None,
+    )
+    firsts = None if src.get("first_chunks") is None else column("first_chunks", "q")
+    metadata: list[dict[str, Any] | None] = [None] * n
+    for key, meta in src["metadata"].items():
+        if not isinstance(meta, dict):
+            raise IndexFormatError(f"{where}: a source record has the wrong types")
+        metadata[int(key)] = meta
+    if len(chars) != n:
+        raise IndexFormatError(f"{where}: the source table is inconsistent")
+    return SourceColumns(names, store, chars, metadata, store, firsts)
+
+
+def _sources_v2(body: dict[str, Any], data: memoryview | None, where: str) -> SourceColumns:
+    names: list[str] = []
+    texts: list[str] = []
+    metadata: list[dict[str, Any] | None] = []
+    fingerprints: list[str] = []
+    for rec in body["sources"]:
+        text = _store.text(rec["text"], data, f"{where}: sources.text")
+        if not isinstance(rec["source"], str) or not isinstance(rec["metadata"], dict):
+            raise IndexFormatError(f"{where}: a source record has the wrong types")
+        names.append(rec["source"])
+        texts.append(text)
+        metadata.append(rec["metadata"])
+        fingerprints.append(rec["fingerprint"])
+    return SourceColumns(names, texts, array("q", map(len, texts)), metadata, fingerprints)
+
+
+def _chunk_columns(cols: dict[str, Any], read: Callable[[Any, str, str], Any]) -> ChunkColumns:
+    """The chunk columns of any format; ``read(value, typecode, name)`` maps (v3) or copies (v1, v2) one."""
+    return ChunkColumns(
+        read(cols["source"], "i", "chunks.source"),
+        read(cols["index"], "i", "chunks.index"),
+        read(cols["start"], "q", "chunks.start"),
+        read(cols["end"], "q", "chunks.end"),
+        read(cols["start_line"], "i", "chunks.start_line"),
+        read(cols["end_line"], "i", "chunks.end_line"),
+        read(cols["length"], "i", "chunks.length"),
+        list(cols["section"]),
+    )
+
+
+def _read_v3(body: dict[str, Any], data: memoryview | None, where: str, path: Path | None) -> Snapshot:
+    cols = body["chunks"]
+
+    def view(value: Any, typecode: str, name: str) -> Any:
+        return _view(value, data, typecode, f"{where}: {name}")
+
+    chunks = _chunk_columns(cols, view)
+    d = body["dictionary"]
+    dictionary = TermDictionary(
+        _store.data_range(d["text"], data, f"{where}: dictionary.text"),
+        view(d["offsets"], "q", "dictionary.offsets"),
+        view(d["sorted"], "i", "dictionary.sorted"),
+    )
+    dictionary.check(where)
+    post = body["postings"]
+    orders = body["orders"]
+    postings = Postings(
+        TermList(dictionary, []),
+        view(post["offsets"], "q", "postings.offsets"),
+        view(post["chunks"], "i", "postings.chunks"),
+        view(post["tfs"], "I", "postings.tfs"),
+        view(post["impacts"], "f", "postings.impacts"),
+        view(post["maxes"], "f", "postings.maxes"),
+        view(orders["offsets"], "q", "orders.offsets"),
+        view(orders["positions"], "i", "orders.positions"),
+        _read_tables(body.get("tables"), body["stats"]["chunks"], view),
+    )
+    return Snapshot(
+        body["analyzer"],
+        body["bm25"],
+        body["chunking"],
+        _sources_v3(body, data, where, path),
+        chunks,
+        postings,
+        body["stats"]["total_length"],
+        body.get("created_by", ""),
+    )
+
+
+def _read_tables(tables: Any, n_chunks: int, view: Callable[[Any, str, str], Any]) -> LookupTables | None:
+    if tables is None:  # saved before tables existed
+        return None
+    return LookupTables(
+        n_chunks,
+        view(tables["dense_terms"], "i", "tables.dense_terms"),
+        view(tables["dense"], "f", "tables.dense"),
+        view(tables["slot_terms"], "i", "tables.slot_terms"),
+        view(tables["slots"], "H", "tables.slots"),
+        view(tables["slot_impacts"], "f", "tables.slot_impacts"),
+        view(tables["slot_offsets"], "q", "tables.slot_offsets"),
+    )
+
+
+def _read_v2(body: dict[str, Any], data: memoryview | None, where: str) -> Snapshot:
+    """Formats 1 and 2: everything is copied out (their lists are not aligned)."""
+
+    def unpack(value: Any, typecode: str, name: str) -> array[Any]:
+        return _store.unpack(value, typecode, f"{where}: {name}", data)
+
+    cols = body["chunks"]
+    chunks = _chunk_columns(cols, unpack)
+    post = body["postings"]
+    lengths = unpack(post["lengths"], "i", "postings.lengths")
+    terms = list(body["terms"])
+    if len(terms) != len(lengths):
+        raise IndexFormatError(f"{where}: postings tables have inconsistent lengths")
+    offsets = array("q", accumulate(lengths, initial=0))
+    maxes = None
+    if "maxes" in post:  # absent from early v1 files: computed on first use then
+        maxes = unpack(post["maxes"], "f", "postings.maxes")
+        if len(maxes) != len(terms):
+            raise IndexFormatError(f"{where}: postings.maxes has the wrong length")
+    order_offsets = positions = None
+    if "orders" in body:  # format 1 kept champion lists instead: orders are then computed on first use
+        o_terms = unpack(body["orders"]["terms"], "i", "orders.terms")
+        positions = unpack(body["orders"]["positions"], "i", "orders.positions")
+        order_lengths = [0] * len(terms)
+        for tid in o_terms:
+            if not 0 <= tid < len(terms) or order_lengths[tid]:
+                raise IndexFormatError(f"{where}: an impact order names a term that does not exist")
+            order_lengths[tid] = lengths[tid]
+        order_offsets = array("q", accumulate(order_lengths, initial=0))
+        if order_offsets[-1] != len(positions):
+            raise IndexFormatError(f"{where}: impact orders have the wrong length")
+    postings = Postings(
+        terms,
+        offsets,
+        unpack(post["chunks"], "i", "postings.chunks"),
+        unpack(post["tfs"], "I", "postings.tfs"),
+        unpack(post["impacts"], "f", "postings.impacts"),
+        maxes,
+        order_offsets,
+        positions,
+    )
+    return Snapshot(
+        body["analyzer"],
+        body["bm25"],
+        body["chunking"],
+        _sources_v2(body, data, where),
+        chunks,
+        postings,
+        body["stats"]["total_length"],
+        body.get("created_by", ""),
+    )
+
+
+def _check(snap: Snapshot, where: str) -> None:
+    """The cross-checks that cost O(chunks + terms), never O(postings)."""
+    cols = snap.chunks
+    n = len(cols.source)
+    if any(len(col) != n for col in cols[1:]):
+        raise IndexFormatError(f"{where}: chunk tables have different lengths")
+    chars = snap.sources.chars
+    if n and (min(cols.source) < 0 or max(cols.source) >= len(chars)):
+        raise IndexFormatError(f"{where}: a chunk points at a source that does not exist")
+    ends = map(chars.__getitem__, cols.source)
+    if n and (min(cols.start) < 0 or any(map(gt, cols.start, cols.end)) or any(map(gt, cols.end, ends))):
+        raise IndexFormatError(f"{where}: a chunk lies outside its source text")
+    firsts = snap.sources.first_chunks
+    if firsts is not None and (
+        len(firsts) != len(chars) + 1
+        or firsts[0] != 0
+        or firsts[len(chars)] != n
+        or any(map(gt, firsts[:-1], firsts[1:]))
+    ):
+        raise IndexFormatError(f"{where}: sources.first_chunks do not match the chunk table")
+    if sum(cols.length) != snap.total_length:
+        raise IndexFormatError(f"{where}: statistics do not match the chunk table")
+    post = snap.postings
+    n_terms = len(post.terms)
+    offsets = post.offsets
+    if (
+        len(offsets) != n_terms + 1
+        or offsets[0] != 0
+        or not len(post.chunks) == len(post.tfs) == len(post.impacts) == offsets[n_terms]
+        or (post.maxes is not None and len(post.maxes) != n_terms)
+    ):
+        raise IndexFormatError(f"{where}: postings tables have inconsistent lengths")
+    if post.order_offsets is not None and post.positions is not None:
+        oo = post.order_offsets
+        if len(oo) != n_terms + 1 or oo[0] != 0 or oo[n_terms] != len(post.positions):
+            raise IndexFormatError(f"{where}: impact orders have the wrong length")
+    if post.tables is not None:
+        if post.tables.n_chunks != n:
+            raise IndexFormatError(f"{where}: lookup tables are for another number of chunks")
+        check_tables(post.tables, n_terms, where)
+
+
+class PostingLists(Protocol):
+    """What :func:`walk_postings` reads of an index, list by list."""
+
+    @property
+    def terms(self) -> Sequence[str] | TermList: ...
+    def fold(self, tid: int) -> Ints: ...
+    def order(self, tid: int) -> Ints | None: ...
+    def tfs_of(self, tid: int) -> Ints: ...
+    def impacts(self, tid: int) -> tuple[Floats, float]: ...
+
+
+def walk_postings(lists: PostingLists, renumber: list[int] | None = None) -> Postings:
+    """Every non-empty list of ``lists``, term by term, packed as a save writes
+    them (the slow path, when an index's packed buffers are not current).
+    ``renumber`` maps chunk ids to their saved ids (when chunks were removed)."""
+    terms: list[str] = []
+    lengths, p_docs, p_tfs, o_lengths, o_positions = array("q"), array("i"), array("I"), array("q"), array("i")
+    p_imps: array[float] = array("f")
+    p_maxes: array[float] = array("f")
+    for tid, term in enumerate(lists.terms):
+        docs = lists.fold(tid)
+        if not docs:
+            continue
+        order = lists.order(tid)
+        # Positions within the list: the renumbering keeps chunk order.
+        o_lengths.append(0 if order is None else len(order))
+        if order is not None:
+            o_positions.frombytes(memoryview(order).cast("B"))
+        terms.append(term)
+        lengths.append(len(docs))
+        if renumber is None:
+            p_docs.frombytes(memoryview(docs).cast("B"))
+        else:
+            p_docs.extend(map(renumber.__getitem__, docs))
+        p_tfs.frombytes(memoryview(lists.tfs_of(tid)).cast("B"))
+        imps, top = lists.impacts(tid)
+        p_imps.frombytes(memoryview(imps).cast("B"))
+        p_maxes.append(top)
+    return Postings(
+        terms,
+        array("q", accumulate(lengths, initial=0)),
+        p_docs,
+        p_tfs,
+        p_imps,
+        p_maxes,
+        array("q", accumulate(o_lengths, initial=0)),
+        o_positions,
+    )
+
+
+def without_empty_lists(post: Postings, lengths: Sequence[int], order_lengths: Sequence[int]) -> Postings:
+    """``post`` without the terms whose lists are empty, the rest numbered densely
+    (what a save writes after removals emptied some lists)."""
+    assert post.maxes is not None
+    return post._replace(
+        terms=list(compress(post.terms, lengths)),
+        offsets=array("q", accumulate(filter(None, lengths), initial=0)),
+        maxes=array("f", compress(post.maxes, lengths)),
+        order_offsets=array("q", accumulate(compress(order_lengths, lengths), initial=0)),
+    )
+
+
+def order_offsets_of(lengths: Iterable[int], order_min: int) -> array[int]:
+    """Order offsets for lists of ``lengths`` where every list longer than ``order_min`` has an order."""
+    return array("q", accumulate(map(_if_longer, lengths, repeat(order_min)), initial=0))
+
+
+def _if_longer(length: int, order_min: int) -> int:
+    return length if length > order_min else 0
+
+
+def lengths_of(offsets: Ints) -> Iterator[int]:
+    """List lengths from their offsets."""
+    return map(sub, offsets[1:], offsets[:-1])
+
+
+def kept(values: Iterable[int], lengths: Sequence[int]) -> Iterator[int]:
+    """``values`` of the terms whose lists are not empty."""
+    return compress(values, lengths)

@@ -1,0 +1,250 @@
+"""Lookup tables saved with an index: a term's impact at any chunk in one step.
+
+Scoring a candidate chunk in full needs each query term's impact at that
+chunk.  A list is sorted by chunk id, so a binary search finds it: about 17
+comparisons of Python ints at 225k chunks.  A table indexed by chunk id
+answers with one C-level subscript, but building one costs a pass over the
+list, and cold queries (each term seen for the first time) pay that pass
+again and again: at 225k chunks it was a quarter of their time.  So a save
+writes tables for its long lists, those holding at least 1/``STORED_SHARE``
+of the chunks (and ``STORED_MIN`` postings), and a load reads them in place
+from the mapped data file like the rest of the index:
+
+- a *slot table* for a list shorter than ``SLOT_LIMIT``: one uint16 per
+  chunk, 1 + the chunk's position in the list (0 where the term is absent),
+  beside the list's impacts with a 0.0 in front, so ``impacts[slots[c]]`` is
+  the impact at chunk ``c``, 0.0 where absent: 2 bytes a chunk;
+- a *dense table* for a longer list: one float32 impact per chunk (0.0 where
+  absent): 4 bytes a chunk.
+
+The values are the saved impacts themselves, so a table lookup adds exactly
+what a binary search would.  Tables describe the index as saved: after an
+add or a remove the statistics change, every impact is recomputed, and the
+index stops using them (see ``InvertedIndex._lookup``).
+"""
+
+from __future__ import annotations
+
+import sys
+from array import array
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import pairwise
+from typing import Any, NamedTuple, Union
+
+from .._exceptions import IndexFormatError
+
+__all__ = [
+    "DENSE_SLOT_BYTES",
+    "SLOT_LIMIT",
+    "STORED_MIN",
+    "STORED_SHARE",
+    "Built",
+    "LookupTables",
+    "StoredTables",
+    "TableCache",
+    "TableParts",
+    "build_table",
+    "build_tables",
+    "check_tables",
+    "lookup",
+]
+
+# Lists holding at least 1/STORED_SHARE of the chunks get a table.  Measured
+# on 225k chunks (bench_scale.py): 1/64 gave 1.6x the cold queries/s of no
+# saved tables, 1/32 1.45x; the data file grows by about 2 bytes a chunk for
+# each table (about 55% at 1/64 there).
+STORED_SHARE = 64
+# Short lists are cheap to search and to turn into a table at query time.
+STORED_MIN = 256
+# uint16 slots number positions 1..65535.
+SLOT_LIMIT = 65_535
+_LITTLE = sys.byteorder == "little"
+_ZERO_SLOT = array("f", [0.0])
+_ZERO_SLOT16 = array("H", [0])
+# What a table built at query time costs: 4 bytes a chunk (dense float32),
+# about 90 bytes an entry with its float (a dict).
+DENSE_SLOT_BYTES = 4
+_DICT_ENTRY_BYTES = 90
+_consume: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend
+
+Ints = Union["array[int]", "memoryview[int]"]
+Floats = Union["array[float]", "memoryview[float]"]
+
+
+class LookupTables(NamedTuple):
+    """The saved tables of an index of ``n_chunks`` chunks (see the module docstring).
+
+    ``dense`` holds ``n_chunks`` impacts for each of ``dense_terms``, and
+    ``slots`` ``n_chunks`` slots for each of ``slot_terms`` (term ids, both
+    ascending); term ``slot_terms[i]``'s impacts, with the leading 0.0, are
+    ``slot_impacts[slot_offsets[i]:slot_offsets[i + 1]]``.
+    """
+
+    n_chunks: int
+    dense_terms: Ints
+    dense: Floats
+    slot_terms: Ints
+    slots: Ints
+    slot_impacts: Floats
+    slot_offsets: Ints
+
+
+def _little(values: array[Any]) -> array[Any]:
+    if not _LITTLE:  # pragma: no cover - big-endian hosts
+        values.byteswap()
+    return values
+
+
+def _pieces(offsets: Ints, n_chunks: int) -> Iterator[tuple[int, int, int]]:
+    """``(term id, start, end)`` of each list that gets a table."""
+    floor = max(STORED_MIN, -(-n_chunks // STORED_SHARE))
+    for tid, (a, b) in enumerate(pairwise(offsets)):
+        if b - a >= floor:
+            yield tid, a, b
+
+
+class TableParts(NamedTuple):
+    """What a save writes: the term ids and, per table, its bytes (little-endian)."""
+
+    dense_terms: array[int]
+    dense: list[array[float]]
+    slot_terms: array[int]
+    slots: list[array[int]]
+    slot_impacts: list[array[float]]
+
+
+def build_tables(offsets: Ints, chunks: Ints, impacts: Floats, n_chunks: int) -> TableParts:
+    """The tables of the lists laid end to end in ``chunks``/``impacts`` (term
+    ``t``'s is ``[offsets[t], offsets[t + 1])``) over ``n_chunks`` chunks."""
+    parts = TableParts(array("i"), [], array("i"), [], [])
+    chunk_view, impact_view = memoryview(chunks), memoryview(impacts)
+    for tid, a, b in _pieces(offsets, n_chunks):
+        docs, imps = chunk_view[a:b], impact_view[a:b]
+        if b - a < SLOT_LIMIT:
+            # calloc'd zeros, then one C-level store per posting.
+            slots = _ZERO_SLOT16 * n_chunks  # repeats in C; array("H", bytes(...)) converts slot by slot
+            _consume(map(slots.__setitem__, docs, range(1, b - a + 1)))
+            padded = array("f", [0.0])
+            padded.frombytes(imps.cast("B"))
+            parts.slot_terms.append(tid)
+            parts.slots.append(_little(slots))
+            parts.slot_impacts.append(_little(padded))
+        else:
+            dense = _ZERO_SLOT * n_chunks
+            _consume(map(dense.__setitem__, docs, imps))
+            parts.dense_terms.append(tid)
+            parts.dense.append(_little(dense))
+    return parts
+
+
+def check_tables(tables: LookupTables, n_terms: int, where: str) -> None:
+    """The O(tables) consistency checks of a loaded index's tables."""
+    n = tables.n_chunks
+    dt, st, so = tables.dense_terms, tables.slot_terms, tables.slot_offsets
+    if (
+        len(tables.dense) != len(dt) * n
+        or len(tables.slots) != len(st) * n
+        or len(so) != len(st) + 1
+        or so[0] != 0
+        or so[len(st)] != len(tables.slot_impacts)
+        or any(b <= a for a, b in pairwise(so))
+        or any(b <= a for a, b in pairwise(dt))
+        or any(b <= a for a, b in pairwise(st))
+        or any(not 0 <= t < n_terms for t in [*dt[:1], *dt[-1:], *st[:1], *st[-1:]])  # ascending: the ends suffice
+    ):
+        raise IndexFormatError(f"{where}: lookup tables do not match the postings")
+
+
+# (impacts, slots or None): the term's impact at chunk c is impacts[slots[c]],
+# or impacts[c] for a dense table.
+Table = tuple[Floats, Ints | None]
+
+
+class StoredTables:
+    """A loaded index's tables, found by term id; views of the data file."""
+
+    def __init__(self, tables: LookupTables, where: str) -> None:
+        self._tables = tables
+        self._where = where
+        self._dense = dict(zip(tables.dense_terms, range(len(tables.dense_terms))))
+        self._slot = dict(zip(tables.slot_terms, range(len(tables.slot_terms))))
+        self._views: dict[int, Table] = {}
+
+    def table(self, tid: int, length: int) -> Table | None:
+        """The term's table (its list is ``length`` long), or None when none was saved."""
+        found = self._views.get(tid)
+        if found is not None:
+            return found
+        t, n = self._tables, self._tables.n_chunks
+        i = self._dense.get(tid)
+        if i is not None:
+            found = (t.dense[i * n : (i + 1) * n], None)
+        else:
+            i = self._slot.get(tid)
+            if i is None:
+                return None
+            a, b = t.slot_offsets[i], t.slot_offsets[i + 1]
+            if b - a != length + 1:
+                raise IndexFormatError(f"{self._where}: a lookup table does not match its posting list")
+            found = (t.slot_impacts[a:b], t.slots[i * n : (i + 1) * n])
+        self._views[tid] = found
+        return found
+
+
+def lookup(table: Table, cands: Sequence[int]) -> Iterable[float]:
+    """The impacts at ``cands`` (0.0 where the term is absent)."""
+    imps, slots = table
+    return map(imps.__getitem__, cands if slots is None else map(slots.__getitem__, cands))
+
+
+# A table built at query time: a dense float32 array indexed by chunk id, or a
+# {chunk id: impact} dict (0.0 where absent, through ``dict.get``).
+Built = Union["array[float]", dict[int, float]]
+
+
+def build_table(docs: Ints, imps: Floats, n_chunks: int, dense: bool) -> tuple[Built, int]:
+    """A list's impacts by chunk id, and the table's size in bytes."""
+    if dense:
+        # float32 slots, 4 bytes each: a list of floats indexes about twice
+        # as fast but costs 8 bytes a slot and 24 a posting, and is three
+        # times slower to fill, so far fewer tables fit the budget and cold
+        # queries spend their time rebuilding them.
+        table = _ZERO_SLOT * n_chunks
+        _consume(map(table.__setitem__, docs, imps))
+        return table, n_chunks * DENSE_SLOT_BYTES
+    return dict(zip(docs.tolist(), imps.tolist())), len(docs) * _DICT_ENTRY_BYTES
+
+
+class TableCache:
+    """Tables built at query time, by term id, least recently used first."""
+
+    def __init__(self) -> None:
+        # tid -> (impact generation it was built for, table, its size in bytes)
+        self.entries: dict[int, tuple[int, Built, int]] = {}
+        self.size = 0
+
+    def get(self, tid: int, gen: int) -> Built | None:
+        """The term's table for impact generation ``gen``, or None."""
+        cached = self.entries.pop(tid, None)
+        if cached is None:
+            return None
+        if cached[0] != gen:
+            self.size -= cached[2]
+            return None
+        self.entries[tid] = cached  # now the most recently used
+        return cached[1]
+
+    def put(self, tid: int, gen: int, table: Built, size: int, budget: int) -> None:
+        """Keep ``table``, dropping the least recently used past ``budget`` bytes (one always stays)."""
+        entries = self.entries
+        entries[tid] = (gen, table, size)
+        self.size += size
+        try:
+            while self.size > budget and len(entries) > 1:
+                self.size -= entries.pop(next(iter(entries)))[2]
+        except (RuntimeError, KeyError, StopIteration):
+            # Another thread searching at the same time changed the cache
+            # under us: start it afresh rather than let the accounting drift.
+            entries.clear()
+            self.size = 0

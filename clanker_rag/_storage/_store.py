@@ -1,0 +1,402 @@
+"""The on-disk index: a JSON manifest and one data file inside an index folder.
+
+Layout of ``<folder>/index.json``::
+
+    {"format": "clanker-rag-index", "format_version": 2,
+     "revision": "<random hex, new on every save>",
+     "sha256": "<hex digest of the text of the body value>",
+     "body": {..., "data": {"file": "data-<digest>.bin", "size": N, "sha256": "<hex>"}}}
+
+The bulky parts (source texts in UTF-8, and the postings, impacts and chunk
+tables as little-endian packed arrays) live in the data file, referenced from
+the body as ``[offset, length]`` byte ranges: loading reads it in one go and
+copies ranges out, with no JSON string parsing and no base64 on the hot path.
+No pickle, no eval.  The data file is named by its digest and verified
+against the manifest, whose own digest covers that record.
+
+Saves are atomic: the data file is written and fsynced under its new name,
+then the manifest is written beside the old one, fsynced and renamed over
+it, and the folder is fsynced; only then are data files no manifest names
+removed.  A process killed at any moment leaves the old index or the new one,
+never a mix (at worst an unreferenced data file, removed by the next save).
+
+Format history: 1 kept everything inside ``index.json`` (arrays in base64)
+with "champion" lists for long terms; 2 moves the bulk into the data file and
+stores every longer list's impact order (``body.orders``); 3 (see
+:mod:`._codec`) moves the vocabulary into the data file as a sorted term
+dictionary and aligns every part, so the data file is mapped and read in
+place.  All three load.
+
+Checking the data file: a format 3 data file is mapped, not read.  Its size
+is always checked at load (a truncated file is refused at once); its sha256
+is checked at load when the file is at most ``VERIFY_AT_LOAD`` bytes, which
+costs under a few tens of milliseconds.  A larger file is not hashed at load,
+because hashing reads every page (about half a second a gigabyte, and the
+whole file resident): the manifest's own digest still covers the body, every
+posting list is range-checked against the chunk table when first used, and
+:func:`verify_data` (``KnowledgeBase.verify()``) hashes the whole file on
+demand.  Formats 1 and 2 are copied out whole and always hashed.
+"""
+
+from __future__ import annotations
+
+import binascii
+import hashlib
+import json
+import mmap
+import os
+import re
+import secrets
+import stat
+import sys
+from array import array
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from .._exceptions import IndexFormatError
+
+__all__ = [
+    "FORMAT_VERSION",
+    "INDEX_FILE",
+    "VERIFY_AT_LOAD",
+    "Blob",
+    "Manifest",
+    "data_range",
+    "fsync_dir",
+    "read_index",
+    "text",
+    "unpack",
+    "verify_data",
+    "write_bytes_atomic",
+    "write_index",
+]
+
+FORMAT_NAME = "clanker-rag-index"
+FORMAT_VERSION = 3
+# Data files up to this size are hashed at load (see the module docstring).
+VERIFY_AT_LOAD = 64 * 1024 * 1024
+_ALIGN = 8
+INDEX_FILE = "index.json"
+_BODY_KEY = '"body":'
+_DATA_NAME = re.compile(r"data-[0-9a-f]{32}\.bin")
+# Temporary files write_atomic leaves when a save is killed mid-write.
+_STALE_TMP = re.compile(r"\.(data-[0-9a-f]{32}\.bin|index\.json)\.\d+\.[0-9a-f]+\.tmp")
+_READ_ATTEMPTS = 3
+
+
+class Blob:
+    """The data file of an index being written; parts are referenced from the
+    body as ``[offset, length]``."""
+
+    def __init__(self) -> None:
+        self.parts: list[bytes | memoryview] = []
+        self.size = 0
+
+    def add(self, data: bytes | memoryview) -> list[int]:
+        # Every part starts on an 8-byte boundary, so a mapped reader can
+        # cast any of them to its item type in place.
+        pad = -self.size % _ALIGN
+        if pad:
+            self.parts.append(bytes(pad))
+            self.size += pad
+        piece = data if isinstance(data, bytes) else memoryview(data).cast("B")
+        ref = [self.size, len(piece)]
+        self.parts.append(piece)
+        self.size += len(piece)
+        return ref
+
+    def run(self, pieces: Iterable[bytes | memoryview]) -> tuple[list[int], array[int]]:
+        """Add ``pieces`` back to back as one part: its range, and where each
+        piece starts and ends within it (``n + 1`` offsets)."""
+        self.add(b"")  # aligns the start
+        start = self.size
+        offsets = array("q", [0])
+        for piece in pieces:
+            if not isinstance(piece, bytes):
+                piece = memoryview(piece).cast("B")
+            self.parts.append(piece)
+            self.size += len(piece)
+            offsets.append(self.size - start)
+        return [start, self.size - start], offsets
+
+    def array(self, values: array[Any] | memoryview[Any], typecode: str | None = None) -> list[int]:
+        """Add packed ``values`` (an array, or a typed view of one or of a mapped file)."""
+        code = values.typecode if isinstance(values, array) else values.format
+        if typecode is not None and code != typecode:
+            raise TypeError(f"expected items of type {typecode!r}, not {code!r}")
+        if sys.byteorder != "little":  # pragma: no cover - big-endian hosts
+            values = array(code, values)
+            values.byteswap()
+        if isinstance(values, array):
+            return self.add(values.tobytes())
+        return self.add(values)
+
+    def text(self, value: str) -> list[int]:
+        # surrogatepass: a text decoded with surrogateescape round-trips too.
+        return self.add(value.encode("utf-8", "surrogatepass"))
+
+
+def data_range(ref: Any, blob: memoryview | None, where: str) -> memoryview:
+    """The bytes of the data file that ``ref`` (``[offset, length]``) names."""
+    if blob is None:
+        raise IndexFormatError(f"{where}: refers to a data file the index does not name")
+    if (
+        not isinstance(ref, list)
+        or len(ref) != 2
+        or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in ref)
+        or ref[0] + ref[1] > len(blob)
+    ):
+        raise IndexFormatError(f"{where}: not a valid range of the data file")
+    return blob[ref[0] : ref[0] + ref[1]]
+
+
+def text(value: Any, blob: memoryview | None, where: str) -> str:
+    """A text stored inline (format 1) or as a range of the data file."""
+    if isinstance(value, str):
+        return value
+    try:
+        return str(data_range(value, blob, where), "utf-8", "surrogatepass")
+    except UnicodeDecodeError as exc:
+        raise IndexFormatError(f"{where}: not valid UTF-8 ({exc.reason})") from None
+
+
+def unpack(value: Any, typecode: str, where: str, blob: memoryview | None = None) -> array[Any]:
+    """An array stored as base64 (format 1) or as a range of the data file."""
+    raw: bytes | memoryview
+    if isinstance(value, str):
+        try:
+            # Not validate=True: it is several times slower, and the body's
+            # sha256 has already vouched for every character.
+            raw = binascii.a2b_base64(value)
+        except (ValueError, TypeError, binascii.Error) as exc:
+            raise IndexFormatError(f"{where}: not valid base64 ({exc})") from None
+    else:
+        raw = data_range(value, blob, where)
+    values: array[Any] = array(typecode)
+    if len(raw) % values.itemsize:
+        raise IndexFormatError(f"{where}: {len(raw)} bytes is not a whole number of {values.itemsize}-byte items")
+    values.frombytes(raw)
+    if sys.byteorder != "little":  # pragma: no cover
+        values.byteswap()
+    return values
+
+
+def write_index(folder: str | os.PathLike[str], body: dict[str, Any], blob: Blob | None = None) -> str:
+    """Atomically write ``body`` (and its data file) as the folder's index; returns the new revision.
+
+    The caller holds the folder's writer lock, so any temporary file of ours
+    found here belongs to a save that was killed: it is removed first.
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    for stale in folder.glob(".*.tmp"):
+        if _STALE_TMP.fullmatch(stale.name):
+            stale.unlink(missing_ok=True)
+    data_name = None
+    if blob is not None:
+        h = hashlib.sha256()
+        for part in blob.parts:
+            h.update(part)
+        data_digest = h.hexdigest()
+        data_name = f"data-{data_digest[:32]}.bin"
+        write_atomic(folder / data_name, blob.parts)
+        body = {**body, "data": {"file": data_name, "size": blob.size, "sha256": data_digest}}
+    body_text = json.dumps(body, ensure_ascii=True, separators=(",", ":"), allow_nan=False)
+    digest = hashlib.sha256(body_text.encode("ascii")).hexdigest()
+    revision = secrets.token_hex(8)
+    head = json.dumps(
+        {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, "revision": revision, "sha256": digest},
+        separators=(",", ":"),
+    )
+    # Written piece by piece: the body can be hundreds of MB, no need to copy it.
+    pieces = (head[:-1], "," + _BODY_KEY, body_text, "}\n")
+    write_atomic(folder / INDEX_FILE, [p.encode("ascii") for p in pieces])
+    fsync_dir(folder)
+    for stale in folder.glob("data-*.bin"):
+        if stale.name != data_name and _DATA_NAME.fullmatch(stale.name):
+            stale.unlink(missing_ok=True)
+    return revision
+
+
+def fsync_dir(folder: Path) -> None:
+    if os.name != "posix":  # pragma: no cover - directories cannot be fsynced on Windows
+        return
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_bytes_atomic(target: Path, data: bytes) -> None:
+    """Replace ``target`` with ``data`` atomically (temp file, fsync, rename)."""
+    write_atomic(target, [data])
+
+
+def write_atomic(target: Path, pieces: Iterable[bytes | memoryview]) -> None:
+    """Replace ``target`` with the concatenated ``pieces``: temp file beside it,
+    flush, fsync, rename; the temp file is removed if anything fails."""
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        with open(tmp, "wb") as fh:
+            for piece in pieces:
+                fh.write(piece)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException as exc:
+        tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.filename is None and exc.errno is not None:
+            # A failed write or fsync (a full disk) names no file: name the one being written.
+            raise OSError(exc.errno, exc.strerror or str(exc), str(target)) from exc
+        raise
+
+
+def read_regular(path: Path, limit: int = -1) -> bytes:
+    """The bytes of ``path`` (the first ``limit`` if >= 0), refusing anything
+    but a regular file: opening a FIFO for reading would block until some
+    writer came, with the caller perhaps holding the writer lock meanwhile."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise IndexFormatError(f"{path}: not a regular file (a FIFO, device or socket cannot hold an index)")
+        with open(fd, "rb", closefd=False) as fh:
+            return fh.read(limit)
+    finally:
+        os.close(fd)
+
+
+def read_revision(folder: str | os.PathLike[str]) -> str | None:
+    """The revision of the index in ``folder`` (cheap: reads only the head)."""
+    target = Path(folder) / INDEX_FILE
+    try:
+        head = read_regular(target, 400).decode("ascii", "replace")
+    except FileNotFoundError:
+        return None
+    key = '"revision":"'
+    i = head.find(key)
+    if i < 0:
+        return None
+    j = head.find('"', i + len(key))
+    return head[i + len(key) : j] if j > 0 else None
+
+
+class Manifest(NamedTuple):
+    """A verified manifest: its body, revision, format version and data file (mapped), if any."""
+
+    body: dict[str, Any]
+    revision: str
+    version: int
+    data: memoryview | None
+    data_path: Path | None = None
+
+
+def read_index(folder: str | os.PathLike[str]) -> Manifest:
+    """Parse and verify ``folder``'s index and map its data file (see the module docstring)."""
+    folder = Path(folder)
+    target = folder / INDEX_FILE if folder.is_dir() else folder
+    for attempt in range(_READ_ATTEMPTS):
+        body, revision, version = _read_manifest(target)
+        record = body.get("data")
+        if record is None:
+            return Manifest(body, revision, version, None)
+        if (
+            not isinstance(record, dict)
+            or not isinstance(record.get("file"), str)
+            or not _DATA_NAME.fullmatch(record["file"])
+            or not isinstance(record.get("size"), int)
+            or not isinstance(record.get("sha256"), str)
+        ):
+            raise IndexFormatError(f"{target}: the data file record is malformed")
+        path = target.parent / record["file"]
+        try:
+            data = _map(path)
+        except FileNotFoundError:
+            # A writer may have replaced the index between our two reads: read the new manifest.
+            if attempt + 1 < _READ_ATTEMPTS:
+                continue
+            raise IndexFormatError(f"{path}: the index's data file is missing") from None
+        except OSError as exc:
+            raise IndexFormatError(f"{path}: cannot read the index's data file ({exc.strerror or exc})") from None
+        if len(data) != record["size"]:
+            raise IndexFormatError(f"{path}: truncated ({len(data)} of {record['size']} bytes)")
+        if (version < 3 or len(data) <= VERIFY_AT_LOAD) and hashlib.sha256(data).hexdigest() != record["sha256"]:
+            raise IndexFormatError(f"{path}: checksum mismatch: the data file was modified or damaged after saving")
+        return Manifest(body, revision, version, data, path)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _map(path: Path) -> memoryview:
+    """The file's bytes, mapped read-only (an empty file cannot be mapped: it is
+    read); anything but a regular file is refused, as by :func:`read_regular`."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise IndexFormatError(f"{path}: not a regular file (a FIFO, device or socket cannot hold an index)")
+        if info.st_size == 0:
+            return memoryview(b"")
+        # The mapping outlives the descriptor; views of it keep it alive.
+        return memoryview(mmap.mmap(fd, 0, access=mmap.ACCESS_READ))
+    finally:
+        os.close(fd)
+
+
+def verify_data(folder: str | os.PathLike[str]) -> None:
+    """Hash the whole data file of ``folder``'s index against its manifest (raises IndexFormatError)."""
+    folder = Path(folder)
+    target = folder / INDEX_FILE if folder.is_dir() else folder
+    body, _, _ = _read_manifest(target)
+    record = body.get("data")
+    if not isinstance(record, dict):
+        return
+    path = target.parent / str(record.get("file"))
+    h = hashlib.sha256()
+    try:
+        h.update(_map(path))
+    except OSError as exc:
+        raise IndexFormatError(f"{path}: cannot read the index's data file ({exc.strerror or exc})") from None
+    if h.hexdigest() != record.get("sha256"):
+        raise IndexFormatError(f"{path}: checksum mismatch: the data file was modified or damaged after saving")
+
+
+def _read_manifest(target: Path) -> tuple[dict[str, Any], str, int]:
+    try:
+        data = read_regular(target)
+    except FileNotFoundError:
+        raise IndexFormatError(f"{target}: no index here (file not found)") from None
+    except OSError as exc:
+        raise IndexFormatError(f"{target}: cannot read the index ({exc.strerror or exc})") from None
+    try:
+        doc = json.loads(data)
+    except UnicodeDecodeError as exc:
+        raise IndexFormatError(f"{target}: not a clanker_rag index (not UTF-8 text: {exc.reason})") from None
+    except json.JSONDecodeError as exc:
+        raise IndexFormatError(f"{target}: truncated or not valid JSON ({exc.msg} at char {exc.pos})") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT_NAME:
+        raise IndexFormatError(f"{target}: not a clanker_rag index (no 'format': '{FORMAT_NAME}')")
+    version = doc.get("format_version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise IndexFormatError(f"{target}: format_version is missing or not an integer")
+    if version > FORMAT_VERSION:
+        raise IndexFormatError(
+            f"{target}: written by a newer clanker_rag (format_version {version}; "
+            f"this version reads up to {FORMAT_VERSION}); upgrade clanker_rag"
+        )
+    if version < 1:
+        raise IndexFormatError(f"{target}: unknown format_version {version}")
+    body = doc.get("body")
+    if not isinstance(body, dict):
+        raise IndexFormatError(f"{target}: the index has no body")
+    expected = doc.get("sha256")
+    key = _BODY_KEY.encode("ascii")
+    i = data.find(key)
+    end = data.rfind(b"}")  # trailing whitespace, if any, lies after it
+    body_bytes = memoryview(data)[i + len(key) : end] if i >= 0 and end > i else b""
+    if hashlib.sha256(body_bytes).hexdigest() != expected:
+        # The file may be valid but re-formatted; compare canonical forms before calling it tampered.
+        canon = json.dumps(body, ensure_ascii=True, separators=(",", ":"))
+        if hashlib.sha256(canon.encode("ascii")).hexdigest() != expected:
+            raise IndexFormatError(f"{target}: checksum mismatch: the index was modified or damaged after it was saved")
+    return body, str(doc.get("revision", "")), version

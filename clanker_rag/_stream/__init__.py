@@ -1,0 +1,11 @@
+"""The stream controller: splicing retrieved text into a model's output.
+
+Job: the generation protocol between controller and backends (``_generate``),
+the incremental tool-call scanner (``_scanner``), the one builder of injected
+blocks and the guard on retrieved text (``_blocks``), and the I/O-free turn
+logic with its sync and async drivers (``_controller``).
+
+May import: ``_retrieval`` (fusion), ``_types`` and the leaves.  Must not
+import: backends, answering, serving or the CLI.  Backends import only
+``_generate`` from here.
+"""

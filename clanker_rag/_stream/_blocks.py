@@ -1,0 +1,278 @@
+"""The blocks injected into a model's context, and the guard on retrieved text.
+
+One place builds every ``<result>`` and ``<context>`` block, for the stream
+controller and for the proxy's up-front injection alike:
+
+* :func:`neutralize` makes retrieved text unable to act as a delimiter: our
+  own tags, the chat-template markers of the common open model families, and
+  a line shaped like a passage header;
+* :class:`BlockBuilder` numbers the passages, writes where each came from and
+  keeps the block within its size budget;
+* :func:`last_question` and friends find the question a turn retrieves for.
+
+The guard works on the text as a tokenizer or a careful reader would see it:
+folded with Unicode NFKC (so full-width ``＜`` is ``<`` and DeepSeek's
+``｜`` is ``|``) and with invisible format characters (zero-width spaces,
+joiners, bidi marks: category Cf) removed.  Only the delimiter character that
+opens a marker is escaped (``<`` becomes ``&lt;``, ``[`` becomes ``&#91;``),
+so ordinary text, code and markup such as ``<div>`` or ``a < b`` pass
+unchanged, and a look-alike character is kept as written unless it opens a
+marker.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from .._exceptions import ConfigError
+from .._types import HitLike
+
+__all__ = [
+    "DEFAULT_BLOCK_CHARS",
+    "MIN_BLOCK_CHARS",
+    "BlockBuilder",
+    "BlockTag",
+    "Passage",
+    "is_question_sentence",
+    "last_question",
+    "neutralize",
+    "norm_query",
+    "squash_ws",
+]
+
+BlockTag = Literal["result", "context"]
+
+DEFAULT_BLOCK_CHARS = 2000
+MIN_BLOCK_CHARS = 64
+# A passage that would get fewer characters than this is left out rather than
+# cut to a stub.
+_MIN_PASSAGE_ROOM = 40
+
+_WS_RE = re.compile(r"\s+")
+_QUESTION_RE = re.compile(r"[^.!?\n]*\?")
+
+# -- the guard ----------------------------------------------------------------------
+
+# Characters str.splitlines() ends a line at: a header-shaped line is judged
+# the way a reader of the block splits it.
+_BREAKS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"
+_BREAK_RUN_RE = re.compile(f"[{_BREAKS}]+")
+
+# Invisible characters outside category Cf that renderers and many tokenizers
+# also ignore: the combining grapheme joiner, Hangul fillers, Khmer inherent
+# vowels, Mongolian free variation selectors and the variation selectors.
+_IGNORABLE = frozenset(
+    (0x034F, 0x115F, 0x1160, 0x17B4, 0x17B5, 0x180B, 0x180C, 0x180D, 0x180F, 0x3164, 0xFFA0,
+     *range(0xFE00, 0xFE10), *range(0xE0100, 0xE01F0))
+)  # fmt: skip
+
+# The opening delimiter of each marker, matched in the folded text.  Group
+# "lt" / "sq" is the character that gets escaped.
+_MARKER_RE = re.compile(
+    r"""
+    (?P<lt><)(?=
+        \|                                            # <|im_start|>, <|eot_id|>, <|user|>, DeepSeek <｜...｜>
+      | \s*/?\s*(?:tool|result|context|function       # our tags; <tool_call>, <function=...>
+                  |think|reason                       # <think>, <thinking>, <reasoning>
+                  |start_of_|end_of_|im_|fim_)        # Gemma <start_of_turn>; ChatML and FIM without pipes
+      | \s*/?\s*(?:s|unk|pad|mask|bos|eos|eot|eom|sop|eop|cls|sep|sys)\s*>
+                                                      # Llama/Mistral <s></s>; Gemma <bos><eos>; <<SYS>>
+      | <\s*/?\s*sys\b                                # the first "<" of Llama 2's <<SYS>> and <</SYS>>
+    )
+    | (?P<sq>\[)(?=
+        \s*/?\s*(?:inst|sys|system_prompt|tool_calls|available_tools|tool_results|tool_content
+                  |think|img|prefix|middle|suffix|gmask|smask)\s*\]
+                                                      # Mistral [INST] [/INST] [TOOL_CALLS] [THINK]...
+    )
+    """,
+    re.IGNORECASE | re.VERBOSE,
+)
+# A line that would read as a passage header: "[7] docs/official.md:1-3".
+_HEADER_RE = re.compile(rf"(?:\A|(?<=[{_BREAKS}]))[^\S{_BREAKS}]*(?P<sq>\[)(?=\s*\d+\s*\])")
+_ESCAPES = {"<": "&lt;", "[": "&#91;"}
+
+
+def _ignorable(ch: str) -> bool:
+    return unicodedata.category(ch) == "Cf" or ord(ch) in _IGNORABLE
+
+
+@functools.lru_cache(maxsize=4096)
+def _fold_char(ch: str) -> str:
+    """One character NFKC-folded; empty for a character the guard drops."""
+    return "" if _ignorable(ch) else unicodedata.normalize("NFKC", ch)
+
+
+def _fold(text: str) -> tuple[str, list[str], list[int], list[int]]:
+    """``text`` NFKC-folded with ignorable characters dropped.
+
+    Returns the folded text, the kept original characters, for each folded
+    character the index of the kept character it came from, and for each kept
+    character where its fold starts.  Folding is done character by character
+    so every folded character traces back to one original; NFKC composition
+    never produces an ASCII character, so this finds the same markers as
+    folding the whole text.
+    """
+    kept: list[str] = []
+    pieces: list[str] = []
+    origin: list[int] = []
+    starts: list[int] = []
+    for ch in text:
+        folded = _fold_char(ch) if ord(ch) > 0x7F else ch
+        if not folded:
+            continue
+        starts.append(len(origin))
+        origin.extend([len(kept)] * len(folded))
+        kept.append(ch)
+        pieces.append(folded)
+    return "".join(pieces), kept, origin, starts
+
+
+def neutralize(text: str) -> str:
+    """Make retrieved text unable to act as a tag, a chat-template token or a passage header.
+
+    After NFKC folding and with format characters removed, the result holds
+    no ``<tool``, ``</result>``, ``<context>``, ``<|...|>`` control token,
+    ``<think>``, ``<start_of_turn>``, ``<s>``, ``<<SYS>>``, ``[INST]`` and
+    the like, and no line starting with ``[N]``: the opening ``<`` becomes
+    ``&lt;`` and the opening ``[`` becomes ``&#91;``.  Format characters are
+    dropped; everything else is kept as written.
+    """
+    # Most text, accented or not, is already folded and has nothing to drop:
+    # then positions in the folded text are positions in the text.
+    plain = text.isascii() or (
+        unicodedata.is_normalized("NFKC", text) and not any(_ignorable(ch) for ch in set(text) if ord(ch) > 0x7F)
+    )
+    kept: list[str]
+    origin: list[int]
+    starts: list[int]
+    if plain:
+        folded, kept, origin, starts = text, [], [], []
+    else:
+        folded, kept, origin, starts = _fold(text)
+    spots = [m.start() for m in _MARKER_RE.finditer(folded)]
+    spots += [m.start("sq") for m in _HEADER_RE.finditer(folded)]
+    if plain:
+        if not spots:
+            return text
+        out = list(text)
+        for pos in spots:
+            out[pos] = _ESCAPES[text[pos]]
+        return "".join(out)
+    # A kept character that opens a marker is replaced by its fold with the
+    # opener escaped (a full-width "＜" becomes "&lt;").
+    escape_at: dict[int, list[int]] = {}
+    for pos in spots:
+        escape_at.setdefault(origin[pos], []).append(pos)
+    out = kept
+    for index, positions in escape_at.items():
+        first = starts[index]
+        end = starts[index + 1] if index + 1 < len(starts) else len(folded)
+        chars = list(folded[first:end])
+        for pos in positions:
+            chars[pos - first] = _ESCAPES[folded[pos]]
+        out[index] = "".join(chars)
+    return "".join(out)
+
+
+def _one_line(text: str) -> str:
+    # A source name with a line break could start a forged header line.
+    return _BREAK_RUN_RE.sub(" ", text)
+
+
+# -- questions ------------------------------------------------------------------------
+
+
+def squash_ws(text: str) -> str:
+    """``text`` with every run of whitespace made one space, trimmed."""
+    return _WS_RE.sub(" ", text).strip()
+
+
+def norm_query(query: str) -> str:
+    """The form two queries are compared in (a query is retrieved once per turn)."""
+    return squash_ws(query).lower()
+
+
+def last_question(text: str, *, window: int = 4000) -> str | None:
+    """The last question sentence in the final ``window`` characters of ``text``."""
+    found = _QUESTION_RE.findall(text[-window:])
+    question = squash_ws(found[-1]) if found else ""
+    return question or None
+
+
+def is_question_sentence(sentence: str) -> bool:
+    """Whether a sentence the model wrote is a question worth retrieving for."""
+    return sentence.endswith("?") and len(sentence) > 3
+
+
+# -- blocks ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Passage:
+    """What a block shows of one hit: its text and where it came from."""
+
+    source: str
+    text: str
+    start_line: int | None = None
+    end_line: int | None = None
+
+    @classmethod
+    def of(cls, hit: HitLike) -> Passage:
+        start = getattr(hit, "start_line", None)
+        end = getattr(hit, "end_line", None)
+        if not (isinstance(start, int) and isinstance(end, int) and end >= start > 0):
+            start = end = None
+        return cls(hit.source, hit.text, start, end)
+
+    @property
+    def location(self) -> str:
+        """``source`` or ``source:first-last`` (lines), as the header shows it."""
+        if self.start_line is None or self.end_line is None:
+            return self.source
+        return f"{self.source}:{self.start_line}-{self.end_line}"
+
+
+@dataclass(frozen=True, slots=True)
+class BlockBuilder:
+    """Formats the blocks of one controller or proxy; ``budget`` caps each block's characters.
+
+    A block is ``\\n<tag>\\n`` + an optional note + numbered passages
+    (``[1] source:lines`` then the text) + ``</tag>\\n``.  Passages are
+    neutralised, then cut with an ellipsis to fit; a passage with less than
+    a useful amount of room left is dropped.
+    """
+
+    budget: int = DEFAULT_BLOCK_CHARS
+
+    def __post_init__(self) -> None:
+        if isinstance(self.budget, bool) or not isinstance(self.budget, int) or self.budget < MIN_BLOCK_CHARS:
+            raise ConfigError(f"block_chars must be an integer >= {MIN_BLOCK_CHARS}, got {self.budget!r}")
+
+    def block(self, tag: BlockTag, hits: Sequence[HitLike] = (), note: str | None = None) -> str:
+        return self.passages_block(tag, [Passage.of(hit) for hit in hits], note)
+
+    def passages_block(self, tag: BlockTag, passages: Sequence[Passage], note: str | None = None) -> str:
+        head = f"\n<{tag}>\n"
+        tail = f"</{tag}>\n"
+        room_total = self.budget - len(head) - len(tail)
+        parts: list[str] = []
+        used = 0
+        if note is not None:
+            parts.append(neutralize(note)[: max(room_total - 1, 0)] + "\n")
+            used = len(parts[0])
+        for number, passage in enumerate(passages, 1):
+            header = f"[{number}] {neutralize(_one_line(passage.location))}\n"
+            text = neutralize(passage.text.strip())
+            room = room_total - used - len(header) - 1
+            if room < _MIN_PASSAGE_ROOM:
+                break
+            if len(text) > room:
+                text = text[: room - 1].rstrip() + "\u2026"
+            parts.append(header + text + "\n")
+            used += len(parts[-1])
+        return head + "".join(parts) + tail

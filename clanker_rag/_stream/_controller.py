@@ -1,0 +1,804 @@
+"""The stream controller: knowledge reaches the model while it generates.
+
+:class:`RagController` wraps a generation callable.  It watches the model's
+output through the incremental :class:`~clanker_rag._stream._scanner.TagScanner` and
+injects retrieved passages in three ways:
+
+* **tool calls** - the model writes ``<tool name="retrieve">query</tool>``;
+  the controller stops generation, retrieves, appends a ``<result>`` block
+  and resumes;
+* **question boundaries** - the user's question and any question sentence the
+  model writes trigger a ``<context>`` block (``questions=True``);
+* **low confidence** (FLARE) - a sentence containing a token whose
+  log-probability is under ``flare_threshold`` triggers retrieval with the
+  unsure tokens masked out; ``flare="rewind"`` regenerates the sentence after
+  the block, ``flare="append"`` keeps it.
+
+A callable backend is resumed with ``prompt + generated text + block``: the
+exact bytes the model has already seen plus the block, so a server's prompt
+cache covers everything but the block.  A one-shot iterable cannot be resumed;
+blocks are then only spliced into the visible stream.
+
+The per-turn logic lives in the I/O-free :class:`_ControllerTurn`; the sync
+and async drivers only move pieces and run retrieval.  Blocks are built and
+retrieved text is neutralised by :mod:`clanker_rag._stream._blocks`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import math
+import re
+import threading
+import time
+from collections import deque
+from collections.abc import (
+    AsyncIterable,
+    AsyncIterator,
+    Callable,
+    Hashable,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from .._exceptions import ConfigError, RetrievalTimeoutError
+from .._retrieval._fusion import hit_key, reciprocal_rank_fusion
+from .._types import HitLike, Retriever
+from ._blocks import BlockBuilder, is_question_sentence, last_question, neutralize, norm_query, squash_ws
+from ._generate import AsyncGenerateFn, GenerateFn, Piece, piece_parts
+from ._scanner import TagScanner, ToolCall
+
+__all__ = [
+    "InjectEvent",
+    "RagController",
+    "RetrieveEvent",
+    "StreamEvent",
+    "TextEvent",
+    "neutralize",
+]
+
+logger = logging.getLogger(__name__)
+
+_BOUNDARY_RE = re.compile(r"[.!?](?=\s)|\n")
+_LABEL_RE = re.compile(r"^\s*\w+:\s")
+
+
+@dataclass(frozen=True, slots=True)
+class TextEvent:
+    """Text the model wrote that the user may see."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class RetrieveEvent:
+    """A retrieval ran. ``kind`` is ``"tool"``, ``"question"`` or ``"flare"``."""
+
+    query: str
+    hits: tuple[HitLike, ...]
+    kind: str
+    seconds: float
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class InjectEvent:
+    """A block was added to the turn. ``tag`` is ``"result"`` or ``"context"``."""
+
+    block: str
+    tag: str
+    kind: str
+    query: str
+
+
+StreamEvent = TextEvent | RetrieveEvent | InjectEvent
+
+
+@dataclass(frozen=True, slots=True)
+class _Trigger:
+    kind: str  # "tool", "question", "flare"
+    query: str
+    call: ToolCall | None = None
+
+
+class _ControllerTurn:
+    """State of one turn: the context built so far and what the scanner holds."""
+
+    def __init__(self, ctl: RagController, prompt: str, resumable: bool) -> None:
+        self.ctl = ctl
+        self.prompt = prompt
+        self.resumable = resumable
+        self.gen: list[str] = []  # everything after the prompt, in order
+        self.gen_len = 0
+        self.scanner = TagScanner(ctl._tool_names, max_payload=ctl.max_payload)
+        self.queue: deque[tuple[str | ToolCall, float | None]] = deque()
+        self.injections = 0
+        self.resumes = 0
+        self.seen_keys: set[Hashable] = set()
+        self.seen_queries: set[str] = set()
+        self.track = ctl.questions or ctl.flare is not None
+        self.hold = ctl.flare == "rewind" and resumable
+        self.prev_char = ""
+        self.ended = False  # the current generation has ended and the scanner is flushed
+        self.question = ""
+        self.question_searched = False  # tool_query="first": the question has had its search
+        self._new_sentence()
+
+    # -- context bookkeeping -------------------------------------------------
+    def context(self) -> str:
+        """The prompt for the next generation: prompt plus everything since."""
+        if len(self.gen) > 1:
+            self.gen[:] = ["".join(self.gen)]
+        return self.prompt + (self.gen[0] if self.gen else "")
+
+    def _append(self, text: str) -> None:
+        if text:
+            self.gen.append(text)
+            self.gen_len += len(text)
+
+    def _truncate(self, length: int) -> None:
+        whole = "".join(self.gen)[:length]
+        self.gen[:] = [whole] if whole else []
+        self.gen_len = len(whole)
+
+    # -- sentences -------------------------------------------------------------
+    def _new_sentence(self) -> None:
+        self.sent: list[tuple[str, float | None]] = []
+        self.sent_start = self.gen_len
+        self.held: list[str] = []
+
+    def _release_held(self) -> str:
+        text = "".join(self.held)
+        self.held = []
+        return text
+
+    def _add_text(self, text: str, logprob: float | None, out: list[str]) -> None:
+        if not text:
+            return
+        self._append(text)
+        if self.track:
+            self.sent.append((text, logprob))
+            self.prev_char = text[-1]
+        if self.hold:
+            self.held.append(text)
+        else:
+            out.append(text)
+
+    def _end_sentence(self, out: list[str], *, questions: bool = True) -> _Trigger | None:
+        ctl = self.ctl
+        sentence = "".join(t for t, _ in self.sent).strip()
+        trig: _Trigger | None = None
+        if sentence and self.injections < ctl.max_injections:
+            if ctl.flare is not None and any(lp is not None and lp < ctl.flare_threshold for _, lp in self.sent):
+                masked = "".join(t for t, lp in self.sent if lp is None or lp >= ctl.flare_threshold)
+                # If every token was unsure, the whole sentence is the best query left.
+                query = squash_ws(masked) or squash_ws(sentence)
+                trig = _Trigger("flare", query)
+            if trig is None and questions and ctl.questions and is_question_sentence(sentence):
+                trig = _Trigger("question", sentence)
+        if trig is None:
+            out.append(self._release_held())
+            self._new_sentence()
+        return trig
+
+    def _scan_text(self, text: str, logprob: float | None, out: list[str]) -> tuple[int, _Trigger | None]:
+        """Feed visible text to the sentence tracker; stop at the first trigger."""
+        if not self.track:
+            self._add_text(text, logprob, out)
+            return len(text), None
+        pos = 0
+        if self.prev_char in ".!?" and self.prev_char and text[:1].isspace():
+            trig = self._end_sentence(out)
+            if trig is not None:
+                return 0, trig
+        for m in _BOUNDARY_RE.finditer(text):
+            end = m.end()
+            self._add_text(text[pos:end], logprob, out)
+            pos = end
+            trig = self._end_sentence(out)
+            if trig is not None:
+                return end, trig
+        self._add_text(text[pos:], logprob, out)
+        return len(text), None
+
+    # -- pieces ----------------------------------------------------------------
+    def feed(self, text: str, logprob: float | None) -> None:
+        released, calls = self.scanner.feed(text)
+        self._enqueue(released, calls, logprob)
+
+    def _enqueue(self, released: str, calls: Sequence[ToolCall], logprob: float | None) -> None:
+        pos = 0
+        for call in calls:
+            if call.position > pos:
+                self.queue.append((released[pos : call.position], logprob))
+            self.queue.append((call, logprob))
+            pos = call.position
+        if pos < len(released):
+            self.queue.append((released[pos:], logprob))
+
+    def drain(self) -> tuple[str, _Trigger | None]:
+        """Process queued scanner output up to the next trigger."""
+        out: list[str] = []
+        while self.queue:
+            item, logprob = self.queue.popleft()
+            if isinstance(item, ToolCall):
+                # The sentence before the call is kept as written.
+                out.append(self._release_held())
+                self._new_sentence()
+                self._append(item.raw)
+                self.prev_char = ""
+                return "".join(out), _Trigger("tool", item.query, item)
+            cut, trig = self._scan_text(item, logprob, out)
+            if trig is not None:
+                if cut < len(item):
+                    self.queue.appendleft((item[cut:], logprob))
+                return "".join(out), trig
+        if self.ended and self.sent:
+            # The stream ended mid-sentence (no whitespace after its last
+            # "."): that sentence still gets its FLARE check.  A closing
+            # question is addressed to the user, so it triggers nothing.
+            trig = self._end_sentence(out, questions=False)
+            return "".join(out), trig
+        return "".join(out), None
+
+    def end(self, finish_reason: str | None, stop_word: str | None) -> None:
+        """The current generation ended; queue what the scanner still holds."""
+        call = None
+        if self.resumable and self.scanner.in_call:
+            stopped_on_close = (stop_word is not None and "tool" in stop_word.lower()) or (
+                stop_word is None and finish_reason in (None, "stop")
+            )
+            if stopped_on_close:
+                call = self.scanner.take_open_call()
+        released, calls = self.scanner.flush()
+        self._enqueue(released, calls, None)
+        if call is not None:
+            self.queue.append((call, None))
+        self.ended = True
+
+    def close(self) -> str:
+        """The turn is over: release any held sentence."""
+        return self._release_held()
+
+    # -- injection ---------------------------------------------------------------
+    def initial_trigger(self, question: str | None) -> _Trigger | None:
+        if question is None and (self.ctl.questions or self.ctl.tool_query != "model"):
+            # "Question: ...?" in a few-shot prompt: the label is not part of it.
+            question = _LABEL_RE.sub("", last_question(self.prompt) or "")
+        self.question = squash_ws(question or "")
+        if not self.ctl.questions:
+            return None
+        return _Trigger("question", self.question) if self.question else None
+
+    def queries(self, trig: _Trigger, query: str) -> list[str]:
+        """What to search for ``query``: a tool call's own words, with the user's question if so configured."""
+        mode, question = self.ctl.tool_query, self.question
+        if trig.kind == "question":
+            self.question_searched = True
+        if trig.kind != "tool" or mode == "model" or not question or norm_query(question) == norm_query(query):
+            return [query]
+        if mode == "first":
+            if self.question_searched:
+                return [query]
+            self.question_searched = True
+            return [question]
+        if mode == "merge":
+            return [f"{query} {question}"]
+        return [question, query]
+
+    def plan(self, trig: _Trigger) -> str | None:
+        """The query to retrieve for ``trig``, or None when no retrieval is due."""
+        if trig.kind == "tool" and trig.call is not None and trig.call.name != "retrieve":
+            return None
+        if not trig.query or self.injections >= self.ctl.max_injections:
+            return None
+        if norm_query(trig.query) in self.seen_queries:
+            return None
+        return trig.query
+
+    def apply(
+        self, trig: _Trigger, hits: Sequence[HitLike] | None, error: str | None
+    ) -> tuple[list[StreamEvent], bool]:
+        """Build and place the block for ``trig``; return events and whether to resume."""
+        ctl = self.ctl
+        events: list[StreamEvent] = []
+        if hits is not None:
+            self.seen_queries.add(norm_query(trig.query))
+        fresh = [h for h in hits or () if hit_key(h) not in self.seen_keys]
+        if ctl.min_score is not None:
+            fresh = [h for h in fresh if h.score >= ctl.min_score]
+        fresh = fresh[: ctl.k]
+
+        if trig.kind == "tool":
+            call = trig.call
+            assert call is not None
+            if not call.closed:
+                self._append("</tool>")
+            if call.name != "retrieve":
+                body = self._run_handler(call)
+                block = ctl.blocks.block("result", note=body)
+            elif hits is None:
+                note = (
+                    "Empty query."
+                    if not trig.query
+                    else "Retrieval limit reached for this turn; answer with what you have."
+                    if self.injections >= ctl.max_injections
+                    else "Already retrieved above."
+                )
+                block = ctl.blocks.block("result", note=note)
+            elif not fresh:
+                note = (
+                    f"Retrieval failed: {error}."
+                    if error
+                    else "No new passages (anything relevant is already above)."
+                    if hits
+                    else "No relevant passages found."
+                )
+                block = ctl.blocks.block("result", note=note)
+            else:
+                block = ctl.blocks.block("result", fresh)
+            self._commit(fresh, hits is not None)
+            self._append(block + ctl.after_block)
+            events.append(InjectEvent(block, "result", trig.kind, trig.query))
+            self.prev_char = ""
+            resume = self.resumable and self.resumes < ctl.max_injections * 2 + 2
+            if resume:
+                self.resumes += 1
+                self._reset_stream()
+            return events, resume
+
+        if not fresh:
+            # Nothing worth injecting: the sentence stands and the stream goes on.
+            text = self._release_held()
+            if text:
+                events.append(TextEvent(text))
+            self._new_sentence()
+            return events, False
+
+        block = ctl.blocks.block("context", fresh)
+        self._commit(fresh, True)
+        rewind = trig.kind == "flare" and self.hold
+        if rewind:
+            # Drop the unsure sentence; the model writes it again after the block.
+            self.held = []
+            self._truncate(self.sent_start)
+        else:
+            text = self._release_held()
+            if text:
+                events.append(TextEvent(text))
+        self._append(block + ctl.after_block)
+        events.append(InjectEvent(block, "context", trig.kind, trig.query))
+        self._new_sentence()
+        self.prev_char = ""
+        resume = self.resumable
+        if resume:
+            self.resumes += 1
+            self._reset_stream()
+        return events, resume
+
+    def _commit(self, hits: Sequence[HitLike], counted: bool) -> None:
+        self.seen_keys.update(hit_key(h) for h in hits)
+        if counted:
+            self.injections += 1
+
+    def _reset_stream(self) -> None:
+        # The old generation is abandoned: what it said after the trigger is gone.
+        self.queue.clear()
+        self.ended = False
+        self.scanner.reset()
+        self._new_sentence()
+
+    def _run_handler(self, call: ToolCall) -> str:
+        handler = self.ctl.handlers[call.name]
+        try:
+            return str(handler(call.query))
+        except Exception as exc:
+            logger.warning("tool %r failed: %s", call.name, exc)
+            return f"Tool error: {type(exc).__name__}: {exc}"
+
+
+def _run_with_timeout(fn: Callable[[], Sequence[HitLike]], timeout: float | None) -> Sequence[HitLike]:
+    if timeout is None:
+        return fn()
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:
+            box["error"] = exc
+
+    # A daemon thread per call: a retriever that hangs cannot block the stream
+    # or keep the interpreter alive.
+    thread = threading.Thread(target=run, name="clanker-rag-retrieve", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise RetrievalTimeoutError(f"retrieval timed out after {timeout:g} s")
+    if "error" in box:
+        raise box["error"]
+    result: Sequence[HitLike] = box["value"]
+    return result
+
+
+class RagController:
+    """Inject knowledge-base passages into a model's generation as it streams.
+
+    ``retriever`` is anything with ``search(query, k)`` (a ``KnowledgeBase``
+    or any :class:`~clanker_rag.Retriever`).  Modes can be combined:
+
+    ``tools``
+        React to ``<tool name="retrieve">query</tool>`` written by the model.
+    ``questions``
+        Retrieve for the user's question (``question=`` or the last ``?``
+        sentence of the prompt) and for question sentences the model writes.
+    ``flare``
+        ``"rewind"`` or ``"append"``: retrieve when a sentence has a token with
+        log-probability below ``flare_threshold`` (needs a backend that yields
+        :class:`~clanker_rag.Token` pieces with ``logprob``).
+
+    Guards: at most ``max_injections`` blocks per turn, at most ``block_chars``
+    characters per block, passages and queries de-duplicated within a turn,
+    ``retrieval_timeout`` seconds per retrieval (``on_timeout="skip"`` goes on
+    without passages, ``"raise"`` raises :class:`RetrievalTimeoutError`), and
+    ``min_score`` drops weak passages (a question or FLARE trigger whose
+    passages are all dropped injects nothing).
+
+    ``handlers`` maps other tool names to ``fn(payload) -> str``; their output
+    is injected as a ``<result>`` block.  ``query_rewriter`` turns one query
+    into several; each is retrieved and the lists are fused by reciprocal rank.
+
+    ``tool_query`` says what a tool call searches for: ``"model"`` the
+    model's own words; ``"fuse"`` those and the user's question (``question=``
+    or the last ``?`` sentence of the prompt), fused by reciprocal rank;
+    ``"merge"`` one search for both joined; ``"first"`` the question alone
+    for the turn's first search and the model's words after it (a tool call
+    after an up-front ``<context>`` block already gets its own words).
+    Small models write poor queries
+    ("port 8080" for "which port does the proxy use?"); the question keeps
+    retrieval on topic.  ``after_block`` is text the model reads after every
+    block (not shown, not scanned): a few-shot prompt's ``"Answer:"`` starts
+    a base model's answer right after the passages.
+    """
+
+    def __init__(
+        self,
+        retriever: Retriever,
+        *,
+        k: int = 3,
+        tools: bool = True,
+        questions: bool = False,
+        flare: Literal["rewind", "append"] | None = None,
+        flare_threshold: float = math.log(0.3),
+        min_score: float | None = None,
+        max_injections: int = 4,
+        block_chars: int = 2000,
+        retrieval_timeout: float | None = 10.0,
+        on_timeout: Literal["skip", "raise"] = "skip",
+        query_rewriter: Callable[[str], list[str]] | None = None,
+        handlers: Mapping[str, Callable[[str], str]] | None = None,
+        on_retrieve: Callable[[str, Sequence[HitLike]], None] | None = None,
+        on_inject: Callable[[str], None] | None = None,
+        show_blocks: bool = True,
+        max_payload: int = 1000,
+        stop: Sequence[str] = (),
+        tool_query: Literal["model", "merge", "fuse", "first"] = "model",
+        after_block: str = "",
+    ) -> None:
+        if not callable(getattr(retriever, "search", None)):
+            raise ConfigError("retriever must have a search(query, k) method")
+        if k < 1:
+            raise ConfigError(f"k must be >= 1, got {k}")
+        if max_injections < 0:
+            raise ConfigError(f"max_injections must be >= 0, got {max_injections}")
+        if flare not in (None, "rewind", "append"):
+            raise ConfigError(f"flare must be None, 'rewind' or 'append', got {flare!r}")
+        if on_timeout not in ("skip", "raise"):
+            raise ConfigError(f"on_timeout must be 'skip' or 'raise', got {on_timeout!r}")
+        if retrieval_timeout is not None and retrieval_timeout <= 0:
+            raise ConfigError(f"retrieval_timeout must be > 0 or None, got {retrieval_timeout}")
+        if max_payload < 1:
+            raise ConfigError(f"max_payload must be >= 1, got {max_payload}")
+        self.retriever = retriever
+        self.k = k
+        self.tools = tools
+        self.questions = questions
+        self.flare = flare
+        self.flare_threshold = flare_threshold
+        self.min_score = min_score
+        self.max_injections = max_injections
+        self.block_chars = block_chars
+        self.blocks = BlockBuilder(block_chars)
+        self.retrieval_timeout = retrieval_timeout
+        self.on_timeout = on_timeout
+        self.query_rewriter = query_rewriter
+        self.handlers: dict[str, Callable[[str], str]] = {name.lower(): fn for name, fn in (handlers or {}).items()}
+        self.on_retrieve = on_retrieve
+        self.on_inject = on_inject
+        self.show_blocks = show_blocks
+        self.max_payload = max_payload
+        if tool_query not in ("model", "merge", "fuse", "first"):
+            raise ConfigError(f"tool_query must be 'model', 'merge', 'fuse' or 'first', got {tool_query!r}")
+        self.tool_query = tool_query
+        self.after_block = after_block
+        names = set(self.handlers)
+        if tools:
+            names.add("retrieve")
+        self._tool_names = frozenset(names)
+        stops = list(stop)
+        if names and "</tool>" not in stops:
+            stops.append("</tool>")
+        self.stop: tuple[str, ...] = tuple(stops)
+
+    # -- retrieval -----------------------------------------------------------------
+    def _search(self, queries: Sequence[str]) -> Sequence[HitLike]:
+        if self.query_rewriter is not None:
+            rewritten: list[str] = []
+            for query in queries:
+                rewritten.extend([r for r in self.query_rewriter(query) if r.strip()] or [query])
+            queries = rewritten
+        lists = [list(self.retriever.search(q, self.k * 3)) for q in queries]
+        if len(lists) == 1:
+            return lists[0]
+        return [hit for hit, _ in reciprocal_rank_fusion(lists, key=hit_key)]
+
+    def _retrieve(self, queries: Sequence[str]) -> tuple[Sequence[HitLike], str | None]:
+        try:
+            return _run_with_timeout(lambda: self._search(queries), self.retrieval_timeout), None
+        except RetrievalTimeoutError as exc:
+            if self.on_timeout == "raise":
+                raise
+            logger.warning("retrieval for %r timed out; going on without passages", queries[-1])
+            return [], str(exc)
+
+    async def _aretrieve(self, queries: Sequence[str]) -> tuple[Sequence[HitLike], str | None]:
+        try:
+            work = asyncio.to_thread(self._search, queries)
+            if self.retrieval_timeout is None:
+                return await work, None
+            return await asyncio.wait_for(work, self.retrieval_timeout), None
+        except TimeoutError:
+            msg = f"retrieval timed out after {self.retrieval_timeout:g} s"
+            if self.on_timeout == "raise":
+                raise RetrievalTimeoutError(msg) from None
+            logger.warning("retrieval for %r timed out; going on without passages", queries[-1])
+            return [], msg
+
+    def _retrieved(self, trig: _Trigger, hits: Sequence[HitLike], error: str | None, seconds: float) -> RetrieveEvent:
+        if self.on_retrieve is not None:
+            self.on_retrieve(trig.query, hits)
+        logger.debug("retrieved %d hits for %r in %.1f ms", len(hits), trig.query, seconds * 1e3)
+        return RetrieveEvent(trig.query, tuple(hits), trig.kind, seconds, error)
+
+    def _injected(self, events: list[StreamEvent]) -> list[StreamEvent]:
+        if self.on_inject is not None:
+            for ev in events:
+                if isinstance(ev, InjectEvent):
+                    self.on_inject(ev.block)
+        return events
+
+    # -- sync driver -------------------------------------------------------------------
+    def events(
+        self,
+        generate: GenerateFn | Iterable[Piece],
+        prompt: str,
+        *,
+        question: str | None = None,
+    ) -> Iterator[StreamEvent]:
+        """Run one turn and yield every event: text, retrievals and injected blocks."""
+        resumable = callable(generate)
+        turn = _ControllerTurn(self, prompt, resumable)
+        trig = turn.initial_trigger(question)
+        if trig is not None:
+            yield from self._handle(turn, trig)[0]
+        source: Iterator[Piece] | None = None
+        if not resumable:
+            source = iter(generate)  # type: ignore[arg-type]
+        while True:
+            it = source if source is not None else iter(generate(turn.context(), self.stop))  # type: ignore[operator]
+            resume = False
+            finish: str | None = None
+            stop_word: str | None = None
+            try:
+                for piece in it:
+                    text, logprob, fin, sw = piece_parts(piece)
+                    if fin is not None:
+                        finish, stop_word = fin, sw
+                    turn.feed(text, logprob)
+                    for ev in self._pump(turn):
+                        if ev is _RESUME:
+                            resume = True
+                            break
+                        yield ev  # type: ignore[misc]
+                    if resume:
+                        break
+            finally:
+                if resumable:
+                    closer = getattr(it, "close", None)
+                    if callable(closer):
+                        closer()
+            if resume:
+                continue
+            turn.end(finish, stop_word)
+            for ev in self._pump(turn):
+                if ev is _RESUME:
+                    resume = True
+                    break
+                yield ev  # type: ignore[misc]
+            if resume:
+                continue
+            tail = turn.close()
+            if tail:
+                yield TextEvent(tail)
+            return
+
+    def _pump(self, turn: _ControllerTurn) -> Iterator[StreamEvent | object]:
+        while True:
+            out, trig = turn.drain()
+            if out:
+                yield TextEvent(out)
+            if trig is None:
+                return
+            events, resume = self._handle(turn, trig)
+            yield from events
+            if resume:
+                yield _RESUME
+                return
+
+    def _handle(self, turn: _ControllerTurn, trig: _Trigger) -> tuple[list[StreamEvent], bool]:
+        query = turn.plan(trig)
+        events: list[StreamEvent] = []
+        hits: Sequence[HitLike] | None = None
+        error: str | None = None
+        if query is not None:
+            t0 = time.perf_counter()
+            hits, error = self._retrieve(turn.queries(trig, query))
+            events.append(self._retrieved(trig, hits, error, time.perf_counter() - t0))
+        more, resume = turn.apply(trig, hits, error)
+        events.extend(self._injected(more))
+        return events, resume
+
+    def stream(
+        self,
+        generate: GenerateFn | Iterable[Piece],
+        prompt: str,
+        *,
+        question: str | None = None,
+    ) -> Iterator[str]:
+        """Run one turn and yield the visible text (and blocks, if ``show_blocks``)."""
+        for ev in self.events(generate, prompt, question=question):
+            if isinstance(ev, TextEvent):
+                yield ev.text
+            elif isinstance(ev, InjectEvent) and self.show_blocks:
+                yield ev.block
+
+    # -- async driver ------------------------------------------------------------------
+    async def aevents(
+        self,
+        agenerate: AsyncGenerateFn | AsyncIterable[Piece] | Iterable[Piece],
+        prompt: str,
+        *,
+        question: str | None = None,
+    ) -> AsyncIterator[StreamEvent]:
+        """Async :meth:`events`: ``agenerate(prompt, stop)`` gives an async iterable."""
+        resumable = callable(agenerate)
+        turn = _ControllerTurn(self, prompt, resumable)
+        trig = turn.initial_trigger(question)
+        if trig is not None:
+            for ev in await self._ahandle(turn, trig):
+                if ev is not _RESUME:
+                    yield ev  # type: ignore[misc]
+        source: AsyncIterator[Piece] | None = None
+        if not resumable:
+            source = _as_async_iter(agenerate)
+        while True:
+            if source is not None:
+                it = source
+            else:
+                produced = agenerate(turn.context(), self.stop)  # type: ignore[operator]
+                if inspect.isawaitable(produced):
+                    produced = await produced
+                it = _as_async_iter(produced)
+            resume = False
+            finish: str | None = None
+            stop_word: str | None = None
+            try:
+                async for piece in it:
+                    text, logprob, fin, sw = piece_parts(piece)
+                    if fin is not None:
+                        finish, stop_word = fin, sw
+                    turn.feed(text, logprob)
+                    async for ev in self._apump(turn):
+                        if ev is _RESUME:
+                            resume = True
+                            break
+                        yield ev  # type: ignore[misc]
+                    if resume:
+                        break
+            finally:
+                if resumable:
+                    closer = getattr(it, "aclose", None)
+                    if callable(closer):
+                        await closer()
+            if resume:
+                continue
+            turn.end(finish, stop_word)
+            async for ev in self._apump(turn):
+                if ev is _RESUME:
+                    resume = True
+                    break
+                yield ev  # type: ignore[misc]
+            if resume:
+                continue
+            tail = turn.close()
+            if tail:
+                yield TextEvent(tail)
+            return
+
+    async def _apump(self, turn: _ControllerTurn) -> AsyncIterator[StreamEvent | object]:
+        while True:
+            out, trig = turn.drain()
+            if out:
+                yield TextEvent(out)
+            if trig is None:
+                return
+            for ev in await self._ahandle(turn, trig):
+                yield ev
+                if ev is _RESUME:
+                    return
+
+    async def _ahandle(self, turn: _ControllerTurn, trig: _Trigger) -> list[StreamEvent | object]:
+        query = turn.plan(trig)
+        events: list[StreamEvent | object] = []
+        hits: Sequence[HitLike] | None = None
+        error: str | None = None
+        if query is not None:
+            t0 = time.perf_counter()
+            hits, error = await self._aretrieve(turn.queries(trig, query))
+            events.append(self._retrieved(trig, hits, error, time.perf_counter() - t0))
+        more, resume = turn.apply(trig, hits, error)
+        events.extend(self._injected(more))
+        if resume:
+            events.append(_RESUME)
+        return events
+
+    async def astream(
+        self,
+        agenerate: AsyncGenerateFn | AsyncIterable[Piece] | Iterable[Piece],
+        prompt: str,
+        *,
+        question: str | None = None,
+    ) -> AsyncIterator[str]:
+        """Async :meth:`stream`, for ``async for``."""
+        async for ev in self.aevents(agenerate, prompt, question=question):
+            if isinstance(ev, TextEvent):
+                yield ev.text
+            elif isinstance(ev, InjectEvent) and self.show_blocks:
+                yield ev.block
+
+
+_RESUME = object()  # internal marker: abandon the current generation and resume
+
+
+async def _as_async_iter(source: object) -> AsyncIterator[Piece]:
+    try:
+        if hasattr(source, "__aiter__"):
+            async for piece in source:
+                yield piece
+        else:
+            for piece in source:  # type: ignore[attr-defined]
+                yield piece
+    finally:
+        # Closing the wrapper must close the backend's stream too (an HTTP
+        # backend drops the connection, which makes the server stop).
+        closer = getattr(source, "aclose", None) or getattr(source, "close", None)
+        if callable(closer):
+            result = closer()
+            if inspect.isawaitable(result):
+                await result

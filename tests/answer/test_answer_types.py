@@ -1,0 +1,193 @@
+"""Answer typing: the kind of token a question asks for, and sentence choice and copying that use it."""
+
+from __future__ import annotations
+
+import pytest
+from _backends import Recorder
+from hypothesis import given
+from hypothesis import strategies as st
+
+from clanker_rag._answer._answer_types import ANSWER_TYPES, expected_types, head_noun, types_in
+from clanker_rag._answer._focusing import FocusedRetriever, focus_sentence
+from clanker_rag._answer._grammars import CopyingBackend, closest_typed, copy_grammar
+from clanker_rag._answer._prompts import ANSWER_LABEL
+from clanker_rag._text._analysis import Analyzer
+from clanker_rag._types import Hit
+
+
+@pytest.mark.parametrize(
+    ("question", "expected"),
+    [
+        ("How many workers does it start?", {"number"}),
+        ("What port does the server listen on?", {"number"}),
+        ("What is the timeout in seconds?", {"number"}),
+        ("Which option skips hidden files?", {"flag"}),
+        ("What is the default maximum file size?", {"number"}),
+        ("Which class do all errors derive from?", {"identifier"}),
+        ("Which function returns the passages?", {"identifier"}),
+        ("Which exception is raised for a bad path?", {"error"}),
+        ("Which file holds the settings?", {"file"}),
+        ("Which environment variable sets the key?", {"env"}),
+        ("Who maintains the project?", set()),
+        ("Why is the cache rebuilt?", set()),
+    ],
+)
+def test_expected_types(question: str, expected: set[str]) -> None:
+    assert expected_types(question) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "kind", "held"),
+    [
+        ("listens on port 8765", "number", True),
+        ("with k1 and BM25 and v2", "number", False),
+        ("pass --no-sync or -k", "flag", True),
+        ("a well-known re-run", "flag", False),
+        ("raises `ConfigError` here", "error", True),
+        ("an Error happened", "error", False),
+        ("written to index.json", "file", True),
+        ("a lock on `.lock` first", "file", True),
+        ("the end. Next one", "file", False),
+        ("set CLANKER_RAG_API_KEY first", "env", True),
+        ("set the Key first", "env", False),
+        ("derives from `KnowledgeBase`:", "identifier", True),
+        ("call retrieve(query) first", "identifier", True),
+        ("a Word and an ID here", "identifier", False),
+    ],
+)
+def test_types_in(text: str, kind: str, held: bool) -> None:
+    assert (kind in types_in(text)) == held
+
+
+@pytest.mark.parametrize(
+    ("question", "head"),
+    [
+        ("What port does the server listen on?", "port"),
+        ("What is the default maximum file size?", "size"),
+        ("Which options skip files?", "option"),
+        ("How many workers does it start?", None),
+    ],
+)
+def test_head_noun(question: str, head: str | None) -> None:
+    assert head_noun(question) == head
+
+
+@given(st.text(max_size=80))
+def test_types_are_known_and_questions_read_case_and_spacing_blind(text: str) -> None:
+    assert types_in(text) <= set(ANSWER_TYPES)
+    assert expected_types(text) <= set(ANSWER_TYPES)
+    assert expected_types(text) == expected_types("  " + " ".join(text.upper().split()) + " ")
+
+
+# Both sentences hold two query terms; only the second holds a number.
+TEXT = "Lookups go through tables built once. The tables are a cache of at most 96 MB."
+QUERY = "How big can the lookup tables cache get?"
+
+
+def test_focus_sentence_prefers_a_sentence_of_the_expected_type() -> None:
+    hit = Hit(TEXT, "search.md", 1.0, start=0, end=len(TEXT), start_line=1, end_line=1)
+    terms = set(Analyzer()(QUERY))
+    plain = focus_sentence(hit, terms, Analyzer(), 200)
+    typed = focus_sentence(hit, terms, Analyzer(), 200, expected_types(QUERY))
+    assert plain.text.startswith("Lookups")
+    assert typed.text == "The tables are a cache of at most 96 MB."
+
+
+def test_focused_retriever_answer_types_switch() -> None:
+    class One:
+        def search(self, query: str, k: int = 10, **kwargs: object) -> list[Hit]:
+            return [Hit(TEXT, "search.md", 1.0)]
+
+    [plain] = FocusedRetriever(One(), budget=200, sentence=True).search(QUERY, 1)
+    [typed] = FocusedRetriever(One(), budget=200, sentence=True, answer_types=True).search(QUERY, 1)
+    assert "96 MB" not in plain.text and "96 MB" in typed.text
+
+
+def test_hits_whose_sentence_holds_the_type_come_first() -> None:
+    class Two:
+        def search(self, query: str, k: int = 10, **kwargs: object) -> list[Hit]:
+            return [Hit("Workers read files in parallel.", "a.md", 2.0), Hit("It starts 4 workers.", "b.md", 1.0)]
+
+    question = "How many workers does it start?"
+    plain = FocusedRetriever(Two(), budget=200, sentence=True).search(question, 2)
+    typed = FocusedRetriever(Two(), budget=200, sentence=True, answer_types=True).search(question, 2)
+    assert [h.source for h in plain] == ["a.md", "b.md"]
+    assert [h.source for h in typed] == ["b.md", "a.md"]
+    # No type asked for: the ranking stands.
+    untyped = FocusedRetriever(Two(), budget=200, sentence=True, answer_types=True).search("Who reads files?", 2)
+    assert [h.source for h in untyped] == ["a.md", "b.md"]
+
+
+def test_typed_copy_grammar_requires_a_word_of_the_type() -> None:
+    row = "| upstream too slow | 504 | `upstream_timeout` |"
+    grammar = copy_grammar(row, "Which status?", frozenset({"number"}))
+    root = grammar.splitlines()[0]
+    assert "typed" in root and root.index("(word") < root.index("typed")
+    assert 'typed ::= "504"\n' in grammar
+    # No word of the type in the passage: the plain grammar, nothing required.
+    assert copy_grammar("no digits here", "Which status?", frozenset({"number"})) == copy_grammar(
+        "no digits here", "Which status?"
+    )
+
+
+@pytest.mark.parametrize("typed", [False, True])
+def test_copying_backend_sends_the_typed_grammar_when_asked(typed: bool) -> None:
+    inner = Recorder()
+    block = "Question: x\n<context>\n[1] a.md:1-1\nport 8765\n</context>\nQuestion: x\n"
+    list(CopyingBackend(inner, "Which port?", typed=typed)(block + ANSWER_LABEL))
+    [options] = inner.calls
+    assert options is not None
+    assert ('typed ::= "8765"' in options["grammar"]) == typed
+
+
+@pytest.mark.parametrize(
+    ("passage", "question", "kept"),
+    [
+        # the clause that holds the question's words: "2 for bad flags"
+        (
+            "On failure the exit code: 1 for errors, 2 for bad flags, 130 after Ctrl-C.",
+            "Which exit code means bad flags?",
+            ["2"],
+        ),
+        # one clause: the number beside the head noun ("--port 7000"), not beside "listens"
+        (
+            "$ db serve # listens on 127.0.0.1:5432 $ tool serve --db http://127.0.0.1:5432 --port 7000",
+            "What port does tool serve listen on?",
+            ["7000"],
+        ),
+        # names of the type are no evidence for each other
+        (
+            "Every error derives from `BaseError`: `ParseError` (bad input), `DiskError` (full disk).",
+            "Which class do the errors derive from?",
+            ["`BaseError`:"],
+        ),
+        # nothing tells them apart: all kept
+        ("Sizes 10 and 20 work.", "How many sizes?", ["10", "20"]),
+        ("Only 10 works.", "How many?", ["10"]),
+        ("No digits.", "How many?", []),
+    ],
+)
+def test_closest_typed_keeps_the_candidates_the_question_points_at(
+    passage: str, question: str, kept: list[str]
+) -> None:
+    assert closest_typed(passage, question, expected_types(question)) == kept
+
+
+def test_typed_copy_grammar_holds_only_the_closest_candidates() -> None:
+    line = "On failure the exit code: 1 for errors, 2 for bad flags, 130 after Ctrl-C."
+    grammar = copy_grammar(line, "Which exit code means bad flags?", frozenset({"number"}))
+    assert 'typed ::= "2"\n' in grammar
+    assert '"130"' in grammar.split("typed ::=")[0]  # still a word the answer may copy
+
+
+@given(
+    st.lists(st.sampled_from(["port", "7000", "8080,", "(30", "on", "the", "--port", "x:", "Error", "KnowledgeBase"])),
+    st.sampled_from(["What port is it?", "Which class is it?", "How many ports?", "Which option?"]),
+)
+def test_closest_typed_keeps_some_candidates_and_only_candidates(words: list[str], question: str) -> None:
+    passage = " ".join(words)
+    expected = expected_types(question)
+    candidates = [w for w in passage.split() if expected & types_in(w)]
+    kept = closest_typed(passage, question, expected)
+    assert set(kept) <= set(candidates)
+    assert bool(kept) == bool(candidates)

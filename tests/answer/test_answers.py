@@ -1,0 +1,271 @@
+"""Answering with base models: prompts, passage shaping, query formulation, server probing."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from clanker_rag._answer._ask import answer_controller, answer_text, probe_server
+from clanker_rag._answer._focusing import FocusedRetriever, focus_hit
+from clanker_rag._answer._prompts import EXAMPLES, STOP, after_block, base_prompt
+from clanker_rag._exceptions import ConfigError
+from clanker_rag._kb import KnowledgeBase
+from clanker_rag._stream._blocks import BlockBuilder
+from clanker_rag._stream._controller import InjectEvent, RagController, RetrieveEvent, TextEvent
+from clanker_rag._text._analysis import Analyzer
+from clanker_rag._types import Hit
+
+GUIDE = (
+    "# Server\n\nThe server is started with the serve command and reads its settings from a file.\n"
+    "Logs go to stderr. The default configuration works for most people.\n"
+    "It listens on port 7341 by default; pass --port to change it.\n"
+    "Requests are logged at INFO level. Stop it with Ctrl-C.\n"
+)
+
+
+def kb_of(docs: dict[str, str]) -> KnowledgeBase:
+    kb = KnowledgeBase(chunk_size=None)
+    for source, text in docs.items():
+        kb.add_text(text, source)
+    return kb
+
+
+# -- passage shaping -------------------------------------------------------------------------------------------
+
+
+def test_focus_keeps_the_lines_that_hold_the_query_terms() -> None:
+    kb = kb_of({"docs/server.md": GUIDE})
+    [hit] = FocusedRetriever(kb, budget=90).search("which port does it listen on by default", 1)
+    assert "port 7341" in hit.text and len(hit.text) <= 90
+    assert isinstance(hit, Hit)
+    # Still an exact slice of the source, with its own line numbers.
+    assert kb.source_text("docs/server.md")[hit.start : hit.end] == hit.text
+    assert hit.start_line == hit.end_line == 5
+
+
+def test_focus_leaves_short_hits_alone_and_checks_its_budget() -> None:
+    hit = Hit("short text", "a.md", 1.0)
+    assert focus_hit(hit, {"short"}, Analyzer(), 100) is hit
+    with pytest.raises(ConfigError, match="budget"):
+        FocusedRetriever(kb_of({"a.md": "x"}), budget=5)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    lines=st.lists(st.text(alphabet="abc xyz\t", max_size=30), min_size=1, max_size=25),
+    terms=st.sets(st.sampled_from(["abc", "xyz", "ab", "c"]), max_size=3),
+    budget=st.integers(min_value=40, max_value=200),
+    offset=st.integers(min_value=0, max_value=50),
+)
+def test_focus_is_an_exact_window_within_budget(lines: list[str], terms: set[str], budget: int, offset: int) -> None:
+    prefix = "p\n" * offset
+    text = "\n".join(lines)
+    source = prefix + text
+    hit = Hit(text, "s.md", 1.0, start=len(prefix), end=len(source), start_line=offset + 1,
+              end_line=offset + 1 + text.count("\n"))  # fmt: skip
+    out = focus_hit(hit, terms, Analyzer(), budget)
+    assert isinstance(out, Hit)
+    assert len(out.text) <= max(budget, len(text) if len(text) <= budget else budget)
+    assert source[out.start : out.end] == out.text
+    assert out.text in text
+    assert source.count("\n", 0, out.start) + 1 == out.start_line
+    assert out.start_line <= out.end_line
+
+
+# -- query formulation -------------------------------------------------------------------------------------------
+
+
+class Recording:
+    def __init__(self, kb: KnowledgeBase) -> None:
+        self.kb = kb
+        self.queries: list[str] = []
+
+    def search(self, query: str, k: int = 10) -> list[Hit]:
+        self.queries.append(query)
+        return self.kb.search(query, k)
+
+
+def tool_llm(prompt: str, stop: Sequence[str]) -> Iterator[str]:
+    # A model that writes a poor query first, then answers after the block.
+    if "<result>" not in prompt:
+        yield '<tool name="retrieve">settings</tool>'
+    else:
+        yield "port 7341"
+
+
+DOCS = {"docs/server.md": GUIDE, "docs/other.md": "The settings file is TOML. Settings are read once at start."}
+
+
+@pytest.mark.parametrize(
+    ("mode", "expected"),
+    [
+        ("model", ["settings"]),
+        ("merge", ["settings Which port does the server use?"]),
+        ("fuse", ["Which port does the server use?", "settings"]),
+        ("first", ["Which port does the server use?"]),
+    ],
+)
+def test_tool_query_modes(mode: str, expected: list[str]) -> None:
+    rec = Recording(kb_of(DOCS))
+    ctl = RagController(rec, k=1, tool_query=mode)  # type: ignore[arg-type]
+    events = list(ctl.events(tool_llm, "Q: Which port does the server use?\nA:"))
+    assert rec.queries == expected
+    [retrieve] = [e for e in events if isinstance(e, RetrieveEvent)]
+    assert retrieve.query == "settings"  # the event names the model's own query
+    block = next(e.block for e in events if isinstance(e, InjectEvent))
+    assert ("7341" in block) == (mode != "model")
+
+
+def two_calls_llm(prompt: str, stop: Sequence[str]) -> Iterator[str]:
+    # A model that searches twice before it answers.
+    calls = prompt.count("<result>")
+    if calls == 0:
+        yield '<tool name="retrieve">settings</tool>'
+    elif calls == 1:
+        yield '<tool name="retrieve">settings file format</tool>'
+    else:
+        yield "TOML"
+
+
+def test_tool_query_first_searches_the_question_once_then_the_model_s_words() -> None:
+    rec = Recording(kb_of(DOCS))
+    ctl = RagController(rec, k=1, tool_query="first")
+    list(ctl.events(two_calls_llm, "Q: Which port does the server use?\nA:"))
+    assert rec.queries == ["Which port does the server use?", "settings file format"]
+
+
+def test_tool_query_first_after_up_front_context_uses_the_model_s_words() -> None:
+    rec = Recording(kb_of(DOCS))
+    ctl = RagController(rec, k=1, tool_query="first", questions=True)
+    list(ctl.events(tool_llm, "Q: Which port does the server use?\nA:", question="Which port does the server use?"))
+    assert rec.queries == ["Which port does the server use?", "settings"]
+
+
+def test_tool_query_is_checked() -> None:
+    with pytest.raises(ConfigError, match="tool_query"):
+        RagController(kb_of(DOCS), tool_query="both")  # type: ignore[arg-type]
+
+
+def test_after_block_is_read_by_the_model_but_not_shown() -> None:
+    prompts: list[str] = []
+
+    def llm(prompt: str, stop: Sequence[str]) -> Iterator[str]:
+        prompts.append(prompt)
+        yield "port 7341"
+
+    ctl = RagController(kb_of(DOCS), k=1, tools=False, questions=True, after_block="Answer:")
+    events = list(ctl.events(llm, "Question: Which port does the server use?\n"))
+    block = next(e.block for e in events if isinstance(e, InjectEvent))
+    assert prompts == ["Question: Which port does the server use?\n" + block + "Answer:"]
+    assert "".join(e.text for e in events if isinstance(e, TextEvent)) == "port 7341"
+
+
+# -- prompts ------------------------------------------------------------------------------------------------------
+
+
+def test_example_blocks_are_the_controller_s_own_layout() -> None:
+    # The few-shot examples must look exactly like the blocks the model will get.
+    for ex in EXAMPLES:
+        hit = Hit(ex.passage, ex.source, 1.0, start_line=ex.lines[0], end_line=ex.lines[1])
+        block = BlockBuilder().block("context", [hit])
+        assert block in base_prompt("q?", "context")
+        assert block.replace("context>", "result>") in base_prompt("q?", "tools")
+        assert ex.answer not in base_prompt("q?", "none").split("Question: q?")[1]
+
+
+@pytest.mark.parametrize("mode", ["none", "context", "tools", "both"])
+def test_base_prompt_layouts_end_where_the_model_continues(mode: str) -> None:
+    prompt = base_prompt("Which  port?", mode)
+    tail = prompt.rsplit("\n\n", 1)[-1]
+    expected = {"none": "Question: Which port?\nAnswer:", "tools": "Question: Which port?\nSearch:"}
+    assert tail == expected.get(mode, "Question: Which port?\n")
+    assert all(stop not in ex.answer for ex in EXAMPLES for stop in STOP)
+    with pytest.raises(ConfigError, match="mode"):
+        base_prompt("q", "chat")
+
+
+def test_answer_text_drops_the_label_and_the_search_line() -> None:
+    block = InjectEvent("\n<result>\nx\n</result>\n", "result", "tool", "q")
+    events = [TextEvent(" "), block, TextEvent("Ans"), TextEvent("wer: port"), TextEvent(" 7341")]
+    assert [e.text for e in answer_text(events) if isinstance(e, TextEvent)] == ["port", " 7341"]
+    plain = [TextEvent(" port 7341")]
+    assert [e.text for e in answer_text(plain) if isinstance(e, TextEvent)] == ["port 7341"]
+    short = [TextEvent("Ans")]
+    assert [e.text for e in answer_text(short) if isinstance(e, TextEvent)] == ["Ans"]
+
+
+def test_answer_controller_modes() -> None:
+    kb = kb_of(DOCS)
+    ctl = answer_controller(kb, "tools", question="Which port?")
+    assert ctl.tools and not ctl.questions and ctl.after_block == after_block("Which port?")
+    ctl = answer_controller(kb, "context", question="Which port?", focus_chars=None)
+    assert ctl.questions and not ctl.tools and ctl.retriever is kb
+
+
+# -- probing the server ------------------------------------------------------------------------------------------
+
+
+class FakeLlama:
+    """GET /props and POST /tokenize, like llama.cpp, on 127.0.0.1."""
+
+    def __init__(self, props: dict[str, Any] | None, im_start_tokens: int) -> None:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                self._send(200 if fake.props is not None and self.path == "/props" else 404, fake.props or {})
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                self._send(200, {"tokens": list(range(fake.im_start_tokens))})
+
+            def _send(self, status: int, obj: Any) -> None:
+                data = json.dumps(obj).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.props = props
+        self.im_start_tokens = im_start_tokens
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> FakeLlama:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+CHATML = "{{ '<|im_start|>' + message.role }}"
+
+
+@pytest.mark.parametrize(
+    ("props", "tokens", "llama", "base"),
+    [
+        ({"chat_template": CHATML}, 6, True, True),  # ChatML fallback the model cannot read: a base model
+        ({"chat_template": CHATML}, 1, True, False),  # a ChatML model
+        ({"chat_template": "{{ '<start_of_turn>' }}"}, 1, True, False),  # its own template
+        ({"chat_template": ""}, 1, True, True),  # no template at all
+        (None, 1, False, False),  # not llama.cpp: assume chat
+    ],
+)
+def test_probe_server(props: dict[str, Any] | None, tokens: int, llama: bool, base: bool) -> None:
+    with FakeLlama(props, tokens) as fake:
+        info = probe_server(fake.url + "/")
+    assert (info.llama_cpp, info.base_model) == (llama, base)

@@ -1,0 +1,118 @@
+"""Sentence focus and constrained copying for base models (no server: a recording backend stands in)."""
+
+from __future__ import annotations
+
+import pytest
+from _backends import Recorder
+from hypothesis import given
+from hypothesis import strategies as st
+
+from clanker_rag._answer._focusing import FocusedRetriever, _lead_ins, _sentences, focus_sentence
+from clanker_rag._answer._grammars import TOOL_GRAMMAR, CopyingBackend, copy_grammar, last_block
+from clanker_rag._answer._prompts import ANSWER_LABEL, SEARCH_LABEL
+from clanker_rag._text._analysis import Analyzer
+from clanker_rag._types import Hit
+
+
+def test_sentences_split_prose_and_rows() -> None:
+    text = "It reads `a. b` first (see x. y) and then\nwraps here. Next one\n- an item\n| a | b. c |\n| d | e |\n\nEnd."
+    got = [text[a:b] for a, b in _sentences(text)]
+    assert got == [
+        "It reads `a. b` first (see x. y) and then\nwraps here.",
+        "Next one",
+        "- an item",
+        "| a | b. c |",
+        "| d | e |",
+        "End.",
+    ]
+
+
+@given(st.lists(st.sampled_from(["word", "a.", "`x", "(y", "|", "\n", " ", "```", "-", "7"]), max_size=40))
+def test_sentences_are_ordered_disjoint_non_blank_slices(parts: list[str]) -> None:
+    text = "".join(parts)
+    spans = _sentences(text)
+    last = 0
+    for a, b in spans:
+        assert last <= a < b <= len(text)
+        assert text[a:b].strip() and not text[a].isspace()
+        last = b
+
+
+def test_focus_sentence_keeps_the_best_sentence_on_one_line() -> None:
+    text = "The server starts fast.\nIt listens on port 7341 by\ndefault. Stop it with Ctrl-C."
+    hit = Hit(text, "guide.md", 1.0, start=100, end=100 + len(text), start_line=5, end_line=7)
+    out = focus_sentence(hit, {"port", "default"}, Analyzer(), 200)
+    assert isinstance(out, Hit)
+    assert out.text == "It listens on port 7341 by default."
+    assert (out.start_line, out.end_line) == (6, 7)
+    assert " ".join(text[out.start - 100 : out.end - 100].split()) == out.text
+
+
+# The fact ends a sentence begun before a code block: "... with:", the formula, "with k1 = 1.2".
+RESUMED = (
+    "## Scoring\n\nThe default scoring is BM25 with:\n\n    score = k1 * tf\n\n"
+    "with `k1 = 1.2` here. Each k1 is checked.\n"
+)
+
+
+def test_prose_resumed_after_a_code_block_is_about_its_lead_in_words() -> None:
+    hit = Hit(RESUMED, "search.md", 1.0, start=0, end=len(RESUMED), start_line=1, end_line=8)
+    out = focus_sentence(hit, set(Analyzer()("default k1 of the scoring")), Analyzer(), 200)
+    assert out.text == "with `k1 = 1.2` here."
+    assert RESUMED[out.start : out.end] == out.text
+
+
+@pytest.mark.parametrize(
+    ("text", "joined"),
+    [
+        (RESUMED, True),
+        ("Run it:\n\n```\nclanker-rag ask. x\n```\nthen look. Done.", True),
+        ("Run it.\n\n    code here\n\nthen look.", False),  # the lead-in ended its sentence
+        ("Run it:\n\n    code here\n\nThen look.", False),  # a new sentence
+        ("Run it:\nthen look.", False),  # no code in between
+    ],
+)
+def test_lead_ins_need_a_colon_code_and_lower_case(text: str, joined: bool) -> None:
+    spans = _sentences(text)
+    leads = _lead_ins(text, spans)
+    resumed = [k for k, (a, _) in enumerate(spans) if text[a:].startswith("then") or text[a:].startswith("with")]
+    assert bool(leads) == joined
+    if joined:
+        assert list(leads) == resumed and text[spans[leads[resumed[0]]][0] :].startswith(("The default", "Run it:"))
+
+
+def test_focused_retriever_sentence_mode_checks_budget_and_cuts() -> None:
+    class One:
+        def search(self, query: str, k: int = 10, **kwargs: object) -> list[Hit]:
+            return [Hit("Alpha beta gamma. " * 20, "a.md", 1.0)]
+
+    [hit] = FocusedRetriever(One(), budget=50, sentence=True).search("gamma", 1)
+    assert hit.text == "Alpha beta gamma."
+
+
+def test_copy_grammar_lists_passage_and_question_words() -> None:
+    grammar = copy_grammar('listens on port 8765. "quoted" back\\slash', "Which port?")
+    assert grammar.startswith('root ::= " " word')
+    for literal in ('"8765."', '"8765"', '"\\"quoted\\""', '"back\\\\slash"', '"Which"', '"port?"'):
+        assert literal in grammar
+    assert '"Ctrl-C"' not in grammar
+
+
+def test_last_block_drops_source_lines() -> None:
+    prompt = "Q\n<context>\n[1] a.md:1-2\nfirst\n</context>\nQ\n<result>\n[1] docs/b.md:3-4\nsecond line\n</result>\n"
+    assert last_block(prompt) == "second line"
+    assert last_block("no block here") is None
+
+
+def test_copying_backend_constrains_answers_after_a_block_and_tool_calls_only() -> None:
+    inner = Recorder()
+    backend = CopyingBackend(inner, "Which port?")
+    block = "Question: x\n<context>\n[1] a.md:1-1\nport 8765\n</context>\nQuestion: x\n"
+    list(backend(block + ANSWER_LABEL))
+    list(backend("Question: x\n" + SEARCH_LABEL))
+    list(backend("Question: x\n" + ANSWER_LABEL))  # no block: nothing to copy from
+    list(backend(block + "free text"))
+    first, second, third, fourth = inner.calls
+    assert first is not None and '"8765"' in first["grammar"] and '"Which"' in first["grammar"]
+    assert second == {"grammar": TOOL_GRAMMAR}
+    assert third is None and fourth is None

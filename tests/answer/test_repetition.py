@@ -1,0 +1,111 @@
+"""An answer that repeats itself is stopped, and its generation closed."""
+
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from clanker_rag._answer._ask import LOOP_AFTER_WORDS, answer_text
+from clanker_rag._answer._repetition import REPEATS, repeats_at_end
+from clanker_rag._stream._controller import StreamEvent, TextEvent
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("2000 | 2000 | 2000 | 2000 | ", True),
+        ("2000 | 2000 | 2000 | ", False),
+        ("BM25 is and BM25 is and BM25 is and BM25 is and BM25 is and", True),
+        ("BM25 is and BM25 is and BM25 is and BM25 is and", False),  # the first copy lacks its space
+        ("hahahaha", True),
+        ("very, very, very good", False),
+        ("...........", False),  # no letter or digit: an ellipsis or a rule, not a loop
+        ("| | | | | |", False),
+        ("The proxy listens on port 8765 by default.", False),
+        ("", False),
+        ("x" * 3, False),
+        ("x" * 4, True),
+    ],
+)
+def test_repeats_at_end(text: str, expected: bool) -> None:
+    assert repeats_at_end(text) is expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=30), st.text(min_size=1, max_size=20).filter(lambda u: any(c.isalnum() for c in u)))
+def test_a_piece_written_repeats_times_is_found_and_fewer_is_not_needed(prefix: str, unit: str) -> None:
+    assert repeats_at_end(prefix + unit * REPEATS)
+
+
+def test_a_piece_longer_than_the_limit_is_not_looked_for() -> None:
+    unit = "".join(chr(ord("a") + i % 26) + str(i) for i in range(40))  # 90 characters, no inner repeat
+    assert not repeats_at_end(unit * REPEATS)
+    assert repeats_at_end(unit * REPEATS, max_unit=len(unit))
+
+
+class Source:
+    """Events from a list; records whether the consumer closed it."""
+
+    def __init__(self, texts: list[str]) -> None:
+        self.texts = texts
+        self.sent = 0
+        self.closed = False
+
+    def __iter__(self) -> Iterator[StreamEvent]:
+        try:
+            for text in self.texts:
+                self.sent += 1
+                yield TextEvent(text)
+        finally:
+            self.closed = True
+
+
+def visible(events: Iterator[StreamEvent]) -> str:
+    return "".join(ev.text for ev in events if isinstance(ev, TextEvent))
+
+
+def test_a_looping_answer_stops_and_closes_the_generation() -> None:
+    source = Source(["Answer: The budget is 2000", *([" | 2000"] * 200)])
+    gen = iter(source)
+    out = visible(answer_text(gen))
+    assert out.startswith("The budget is 2000 | 2000")
+    assert repeats_at_end(out)
+    assert source.sent < 15  # not the 200 copies
+    assert source.closed
+
+
+def test_a_loop_within_the_typed_words_lead_is_left_to_reach_it() -> None:
+    # The typed copying grammar may still owe the asked-for word (here 502)
+    # as the word after LEAD_WORDS: a loop before it is not cut.
+    cell = " `upstream_unreachable` |"
+    texts = ["Answer:", *([cell] * (LOOP_AFTER_WORDS // 2)), " 502", " |", *([cell] * 100)]
+    out = visible(answer_text(iter(Source(texts))))
+    assert "502" in out
+    assert len(out) < len(cell) * 20
+
+
+LOOPING = "Answer: The limit is 2000 | 2000 | 2000 | 2000 | 2000 | 2000 | 2000 | 2000"
+PLAIN = "Answer: The proxy listens on port 8765 by default, see 8765 and 8765."
+
+
+@pytest.mark.parametrize("cut", range(1, len(LOOPING)))
+def test_split_anywhere_a_loop_is_cut_as_soon_as_it_exists(cut: int) -> None:
+    # One event up to the cut, then one character per event: the answer ends
+    # with the event that completes the loop, or with the first event when the
+    # loop is already complete in it.
+    answer = LOOPING[len("Answer: ") :]
+    first_loop = next(
+        i for i in range(len(answer) + 1) if repeats_at_end(answer[:i]) and len(answer[:i].split()) > LOOP_AFTER_WORDS
+    )
+    source = Source([LOOPING[:cut], *LOOPING[cut:]])
+    out = visible(answer_text(iter(source))).lstrip(" ")
+    assert out == answer[: max(first_loop, cut - len("Answer: "))]
+    assert source.closed
+
+
+@pytest.mark.parametrize("cut", range(1, len(PLAIN)))
+def test_split_anywhere_an_answer_without_a_loop_passes_whole(cut: int) -> None:
+    source = Source([PLAIN[:cut], PLAIN[cut:]])
+    # (A cut right after the label leaves the space that followed it.)
+    assert visible(answer_text(iter(source))).lstrip(" ") == PLAIN[len("Answer: ") :]

@@ -1,0 +1,38 @@
+"""``clanker-rag demo`` for real: llama.cpp + Gemma-3-270M over the shipped knowledge base."""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import socket
+
+import pytest
+
+from clanker_rag._cli._demo import run_demo
+from clanker_rag._kb import KnowledgeBase
+
+pytestmark = pytest.mark.llama
+
+
+def test_demo_runs_the_whole_loop_and_stops_the_server() -> None:
+    if os.environ.get("CLANKER_SKIP_LLAMA") == "1":
+        pytest.skip("CLANKER_SKIP_LLAMA=1")
+    out, err = io.StringIO(), io.StringIO()
+    code = run_demo(KnowledgeBase.default(), out=out, err=err, color="never")
+    progress = err.getvalue()
+    assert code == 0, progress
+    assert "model ready" in progress and "server ready" in progress
+    # The model called retrieve; the block came from the shipped guide.
+    assert re.search(r"\[retrieved \d+ passages for '.+'", progress), progress
+    assert "<result>\n[1] docs/" in progress
+    summary = re.search(r"(\d+) retrievals, (\d+) injected blocks", progress)
+    assert summary and int(summary.group(2)) >= 1
+    assert out.getvalue().strip(), "an answer was streamed after the block"
+    # The default question is answered from the guide (docs/proxy.md: port 8765), on one line.
+    assert "8765" in out.getvalue() and len(out.getvalue().strip().splitlines()) == 1, out.getvalue()
+    assert "stopping the llama.cpp server" in progress
+    port = int(re.search(r"server on 127\.0\.0\.1:(\d+)", progress).group(1))  # type: ignore[union-attr]
+    with socket.socket() as s, pytest.raises(OSError):
+        s.settimeout(2)
+        s.connect(("127.0.0.1", port))

@@ -1,0 +1,67 @@
+"""full_scores: terms that hold none of the candidates are not looked up, and the scores stay bit for bit."""
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from clanker_rag._engine._pruning import above, cheap_essentials, full_scores
+
+impact = st.floats(0.01, 20.0, allow_nan=False, allow_infinity=False)
+# Each term: weight and {chunk id: impact}; the candidates are chunk ids 0..29.
+term = st.tuples(st.sampled_from([1.0, 2.0, 0.5]), st.dictionaries(st.integers(0, 29), impact, max_size=20))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(term, min_size=1, max_size=6), st.sets(st.integers(0, 29), min_size=1), st.floats(0.0, 30.0))
+def test_skipping_terms_without_the_candidates_keeps_every_score(terms, cand_set, theta):
+    plan = sorted(
+        ((max(lists.values(), default=0.0) * w, tid, w) for tid, (w, lists) in enumerate(terms)),
+        key=lambda item: (-item[0], item[1]),
+    )
+    cands = sorted(cand_set)
+    # Terms holding none of the candidates, by plan position.
+    absent = {i for i, (_, tid, _) in enumerate(plan) if not cand_set & terms[tid][1].keys()}
+    looked_up: list[int] = []
+
+    def lookup(tid, w, some):
+        looked_up.append(tid)
+        table = terms[tid][1]
+        return [table.get(c, 0.0) * w for c in some]
+
+    bounds = [ub for ub, _, _ in plan]
+    skipped = full_scores(plan, list(cands), theta, bounds, absent, lookup)
+    assert not {plan[i][1] for i in absent} & set(looked_up)
+    every = full_scores(plan, list(cands), theta, bounds, (), lookup)
+    # Pruning may keep a chunk below theta (the caller drops it); it never
+    # loses one at or above it, and every score kept is the plain sum in
+    # plan order, bit for bit.
+    exact = {}
+    for c in cands:
+        score = 0.0
+        for _, tid, w in plan:
+            score = score + terms[tid][1].get(c, 0.0) * w
+        exact[c] = score
+    for kept in (skipped, every):
+        assert all(exact[c] == s for c, s in zip(*kept))
+        assert {c for c in cands if exact[c] >= theta} <= set(kept[0])
+    if theta == 0.0:
+        assert skipped[0] == cands
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(st.floats(0.01, 20.0), st.integers(1, 10**6)), min_size=1, max_size=8),
+    st.floats(0.0, 60.0),
+)
+def test_cheap_essentials_leave_out_less_than_theta(terms, theta):
+    plan = sorted(((ub, tid, 1.0) for tid, (ub, _) in enumerate(terms)), key=lambda item: (-item[0], item[1]))
+    lengths = [terms[tid][1] for _, tid, _ in plan]
+    essential = cheap_essentials(plan, lengths, theta)
+    assert essential == sorted(set(essential))
+    left_out = [i for i in range(len(plan)) if i not in essential]
+    # A chunk in none of the essential lists scores at most the left-out
+    # bounds, which stay under theta: it cannot reach the top k.
+    # (The tolerance: the sums here run in another order than the greedy's.)
+    assert not left_out or above(sum(plan[i][0] for i in left_out)) < theta * (1 + 1e-12)
+    # Greedy: no essential term could also be left out within theta.
+    spent = sum(plan[i][0] for i in left_out)
+    assert all(above(spent + plan[i][0]) >= theta * (1 - 1e-12) for i in essential)

@@ -1,0 +1,130 @@
+"""The ``serve`` proxy in front of a real llama.cpp server running Gemma-3-270M.
+
+The fixture starts ``llama-server`` itself (see ``_llama_server.py``); a
+missing binary or model fails the tests unless CLANKER_SKIP_LLAMA=1.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from _llama_server import FEW_SHOT, KB_DOCS, LlamaServer
+
+from clanker_rag._kb import KnowledgeBase
+from clanker_rag._serve._proxy import ProxyServer, make_server
+
+openai = pytest.importorskip(
+    "openai", reason="these tests talk to the proxy with the OpenAI client: pip install 'clanker-rag[test]'"
+)
+
+pytestmark = pytest.mark.llama
+
+
+@pytest.fixture(scope="module")
+def llama(llama_server: LlamaServer) -> LlamaServer:
+    return llama_server
+
+
+@pytest.fixture(scope="module")
+def kb() -> KnowledgeBase:
+    base = KnowledgeBase(chunk_size=None)
+    for source, text in KB_DOCS.items():
+        base.add_text(text, source)
+    return base
+
+
+@contextmanager
+def running(kb: KnowledgeBase, upstream: str, **options: Any) -> Iterator[tuple[ProxyServer, openai.OpenAI]]:
+    """A serving proxy and a client of it; both closed on exit (an open keep-alive holds a handler thread)."""
+    server = make_server(kb, upstream, **options)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=300)
+    try:
+        yield server, client
+    finally:
+        client.close()
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+def test_completions_stream_with_a_tool_call(llama: LlamaServer, kb: KnowledgeBase) -> None:
+    with running(kb, llama.url, questions=False) as (_, client):
+        stream = client.completions.create(
+            model="gemma", prompt=FEW_SHOT, stream=True, temperature=0, max_tokens=60,
+            stop=["\nQuestion:"],
+        )  # fmt: skip
+        chunks = list(stream)
+    text = "".join(c.choices[0].text for c in chunks if c.choices)
+    ext = (chunks[-1].model_extra or {}).get("clanker_rag") or {}
+    # Gemma writes the retrieve call; the proxy answers it from the knowledge base and resumes.
+    tool_calls = [r for r in ext["retrievals"] if r["kind"] == "tool"]
+    assert tool_calls, f"no tool call detected; text was {text!r}"
+    assert tool_calls[0]["sources"][0] == "docs/server.md"
+    assert ext["injections"] >= 1
+    assert "<tool" not in text  # the call is consumed, not shown
+    assert text.strip(), "generation resumed after the result block"
+
+
+def test_chat_injects_for_the_question(llama: LlamaServer, kb: KnowledgeBase) -> None:
+    with running(kb, llama.url) as (_, client):
+        out = client.chat.completions.create(
+            model="gemma", temperature=0, max_tokens=40,
+            messages=[{"role": "user", "content": "What port does the clanker server listen on?"}],
+        )  # fmt: skip
+    ext = (out.model_extra or {})["clanker_rag"]
+    assert ext["retrievals"][0]["kind"] == "question"
+    assert ext["retrievals"][0]["sources"][0] == "docs/server.md"
+    assert ext["injections"] >= 1
+    assert out.choices[0].message.content
+    assert out.usage is not None and out.usage.prompt_tokens > 0
+
+
+def slots_busy(url: str) -> bool | None:
+    try:
+        with urllib.request.urlopen(url + "/slots", timeout=5) as resp:
+            slots = json.loads(resp.read())
+    except Exception:
+        return None
+    return any(s.get("is_processing") for s in slots)
+
+
+def test_client_disconnect_stops_the_generation(llama: LlamaServer, kb: KnowledgeBase) -> None:
+    with running(kb, llama.url, questions=False, tools=False) as (server, client):
+        conn = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=120)
+        body = {
+            "prompt": "Count: one, two, three,",
+            "stream": True,
+            "max_tokens": 4000,
+            "temperature": 0,
+            "ignore_eos": True,
+        }
+        conn.request("POST", "/v1/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        assert resp.status == 200
+        got = b""
+        while got.count(b"data:") < 5:
+            got += resp.read1(4096)
+        assert slots_busy(llama.url) in (True, None)
+        conn.close()
+        # Without the proxy closing its upstream request, 4000 tokens would keep the slot busy for minutes.
+        deadline = time.monotonic() + 30
+        busy = slots_busy(llama.url)
+        while busy and time.monotonic() < deadline:
+            time.sleep(0.2)
+            busy = slots_busy(llama.url)
+        if busy is None:
+            # No /slots endpoint: a new request must be served by the single slot right away.
+            answer = client.completions.create(model="g", prompt="Hi", max_tokens=2, timeout=30)
+            assert answer.choices
+        else:
+            assert busy is False

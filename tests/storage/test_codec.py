@@ -1,0 +1,188 @@
+"""Format 3: read in place from the mapped data file, the term dictionary, lazy texts, old formats."""
+
+import json
+import mmap
+import shutil
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from clanker_rag import IndexFormatError, KnowledgeBase
+from clanker_rag._storage import _store
+from clanker_rag._storage._codec import TermDictionary, read
+
+DATA = Path(__file__).parents[1] / "data"
+FIXTURES = {version: DATA / f"index_v{version}" for version in (1, 2, 3)}
+
+TEXTS = {
+    "greek.txt": "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu",
+    "fox.txt": "The quick brown fox jumps over the lazy dog.",
+    "café.txt": "Ünïcödé naïve café résumé, and a surrogate \udcff escaped byte",
+    "code.py": "def parse_header(raw_bytes):\n    return HeaderParser(raw_bytes).parse()\n",
+}
+
+
+def build(texts=TEXTS):
+    kb = KnowledgeBase(chunk_size=8, stride=4)
+    for source, text in texts.items():
+        kb.add_text(text, source, {"len": len(text)} if source.endswith(".py") else None)
+    return kb
+
+
+def ranked(kb, query, k=10):
+    return [(h.source, h.chunk_index, h.score, h.text) for h in kb.search(query, k)]
+
+
+QUERIES = ["lazy fox", "café résumé", "parse header", "alpha kappa mu", "escaped byte", "nothing here at all"]
+
+
+def test_saved_index_is_format_3_and_read_in_place(tmp_path):
+    build().save(tmp_path)
+    manifest = json.loads((tmp_path / "index.json").read_text())
+    assert manifest["format_version"] == 3
+    assert "terms" not in manifest["body"]  # the vocabulary lives in the data file
+    kb = KnowledgeBase.load(tmp_path)
+    index = kb._index
+    # The postings are views of the mapped data file, not copies.
+    assert all(isinstance(view.obj, mmap.mmap) for view in index._buffers)
+    fresh = build()
+    for q in QUERIES:
+        assert ranked(kb, q) == ranked(fresh, q)
+    for source, text in TEXTS.items():
+        assert kb.source_text(source) == text
+    assert kb.source_metadata("code.py") == {"len": len(TEXTS["code.py"])}
+
+
+def test_add_and_remove_after_load_match_a_fresh_build_and_survive_a_save(tmp_path):
+    build().save(tmp_path / "a")
+    kb = KnowledgeBase.load(tmp_path / "a")
+    kb.add_text("a lazy afternoon for the brown bear and a new word zyzzyva", "bear.txt")
+    kb.remove("greek.txt")
+    expected = dict(TEXTS)
+    del expected["greek.txt"]
+    expected["bear.txt"] = "a lazy afternoon for the brown bear and a new word zyzzyva"
+    fresh = build(expected)
+    for q in [*QUERIES, "zyzzyva", "brown bear"]:
+        assert [r[:3] for r in ranked(kb, q)] == [r[:3] for r in ranked(fresh, q)]
+    kb.save(tmp_path / "b")
+    again = KnowledgeBase.load(tmp_path / "b")
+    assert again.sources() == sorted(expected)
+    for q in [*QUERIES, "zyzzyva", "brown bear"]:
+        assert [r[:3] for r in ranked(again, q)] == [r[:3] for r in ranked(fresh, q)]
+
+
+def test_resaving_a_loaded_index_over_itself_keeps_every_text(tmp_path):
+    build().save(tmp_path)
+    kb = KnowledgeBase.load(tmp_path)
+    kb.add_text("one more text", "more.txt")
+    kb.save()  # copies the mapped texts into a new data file, then drops the old one
+    again = KnowledgeBase.load(tmp_path)
+    for source, text in TEXTS.items():
+        assert again.source_text(source) == text
+    assert len(list(tmp_path.glob("data-*.bin"))) == 1
+
+
+@pytest.mark.parametrize("version", [1, 2, 3])
+def test_every_format_fixture_loads_and_saves_as_format_3(tmp_path, version):
+    # tests/data/index_v<N> were written by format_version N and are never rewritten.
+    shutil.copytree(FIXTURES[version], tmp_path / "old")
+    kb = KnowledgeBase.load(tmp_path / "old")
+    assert kb.search("lazy dog")[0].source == "fox.txt"
+    assert [h.source for h in kb.search("kappa")] == ["greek.txt"]
+    assert kb.source_metadata("greek.txt") == {"n": 1}
+    kb.save(tmp_path / "new")
+    again = KnowledgeBase.load(tmp_path / "new")
+    assert json.loads((tmp_path / "new" / "index.json").read_text())["format_version"] == 3
+    assert again.sources() == kb.sources()
+    for q in ["lazy dog", "kappa", "echo w3 pad", "quick brown"]:
+        assert ranked(again, q) == ranked(kb, q)
+
+
+def test_v3_fixture_matches_the_v2_fixture_it_was_converted_from(tmp_path):
+    v2 = KnowledgeBase.load(FIXTURES[2])
+    v3 = KnowledgeBase.load(FIXTURES[3])
+    assert v3.sources() == v2.sources()
+    for q in ["echo w3 pad", "lazy dog", "alpha"]:
+        assert ranked(v3, q) == ranked(v2, q)
+
+
+def test_large_data_file_is_not_hashed_at_load_but_verify_catches_damage(tmp_path, monkeypatch):
+    build().save(tmp_path)
+    (path,) = tmp_path.glob("data-*.bin")
+    data = path.read_bytes()
+    assert b"quick brown fox" in data
+    path.write_bytes(data.replace(b"quick brown fox", b"quick brown cat"))
+    with pytest.raises(IndexFormatError, match="checksum mismatch"):
+        KnowledgeBase.load(tmp_path)  # small: hashed at load
+    monkeypatch.setattr(_store, "VERIFY_AT_LOAD", 0)  # as if it were large
+    kb = KnowledgeBase.load(tmp_path)
+    with pytest.raises(IndexFormatError, match="checksum mismatch") as info:
+        kb.verify()
+    assert str(path) in str(info.value)
+    # A truncated file is still refused at load, hashed or not.
+    path.write_bytes(data[:-1])
+    with pytest.raises(IndexFormatError, match="truncated"):
+        KnowledgeBase.load(tmp_path)
+
+
+def test_damaged_text_in_an_unhashed_file_fails_clearly_when_read(tmp_path, monkeypatch):
+    build().save(tmp_path)
+    (path,) = tmp_path.glob("data-*.bin")
+    data = path.read_bytes()
+    path.write_bytes(data.replace(b"quick brown fox", b"quick \xff\xfe\xfd\xfc\xfb fox"))
+    monkeypatch.setattr(_store, "VERIFY_AT_LOAD", 0)
+    kb = KnowledgeBase.load(tmp_path)
+    with pytest.raises(IndexFormatError, match="not valid UTF-8"):
+        kb.source_text("fox.txt")
+    assert kb.source_text("greek.txt") == TEXTS["greek.txt"]
+
+
+def test_verify_needs_a_saved_index():
+    from clanker_rag import ConfigError
+
+    with pytest.raises(ConfigError, match="never loaded or saved"):
+        build().verify()
+
+
+def test_term_lookup_after_load_builds_no_vocabulary_up_front(tmp_path):
+    build().save(tmp_path)
+    kb = KnowledgeBase.load(tmp_path)
+    assert len(kb._index.vocab) == 0
+    kb.search("lazy fox")
+    assert len(kb._index.vocab) == 2  # the two query terms, found by binary search
+    assert kb._index.df("zzz-not-a-term") == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.sets(st.text(st.characters(blacklist_categories=("Cs",)), max_size=6), max_size=40),
+    st.lists(st.text(max_size=6), max_size=10),
+    st.sampled_from([1, 2, 3, 64, 1024]),
+)
+def test_term_dictionary_finds_exactly_its_terms(terms, probes, fence):
+    from array import array
+    from itertools import accumulate
+
+    terms = list(terms)
+    encoded = [t.encode("utf-8") for t in terms]
+    offsets = array("q", accumulate(map(len, encoded), initial=0))
+    ranks = array("i", sorted(range(len(terms)), key=terms.__getitem__))
+    # Every fence-th term decoded on first use: small fences probe each block's edges.
+    dictionary = TermDictionary(memoryview(b"".join(encoded)), offsets, ranks, fence)
+    for tid, term in enumerate(terms):
+        assert dictionary.find(term) == tid
+        assert dictionary.term(tid) == term
+    for probe in probes:
+        assert dictionary.find(probe) == (terms.index(probe) if probe in terms else None)
+
+
+def test_read_gives_typed_values_for_every_version():
+    for version, folder in FIXTURES.items():
+        snap, revision = read(folder)
+        assert revision
+        n_terms = len(snap.postings.terms)
+        assert len(snap.postings.offsets) == n_terms + 1
+        assert snap.postings.offsets[n_terms] == len(snap.postings.chunks), version
+        assert len(snap.chunks.source) == len(snap.chunks.length)

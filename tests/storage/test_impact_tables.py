@@ -1,0 +1,151 @@
+"""Lookup tables saved with an index: same scores as binary search, used only while current, checked at load."""
+
+from array import array
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_index_properties import VOCAB, build, corpus, exhaustive, query, ranked
+
+import clanker_rag._engine._index as index_module
+import clanker_rag._storage._impact_tables as tables_module
+from clanker_rag import IndexFormatError, KnowledgeBase
+from clanker_rag._engine._pruning import probe
+from clanker_rag._storage._impact_tables import LookupTables, StoredTables, build_tables, check_tables, lookup
+
+FIXTURE_V3 = Path(__file__).parents[1] / "data" / "index_v3"
+
+
+@contextmanager
+def tables_for_every_list(slot_limit=tables_module.SLOT_LIMIT):
+    """Save a table for every list (not only those of big indexes); lists of
+    ``slot_limit`` postings or more get dense tables."""
+    names = ("STORED_MIN", "STORED_SHARE", "SLOT_LIMIT")
+    old = [getattr(tables_module, name) for name in names]
+    for name, value in zip(names, (1, 10**9, slot_limit)):
+        setattr(tables_module, name, value)
+    try:
+        yield
+    finally:
+        for name, value in zip(names, old):
+            setattr(tables_module, name, value)
+
+
+def no_probes(*args):
+    raise AssertionError("a list with a saved table was binary-searched")
+
+
+@settings(max_examples=60, deadline=None)
+@given(corpus, st.lists(query, min_size=1, max_size=5), st.integers(1, 12), st.integers(1, 12))
+def test_saved_tables_rank_exactly_as_exhaustive_scoring(tmp_path_factory, texts, queries, k, slot_limit):
+    kb = build(texts)
+    folder = tmp_path_factory.mktemp("idx")
+    with tables_for_every_list(slot_limit):
+        kb.save(folder)
+    loaded = KnowledgeBase.load(folder)
+    assert loaded._index._stored is not None
+    before = [ranked(kb, q, k) for q in queries]
+    # Without its saved table, every lookup in a list would binary-search it.
+    saved = index_module.probe, index_module.PROBE_SHARE
+    index_module.probe, index_module.PROBE_SHARE = no_probes, 0
+    try:
+        after = [ranked(loaded, q, k) for q in queries]
+    finally:
+        index_module.probe, index_module.PROBE_SHARE = saved
+    # Bit for bit the scores of the index before the save, and of exhaustive scoring.
+    assert after == before == [exhaustive(loaded, q, k) for q in queries]
+    assert not loaded._index._table_cache.entries, "no table should be built where one was saved"
+
+
+def test_both_kinds_of_table_give_each_impact_and_zero_where_absent():
+    # Lists: term 0 in chunks 1, 3 (slots); term 1 in 0, 2, 3 (dense, at limit 3).
+    offsets = array("q", [0, 2, 5])
+    chunks = array("i", [1, 3, 0, 2, 3])
+    impacts = array("f", [0.5, 1.5, 2.0, 0.25, 4.0])
+    with tables_for_every_list(slot_limit=3):
+        parts = build_tables(offsets, chunks, impacts, 5)
+    assert list(parts.slot_terms) == [0] and list(parts.dense_terms) == [1]
+    assert list(parts.slots[0]) == [0, 1, 0, 2, 0]
+    assert list(parts.slot_impacts[0]) == [0.0, 0.5, 1.5]
+    assert list(parts.dense[0]) == [2.0, 0.0, 0.25, 4.0, 0.0]
+    tables = LookupTables(
+        5,
+        parts.dense_terms,
+        array("f", parts.dense[0]),
+        parts.slot_terms,
+        array("H", parts.slots[0]),
+        array("f", parts.slot_impacts[0]),
+        array("q", [0, 3]),
+    )
+    check_tables(tables, 2, "here")
+    stored = StoredTables(tables, "here")
+    cands = [4, 3, 2, 1, 0]
+    for tid, length in ((0, 2), (1, 3)):
+        table = stored.table(tid, length)
+        assert table is not None
+        a, b = offsets[tid], offsets[tid + 1]
+        assert list(lookup(table, cands)) == list(probe(chunks[a:b], impacts[a:b], 1.0, cands))
+    assert stored.table(2, 7) is None
+    with pytest.raises(IndexFormatError, match="does not match its posting list"):
+        StoredTables(tables, "here").table(0, 3)
+
+
+def test_small_indexes_and_short_lists_get_no_tables():
+    offsets = array("q", [0, 3, 300])
+    chunks = array("i", [0, 1, 2, *range(297)])
+    impacts = array("f", [1.0] * 300)
+    parts = build_tables(offsets, chunks, impacts, 400)
+    # Term 0 is short; term 1 holds 297 of 400 chunks and STORED_MIN postings.
+    assert list(parts.slot_terms) == [1] and not parts.dense_terms
+    parts = build_tables(offsets, chunks, impacts, 297 * tables_module.STORED_SHARE + 1)
+    assert not parts.slot_terms, "a list under 1/STORED_SHARE of the chunks gets no table"
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"n_chunks": 4},
+        {"slot_offsets": array("q", [0, 2])},
+        {"slot_terms": array("i", [5])},
+        {"dense": array("f", [0.0] * 4)},
+        {"dense_terms": array("i", [1, 1])},
+    ],
+)
+def test_inconsistent_tables_are_refused(change):
+    good = LookupTables(
+        5,
+        array("i", [1]),
+        array("f", [0.0] * 5),
+        array("i", [0]),
+        array("H", [0] * 5),
+        array("f", [0.0, 1.0, 2.0]),
+        array("q", [0, 3]),
+    )
+    check_tables(good, 2, "here")
+    with pytest.raises(IndexFormatError, match="lookup tables"):
+        check_tables(good._replace(**change), 2, "here")
+
+
+def test_tables_stop_serving_once_an_add_changes_the_statistics(tmp_path):
+    texts = [" ".join(VOCAB[i % 7 : i % 7 + 5]) for i in range(30)]
+    kb = build(texts)
+    with tables_for_every_list():
+        kb.save(tmp_path)
+    loaded = KnowledgeBase.load(tmp_path)
+    loaded.add_text("t1 t2 t2 t3", "late")
+    fresh = build(texts)
+    fresh.add_text("t1 t2 t2 t3", "late")
+    for q in ("t1 t2", "t3 t4 t5", "t2"):
+        assert ranked(loaded, q, 10) == ranked(fresh, q, 10) == exhaustive(loaded, q, 10)
+
+
+def test_an_index_saved_before_tables_loads_and_searches(tmp_path):
+    kb = KnowledgeBase.load(FIXTURE_V3)
+    assert kb._index._stored is None
+    hits = kb.search("quick fox", k=3)
+    assert hits
+    kb.save(tmp_path / "again")  # a save writes the tables it lacked
+    again = KnowledgeBase.load(tmp_path / "again")
+    assert [(h.source, h.score) for h in again.search("quick fox", k=3)] == [(h.source, h.score) for h in hits]
