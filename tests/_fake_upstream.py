@@ -58,7 +58,9 @@ def prompt_text(path: str, body: dict[str, Any]) -> str:
 
 
 def apply_stop(text: str, stop: object) -> tuple[str, bool]:
-    stops = [stop] if isinstance(stop, str) else list(stop or [])
+    stops = (
+        [stop] if isinstance(stop, str) else [s for s in stop if isinstance(s, str)] if isinstance(stop, list) else []
+    )
     cut = min((text.find(s) for s in stops if s and s in text), default=-1)
     return (text[:cut], True) if cut >= 0 else (text, False)
 
@@ -210,7 +212,10 @@ class FakeUpstream:
                         if reply.delay:
                             time.sleep(reply.delay)
                     final: dict[str, Any] = {"index": 0, "finish_reason": "stop"}
-                    final.update({"delta": {}} if chat else {"text": ""})
+                    if chat:
+                        final["delta"] = {}
+                    else:
+                        final["text"] = ""
                     self._event({"id": "x", "object": "chunk", "created": 0, "model": "fake-model", "choices": [final]})
                     self._event(
                         {

@@ -18,7 +18,7 @@ from clanker_rag._answer._prompts import EXAMPLES, STOP, after_block, base_promp
 from clanker_rag._exceptions import ConfigError
 from clanker_rag._kb import KnowledgeBase
 from clanker_rag._stream._blocks import BlockBuilder
-from clanker_rag._stream._controller import InjectEvent, RagController, RetrieveEvent, TextEvent
+from clanker_rag._stream._controller import InjectEvent, RagController, RetrieveEvent, StreamEvent, TextEvent
 from clanker_rag._text._analysis import Analyzer
 from clanker_rag._types import Hit
 
@@ -46,7 +46,8 @@ def test_focus_keeps_the_lines_that_hold_the_query_terms() -> None:
     assert "port 7341" in hit.text and len(hit.text) <= 90
     assert isinstance(hit, Hit)
     # Still an exact slice of the source, with its own line numbers.
-    assert kb.source_text("docs/server.md")[hit.start : hit.end] == hit.text
+    source = kb.source_text("docs/server.md")
+    assert source is not None and source[hit.start : hit.end] == hit.text
     assert hit.start_line == hit.end_line == 5
 
 
@@ -193,7 +194,7 @@ def test_base_prompt_layouts_end_where_the_model_continues(mode: str) -> None:
 
 def test_answer_text_drops_the_label_and_the_search_line() -> None:
     block = InjectEvent("\n<result>\nx\n</result>\n", "result", "tool", "q")
-    events = [TextEvent(" "), block, TextEvent("Ans"), TextEvent("wer: port"), TextEvent(" 7341")]
+    events: list[StreamEvent] = [TextEvent(" "), block, TextEvent("Ans"), TextEvent("wer: port"), TextEvent(" 7341")]
     assert [e.text for e in answer_text(events) if isinstance(e, TextEvent)] == ["port", " 7341"]
     plain = [TextEvent(" port 7341")]
     assert [e.text for e in answer_text(plain) if isinstance(e, TextEvent)] == ["port 7341"]

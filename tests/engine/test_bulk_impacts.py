@@ -1,6 +1,7 @@
 """Impacts and impact orders of a packed index: split over a forked child, they equal one process's, bit for bit."""
 
 import os
+import threading
 from array import array
 from itertools import accumulate, pairwise
 
@@ -17,8 +18,13 @@ variants = st.sampled_from(["lucene", "robertson", "atire", "bm25l", "bm25+"])
 # Lists of (chunk id offset, tf) pairs: chunk ids ascend within a list.
 postings_list = st.lists(st.tuples(st.integers(1, 3), st.integers(1, 9)), min_size=1, max_size=60)
 
+# impacts_and_orders' arguments before order_min: bm, n_docs, lengths, tfs, docs, norms, dls, avgdl.
+Inputs = tuple[BM25, int, "array[int]", "array[int]", "array[int]", list[float], "array[int]", float]
+# pack_pending's statistics: bm, n_docs, norms, dls, avgdl.
+Stats = tuple[BM25, int, list[float], "array[int]", float]
 
-def packed_input(lists, variant):
+
+def packed_input(lists, variant) -> Inputs:
     lengths, docs, tfs = array("i"), array("i"), array("I")
     for plist in lists:
         cid = -1
@@ -43,11 +49,11 @@ def idle(monkeypatch):
     monkeypatch.setattr(_packing, "idle_core", lambda: True)
 
 
-def one_process(inputs, order_min):
+def one_process(inputs: Inputs, order_min):
     return _packing.impacts_and_orders(*inputs, order_min, split_min=10**12)
 
 
-def by_hand(inputs, order_min):
+def by_hand(inputs: Inputs, order_min):
     # The reference: each list's impacts from the reference contribution, orders by sorting each list.
     bm, n, lengths, tfs, docs, _, dls, avgdl = inputs
     imps, positions = array("f"), array("i")
@@ -144,10 +150,10 @@ def test_small_or_threaded_work_stays_in_this_process(monkeypatch):
 
     monkeypatch.setattr(os, "fork", no_fork)
     one_process(inputs, 4)  # below split_min
-    monkeypatch.setattr(_packing.threading, "active_count", lambda: 2)
+    monkeypatch.setattr(threading, "active_count", lambda: 2)
     assert not _packing.can_fork()
     _packing.impacts_and_orders(*inputs, 4, split_min=0)  # another thread runs: no fork
-    monkeypatch.setattr(_packing.threading, "active_count", lambda: 1)
+    monkeypatch.setattr(threading, "active_count", lambda: 1)
     monkeypatch.setattr(_packing, "idle_core", lambda: False)
     _packing.impacts_and_orders(*inputs, 4, split_min=0)  # every core busy: no fork
 
@@ -156,7 +162,7 @@ def test_a_core_is_idle_only_when_the_cpu_times_say_so(monkeypatch):
     monkeypatch.undo()  # the real idle_core, not the fixture's
     monkeypatch.setattr(_packing, "IDLE_SAMPLE_S", 0.0)
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
-    samples = []
+    samples: list[list[int] | None] = []
     monkeypatch.setattr(_packing, "_cpu_times", lambda: samples.pop(0))
     # user nice system idle iowait irq softirq steal: 200 ticks in all, 100 of them idle
     samples[:] = [[0] * 8, [100, 0, 0, 90, 10, 0, 0, 0]]
@@ -200,10 +206,10 @@ def test_an_interrupted_wait_stops_and_reaps_the_child(monkeypatch):
 # -- pack_pending: a fresh build's lists, packed by both processes ------------------------------
 
 
-def pending_input(lists, variant):
+def pending_input(lists, variant) -> tuple[dict[int, list[int]], int, Stats]:
     """Pending lists ``{term id: [cid, tf, cid, tf, ...]}`` of ``lists`` (None: the term has
     no pending list; []: an emptied one) and the statistics to pack them with."""
-    pending = {}
+    pending: dict[int, list[int]] = {}
     for tid, plist in enumerate(lists):
         if plist is None:
             continue
@@ -223,7 +229,7 @@ def pending_input(lists, variant):
     return pending, len(lists), (bm, n, norms, dls, avgdl)
 
 
-def packed_by_hand(pending, n_terms, stats, order_min):
+def packed_by_hand(pending, n_terms, stats: Stats, order_min):
     # The reference: what _freeze did before the child packed too, packing in this process.
     bm, n, norms, dls, avgdl = stats
     lengths, docs, tfs = array("i"), array("i"), array("I")
@@ -242,7 +248,7 @@ def as_bytes(packed):
     return [part.tobytes() for part in packed]
 
 
-def pack(pending, n_terms, stats, order_min, share=0.5):
+def pack(pending, n_terms, stats: Stats, order_min, share=0.5):
     old = _packing.CHILD_SHARE
     _packing.CHILD_SHARE = share
     try:
@@ -332,7 +338,7 @@ def test_pending_lists_are_intact_until_the_child_is_collected(monkeypatch):
     pending, n_terms, stats = pending_input(lists, "lucene")
     before = {tid: list(flat) for tid, flat in pending.items()}
     real_collect = _packing._Child.collect
-    seen = []
+    seen: list[bool] = []
 
     def checking_collect(child, into):
         seen.append(pending == before)
@@ -376,7 +382,7 @@ def test_small_or_busy_packing_stays_in_this_process_and_frees_the_lists_once_pa
     for busy in (False, True):
         monkeypatch.setattr(_packing, "idle_core", lambda busy=busy: not busy)
         pending, n_terms, stats = pending_input(lists, "lucene")
-        seen = []
+        seen: list[int] = []
 
         def checking_part(*args, pending=pending, seen=seen):
             seen.append(len(pending))  # the impacts come after the lists are freed

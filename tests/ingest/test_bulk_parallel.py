@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from clanker_rag import ConfigError, KnowledgeBase
 from clanker_rag._ingest import _parallel_add as _bulk
-from clanker_rag._ingest._parallel import Worker, WorkerTerms, _Numbers
+from clanker_rag._ingest._parallel import Pool, Worker, WorkerTerms, _Numbers
 from clanker_rag._ingest._readers import Document
 
 fork_only = pytest.mark.skipif(
@@ -26,7 +26,7 @@ fork_only = pytest.mark.skipif(
 WORDS = ["alpha", "Beta", "gamma_delta", "running", "ran", "x1", "über", "数据", "the", "a", "parse()", "BM25"]
 
 
-def saved(kb: KnowledgeBase, where: Path) -> tuple[dict, dict[str, bytes]]:
+def saved(kb: KnowledgeBase, where: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
     kb.save(where)
     body = json.loads((where / "index.json").read_text("utf-8"))["body"]
     files = {p.name: p.read_bytes() for p in where.iterdir() if p.name.startswith("data-")}
@@ -47,7 +47,7 @@ def test_workers_build_the_same_index_byte_for_byte(
     # sources replaced, several texts' chunks in one batch's counts.
     monkeypatch.setattr(_bulk, "BATCH_TEXTS", batch)
     pools: list[object] = []
-    real_pool = _bulk.Pool
+    real_pool = Pool
 
     def counting_pool(*args: Any) -> Any:
         pools.append(real_pool(*args))

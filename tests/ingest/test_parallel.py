@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _trees import write
@@ -26,6 +27,7 @@ from clanker_rag._exceptions import ConfigError
 from clanker_rag._ingest import _parallel
 from clanker_rag._ingest import _run as _ingest
 from clanker_rag._ingest._parallel import usable_cpus
+from clanker_rag._ingest._readers import read_document
 from clanker_rag._ingest._run import IngestReport, ingest
 from clanker_rag._kb import KnowledgeBase
 
@@ -96,7 +98,7 @@ def make_tree(root: Path, n: int = 40) -> None:
     write(root, ".env", "SECRET=1")
 
 
-def saved(kb: KnowledgeBase, where: Path) -> tuple[dict, dict[str, bytes]]:
+def saved(kb: KnowledgeBase, where: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
     """The saved index: its manifest body and every data file, byte for byte."""
     kb.save(where)
     body = json.loads((where / "index.json").read_text("utf-8"))["body"]
@@ -104,7 +106,7 @@ def saved(kb: KnowledgeBase, where: Path) -> tuple[dict, dict[str, bytes]]:
     return body, files
 
 
-def report_view(report: IngestReport) -> dict:
+def report_view(report: IngestReport) -> dict[str, Any]:
     view = report.to_dict()
     for key in ("seconds", "workers"):
         view.pop(key)
@@ -267,7 +269,7 @@ def test_worker_that_dies_leaves_the_rest_to_this_process(
 
 def raising_reader(suffix: str, error: Exception) -> Callable[..., object]:
     """``read_document``, raising ``error`` for the file whose path ends with ``suffix``."""
-    real = _parallel.read_document
+    real = read_document
 
     def reader(path: str, *args: object, **kwargs: object) -> object:
         if path.endswith(suffix):
@@ -490,7 +492,7 @@ def test_add_text_overridden_in_a_subclass_is_called_for_every_file(tmp_path: Pa
     seen: list[str] = []
 
     class Logged(KnowledgeBase):
-        def add_text(self, text, source, metadata=None, *, sections=None):  # type: ignore[no-untyped-def]
+        def add_text(self, text, source, metadata=None, *, sections=None):
             seen.append(source)
             return super().add_text(text, source, metadata, sections=sections)
 
