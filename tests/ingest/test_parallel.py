@@ -24,8 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from clanker_rag._exceptions import ConfigError
-from clanker_rag._ingest import _parallel
-from clanker_rag._ingest import _run as _ingest
+from clanker_rag._ingest import _parallel, _run
 from clanker_rag._ingest._parallel import usable_cpus
 from clanker_rag._ingest._readers import read_document
 from clanker_rag._ingest._run import IngestReport, ingest
@@ -227,18 +226,18 @@ def test_planning_runs_only_so_far_ahead_of_settling(tmp_path: Path, monkeypatch
     monkeypatch.setattr(_parallel, "POOL_MIN_BYTES", 1 << 40)  # never worth starting workers here
     monkeypatch.setattr(_parallel, "PLAN_AHEAD", 5)
     events: list[str] = []
-    real_plan, real_settle = _ingest._Run._plan, _ingest._Run._settle_ready
+    real_plan, real_settle = _run._Run._plan, _run._Run._settle_ready
 
-    def plan(self: _ingest._Run, *args: object) -> object:
+    def plan(self: _run._Run, *args: object) -> object:
         events.append("plan")
         return real_plan(self, *args)  # type: ignore[arg-type]
 
-    def settle(self: _ingest._Run, *args: object) -> bool:
+    def settle(self: _run._Run, *args: object) -> bool:
         events.append("settle")
         return real_settle(self, *args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(_ingest._Run, "_plan", plan)
-    monkeypatch.setattr(_ingest._Run, "_settle_ready", settle)
+    monkeypatch.setattr(_run._Run, "_plan", plan)
+    monkeypatch.setattr(_run._Run, "_settle_ready", settle)
     report = ingest(KnowledgeBase(), tree, jobs=2, progress=False)
     assert report.workers == 0 and len(report.added) == 40 * 2 + 5
     # A huge tree must not be stat-ed whole (and held in memory) before the
@@ -297,7 +296,7 @@ def test_reader_failure_in_a_worker_is_a_reported_skip(
     make_tree(tree)
     failing = raising_reader("page11.md", ValueError("nesting too deep"))
     monkeypatch.setattr(_parallel, "read_document", failing)
-    monkeypatch.setattr(_ingest, "read_document", failing)
+    monkeypatch.setattr(_run, "read_document", failing)
     caplog.set_level(logging.WARNING)
     serial_kb, serial, parallel_kb, parallel = both(tree, tmp_path)
     assert ("docs/page11.md", "reader failed: ValueError: nesting too deep") in parallel.skipped
@@ -340,7 +339,7 @@ def test_parallel_ingest_killed_outright_leaves_no_worker_no_lock_no_spool(tmp_p
     script = textwrap.dedent(f"""
         import os, signal, sys, time
         sys.path.insert(0, {str(ROOT)!r})
-        from clanker_rag._ingest import _run as _ingest, _parallel
+        from clanker_rag._ingest import _parallel
         from clanker_rag._kb import KnowledgeBase
         _parallel.POOL_MIN_BYTES = 0
         real_start, real_prepare, main = _parallel._start_worker, _parallel.Worker.prepare, os.getpid()

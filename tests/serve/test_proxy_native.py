@@ -14,7 +14,7 @@ from typing import Any
 
 import openai
 import pytest
-from _chunks import CLIENT_TOOL, text_chunks, tool_call_chunks
+from _chat_chunks import CLIENT_TOOL, text_chunks, tool_call_chunks
 from _fake_server import Exchange, FakeServer, Handle
 
 from clanker_rag import KnowledgeBase
