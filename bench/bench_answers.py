@@ -46,7 +46,7 @@ from clanker_rag._answer._ask import (  # noqa: E402
     ANSWER_SENTENCE,
     ANSWER_TOOL_QUERY,
     ANSWER_TYPED_COPY,
-    ANSWER_TYPES,
+    ANSWER_TYPED_SENTENCE,
     answer_controller,
     answer_text,
 )
@@ -198,7 +198,7 @@ def main() -> int:
     parser.add_argument(
         "--answer-types",
         action=argparse.BooleanOptionalAction,
-        default=ANSWER_TYPES,
+        default=ANSWER_TYPED_SENTENCE,
         help="the sentence chosen prefers the kind of token the question asks for (number, flag, ...)",
     )
     parser.add_argument(

@@ -375,7 +375,10 @@ class KnowledgeBase:
     def add_texts(
         self, items: Iterable[tuple[str, str] | tuple[str, str, Mapping[str, Any] | None]], *, jobs: int | None = None
     ) -> int:
-        """Bulk :meth:`add_text` of ``(text, source[, metadata])`` (``jobs``: see :mod:`._bulk`); returns chunks."""
+        """Bulk :meth:`add_text` of ``(text, source[, metadata])``; returns chunks.
+
+        ``jobs``: worker processes, see ``_ingest._parallel_add``.
+        """
         checked = text_items(items)
         from ._ingest._parallel_add import add_texts_parallel
 

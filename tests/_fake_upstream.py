@@ -1,8 +1,8 @@
-"""A scripted OpenAI-compatible server for proxy tests and benches (standard library).
+"""A scripted OpenAI-compatible upstream for proxy tests and benches, on the shared fake server.
 
-It records every request (path, headers, JSON body), streams scripted text as
-SSE chunks the way OpenAI-compatible servers do (honouring ``stop`` strings
-the way llama.cpp does: the stop string is left out), and notices when the
+It streams scripted text as SSE chunks the way OpenAI-compatible servers do
+(honouring ``stop`` strings the way llama.cpp does: the stop string is left
+out); the server (``_fake_server``) records every request and notices when the
 client goes away mid-stream.
 """
 
@@ -12,8 +12,9 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from _fake_server import Exchange, FakeServer, Recorded
 
 Responder = Callable[[str, dict[str, Any]], "Reply"]
 
@@ -58,7 +59,9 @@ def prompt_text(path: str, body: dict[str, Any]) -> str:
 
 
 def apply_stop(text: str, stop: object) -> tuple[str, bool]:
-    stops = [stop] if isinstance(stop, str) else list(stop or [])
+    stops = (
+        [stop] if isinstance(stop, str) else [s for s in stop if isinstance(s, str)] if isinstance(stop, list) else []
+    )
     cut = min((text.find(s) for s in stops if s and s in text), default=-1)
     return (text[:cut], True) if cut >= 0 else (text, False)
 
@@ -70,179 +73,105 @@ class FakeUpstream:
         self.responder: Responder = responder or (lambda path, body: Reply(["Hello", " world", "."]))
         # Served at GET /props as llama.cpp does (None: no such route, like other servers).
         self.props = props
-        self.requests: list[dict[str, Any]] = []
         self.lock = threading.Lock()
         self.active = 0
         self.max_active = 0
-        self.disconnected = threading.Event()
         self.pieces_sent = 0
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.server = FakeServer(self._handle)
+        self.requests: list[Recorded] = self.server.requests
+        self.disconnected = self.server.disconnected
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
+        return self.server.url
 
     def __enter__(self) -> FakeUpstream:
-        self.thread.start()
+        self.server.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.stop()
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                fake._record(self, {})
-                if self.path == "/props" and fake.props is not None:
-                    self._json(200, fake.props)
-                elif self.path.startswith("/v1/models"):
-                    self._json(
-                        200,
-                        {
-                            "object": "list",
-                            "data": [{"id": "fake-model", "object": "model", "created": 0, "owned_by": "test"}],
-                        },
-                    )
-                else:
-                    self._json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
-
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length)
-                try:
-                    body = json.loads(raw) if raw else {}
-                except ValueError:
-                    body = {"_raw": raw.decode("utf-8", "replace")}
-                fake._record(self, body)
-                with fake.lock:
-                    fake.active += 1
-                    fake.max_active = max(fake.max_active, fake.active)
-                try:
-                    self._answer(body)
-                finally:
-                    with fake.lock:
-                        fake.active -= 1
-
-            def _json(self, status: int, obj: Any) -> None:
-                data = json.dumps(obj).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def _answer(self, body: dict[str, Any]) -> None:
-                reply = fake.responder(self.path, body)
-                if reply.first_delay:
-                    time.sleep(reply.first_delay)
-                if reply.status != 200:
-                    data = reply.body or b""
-                    self.send_response(reply.status)
-                    self.send_header("Content-Type", reply.content_type)
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                    return
-                chat = self.path.endswith("/chat/completions")
-                text, _ = apply_stop("".join(reply.pieces), body.get("stop"))
-                pieces, used = [], 0
-                for piece in reply.pieces:
-                    if used >= len(text):
-                        break
-                    pieces.append(piece[: len(text) - used])
-                    used += len(piece)
-                if not body.get("stream"):
-                    choice: dict[str, Any] = {"index": 0, "finish_reason": "stop", "logprobs": None}
-                    if chat:
-                        choice["message"] = {"role": "assistant", "content": text}
-                    else:
-                        choice["text"] = text
-                    n = int(body.get("n") or 1)
-                    self._json(
-                        200,
-                        {
-                            "id": "x",
-                            "object": "chat.completion" if chat else "text_completion",
-                            "created": 0,
-                            "model": "fake-model",
-                            "choices": [dict(choice, index=i) for i in range(n)],
-                            "usage": {
-                                "prompt_tokens": 7,
-                                "completion_tokens": len(pieces),
-                                "total_tokens": 7 + len(pieces),
-                            },
-                        },
-                    )
-                    return
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Transfer-Encoding", "chunked")
-                self.end_headers()
-                try:
-                    for i, piece in enumerate(pieces):
-                        if reply.break_after is not None and i >= reply.break_after:
-                            # Die mid-body: no terminating chunk, connection dropped.
-                            self.wfile.flush()
-                            self.close_connection = True
-                            self.connection.shutdown(2)
-                            return
-                        if reply.stamp:
-                            piece = f"t={time.perf_counter():.6f}; "
-                        if chat:
-                            choice = {"index": 0, "delta": {"content": piece}, "finish_reason": None}
-                        else:
-                            choice = {"index": 0, "text": piece, "finish_reason": None}
-                        self._event(
-                            {"id": "x", "object": "chunk", "created": 0, "model": "fake-model", "choices": [choice]}
-                        )
-                        with fake.lock:
-                            fake.pieces_sent += 1
-                        if reply.delay:
-                            time.sleep(reply.delay)
-                    final: dict[str, Any] = {"index": 0, "finish_reason": "stop"}
-                    final.update({"delta": {}} if chat else {"text": ""})
-                    self._event({"id": "x", "object": "chunk", "created": 0, "model": "fake-model", "choices": [final]})
-                    self._event(
-                        {
-                            "id": "x",
-                            "object": "chunk",
-                            "created": 0,
-                            "model": "fake-model",
-                            "choices": [],
-                            "usage": {
-                                "prompt_tokens": 7,
-                                "completion_tokens": len(pieces),
-                                "total_tokens": 7 + len(pieces),
-                            },
-                        }
-                    )
-                    self._raw(b"data: [DONE]\n\n")
-                    self.wfile.write(b"0\r\n\r\n")
-                except (BrokenPipeError, ConnectionResetError):
-                    fake.disconnected.set()
-                    self.close_connection = True
-
-            def _event(self, obj: Any) -> None:
-                self._raw(b"data: " + json.dumps(obj).encode() + b"\n\n")
-
-            def _raw(self, data: bytes) -> None:
-                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-                self.wfile.flush()
-
-        return Handler
-
-    def _record(self, handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
+    def _handle(self, ex: Exchange) -> None:
+        if ex.method == "GET":
+            if ex.path == "/props" and self.props is not None:
+                ex.json(200, self.props)
+            elif ex.path.startswith("/v1/models"):
+                models = [{"id": "fake-model", "object": "model", "created": 0, "owned_by": "test"}]
+                ex.json(200, {"object": "list", "data": models})
+            else:
+                ex.json(404, {"error": {"message": f"no route {ex.path}", "type": "not_found"}})
+            return
         with self.lock:
-            # Header names lower-cased: clients differ in the case they send.
-            headers = {k.lower(): v for k, v in handler.headers.items()}
-            self.requests.append({"path": handler.path, "headers": headers, "body": body})
+            self.active += 1
+            self.max_active = max(self.max_active, self.active)
+        try:
+            self._answer(ex, ex.body)
+        finally:
+            with self.lock:
+                self.active -= 1
+
+    def _answer(self, ex: Exchange, body: dict[str, Any]) -> None:
+        reply = self.responder(ex.path, body)
+        if reply.first_delay:
+            time.sleep(reply.first_delay)
+        if reply.status != 200:
+            ex.send(reply.status, reply.body or b"", reply.content_type)
+            return
+        chat = ex.path.endswith("/chat/completions")
+        text, _ = apply_stop("".join(reply.pieces), body.get("stop"))
+        pieces, used = [], 0
+        for piece in reply.pieces:
+            if used >= len(text):
+                break
+            pieces.append(piece[: len(text) - used])
+            used += len(piece)
+        usage = {"prompt_tokens": 7, "completion_tokens": len(pieces), "total_tokens": 7 + len(pieces)}
+        if not body.get("stream"):
+            choice: dict[str, Any] = {"index": 0, "finish_reason": "stop", "logprobs": None}
+            if chat:
+                choice["message"] = {"role": "assistant", "content": text}
+            else:
+                choice["text"] = text
+            n = int(body.get("n") or 1)
+            ex.json(
+                200,
+                {
+                    "id": "x",
+                    "object": "chat.completion" if chat else "text_completion",
+                    "created": 0,
+                    "model": "fake-model",
+                    "choices": [dict(choice, index=i) for i in range(n)],
+                    "usage": usage,
+                },
+            )
+            return
+        ex.stream(chunked=True)
+        for i, piece in enumerate(pieces):
+            if reply.break_after is not None and i >= reply.break_after:
+                ex.drop()
+                return
+            if reply.stamp:
+                piece = f"t={time.perf_counter():.6f}; "
+            if chat:
+                choice = {"index": 0, "delta": {"content": piece}, "finish_reason": None}
+            else:
+                choice = {"index": 0, "text": piece, "finish_reason": None}
+            _event(ex, {"id": "x", "object": "chunk", "created": 0, "model": "fake-model", "choices": [choice]})
+            with self.lock:
+                self.pieces_sent += 1
+            if reply.delay:
+                time.sleep(reply.delay)
+        final: dict[str, Any] = {"index": 0, "finish_reason": "stop"}
+        if chat:
+            final["delta"] = {}
+        else:
+            final["text"] = ""
+        _event(ex, {"id": "x", "object": "chunk", "created": 0, "model": "fake-model", "choices": [final]})
+        _event(ex, {"id": "x", "object": "chunk", "created": 0, "model": "fake-model", "choices": [], "usage": usage})
+        ex.write(b"data: [DONE]\n\n")
+        ex.end()
+
+
+def _event(ex: Exchange, obj: Any) -> None:
+    ex.write(b"data: " + json.dumps(obj).encode() + b"\n\n")

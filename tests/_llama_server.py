@@ -72,12 +72,6 @@ class LlamaServer(LlamaServerProcess):
             startup_timeout=startup_timeout, err=io.StringIO(),
         )  # fmt: skip
 
-    def log_tail(self, n: int = 3000) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-n:]
-        except OSError:
-            return "(no log)"
-
     def post(self, path: str, payload: dict[str, Any]) -> Any:
         req = urllib.request.Request(
             self.url + path, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"}

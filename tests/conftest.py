@@ -1,9 +1,10 @@
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from _fake_server import FakeServer, Handle
 from _profiles import PROFILE
 from hypothesis import settings
 
@@ -35,6 +36,20 @@ def cranfield() -> Path:
     path = SHARED / "datasets" / "cranfield"
     assert (path / "corpus.jsonl").is_file(), f"the Cranfield data set is missing at {path}"
     return path
+
+
+@pytest.fixture
+def fake_server() -> Iterator[Callable[[Handle], FakeServer]]:
+    """Starts a loopback fake HTTP server answering with a handler; every one stops when the test ends."""
+    started: list[FakeServer] = []
+
+    def start(handle: Handle) -> FakeServer:
+        started.append(FakeServer(handle).start())
+        return started[-1]
+
+    yield start
+    for server in started:
+        server.stop()
 
 
 @pytest.fixture(scope="session")

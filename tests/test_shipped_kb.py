@@ -9,6 +9,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def load_builder():
     spec = importlib.util.spec_from_file_location("build_kb", ROOT / "data" / "build_kb.py")
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -41,8 +41,8 @@ ANSWER_TOOL_QUERY = "first"
 ANSWER_FOCUS_CHARS = 200
 ANSWER_SENTENCE = True
 # The sentence chosen prefers one holding the kind of token the question asks for (_answer_types).
-ANSWER_TYPES = True
-# Answers after a block limited to the block's words (llama.cpp grammar, _copying).
+ANSWER_TYPED_SENTENCE = True
+# Answers after a block limited to the block's words (llama.cpp grammar, _grammars).
 ANSWER_COPY = True
 # ... and to hold a block word of the type the question asks for, when the block has one.
 ANSWER_TYPED_COPY = True
@@ -116,7 +116,7 @@ def answer_controller(
     tool_query: str = ANSWER_TOOL_QUERY,
     focus_chars: int | None = ANSWER_FOCUS_CHARS,
     sentence: bool = ANSWER_SENTENCE,
-    answer_types: bool = ANSWER_TYPES,
+    answer_types: bool = ANSWER_TYPED_SENTENCE,
     stop: Sequence[str] = STOP,
     **options: Any,
 ) -> RagController:

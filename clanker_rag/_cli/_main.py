@@ -1,6 +1,6 @@
 """The ``clanker-rag`` command.
 
-Only ``argparse``, ``os``, ``sys`` and the small ``_term`` are imported up front; each command
+Only ``argparse``, ``os``, ``sys`` and the small ``_terminal`` are imported up front; each command
 imports what it needs when it runs, so ``clanker-rag --help`` stays instant.
 Errors are one line on stderr (``clanker-rag: error: ...``) and a non-zero
 exit code; ``--debug`` adds the traceback and debug logging.

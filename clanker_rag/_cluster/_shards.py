@@ -194,11 +194,6 @@ def shard_remove(kb: KnowledgeBase, sources: list[str]) -> int:
     return sum(kb.remove(source) for source in sources)
 
 
-def shard_save(kb: KnowledgeBase, folder: str) -> str:
-    kb.save(folder)
-    return folder
-
-
 class _Placed:
     """A shard as the ingest sees it: files placed on another shard look unchanged.
 

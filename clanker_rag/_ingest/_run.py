@@ -133,11 +133,6 @@ class IngestReport:
     saves: int = 0
     workers: int = 0  # worker processes that read and counted files (0: all done in this process)
 
-    @property
-    def indexed(self) -> list[str]:
-        """Sources written by this ingest (added or updated)."""
-        return self.added + self.updated
-
     def skip_reasons(self) -> dict[str, int]:
         """How many skips of each kind (reasons without their specifics)."""
         return dict(Counter(_reason_kind(reason) for _, reason in self.skipped).most_common())

@@ -37,6 +37,7 @@ from collections import deque
 from collections.abc import (
     AsyncIterable,
     AsyncIterator,
+    Awaitable,
     Callable,
     Hashable,
     Iterable,
@@ -427,6 +428,16 @@ def _run_with_timeout(fn: Callable[[], Sequence[HitLike]], timeout: float | None
     return result
 
 
+async def _await_with_timeout(work: Awaitable[Sequence[HitLike]], timeout: float | None) -> Sequence[HitLike]:
+    """:func:`_run_with_timeout` for the async driver: the same error, the same message."""
+    if timeout is None:
+        return await work
+    try:
+        return await asyncio.wait_for(work, timeout)
+    except asyncio.TimeoutError:  # not yet the builtin TimeoutError on Python 3.10
+        raise RetrievalTimeoutError(f"retrieval timed out after {timeout:g} s") from None
+
+
 class RagController:
     """Inject knowledge-base passages into a model's generation as it streams.
 
@@ -559,16 +570,12 @@ class RagController:
 
     async def _aretrieve(self, queries: Sequence[str]) -> tuple[Sequence[HitLike], str | None]:
         try:
-            work = asyncio.to_thread(self._search, queries)
-            if self.retrieval_timeout is None:
-                return await work, None
-            return await asyncio.wait_for(work, self.retrieval_timeout), None
-        except TimeoutError:
-            msg = f"retrieval timed out after {self.retrieval_timeout:g} s"
+            return await _await_with_timeout(asyncio.to_thread(self._search, queries), self.retrieval_timeout), None
+        except RetrievalTimeoutError as exc:
             if self.on_timeout == "raise":
-                raise RetrievalTimeoutError(msg) from None
+                raise
             logger.warning("retrieval for %r timed out; going on without passages", queries[-1])
-            return [], msg
+            return [], str(exc)
 
     def _retrieved(self, trig: _Trigger, hits: Sequence[HitLike], error: str | None, seconds: float) -> RetrieveEvent:
         if self.on_retrieve is not None:
@@ -583,6 +590,13 @@ class RagController:
                     self.on_inject(ev.block)
         return events
 
+    # -- the drivers ----------------------------------------------------------------------
+    # ``events`` and ``aevents`` are the same loop, line for line, one with ``for`` and one
+    # with ``async for``: run a generation, feed its pieces to the turn, pump what the turn
+    # lets out; a pump that handled a trigger needing a new context yields ``_RESUME``, and
+    # the driver starts the next generation from that context.  ``_handle``/``_ahandle``
+    # return the same pair (the events, whether to resume); only the retrieval differs.
+
     # -- sync driver -------------------------------------------------------------------
     def events(
         self,
@@ -596,12 +610,17 @@ class RagController:
         turn = _ControllerTurn(self, prompt, resumable)
         trig = turn.initial_trigger(question)
         if trig is not None:
-            yield from self._handle(turn, trig)[0]
+            events, _ = self._handle(turn, trig)  # nothing generated yet: the first generation has the block
+            yield from events
         source: Iterator[Piece] | None = None
         if not resumable:
             source = iter(generate)  # type: ignore[arg-type]
         while True:
-            it = source if source is not None else iter(generate(turn.context(), self.stop))  # type: ignore[operator]
+            if source is not None:
+                it = source
+            else:
+                produced = generate(turn.context(), self.stop)  # type: ignore[operator]
+                it = iter(produced)
             resume = False
             finish: str | None = None
             stop_word: str | None = None
@@ -612,10 +631,10 @@ class RagController:
                         finish, stop_word = fin, sw
                     turn.feed(text, logprob)
                     for ev in self._pump(turn):
-                        if ev is _RESUME:
+                        if isinstance(ev, _Resume):
                             resume = True
                             break
-                        yield ev  # type: ignore[misc]
+                        yield ev
                     if resume:
                         break
             finally:
@@ -627,10 +646,10 @@ class RagController:
                 continue
             turn.end(finish, stop_word)
             for ev in self._pump(turn):
-                if ev is _RESUME:
+                if isinstance(ev, _Resume):
                     resume = True
                     break
-                yield ev  # type: ignore[misc]
+                yield ev
             if resume:
                 continue
             tail = turn.close()
@@ -638,7 +657,7 @@ class RagController:
                 yield TextEvent(tail)
             return
 
-    def _pump(self, turn: _ControllerTurn) -> Iterator[StreamEvent | object]:
+    def _pump(self, turn: _ControllerTurn) -> Iterator[StreamEvent | _Resume]:
         while True:
             out, trig = turn.drain()
             if out:
@@ -691,9 +710,9 @@ class RagController:
         turn = _ControllerTurn(self, prompt, resumable)
         trig = turn.initial_trigger(question)
         if trig is not None:
-            for ev in await self._ahandle(turn, trig):
-                if ev is not _RESUME:
-                    yield ev  # type: ignore[misc]
+            events, _ = await self._ahandle(turn, trig)  # nothing generated yet: the first generation has the block
+            for first in events:  # the sync driver's ``yield from events``
+                yield first
         source: AsyncIterator[Piece] | None = None
         if not resumable:
             source = _as_async_iter(agenerate)
@@ -715,10 +734,10 @@ class RagController:
                         finish, stop_word = fin, sw
                     turn.feed(text, logprob)
                     async for ev in self._apump(turn):
-                        if ev is _RESUME:
+                        if isinstance(ev, _Resume):
                             resume = True
                             break
-                        yield ev  # type: ignore[misc]
+                        yield ev
                     if resume:
                         break
             finally:
@@ -730,10 +749,10 @@ class RagController:
                 continue
             turn.end(finish, stop_word)
             async for ev in self._apump(turn):
-                if ev is _RESUME:
+                if isinstance(ev, _Resume):
                     resume = True
                     break
-                yield ev  # type: ignore[misc]
+                yield ev
             if resume:
                 continue
             tail = turn.close()
@@ -741,21 +760,23 @@ class RagController:
                 yield TextEvent(tail)
             return
 
-    async def _apump(self, turn: _ControllerTurn) -> AsyncIterator[StreamEvent | object]:
+    async def _apump(self, turn: _ControllerTurn) -> AsyncIterator[StreamEvent | _Resume]:
         while True:
             out, trig = turn.drain()
             if out:
                 yield TextEvent(out)
             if trig is None:
                 return
-            for ev in await self._ahandle(turn, trig):
+            events, resume = await self._ahandle(turn, trig)
+            for ev in events:
                 yield ev
-                if ev is _RESUME:
-                    return
+            if resume:
+                yield _RESUME
+                return
 
-    async def _ahandle(self, turn: _ControllerTurn, trig: _Trigger) -> list[StreamEvent | object]:
+    async def _ahandle(self, turn: _ControllerTurn, trig: _Trigger) -> tuple[list[StreamEvent], bool]:
         query = turn.plan(trig)
-        events: list[StreamEvent | object] = []
+        events: list[StreamEvent] = []
         hits: Sequence[HitLike] | None = None
         error: str | None = None
         if query is not None:
@@ -764,9 +785,7 @@ class RagController:
             events.append(self._retrieved(trig, hits, error, time.perf_counter() - t0))
         more, resume = turn.apply(trig, hits, error)
         events.extend(self._injected(more))
-        if resume:
-            events.append(_RESUME)
-        return events
+        return events, resume
 
     async def astream(
         self,
@@ -783,7 +802,11 @@ class RagController:
                 yield ev.block
 
 
-_RESUME = object()  # internal marker: abandon the current generation and resume
+class _Resume:
+    """What a pump yields when the turn needs a new generation: abandon this one and resume."""
+
+
+_RESUME = _Resume()
 
 
 async def _as_async_iter(source: object) -> AsyncIterator[Piece]:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import json
-import threading
-from collections.abc import Iterator, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
+from _fake_server import Exchange, FakeServer, Handle
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -18,7 +16,7 @@ from clanker_rag._answer._prompts import EXAMPLES, STOP, after_block, base_promp
 from clanker_rag._exceptions import ConfigError
 from clanker_rag._kb import KnowledgeBase
 from clanker_rag._stream._blocks import BlockBuilder
-from clanker_rag._stream._controller import InjectEvent, RagController, RetrieveEvent, TextEvent
+from clanker_rag._stream._controller import InjectEvent, RagController, RetrieveEvent, StreamEvent, TextEvent
 from clanker_rag._text._analysis import Analyzer
 from clanker_rag._types import Hit
 
@@ -46,7 +44,8 @@ def test_focus_keeps_the_lines_that_hold_the_query_terms() -> None:
     assert "port 7341" in hit.text and len(hit.text) <= 90
     assert isinstance(hit, Hit)
     # Still an exact slice of the source, with its own line numbers.
-    assert kb.source_text("docs/server.md")[hit.start : hit.end] == hit.text
+    source = kb.source_text("docs/server.md")
+    assert source is not None and source[hit.start : hit.end] == hit.text
     assert hit.start_line == hit.end_line == 5
 
 
@@ -193,7 +192,7 @@ def test_base_prompt_layouts_end_where_the_model_continues(mode: str) -> None:
 
 def test_answer_text_drops_the_label_and_the_search_line() -> None:
     block = InjectEvent("\n<result>\nx\n</result>\n", "result", "tool", "q")
-    events = [TextEvent(" "), block, TextEvent("Ans"), TextEvent("wer: port"), TextEvent(" 7341")]
+    events: list[StreamEvent] = [TextEvent(" "), block, TextEvent("Ans"), TextEvent("wer: port"), TextEvent(" 7341")]
     assert [e.text for e in answer_text(events) if isinstance(e, TextEvent)] == ["port", " 7341"]
     plain = [TextEvent(" port 7341")]
     assert [e.text for e in answer_text(plain) if isinstance(e, TextEvent)] == ["port 7341"]
@@ -212,44 +211,17 @@ def test_answer_controller_modes() -> None:
 # -- probing the server ------------------------------------------------------------------------------------------
 
 
-class FakeLlama:
-    """GET /props and POST /tokenize, like llama.cpp, on 127.0.0.1."""
+def fake_llama(props: dict[str, Any] | None, im_start_tokens: int) -> Handle:
+    """GET /props and POST /tokenize, like llama.cpp: ``props`` (None: no such route), and
+    ``im_start_tokens`` tokens for whatever text is tokenized."""
 
-    def __init__(self, props: dict[str, Any] | None, im_start_tokens: int) -> None:
-        fake = self
+    def handle(ex: Exchange) -> None:
+        if ex.method == "GET":
+            ex.json(200 if props is not None and ex.path == "/props" else 404, props or {})
+        else:
+            ex.json(200, {"tokens": list(range(im_start_tokens))})
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                self._send(200 if fake.props is not None and self.path == "/props" else 404, fake.props or {})
-
-            def do_POST(self) -> None:
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                self._send(200, {"tokens": list(range(fake.im_start_tokens))})
-
-            def _send(self, status: int, obj: Any) -> None:
-                data = json.dumps(obj).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.props = props
-        self.im_start_tokens = im_start_tokens
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self) -> FakeLlama:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+    return handle
 
 
 CHATML = "{{ '<|im_start|>' + message.role }}"
@@ -265,7 +237,8 @@ CHATML = "{{ '<|im_start|>' + message.role }}"
         (None, 1, False, False),  # not llama.cpp: assume chat
     ],
 )
-def test_probe_server(props: dict[str, Any] | None, tokens: int, llama: bool, base: bool) -> None:
-    with FakeLlama(props, tokens) as fake:
-        info = probe_server(fake.url + "/")
+def test_probe_server(
+    props: dict[str, Any] | None, tokens: int, llama: bool, base: bool, fake_server: Callable[[Handle], FakeServer]
+) -> None:
+    info = probe_server(fake_server(fake_llama(props, tokens)).url + "/")
     assert (info.llama_cpp, info.base_model) == (llama, base)

@@ -59,6 +59,7 @@ def test_prose_resumed_after_a_code_block_is_about_its_lead_in_words() -> None:
     hit = Hit(RESUMED, "search.md", 1.0, start=0, end=len(RESUMED), start_line=1, end_line=8)
     out = focus_sentence(hit, set(Analyzer()("default k1 of the scoring")), Analyzer(), 200)
     assert out.text == "with `k1 = 1.2` here."
+    assert isinstance(out, Hit)
     assert RESUMED[out.start : out.end] == out.text
 
 

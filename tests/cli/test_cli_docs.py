@@ -97,9 +97,10 @@ def test_serve_sample_has_the_shape_serve_prints(tmp_path):
     args[args.index("--port") + 1] = "0"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.Popen([sys.executable, "-m", "clanker_rag", *args], stderr=subprocess.PIPE, text=True, env=env)
+    stderr = proc.stderr
+    assert stderr is not None
     try:
-        assert proc.stderr is not None
-        banner = proc.stderr.readline().rstrip("\n")
+        banner = stderr.readline().rstrip("\n")
     finally:
         proc.send_signal(signal.SIGINT)
         try:
@@ -108,7 +109,7 @@ def test_serve_sample_has_the_shape_serve_prints(tmp_path):
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-            proc.stderr.close()
+            stderr.close()
 
     def shape(line: str) -> str:  # the port, the folder and its size differ
         line = re.sub(r"127\.0\.0\.1:\d+/v1", "127.0.0.1:PORT/v1", line)

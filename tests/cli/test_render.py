@@ -8,7 +8,7 @@ from pathlib import Path
 
 from clanker_rag._cli._demo import render_events
 from clanker_rag._cli._terminal import printable
-from clanker_rag._stream._controller import InjectEvent, RetrieveEvent, TextEvent
+from clanker_rag._stream._controller import InjectEvent, RetrieveEvent, StreamEvent, TextEvent
 from clanker_rag._types import Hit
 
 PACKAGE = Path(__file__).resolve().parents[2] / "clanker_rag"
@@ -31,7 +31,7 @@ def test_demo_does_not_import_the_cli() -> None:
 
 def test_answer_goes_to_out_blocks_and_retrievals_to_err() -> None:
     hit = Hit("passage", "docs/a.md", 1.0)
-    events = [
+    events: list[StreamEvent] = [
         RetrieveEvent("port?", (hit,), "question", 0.0012),
         InjectEvent("\n<context>\n[1] docs/a.md\npassage\n</context>\n", "context", "question", "port?"),
         TextEvent("It is 8080."),
@@ -49,7 +49,7 @@ def test_answer_goes_to_out_blocks_and_retrievals_to_err() -> None:
 
 
 def test_terminal_escapes_from_text_or_blocks_are_shown_not_obeyed() -> None:
-    events = [
+    events: list[StreamEvent] = [
         InjectEvent("\n<context>\nclear\x1b[2J title\x1b]0;pwned\x07\n</context>\n", "context", "question", "q"),
         TextEvent("ok\x1b[31m red\u202e\r\n"),
     ]

@@ -7,6 +7,7 @@ import random
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _trees import write
@@ -46,7 +47,7 @@ def check_same(one: KnowledgeBase, sharded: ShardedKnowledgeBase, query: str, k:
     everything = {(h.source, h.chunk_index): h.score for h in one.search(query, 10_000, **kw)}
     for g in got:
         assert same_score(everything[(g.source, g.chunk_index)], g.score)
-        assert g.text == one.source_text(g.source)[g.start : g.end]
+        assert g.text == (one.source_text(g.source) or "")[g.start : g.end]
 
 
 doc = st.lists(st.sampled_from(VOCAB), min_size=0, max_size=40).map(" ".join)
@@ -126,7 +127,7 @@ def test_pruned_shard_search_equals_one_knowledge_base(seed, n_docs, words, k, n
 
 def test_shard_search_is_pruned(monkeypatch):
     """A selective query on a large shard scores a pool, not every posting of its terms."""
-    options = {"chunk_size": None, "analyzer": plain}
+    options: dict[str, Any] = {"chunk_size": None, "analyzer": plain}
     one = KnowledgeBase(**options)
     sharded = ShardedKnowledgeBase(1, **options)
     items = [(text, f"d{i}") for i, text in enumerate(zipf_corpus(7, 3000))]
@@ -154,7 +155,7 @@ def feedback_is_well_posed(one: KnowledgeBase, query: str) -> bool:
     st.booleans(),
 )
 def test_feedback_scores_equal_one_knowledge_base(texts, words, n_shards, term_tables):
-    options = {"chunk_size": None, "analyzer": plain}
+    options: dict[str, Any] = {"chunk_size": None, "analyzer": plain}
     one = KnowledgeBase(**options)
     sharded = ShardedKnowledgeBase(n_shards, term_tables=term_tables, **options)
     items = [(text, f"d{i}") for i, text in enumerate(texts)]
@@ -229,7 +230,7 @@ def test_bad_arguments_get_one_clear_error():
         sharded.search(None)  # type: ignore[arg-type]
     assert sharded.search("anything", 5) == []
     with pytest.raises(ConfigError, match="term_tables"):
-        ShardedKnowledgeBase(2, term_tables="yes")
+        ShardedKnowledgeBase(2, term_tables="yes")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="timeout"):
         ShardedKnowledgeBase(2, timeout=0)
     with pytest.raises(IngestError, match="no such file or folder"):
@@ -407,8 +408,8 @@ def test_retriever_protocol():
     from clanker_rag import Retriever
 
     _, sharded = build_pair(2)
-    assert isinstance(sharded, Retriever)
     assert sharded("alpha", 2) == sharded.search("alpha", 2)
+    assert isinstance(sharded, Retriever)
 
 
 @pytest.mark.parametrize(

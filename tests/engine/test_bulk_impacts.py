@@ -1,6 +1,7 @@
 """Impacts and impact orders of a packed index: split over a forked child, they equal one process's, bit for bit."""
 
 import os
+import threading
 from array import array
 from itertools import accumulate, pairwise
 
@@ -8,17 +9,22 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clanker_rag._engine import _bulk_impacts as _packing
+from clanker_rag._engine import _bulk_impacts
 from clanker_rag._engine._scoring import BM25, impact_order, norm_values
 
-needs_fork = pytest.mark.skipif(not _packing.can_fork(), reason="no safe fork here (one CPU, or no os.fork)")
+needs_fork = pytest.mark.skipif(not _bulk_impacts.can_fork(), reason="no safe fork here (one CPU, or no os.fork)")
 
 variants = st.sampled_from(["lucene", "robertson", "atire", "bm25l", "bm25+"])
 # Lists of (chunk id offset, tf) pairs: chunk ids ascend within a list.
 postings_list = st.lists(st.tuples(st.integers(1, 3), st.integers(1, 9)), min_size=1, max_size=60)
 
+# impacts_and_orders' arguments before order_min: bm, n_docs, lengths, tfs, docs, norms, dls, avgdl.
+Inputs = tuple[BM25, int, "array[int]", "array[int]", "array[int]", list[float], "array[int]", float]
+# pack_pending's statistics: bm, n_docs, norms, dls, avgdl.
+Stats = tuple[BM25, int, list[float], "array[int]", float]
 
-def packed_input(lists, variant):
+
+def packed_input(lists, variant) -> Inputs:
     lengths, docs, tfs = array("i"), array("i"), array("I")
     for plist in lists:
         cid = -1
@@ -40,14 +46,14 @@ def packed_input(lists, variant):
 @pytest.fixture(autouse=True)
 def idle(monkeypatch):
     # Whether this machine is busy right now must not decide what is tested.
-    monkeypatch.setattr(_packing, "idle_core", lambda: True)
+    monkeypatch.setattr(_bulk_impacts, "idle_core", lambda: True)
 
 
-def one_process(inputs, order_min):
-    return _packing.impacts_and_orders(*inputs, order_min, split_min=10**12)
+def one_process(inputs: Inputs, order_min):
+    return _bulk_impacts.impacts_and_orders(*inputs, order_min, split_min=10**12)
 
 
-def by_hand(inputs, order_min):
+def by_hand(inputs: Inputs, order_min):
     # The reference: each list's impacts from the reference contribution, orders by sorting each list.
     bm, n, lengths, tfs, docs, _, dls, avgdl = inputs
     imps, positions = array("f"), array("i")
@@ -77,7 +83,7 @@ def test_one_process_matches_the_reference(lists, variant, order_min):
 @given(st.lists(postings_list, min_size=2, max_size=12), variants, st.integers(0, 8))
 def test_split_over_a_child_equals_one_process_bit_for_bit(lists, variant, order_min):
     inputs = packed_input(lists, variant)
-    imps, positions = _packing.impacts_and_orders(*inputs, order_min, split_min=0)
+    imps, positions = _bulk_impacts.impacts_and_orders(*inputs, order_min, split_min=0)
     alone_imps, alone_positions = one_process(inputs, order_min)
     assert imps.tobytes() == alone_imps.tobytes()
     assert positions == alone_positions
@@ -86,7 +92,7 @@ def test_split_over_a_child_equals_one_process_bit_for_bit(lists, variant, order
 @needs_fork
 def test_a_failed_child_leaves_this_process_to_do_its_half(monkeypatch):
     inputs = packed_input([[(1, 2)] * 40, [(2, 1)] * 50, [(1, 3)] * 45], "lucene")
-    real_part = _packing._part
+    real_part = _bulk_impacts._part
     parent = os.getpid()
 
     def failing_in_the_child(*args):
@@ -94,9 +100,9 @@ def test_a_failed_child_leaves_this_process_to_do_its_half(monkeypatch):
             raise RuntimeError("the child breaks")
         return real_part(*args)
 
-    monkeypatch.setattr(_packing, "_part", failing_in_the_child)
-    imps, positions = _packing.impacts_and_orders(*inputs, 4, split_min=0)
-    monkeypatch.setattr(_packing, "_part", real_part)
+    monkeypatch.setattr(_bulk_impacts, "_part", failing_in_the_child)
+    imps, positions = _bulk_impacts.impacts_and_orders(*inputs, 4, split_min=0)
+    monkeypatch.setattr(_bulk_impacts, "_part", real_part)
     alone_imps, alone_positions = one_process(inputs, 4)
     assert imps.tobytes() == alone_imps.tobytes() and positions == alone_positions
 
@@ -119,7 +125,7 @@ def recorded_forks(monkeypatch):
 @needs_fork
 def test_an_interrupted_parent_stops_and_reaps_its_child(monkeypatch):
     inputs = packed_input([[(1, 2)] * 40, [(2, 1)] * 50, [(1, 3)] * 45], "lucene")
-    real_part = _packing._part
+    real_part = _bulk_impacts._part
     parent = os.getpid()
     children = recorded_forks(monkeypatch)
 
@@ -128,9 +134,9 @@ def test_an_interrupted_parent_stops_and_reaps_its_child(monkeypatch):
             raise KeyboardInterrupt
         return real_part(*args)
 
-    monkeypatch.setattr(_packing, "_part", interrupted_in_the_parent)
+    monkeypatch.setattr(_bulk_impacts, "_part", interrupted_in_the_parent)
     with pytest.raises(KeyboardInterrupt):
-        _packing.impacts_and_orders(*inputs, 4, split_min=0)
+        _bulk_impacts.impacts_and_orders(*inputs, 4, split_min=0)
     assert len(children) == 1
     with pytest.raises(ChildProcessError):  # already reaped
         os.waitpid(children[0], os.WNOHANG)
@@ -144,36 +150,36 @@ def test_small_or_threaded_work_stays_in_this_process(monkeypatch):
 
     monkeypatch.setattr(os, "fork", no_fork)
     one_process(inputs, 4)  # below split_min
-    monkeypatch.setattr(_packing.threading, "active_count", lambda: 2)
-    assert not _packing.can_fork()
-    _packing.impacts_and_orders(*inputs, 4, split_min=0)  # another thread runs: no fork
-    monkeypatch.setattr(_packing.threading, "active_count", lambda: 1)
-    monkeypatch.setattr(_packing, "idle_core", lambda: False)
-    _packing.impacts_and_orders(*inputs, 4, split_min=0)  # every core busy: no fork
+    monkeypatch.setattr(threading, "active_count", lambda: 2)
+    assert not _bulk_impacts.can_fork()
+    _bulk_impacts.impacts_and_orders(*inputs, 4, split_min=0)  # another thread runs: no fork
+    monkeypatch.setattr(threading, "active_count", lambda: 1)
+    monkeypatch.setattr(_bulk_impacts, "idle_core", lambda: False)
+    _bulk_impacts.impacts_and_orders(*inputs, 4, split_min=0)  # every core busy: no fork
 
 
 def test_a_core_is_idle_only_when_the_cpu_times_say_so(monkeypatch):
     monkeypatch.undo()  # the real idle_core, not the fixture's
-    monkeypatch.setattr(_packing, "IDLE_SAMPLE_S", 0.0)
+    monkeypatch.setattr(_bulk_impacts, "IDLE_SAMPLE_S", 0.0)
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
-    samples = []
-    monkeypatch.setattr(_packing, "_cpu_times", lambda: samples.pop(0))
+    samples: list[list[int] | None] = []
+    monkeypatch.setattr(_bulk_impacts, "_cpu_times", lambda: samples.pop(0))
     # user nice system idle iowait irq softirq steal: 200 ticks in all, 100 of them idle
     samples[:] = [[0] * 8, [100, 0, 0, 90, 10, 0, 0, 0]]
-    assert _packing.idle_core()  # one of two cores idle
+    assert _bulk_impacts.idle_core()  # one of two cores idle
     samples[:] = [[0] * 8, [150, 0, 10, 40, 0, 0, 0, 0]]
-    assert not _packing.idle_core()  # 0.4 of a core
+    assert not _bulk_impacts.idle_core()  # 0.4 of a core
     # No /proc/stat: the load average decides.
-    monkeypatch.setattr(_packing, "_cpu_times", lambda: None)
-    monkeypatch.setattr(_packing, "_cpus", lambda: 2)
+    monkeypatch.setattr(_bulk_impacts, "_cpu_times", lambda: None)
+    monkeypatch.setattr(_bulk_impacts, "_cpus", lambda: 2)
     monkeypatch.setattr(os, "getloadavg", lambda: (1.0, 0.0, 0.0))
-    assert _packing.idle_core()
+    assert _bulk_impacts.idle_core()
     monkeypatch.setattr(os, "getloadavg", lambda: (1.6, 0.0, 0.0))
-    assert not _packing.idle_core()
+    assert not _bulk_impacts.idle_core()
 
 
 def test_cpu_times_read_this_machine_or_nothing():
-    times = _packing._cpu_times()
+    times = _bulk_impacts._cpu_times()
     assert times is None or (len(times) == 8 and all(t >= 0 for t in times))
 
 
@@ -191,7 +197,7 @@ def test_an_interrupted_wait_stops_and_reaps_the_child(monkeypatch):
 
     monkeypatch.setattr(os, "waitpid", interrupted_wait)
     with pytest.raises(KeyboardInterrupt):
-        _packing.impacts_and_orders(*inputs, 4, split_min=0)
+        _bulk_impacts.impacts_and_orders(*inputs, 4, split_min=0)
     assert len(children) == 1
     with pytest.raises(ChildProcessError):  # already reaped
         real_waitpid(children[0], os.WNOHANG)
@@ -200,10 +206,10 @@ def test_an_interrupted_wait_stops_and_reaps_the_child(monkeypatch):
 # -- pack_pending: a fresh build's lists, packed by both processes ------------------------------
 
 
-def pending_input(lists, variant):
+def pending_input(lists, variant) -> tuple[dict[int, list[int]], int, Stats]:
     """Pending lists ``{term id: [cid, tf, cid, tf, ...]}`` of ``lists`` (None: the term has
     no pending list; []: an emptied one) and the statistics to pack them with."""
-    pending = {}
+    pending: dict[int, list[int]] = {}
     for tid, plist in enumerate(lists):
         if plist is None:
             continue
@@ -223,7 +229,7 @@ def pending_input(lists, variant):
     return pending, len(lists), (bm, n, norms, dls, avgdl)
 
 
-def packed_by_hand(pending, n_terms, stats, order_min):
+def packed_by_hand(pending, n_terms, stats: Stats, order_min):
     # The reference: what _freeze did before the child packed too, packing in this process.
     bm, n, norms, dls, avgdl = stats
     lengths, docs, tfs = array("i"), array("i"), array("I")
@@ -232,7 +238,7 @@ def packed_by_hand(pending, n_terms, stats, order_min):
         docs.fromlist(flat[0::2])
         tfs.fromlist(flat[1::2])
         lengths.append(len(flat) // 2)
-    imps, positions = _packing.impacts_and_orders(
+    imps, positions = _bulk_impacts.impacts_and_orders(
         bm, n, lengths, tfs, docs, norms, dls, avgdl, order_min, split_min=10**12
     )
     return lengths, docs, tfs, imps, positions
@@ -242,13 +248,13 @@ def as_bytes(packed):
     return [part.tobytes() for part in packed]
 
 
-def pack(pending, n_terms, stats, order_min, share=0.5):
-    old = _packing.CHILD_SHARE
-    _packing.CHILD_SHARE = share
+def pack(pending, n_terms, stats: Stats, order_min, share=0.5):
+    old = _bulk_impacts.CHILD_SHARE
+    _bulk_impacts.CHILD_SHARE = share
     try:
-        return _packing.pack_pending(pending, n_terms, *stats, order_min, split_min=0)
+        return _bulk_impacts.pack_pending(pending, n_terms, *stats, order_min, split_min=0)
     finally:
-        _packing.CHILD_SHARE = old
+        _bulk_impacts.CHILD_SHARE = old
 
 
 pending_lists = st.lists(st.none() | st.just([]) | postings_list, min_size=1, max_size=12)
@@ -259,7 +265,7 @@ pending_lists = st.lists(st.none() | st.just([]) | postings_list, min_size=1, ma
 def test_packing_pending_lists_in_one_process_equals_packing_them_first(lists, variant, order_min):
     pending, n_terms, stats = pending_input(lists, variant)
     reference = as_bytes(packed_by_hand(pending, n_terms, stats, order_min))
-    packed = _packing.pack_pending(pending, n_terms, *stats, order_min, split_min=10**12)
+    packed = _bulk_impacts.pack_pending(pending, n_terms, *stats, order_min, split_min=10**12)
     assert as_bytes(packed) == reference
     assert pending == {}  # freed
 
@@ -283,7 +289,7 @@ def test_the_child_packs_every_list_of_its_half_and_this_process_none(monkeypatc
     lists = [None, [], None, [], None, [(1, 2), (3, 1)] * 20, [], None]
     pending, n_terms, stats = pending_input(lists, "robertson")
     reference = as_bytes(packed_by_hand(pending, n_terms, stats, 4))
-    real_packed_part = _packing._packed_part
+    real_packed_part = _bulk_impacts._packed_part
     parent = os.getpid()
     packed_here = []
 
@@ -292,9 +298,9 @@ def test_the_child_packs_every_list_of_its_half_and_this_process_none(monkeypatc
             packed_here.append(terms)
         return real_packed_part(plists, lengths, stats, terms, free)
 
-    monkeypatch.setattr(_packing, "_packed_part", recording)
+    monkeypatch.setattr(_bulk_impacts, "_packed_part", recording)
     packed = pack(pending, n_terms, stats, 4, share)
-    monkeypatch.setattr(_packing, "_packed_part", real_packed_part)
+    monkeypatch.setattr(_bulk_impacts, "_packed_part", real_packed_part)
     assert len(packed_here) == 1 and packed_here[0][0] == 0 and 1 <= packed_here[0][1] < n_terms
     assert as_bytes(packed) == reference
 
@@ -305,7 +311,7 @@ def test_a_failed_packing_child_leaves_this_process_to_pack_its_half(monkeypatch
     lists = [[(1, 2)] * 40, None, [(2, 1)] * 50, [], [(1, 3)] * 45, [(3, 1)] * 30]
     pending, n_terms, stats = pending_input(lists, "bm25+")
     reference = as_bytes(packed_by_hand(pending, n_terms, stats, 4))
-    real_packed_part = _packing._packed_part
+    real_packed_part = _bulk_impacts._packed_part
     parent = os.getpid()
     packed_here = []
 
@@ -317,9 +323,9 @@ def test_a_failed_packing_child_leaves_this_process_to_pack_its_half(monkeypatch
         packed_here.append(terms)
         return real_packed_part(plists, lengths, stats, terms, free)
 
-    monkeypatch.setattr(_packing, "_packed_part", failing_in_the_child)
+    monkeypatch.setattr(_bulk_impacts, "_packed_part", failing_in_the_child)
     packed = pack(pending, n_terms, stats, 4)
-    monkeypatch.setattr(_packing, "_packed_part", real_packed_part)
+    monkeypatch.setattr(_bulk_impacts, "_packed_part", real_packed_part)
     # This process packed both halves, the child's from the lists it still had.
     assert len(packed_here) == 2 and packed_here[0][1] == packed_here[1][0] and packed_here[1][1] == n_terms
     assert as_bytes(packed) == reference
@@ -331,14 +337,14 @@ def test_pending_lists_are_intact_until_the_child_is_collected(monkeypatch):
     lists = [[(1, 2)] * 40, [(2, 1)] * 50, None, [(1, 3)] * 45]
     pending, n_terms, stats = pending_input(lists, "lucene")
     before = {tid: list(flat) for tid, flat in pending.items()}
-    real_collect = _packing._Child.collect
-    seen = []
+    real_collect = _bulk_impacts._Child.collect
+    seen: list[bool] = []
 
     def checking_collect(child, into):
         seen.append(pending == before)
         return real_collect(child, into)
 
-    monkeypatch.setattr(_packing._Child, "collect", checking_collect)
+    monkeypatch.setattr(_bulk_impacts._Child, "collect", checking_collect)
     pack(pending, n_terms, stats, 4)
     assert seen == [True] and pending == {}  # intact while the child lived, freed after
 
@@ -347,7 +353,7 @@ def test_pending_lists_are_intact_until_the_child_is_collected(monkeypatch):
 def test_an_interrupted_packing_parent_stops_and_reaps_its_child(monkeypatch):
     lists = [[(1, 2)] * 40, [(2, 1)] * 50, [(1, 3)] * 45]
     pending, n_terms, stats = pending_input(lists, "lucene")
-    real_packed_part = _packing._packed_part
+    real_packed_part = _bulk_impacts._packed_part
     parent = os.getpid()
     children = recorded_forks(monkeypatch)
 
@@ -356,7 +362,7 @@ def test_an_interrupted_packing_parent_stops_and_reaps_its_child(monkeypatch):
             raise KeyboardInterrupt
         return real_packed_part(*args)
 
-    monkeypatch.setattr(_packing, "_packed_part", interrupted_in_the_parent)
+    monkeypatch.setattr(_bulk_impacts, "_packed_part", interrupted_in_the_parent)
     with pytest.raises(KeyboardInterrupt):
         pack(pending, n_terms, stats, 4)
     assert len(children) == 1
@@ -366,7 +372,7 @@ def test_an_interrupted_packing_parent_stops_and_reaps_its_child(monkeypatch):
 
 def test_small_or_busy_packing_stays_in_this_process_and_frees_the_lists_once_packed(monkeypatch):
     lists = [[(1, 2)] * 40, [(2, 1)] * 50]
-    real_part = _packing._part
+    real_part = _bulk_impacts._part
     reference = as_bytes(packed_by_hand(*pending_input(lists, "lucene"), 4))
 
     def no_fork():
@@ -374,24 +380,24 @@ def test_small_or_busy_packing_stays_in_this_process_and_frees_the_lists_once_pa
 
     monkeypatch.setattr(os, "fork", no_fork)
     for busy in (False, True):
-        monkeypatch.setattr(_packing, "idle_core", lambda busy=busy: not busy)
+        monkeypatch.setattr(_bulk_impacts, "idle_core", lambda busy=busy: not busy)
         pending, n_terms, stats = pending_input(lists, "lucene")
-        seen = []
+        seen: list[int] = []
 
         def checking_part(*args, pending=pending, seen=seen):
             seen.append(len(pending))  # the impacts come after the lists are freed
             return real_part(*args)
 
-        monkeypatch.setattr(_packing, "_part", checking_part)
+        monkeypatch.setattr(_bulk_impacts, "_part", checking_part)
         # Every core busy, or below SPLIT_MIN.
-        packed = pack(pending, n_terms, stats, 4) if busy else _packing.pack_pending(pending, n_terms, *stats, 4)
+        packed = pack(pending, n_terms, stats, 4) if busy else _bulk_impacts.pack_pending(pending, n_terms, *stats, 4)
         assert as_bytes(packed) == reference and seen == [0] and pending == {}
 
 
 @needs_fork
 def test_the_child_computes_its_half_of_the_impacts(monkeypatch):
     inputs = packed_input([[(1, 2)] * 40, [(2, 1)] * 50, [(1, 3)] * 45], "atire")
-    real_part = _packing._part
+    real_part = _bulk_impacts._part
     parent = os.getpid()
     done_here = []
 
@@ -400,9 +406,9 @@ def test_the_child_computes_its_half_of_the_impacts(monkeypatch):
             done_here.append(args[-1])
         return real_part(*args)
 
-    monkeypatch.setattr(_packing, "_part", recording)
-    imps, positions = _packing.impacts_and_orders(*inputs, 4, split_min=0)
-    monkeypatch.setattr(_packing, "_part", real_part)
+    monkeypatch.setattr(_bulk_impacts, "_part", recording)
+    imps, positions = _bulk_impacts.impacts_and_orders(*inputs, 4, split_min=0)
+    monkeypatch.setattr(_bulk_impacts, "_part", real_part)
     assert done_here == [(0, 2)]  # the child did list 2
     alone_imps, alone_positions = one_process(inputs, 4)
     assert imps.tobytes() == alone_imps.tobytes() and positions == alone_positions

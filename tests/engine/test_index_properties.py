@@ -216,7 +216,7 @@ def test_a_search_right_after_an_add_does_not_sort_impact_orders(monkeypatch):
     texts = [f"alpha beta gamma w{i} w{i % 7}" for i in range(60)]
     kb = build(texts)
     sorted_terms: list[int] = []
-    real = index_module._impact_order
+    real = index_module._impact_order  # type: ignore[attr-defined]
 
     def spy(imps):
         sorted_terms.append(len(imps))

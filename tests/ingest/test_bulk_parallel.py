@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from clanker_rag import ConfigError, KnowledgeBase
-from clanker_rag._ingest import _parallel_add as _bulk
-from clanker_rag._ingest._parallel import Worker, WorkerTerms, _Numbers
+from clanker_rag._ingest import _parallel_add
+from clanker_rag._ingest._parallel import Pool, Worker, WorkerTerms, _Numbers
 from clanker_rag._ingest._readers import Document
 
 fork_only = pytest.mark.skipif(
@@ -26,7 +26,7 @@ fork_only = pytest.mark.skipif(
 WORDS = ["alpha", "Beta", "gamma_delta", "running", "ran", "x1", "über", "数据", "the", "a", "parse()", "BM25"]
 
 
-def saved(kb: KnowledgeBase, where: Path) -> tuple[dict, dict[str, bytes]]:
+def saved(kb: KnowledgeBase, where: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
     kb.save(where)
     body = json.loads((where / "index.json").read_text("utf-8"))["body"]
     files = {p.name: p.read_bytes() for p in where.iterdir() if p.name.startswith("data-")}
@@ -45,15 +45,15 @@ def test_workers_build_the_same_index_byte_for_byte(
 ) -> None:
     # Small batches: many round trips, terms first met in any worker, repeated
     # sources replaced, several texts' chunks in one batch's counts.
-    monkeypatch.setattr(_bulk, "BATCH_TEXTS", batch)
+    monkeypatch.setattr(_parallel_add, "BATCH_TEXTS", batch)
     pools: list[object] = []
-    real_pool = _bulk.Pool
+    real_pool = Pool
 
     def counting_pool(*args: Any) -> Any:
         pools.append(real_pool(*args))
         return pools[-1]
 
-    monkeypatch.setattr(_bulk, "Pool", counting_pool)
+    monkeypatch.setattr(_parallel_add, "Pool", counting_pool)
     one = KnowledgeBase(chunk_size=8)
     two = KnowledgeBase(chunk_size=8)
     added_one = one.add_texts(items, jobs=1)
@@ -67,7 +67,7 @@ def test_workers_build_the_same_index_byte_for_byte(
 
 @fork_only
 def test_a_bad_item_stops_where_one_process_stops(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_bulk, "BATCH_TEXTS", 2)
+    monkeypatch.setattr(_parallel_add, "BATCH_TEXTS", 2)
     good = [(f"text number {i} alpha", f"s{i}") for i in range(5)]
     for bad in [("text", ""), (b"bytes", "b"), "not a tuple"]:
         kb = KnowledgeBase()
@@ -86,7 +86,7 @@ def test_automatic_mode_stays_in_process_for_little_text(monkeypatch: pytest.Mon
     def no_pool(*args: object) -> None:
         raise AssertionError("no workers for a few texts")
 
-    monkeypatch.setattr(_bulk, "Pool", no_pool)
+    monkeypatch.setattr(_parallel_add, "Pool", no_pool)
     kb = KnowledgeBase()
     assert kb.add_texts([("alpha beta", "a"), ("gamma", "b")]) == 2
     assert kb.sources() == ["a", "b"]
@@ -149,7 +149,7 @@ def test_new_sources_are_added_a_batch_at_a_time_byte_for_byte(
 ) -> None:
     # Distinct new sources: every batch takes the one-pass path, into a fresh
     # index or one loaded from disk (whose terms are found in its dictionary).
-    monkeypatch.setattr(_bulk, "BATCH_TEXTS", batch)
+    monkeypatch.setattr(_parallel_add, "BATCH_TEXTS", batch)
     calls = _spy_add_counted(monkeypatch)
     tmp = tmp_path_factory.mktemp("batch")
     items = [(body, f"new{i}") for i, body in enumerate(bodies)]
@@ -170,7 +170,7 @@ def test_new_sources_are_added_a_batch_at_a_time_byte_for_byte(
 def test_a_batch_with_known_or_repeated_sources_goes_text_by_text(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setattr(_bulk, "BATCH_TEXTS", 4)
+    monkeypatch.setattr(_parallel_add, "BATCH_TEXTS", 4)
     calls = _spy_add_counted(monkeypatch)
     first = [("alpha beta", "a"), ("gamma running", "b")]
     # Batch 1: "a" unchanged, "b" changed; batch 2: "c" twice (the second replaces it).
@@ -187,7 +187,7 @@ def test_a_batch_with_known_or_repeated_sources_goes_text_by_text(
 
 @fork_only
 def test_bad_metadata_in_a_batch_stops_where_one_process_stops(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_bulk, "BATCH_TEXTS", 4)
+    monkeypatch.setattr(_parallel_add, "BATCH_TEXTS", 4)
     good = [(f"text number {i} alpha", f"s{i}", {"i": i}) for i in range(5)]
     for bad in [("bad", "b", ["not", "a", "mapping"]), ("bad", "b", {"x": object()}), ("bad", 7, None)]:
         kb = KnowledgeBase()

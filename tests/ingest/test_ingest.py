@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 import zipfile
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import pytest
 from _trees import write
 
 from clanker_rag._exceptions import ConfigError, IngestError
+from clanker_rag._ingest._discovery import DiscoveryOptions
 from clanker_rag._ingest._run import IngestReport, ingest
 from clanker_rag._kb import KnowledgeBase
 
@@ -776,10 +778,8 @@ def test_timed_checkpoints_keep_saving_under_a_fifth_of_the_run(tmp_path: Path, 
     import clanker_rag._ingest._run as ingest_module
 
     clock = [1000.0]
-    monkeypatch.setattr(ingest_module.time, "monotonic", lambda: clock[0])
-    run = ingest_module._Run(
-        KnowledgeBase(), ingest_module.DiscoveryOptions(), 1 << 20, 1 << 20, "", tmp_path / "index", None, 30.0
-    )
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    run = ingest_module._Run(KnowledgeBase(), DiscoveryOptions(), 1 << 20, 1 << 20, "", tmp_path / "index", None, 30.0)
     saves: list[float] = []
 
     def fake_save() -> None:
@@ -810,7 +810,7 @@ def test_timed_checkpoints_keep_saving_under_a_fifth_of_the_run(tmp_path: Path, 
     assert len(saves) == 2
     # Before it, 500 files do: a run killed early keeps them.
     fresh = ingest_module._Run(
-        KnowledgeBase(), ingest_module.DiscoveryOptions(), 1 << 20, 1 << 20, "", tmp_path / "index", None, 30.0
+        KnowledgeBase(), DiscoveryOptions(), 1 << 20, 1 << 20, "", tmp_path / "index", None, 30.0
     )
     monkeypatch.setattr(fresh, "save", lambda: saves.append(-1.0))
     fresh.dirty = 499

@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _trees import write
@@ -23,9 +24,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from clanker_rag._exceptions import ConfigError
-from clanker_rag._ingest import _parallel
-from clanker_rag._ingest import _run as _ingest
+from clanker_rag._ingest import _parallel, _run
 from clanker_rag._ingest._parallel import usable_cpus
+from clanker_rag._ingest._readers import read_document
 from clanker_rag._ingest._run import IngestReport, ingest
 from clanker_rag._kb import KnowledgeBase
 
@@ -96,7 +97,7 @@ def make_tree(root: Path, n: int = 40) -> None:
     write(root, ".env", "SECRET=1")
 
 
-def saved(kb: KnowledgeBase, where: Path) -> tuple[dict, dict[str, bytes]]:
+def saved(kb: KnowledgeBase, where: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
     """The saved index: its manifest body and every data file, byte for byte."""
     kb.save(where)
     body = json.loads((where / "index.json").read_text("utf-8"))["body"]
@@ -104,7 +105,7 @@ def saved(kb: KnowledgeBase, where: Path) -> tuple[dict, dict[str, bytes]]:
     return body, files
 
 
-def report_view(report: IngestReport) -> dict:
+def report_view(report: IngestReport) -> dict[str, Any]:
     view = report.to_dict()
     for key in ("seconds", "workers"):
         view.pop(key)
@@ -225,18 +226,18 @@ def test_planning_runs_only_so_far_ahead_of_settling(tmp_path: Path, monkeypatch
     monkeypatch.setattr(_parallel, "POOL_MIN_BYTES", 1 << 40)  # never worth starting workers here
     monkeypatch.setattr(_parallel, "PLAN_AHEAD", 5)
     events: list[str] = []
-    real_plan, real_settle = _ingest._Run._plan, _ingest._Run._settle_ready
+    real_plan, real_settle = _run._Run._plan, _run._Run._settle_ready
 
-    def plan(self: _ingest._Run, *args: object) -> object:
+    def plan(self: _run._Run, *args: object) -> object:
         events.append("plan")
         return real_plan(self, *args)  # type: ignore[arg-type]
 
-    def settle(self: _ingest._Run, *args: object) -> bool:
+    def settle(self: _run._Run, *args: object) -> bool:
         events.append("settle")
         return real_settle(self, *args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(_ingest._Run, "_plan", plan)
-    monkeypatch.setattr(_ingest._Run, "_settle_ready", settle)
+    monkeypatch.setattr(_run._Run, "_plan", plan)
+    monkeypatch.setattr(_run._Run, "_settle_ready", settle)
     report = ingest(KnowledgeBase(), tree, jobs=2, progress=False)
     assert report.workers == 0 and len(report.added) == 40 * 2 + 5
     # A huge tree must not be stat-ed whole (and held in memory) before the
@@ -267,7 +268,7 @@ def test_worker_that_dies_leaves_the_rest_to_this_process(
 
 def raising_reader(suffix: str, error: Exception) -> Callable[..., object]:
     """``read_document``, raising ``error`` for the file whose path ends with ``suffix``."""
-    real = _parallel.read_document
+    real = read_document
 
     def reader(path: str, *args: object, **kwargs: object) -> object:
         if path.endswith(suffix):
@@ -295,7 +296,7 @@ def test_reader_failure_in_a_worker_is_a_reported_skip(
     make_tree(tree)
     failing = raising_reader("page11.md", ValueError("nesting too deep"))
     monkeypatch.setattr(_parallel, "read_document", failing)
-    monkeypatch.setattr(_ingest, "read_document", failing)
+    monkeypatch.setattr(_run, "read_document", failing)
     caplog.set_level(logging.WARNING)
     serial_kb, serial, parallel_kb, parallel = both(tree, tmp_path)
     assert ("docs/page11.md", "reader failed: ValueError: nesting too deep") in parallel.skipped
@@ -338,7 +339,7 @@ def test_parallel_ingest_killed_outright_leaves_no_worker_no_lock_no_spool(tmp_p
     script = textwrap.dedent(f"""
         import os, signal, sys, time
         sys.path.insert(0, {str(ROOT)!r})
-        from clanker_rag._ingest import _run as _ingest, _parallel
+        from clanker_rag._ingest import _parallel
         from clanker_rag._kb import KnowledgeBase
         _parallel.POOL_MIN_BYTES = 0
         real_start, real_prepare, main = _parallel._start_worker, _parallel.Worker.prepare, os.getpid()
@@ -490,7 +491,7 @@ def test_add_text_overridden_in_a_subclass_is_called_for_every_file(tmp_path: Pa
     seen: list[str] = []
 
     class Logged(KnowledgeBase):
-        def add_text(self, text, source, metadata=None, *, sections=None):  # type: ignore[no-untyped-def]
+        def add_text(self, text, source, metadata=None, *, sections=None):
             seen.append(source)
             return super().add_text(text, source, metadata, sections=sections)
 

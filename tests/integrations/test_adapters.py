@@ -71,9 +71,10 @@ def test_check_query_and_where() -> None:
             check_query(bad)
     assert check_where({"a": ("x", 1)}) == {"a": ["x", 1]}
     assert check_where({}) is None
-    for bad in [[("a", 1)], {"": 1}, {"a": {"b": 1}}, {"a": [[1]]}]:
+    bad_where: list[object] = [[("a", 1)], {"": 1}, {"a": {"b": 1}}, {"a": [[1]]}]
+    for where in bad_where:
         with pytest.raises(ConfigError, match="where"):
-            check_where(bad)
+            check_where(where)
 
 
 def test_hit_fields_tolerate_minimal_hits() -> None:

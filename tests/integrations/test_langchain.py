@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import sys
+from typing import Any
 
 import pytest
 
@@ -119,7 +120,7 @@ def test_chinese_text_scores_above_zero(kb: KnowledgeBase) -> None:
         ({"feedback": "yes"}, r"feedback='yes'"),
     ],
 )
-def test_bad_arguments_raise_our_value_error(kb: KnowledgeBase, options: dict, message: str) -> None:
+def test_bad_arguments_raise_our_value_error(kb: KnowledgeBase, options: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message) as info:
         KnowledgeBaseRetriever(kb=kb, **options)
     assert isinstance(info.value, ValueError)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import sys
+from typing import Any
 
 import pytest
 
@@ -46,7 +47,7 @@ def test_retrieve_gives_scored_text_nodes(kb: KnowledgeBase) -> None:
     expected = kb.search("rotate signing keys", 2)
     assert [(n.node.metadata["source"], n.node.get_content()) for n in nodes] == [(h.source, h.text) for h in expected]
     first = nodes[0]
-    assert first.score == pytest.approx(expected[0].score) and first.score > 0
+    assert first.score is not None and first.score == pytest.approx(expected[0].score) and first.score > 0
     meta = first.node.metadata
     assert meta["source"] == "ops/keys.md" and meta["section"] == "Keys" and meta["metadata"] == {"team": "ops"}
     assert (meta["start_line"], meta["end_line"]) == (expected[0].start_line, expected[0].end_line)
@@ -87,7 +88,7 @@ def test_query_engine_with_mock_llm(kb: KnowledgeBase) -> None:
     assert "Rotate the signing keys every ninety days." in str(response)
     assert "source: ops/keys.md" in str(response)
     assert [n.node.metadata["source"] for n in response.source_nodes] == ["ops/keys.md"]
-    assert response.source_nodes[0].score > 0
+    assert (response.source_nodes[0].score or 0.0) > 0
     again = asyncio.run(engine.aquery("when do we rotate the signing keys?"))
     assert str(again) == str(response)
 
@@ -96,7 +97,7 @@ def test_query_engine_with_mock_llm(kb: KnowledgeBase) -> None:
     ("options", "message"),
     [({"k": 0}, r"k=0 is out of range: give a whole number from 1 to 100"), ({"where": ["x"]}, r"where=\['x'\]")],
 )
-def test_bad_arguments(kb: KnowledgeBase, options: dict, message: str) -> None:
+def test_bad_arguments(kb: KnowledgeBase, options: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         KnowledgeBaseRetriever(kb=kb, **options)
     with pytest.raises(ConfigError, match="empty"):

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,6 +24,7 @@ pytest.importorskip("mcp", reason="the MCP tests need the mcp extra: pip install
 import anyio
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.types import TextResourceContents
 
 from clanker_rag import ConfigError, KnowledgeBase, MissingExtraError
 from clanker_rag._cli._main import main
@@ -78,7 +80,7 @@ async def _session_run(params: StdioServerParameters, body) -> None:
 
 
 def test_stdio_tools_answer_and_errors_do_not_kill_the_server(index: Path) -> None:
-    seen: dict[str, object] = {}
+    seen: dict[str, Any] = {}  # call results, names, texts: each key's own type
 
     async def body(session: ClientSession) -> None:
         tools = await session.list_tools()
@@ -142,13 +144,15 @@ def test_stdio_tools_answer_and_errors_do_not_kill_the_server(index: Path) -> No
 
 
 def test_stdio_resources_and_reload_after_external_ingest(index: Path) -> None:
-    seen: dict[str, object] = {}
+    seen: dict[str, Any] = {}  # call results, names, texts: each key's own type
 
     async def body(session: ClientSession) -> None:
         listed = await session.list_resources()
         seen["uris"] = sorted(str(r.uri) for r in listed.resources)
         read = await session.read_resource(resource_uri("notes/bread.md"))
-        seen["text"] = read.contents[0].text
+        [contents] = read.contents
+        assert isinstance(contents, TextResourceContents)
+        seen["text"] = contents.text
         seen["before"] = await session.call_tool("search", {"query": "kayak paddle"})
         # Another process (here: this one) ingests into the served index.
         with KnowledgeBase.edit(index) as kb:
@@ -175,7 +179,7 @@ def test_stdio_ingest_only_inside_allowed_roots(tmp_path: Path) -> None:
     outside.mkdir()
     (outside / "x.md").write_text("Canoe outside.\n", encoding="utf-8")
     index = tmp_path / "idx"  # does not exist yet: ingest starts it
-    seen: dict[str, object] = {}
+    seen: dict[str, Any] = {}  # call results, names, texts: each key's own type
 
     async def body(session: ClientSession) -> None:
         seen["tools"] = sorted(t.name for t in (await session.list_tools()).tools)
@@ -202,7 +206,7 @@ def test_stdio_ingest_only_inside_allowed_roots(tmp_path: Path) -> None:
 # -- over streamable HTTP ---------------------------------------------------------------------------
 
 
-def _announced_url(proc: subprocess.Popen, timeout: float = 30.0) -> str:
+def _announced_url(proc: subprocess.Popen[bytes], timeout: float = 30.0) -> str:
     """The URL the server prints on stderr once it listens (bounded wait)."""
     assert proc.stderr is not None
     deadline = time.monotonic() + timeout
@@ -222,7 +226,7 @@ def _announced_url(proc: subprocess.Popen, timeout: float = 30.0) -> str:
 def test_http_transport_on_loopback(index: Path) -> None:
     cmd = [sys.executable, "-m", "clanker_rag", "mcp", "--index", str(index), "--transport", "http", "--port", "0"]
     proc = subprocess.Popen(cmd, env={**os.environ, **_env()}, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
-    seen: dict[str, object] = {}
+    seen: dict[str, Any] = {}  # call results, names, texts: each key's own type
     try:
         url = _announced_url(proc)
 
@@ -324,9 +328,7 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 _line = st.text(
-    alphabet=st.characters(
-        blacklist_categories=("Cs",), blacklist_characters="\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029<|["
-    ),
+    alphabet=st.characters(exclude_categories=["Cs"], exclude_characters="\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029<|["),
     max_size=30,
 )
 

@@ -1,6 +1,7 @@
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _models import FakeBiEncoder, minilm_path
@@ -282,7 +283,7 @@ def test_a_cross_encoder_folder_is_refused_for_hybrid(tmp_path, monkeypatch):
     import sys
     import types
 
-    fake = types.ModuleType("sentence_transformers")
+    fake: Any = types.ModuleType("sentence_transformers")  # given the attributes the loaders look up
     fake.CrossEncoder = lambda where, device=None: types.SimpleNamespace(predict=lambda pairs, **kw: [0.0] * len(pairs))
     fake.SentenceTransformer = lambda where, device=None: pytest.fail("must not load a CrossEncoder as a bi-encoder")
     monkeypatch.setitem(sys.modules, "sentence_transformers", fake)
@@ -301,10 +302,10 @@ class _NoCounter:
     def __len__(self) -> int:
         return len(self.kb)
 
-    def chunks(self):  # type: ignore[no-untyped-def]
+    def chunks(self):
         return self.kb.chunks()
 
-    def search(self, query, k=10, **options):  # type: ignore[no-untyped-def]
+    def search(self, query, k=10, **options):
         return self.kb.search(query, k, **options)
 
 

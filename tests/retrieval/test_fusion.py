@@ -253,7 +253,7 @@ def test_expansion_invariants(picks, window, budget):
     out = expand_neighbors(kb, hits, window=window, budget_chars=budget)
     assert out, "the first hit is always returned"
     for h in out:
-        assert h.text == kb.source_text(h.source)[h.start : h.end]
+        assert h.text == (kb.source_text(h.source) or "")[h.start : h.end]
     for s in ("a.txt", "b.txt"):
         spans = sorted((h.start, h.end) for h in out if h.source == s)
         for (_, e1), (s2, _) in itertools.pairwise(spans):

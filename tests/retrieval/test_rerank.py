@@ -2,6 +2,7 @@ import math
 import subprocess
 import sys
 import types
+from typing import Any
 
 import pytest
 from _models import FakeBiEncoder, FakeCrossEncoder, minilm_path
@@ -145,7 +146,7 @@ def test_model_folders_load_as_the_right_kind(tmp_path, monkeypatch):
         def __init__(self, where, device=None):
             made.append((type(self).__name__, where, device))
 
-    fake = types.ModuleType("sentence_transformers")
+    fake: Any = types.ModuleType("sentence_transformers")  # given the attributes the loaders look up
     fake.SentenceTransformer = type("SentenceTransformer", (Loaded,), {})
     fake.CrossEncoder = type("CrossEncoder", (Loaded,), {})
     monkeypatch.setitem(sys.modules, "sentence_transformers", fake)

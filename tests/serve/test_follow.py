@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from pathlib import Path
 
 import pytest
 
 from clanker_rag import ConfigError, KnowledgeBase
-from clanker_rag._serve import _follow
 from clanker_rag._serve._follow import IndexFollower
 
 
@@ -68,7 +68,7 @@ def test_a_broken_index_is_logged_kept_out_and_retried(tmp_path: Path, caplog: p
 
 def test_check_every_spaces_the_looks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     clock = [100.0]
-    monkeypatch.setattr(_follow.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
     folder = tmp_path / "kb"
     _save(folder, "apples are red")
     follower = IndexFollower(folder, check_every=5.0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from _chunks import CLIENT_TOOL, text_chunks, tool_call_chunks
+from _chat_chunks import CLIENT_TOOL, text_chunks, tool_call_chunks
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

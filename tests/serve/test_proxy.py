@@ -10,13 +10,16 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from _fake_upstream import FakeUpstream, Reply, prompt_text
 
 from clanker_rag._kb import KnowledgeBase
 from clanker_rag._serve._proxy import ProxyServer, SharedRetriever, make_server, redact
+
+if TYPE_CHECKING:
+    from openai import OpenAI
 
 openai = pytest.importorskip(
     "openai", reason="the proxy tests drive it with the OpenAI client: pip install 'clanker-rag[test]'"
@@ -44,17 +47,17 @@ class Proxy:
         self.server = server
         self.thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self.thread.start()
-        self.clients: list[openai.OpenAI] = []
+        self.clients: list[OpenAI] = []
 
     @property
     def url(self) -> str:
         return self.server.url
 
-    def client(self, **kw: Any) -> openai.OpenAI:
+    def client(self, **kw: Any) -> OpenAI:
         kw.setdefault("api_key", SECRET)
         kw.setdefault("max_retries", 0)
         kw.setdefault("timeout", 30)
-        client = openai.OpenAI(base_url=self.url + "/v1", **kw)
+        client: OpenAI = openai.OpenAI(base_url=self.url + "/v1", **kw)
         self.clients.append(client)
         return client
 

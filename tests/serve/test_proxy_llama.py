@@ -13,13 +13,16 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from _llama_server import FEW_SHOT, KB_DOCS, LlamaServer
 
 from clanker_rag._kb import KnowledgeBase
 from clanker_rag._serve._proxy import ProxyServer, make_server
+
+if TYPE_CHECKING:
+    from openai import OpenAI
 
 openai = pytest.importorskip(
     "openai", reason="these tests talk to the proxy with the OpenAI client: pip install 'clanker-rag[test]'"
@@ -42,7 +45,7 @@ def kb() -> KnowledgeBase:
 
 
 @contextmanager
-def running(kb: KnowledgeBase, upstream: str, **options: Any) -> Iterator[tuple[ProxyServer, openai.OpenAI]]:
+def running(kb: KnowledgeBase, upstream: str, **options: Any) -> Iterator[tuple[ProxyServer, OpenAI]]:
     """A serving proxy and a client of it; both closed on exit (an open keep-alive holds a handler thread)."""
     server = make_server(kb, upstream, **options)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)

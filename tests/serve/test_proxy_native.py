@@ -9,69 +9,60 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import openai
 import pytest
-from _chunks import CLIENT_TOOL, text_chunks, tool_call_chunks
+from _chat_chunks import CLIENT_TOOL, text_chunks, tool_call_chunks
+from _fake_server import Exchange, FakeServer, Handle
 
 from clanker_rag import KnowledgeBase
 from clanker_rag._serve._proxy import make_server
 
 
 class ChunkUpstream:
-    """Answers each POST with the next scripted list of chunks, as SSE; records the request bodies."""
+    """Answers each POST with the next scripted list of chunks, as SSE."""
 
-    def __init__(self, *answers: list[dict[str, Any]] | dict[str, Any]) -> None:
-        self.answers = list(answers)
-        self.bodies: list[dict[str, Any]] = []
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
-                fake.bodies.append(body)
-                chunks = fake.answers.pop(0)
-                if isinstance(chunks, dict):  # an error answer: {"status": ..., "error": {...}}
-                    data = json.dumps({"error": chunks["error"]}).encode()
-                    self.send_response(chunks["status"])
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                    return
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Connection", "close")
-                self.end_headers()
-                for chunk in chunks:
-                    self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
-                    self.wfile.flush()
-                self.wfile.write(b"data: [DONE]\n\n")
-                self.close_connection = True
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05})
+    def __init__(self, answers: list[list[dict[str, Any]] | dict[str, Any]]) -> None:
+        self.answers = answers
+        self.server: FakeServer | None = None
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
+        assert self.server is not None
+        return self.server.url
 
-    def __enter__(self) -> ChunkUpstream:
-        self.thread.start()
-        return self
+    @property
+    def bodies(self) -> list[dict[str, Any]]:
+        """The request bodies, in order."""
+        assert self.server is not None
+        return [r["body"] for r in self.server.requests]
 
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(timeout=10)
+    def __call__(self, ex: Exchange) -> None:
+        chunks = self.answers.pop(0)
+        if isinstance(chunks, dict):  # an error answer: {"status": ..., "error": {...}}
+            ex.json(chunks["status"], {"error": chunks["error"]})
+            return
+        ex.stream()
+        for chunk in chunks:
+            ex.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+        ex.write(b"data: [DONE]\n\n")
+
+
+Upstream = Callable[..., ChunkUpstream]
+
+
+@pytest.fixture()
+def upstream(fake_server: Callable[[Handle], FakeServer]) -> Upstream:
+    """``upstream(*answers)``: a fake upstream on loopback answering with ``answers`` in turn."""
+
+    def start(*answers: list[dict[str, Any]] | dict[str, Any]) -> ChunkUpstream:
+        fake = ChunkUpstream(list(answers))
+        fake.server = fake_server(fake)
+        return fake
+
+    return start
 
 
 @pytest.fixture()
@@ -101,23 +92,23 @@ def proxy(kb: KnowledgeBase) -> Iterator[Any]:
         thread.join(timeout=10)
 
 
-def _retrieve_then_answer() -> ChunkUpstream:
-    return ChunkUpstream(
+def _retrieve_then_answer(upstream: Upstream) -> ChunkUpstream:
+    return upstream(
         tool_call_chunks([("call_7", "retrieve", '{"query": "backup schedule"}')], [1, 2, 3, 5]),
         text_chunks("The backup runs", " at 02:00 UTC [1]."),
     )
 
 
-def test_streamed_retrieve_call_is_run_by_the_proxy(proxy: Any) -> None:
-    with _retrieve_then_answer() as up:
-        client = proxy(up.url)
-        stream = client.chat.completions.create(
-            model="m",
-            messages=[{"role": "user", "content": "When is the backup?"}],
-            tools=[CLIENT_TOOL],
-            stream=True,
-        )
-        chunks = list(stream)
+def test_streamed_retrieve_call_is_run_by_the_proxy(proxy: Any, upstream: Upstream) -> None:
+    up = _retrieve_then_answer(upstream)
+    client = proxy(up.url)
+    stream = client.chat.completions.create(
+        model="m",
+        messages=[{"role": "user", "content": "When is the backup?"}],
+        tools=[CLIENT_TOOL],
+        stream=True,
+    )
+    chunks = list(stream)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == "The backup runs at 02:00 UTC [1]."
     assert not any(c.choices and c.choices[0].delta.tool_calls for c in chunks)
@@ -132,25 +123,25 @@ def test_streamed_retrieve_call_is_run_by_the_proxy(proxy: Any) -> None:
     assert "[1] ops/backup.md:1-1\nThe backup job runs at 02:00 UTC" in tool_message["content"]
 
 
-def test_non_streamed_answer(proxy: Any) -> None:
-    with _retrieve_then_answer() as up:
-        response = proxy(up.url).chat.completions.create(
-            model="m", messages=[{"role": "user", "content": "When is the backup?"}]
-        )
+def test_non_streamed_answer(proxy: Any, upstream: Upstream) -> None:
+    up = _retrieve_then_answer(upstream)
+    response = proxy(up.url).chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "When is the backup?"}]
+    )
     assert response.choices[0].message.content == "The backup runs at 02:00 UTC [1]."
     assert response.choices[0].finish_reason == "stop"
     assert response.model_extra["clanker_rag"]["injections"] == 1
     assert all(body["stream"] is True for body in up.bodies)
 
 
-def test_client_tool_calls_reach_the_client(proxy: Any) -> None:
+def test_client_tool_calls_reach_the_client(proxy: Any, upstream: Upstream) -> None:
     arguments = '{"city": "Oslo"}'
-    with ChunkUpstream(tool_call_chunks([("call_w", "get_weather", arguments)], [2, 3])) as up:
-        client = proxy(up.url)
-        stream = client.chat.completions.create(
-            model="m", messages=[{"role": "user", "content": "Weather?"}], tools=[CLIENT_TOOL], stream=True
-        )
-        chunks = list(stream)
+    up = upstream(tool_call_chunks([("call_w", "get_weather", arguments)], [2, 3]))
+    client = proxy(up.url)
+    stream = client.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "Weather?"}], tools=[CLIENT_TOOL], stream=True
+    )
+    chunks = list(stream)
     deltas = [tc for c in chunks if c.choices for tc in (c.choices[0].delta.tool_calls or [])]
     assert deltas[0].id == "call_w" and deltas[0].function.name == "get_weather"
     assert "".join(d.function.arguments or "" for d in deltas) == arguments
@@ -177,16 +168,17 @@ def test_cli_flag_reaches_the_proxy(monkeypatch: pytest.MonkeyPatch, kb: Knowled
     assert main(argv) == 1 and seen["native_tools"] is False
 
 
-def test_upstream_errors_reach_the_client_as_openai_errors(proxy: Any) -> None:
+def test_upstream_errors_reach_the_client_as_openai_errors(proxy: Any, upstream: Upstream) -> None:
     # The first request fails outright; the second fails after a retrieval, before any text was sent.
     refusal = {
         "status": 400,
         "error": {"message": "this model does not support tools", "type": "invalid_request_error"},
     }
-    with ChunkUpstream(refusal) as up, pytest.raises(openai.BadRequestError, match="does not support tools"):
+    up = upstream(refusal)
+    with pytest.raises(openai.BadRequestError, match="does not support tools"):
         proxy(up.url).chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}], stream=True)
     retrieve = tool_call_chunks([("c", "retrieve", '{"query": "backup"}')], [4])
-    failing = ChunkUpstream(retrieve, {"status": 500, "error": {"message": "boom", "type": "server_error"}})
-    with failing as up, pytest.raises(openai.APIStatusError) as info:
+    up = upstream(retrieve, {"status": 500, "error": {"message": "boom", "type": "server_error"}})
+    with pytest.raises(openai.APIStatusError) as info:
         proxy(up.url).chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
     assert info.value.status_code == 502 and len(up.bodies) == 2

@@ -46,7 +46,8 @@ def test_saved_index_is_format_3_and_read_in_place(tmp_path):
     kb = KnowledgeBase.load(tmp_path)
     index = kb._index
     # The postings are views of the mapped data file, not copies.
-    assert all(isinstance(view.obj, mmap.mmap) for view in index._buffers)
+    assert index._buffers is not None
+    assert all(isinstance(view, memoryview) and isinstance(view.obj, mmap.mmap) for view in index._buffers)
     fresh = build()
     for q in QUERIES:
         assert ranked(kb, q) == ranked(fresh, q)
@@ -157,7 +158,7 @@ def test_term_lookup_after_load_builds_no_vocabulary_up_front(tmp_path):
 
 @settings(max_examples=60, deadline=None)
 @given(
-    st.sets(st.text(st.characters(blacklist_categories=("Cs",)), max_size=6), max_size=40),
+    st.sets(st.text(st.characters(exclude_categories=["Cs"]), max_size=6), max_size=40),
     st.lists(st.text(max_size=6), max_size=10),
     st.sampled_from([1, 2, 3, 64, 1024]),
 )

@@ -5,9 +5,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from engine.test_index_properties import VOCAB, build, corpus, exhaustive, query, ranked
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_index_properties import VOCAB, build, corpus, exhaustive, query, ranked
 
 import clanker_rag._engine._index as index_module
 import clanker_rag._storage._impact_tables as tables_module
@@ -48,12 +48,12 @@ def test_saved_tables_rank_exactly_as_exhaustive_scoring(tmp_path_factory, texts
     assert loaded._index._stored is not None
     before = [ranked(kb, q, k) for q in queries]
     # Without its saved table, every lookup in a list would binary-search it.
-    saved = index_module.probe, index_module.PROBE_SHARE
-    index_module.probe, index_module.PROBE_SHARE = no_probes, 0
+    saved = index_module.probe, index_module.PROBE_SHARE  # type: ignore[attr-defined]
+    index_module.probe, index_module.PROBE_SHARE = no_probes, 0  # type: ignore[attr-defined]
     try:
         after = [ranked(loaded, q, k) for q in queries]
     finally:
-        index_module.probe, index_module.PROBE_SHARE = saved
+        index_module.probe, index_module.PROBE_SHARE = saved  # type: ignore[attr-defined]
     # Bit for bit the scores of the index before the save, and of exhaustive scoring.
     assert after == before == [exhaustive(loaded, q, k) for q in queries]
     assert not loaded._index._table_cache.entries, "no table should be built where one was saved"

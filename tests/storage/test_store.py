@@ -181,6 +181,7 @@ def test_kill_during_save_leaves_old_or_new_index(tmp_path):
     script = SAVER.format(root=str(ROOT), folder=str(tmp_path))
     for delay in (0.05, 0.2, 0.35, 0.5, 0.8):
         proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
+        assert proc.stdout is not None
         assert proc.stdout.readline().strip() == b"ready"
         time.sleep(delay)
         proc.send_signal(signal.SIGKILL)
@@ -244,14 +245,16 @@ def test_lock_held_elsewhere_times_out_with_clear_message(tmp_path):
         ],
         stdout=subprocess.PIPE,
     )
+    holder_out = holder.stdout
+    assert holder_out is not None
     try:
-        assert holder.stdout.readline().strip() == b"held"
+        assert holder_out.readline().strip() == b"held"
         with pytest.raises(IndexLockedError, match="another process is writing"):
             IndexLock(tmp_path, timeout=0.3).acquire()
     finally:
         holder.kill()
         holder.wait()
-        holder.stdout.close()
+        holder_out.close()
     IndexLock(tmp_path, timeout=5).acquire()  # released when the holder died
 
 
@@ -337,9 +340,11 @@ def test_forked_child_does_not_keep_the_lock_after_the_writer_dies(tmp_path):
         ],
         stdout=subprocess.PIPE,
     )
-    child = int(writer.stdout.readline())
+    writer_out = writer.stdout
+    assert writer_out is not None
+    child = int(writer_out.readline())
     writer.wait(timeout=60)
-    writer.stdout.close()
+    writer_out.close()
     try:
         os.kill(child, 0)  # the child still runs...
         lock = IndexLock(tmp_path, timeout=1.0)
@@ -347,4 +352,4 @@ def test_forked_child_does_not_keep_the_lock_after_the_writer_dies(tmp_path):
         lock.release()
     finally:
         os.kill(child, signal.SIGKILL)
-        writer.stdout.close()
+        writer_out.close()

@@ -7,13 +7,12 @@ import json
 import math
 import re
 import socket
-import threading
 import time
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, ClassVar
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
+from _fake_server import Exchange, FakeServer, Handle
 
 from clanker_rag._exceptions import BackendError, ConfigError
 from clanker_rag._kb import KnowledgeBase
@@ -41,66 +40,48 @@ def apply_stop(text: str, stop: list[str]) -> tuple[str, str | None]:
     return text[:at], word
 
 
-class FakeServer(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    requests: ClassVar[list[tuple[str, dict[str, Any]]]] = []
-    cached_prefix = ""  # llama.cpp-style prompt cache (characters play tokens)
+class FakeModelServer:
+    """OpenAI completions and chat, and llama.cpp's /completion, streamed as SSE by the ``model`` above."""
 
-    def log_message(self, *args: Any) -> None:
-        pass
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, dict[str, Any]]] = []  # (path, body) of each POST
+        self.cached_prefix = ""  # llama.cpp-style prompt cache (characters play tokens)
+        self.url = ""  # set once it is served
 
-    def _sse(self, events: list[str], content_type: str = "text/event-stream") -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Connection", "close")
-        self.end_headers()
-        try:
-            for ev in events:
-                self.wfile.write(ev.encode())
-                self.wfile.flush()
-        except (BrokenPipeError, ConnectionResetError):
-            pass
-        self.close_connection = True
+    def _sse(self, ex: Exchange, events: list[str], content_type: str = "text/event-stream") -> None:
+        ex.stream(content_type)
+        for ev in events:
+            ex.write(ev.encode())
 
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        type(self).requests.append((self.path, body))
-        path = self.path
+    def __call__(self, ex: Exchange) -> None:
+        body = ex.body
+        self.requests.append((ex.path, body))
+        path = ex.path
         if path.startswith("/garbage/"):
-            return self._sse(["data: this is not json\n\n"])
+            return self._sse(ex, ["data: this is not json\n\n"])
         if path.startswith("/html/"):
-            return self._sse(["<html>gateway</html>"], "text/html")
+            return self._sse(ex, ["<html>gateway</html>"], "text/html")
         if path.startswith("/nodata/"):
-            return self._sse(["hello world\n\n"])
+            return self._sse(ex, ["hello world\n\n"])
         if path.startswith("/fail/"):
-            payload = b'{"error": {"message": "model not loaded"}}'
-            self.send_response(503)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
+            ex.send(503, b'{"error": {"message": "model not loaded"}}')
             return None
         if path.startswith("/slow/"):
             time.sleep(1.5)
-            return self._sse(["data: [DONE]\n\n"])
+            return self._sse(ex, ["data: [DONE]\n\n"])
         if path.startswith("/plainjson/"):
-            payload = json.dumps({"choices": [{"text": "whole answer", "finish_reason": "stop"}]}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
+            ex.json(200, {"choices": [{"text": "whole answer", "finish_reason": "stop"}]})
             return None
         if path.endswith("/v1/completions"):
-            return self._completions(body)
+            return self._completions(ex, body)
         if path.endswith("/v1/chat/completions"):
-            return self._chat(body)
+            return self._chat(ex, body)
         if path.endswith("/completion"):
-            return self._llama(body)
-        self.send_error(404)
+            return self._llama(ex, body)
+        ex.json(404, {"error": {"message": f"no route {path}"}})
         return None
 
-    def _completions(self, body: dict[str, Any]) -> None:
+    def _completions(self, ex: Exchange, body: dict[str, Any]) -> None:
         text, _ = apply_stop(model(body["prompt"]), body.get("stop", []))
         events = []
         for i in range(0, len(text), 4):
@@ -112,9 +93,9 @@ class FakeServer(BaseHTTPRequestHandler):
         usage = {"prompt_tokens": 40, "completion_tokens": 9, "prompt_tokens_details": {"cached_tokens": 32}}
         events.append("data: " + json.dumps({"choices": [], "usage": usage}) + "\n\n")
         events.append("data: [DONE]\n\n")
-        self._sse(events)
+        self._sse(ex, events)
 
-    def _chat(self, body: dict[str, Any]) -> None:
+    def _chat(self, ex: Exchange, body: dict[str, Any]) -> None:
         user = body["messages"][-1]["content"]
         events = []
         if body.get("tools") and "<result>" not in user:
@@ -137,17 +118,16 @@ class FakeServer(BaseHTTPRequestHandler):
                 events.append("data: " + json.dumps({"choices": [{"delta": {"content": text[i : i + 5]}}]}) + "\n\n")
             events.append("data: " + json.dumps({"choices": [{"delta": {}, "finish_reason": "stop"}]}) + "\n\n")
         events.append("data: [DONE]\n\n")
-        self._sse(events)
+        self._sse(ex, events)
 
-    def _llama(self, body: dict[str, Any]) -> None:
+    def _llama(self, ex: Exchange, body: dict[str, Any]) -> None:
         prompt = body["prompt"]
-        cls = type(self)
-        cache_n = 0
+        cache_n, cached = 0, self.cached_prefix
         if body.get("cache_prompt"):
-            while cache_n < min(len(prompt), len(cls.cached_prefix)) and prompt[cache_n] == cls.cached_prefix[cache_n]:
+            while cache_n < min(len(prompt), len(cached)) and prompt[cache_n] == cached[cache_n]:
                 cache_n += 1
         text, word = apply_stop(model(prompt), body.get("stop", []))
-        cls.cached_prefix = prompt + text
+        self.cached_prefix = prompt + text
         events = []
         for i in range(0, len(text), 3):
             ev: dict[str, Any] = {"content": text[i : i + 3], "stop": False}
@@ -171,21 +151,20 @@ class FakeServer(BaseHTTPRequestHandler):
             },
         }
         events.append("data: " + json.dumps(final) + "\n\n")
-        self._sse(events)
+        self._sse(ex, events)
 
 
 @pytest.fixture()
-def server() -> Iterator[str]:
-    FakeServer.requests = []
-    FakeServer.cached_prefix = ""
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), FakeServer)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+def fake(fake_server: Callable[[Handle], FakeServer]) -> FakeModelServer:
+    handler = FakeModelServer()
+    handler.url = fake_server(handler).url
+    return handler
+
+
+@pytest.fixture()
+def server(fake: FakeModelServer) -> str:
+    """The fake model server's base URL."""
+    return fake.url
 
 
 def make_kb() -> KnowledgeBase:
@@ -212,13 +191,13 @@ def test_sse_parser_handles_multiline_comments_and_unterminated_events() -> None
     assert list(iter_sse(iter(lines))) == [("message", "a\nb"), ("error", "boom"), ("x", "c\ntail")]
 
 
-def test_completions_streams_tokens_with_logprobs_and_usage(server: str) -> None:
+def test_completions_streams_tokens_with_logprobs_and_usage(server: str, fake: FakeModelServer) -> None:
     backend = CompletionsBackend(server, "m", logprobs=True)
     pieces = list(backend("Q:", ["</tool>"]))
     assert "".join(p.text for p in pieces) == ' Checking. <tool name="retrieve">default port'
     assert pieces[0].logprob == -3.0 and pieces[1].logprob == -0.25
     assert pieces[-1].finish_reason == "stop"
-    path, body = FakeServer.requests[-1]
+    path, body = fake.requests[-1]
     assert path == "/v1/completions"
     assert body["prompt"] == "Q:" and body["stop"] == ["</tool>"] and body["stream"] is True and body["model"] == "m"
     assert backend.last_stats is not None
@@ -226,21 +205,23 @@ def test_completions_streams_tokens_with_logprobs_and_usage(server: str) -> None
 
 
 @pytest.mark.parametrize("suffix", ["", "/", "/v1", "/v1/"])
-def test_base_url_with_or_without_v1_reaches_the_same_endpoints(server: str, suffix: str) -> None:
-    FakeServer.requests.clear()
+def test_base_url_with_or_without_v1_reaches_the_same_endpoints(
+    server: str, suffix: str, fake: FakeModelServer
+) -> None:
+    fake.requests.clear()
     list(CompletionsBackend(server + suffix, "m")("Q:", []))
     list(ChatBackend(server + suffix, "m")("Q:", []))
     list(LlamaCppBackend(server + suffix)("Q:", []))
-    assert [path for path, _ in FakeServer.requests] == ["/v1/completions", "/v1/chat/completions", "/completion"]
+    assert [path for path, _ in fake.requests] == ["/v1/completions", "/v1/chat/completions", "/completion"]
     assert CompletionsBackend(server + suffix).base_url == server
 
 
-def test_llama_completion_reports_stop_word_cache_and_logprobs(server: str) -> None:
+def test_llama_completion_reports_stop_word_cache_and_logprobs(server: str, fake: FakeModelServer) -> None:
     backend = LlamaCppBackend(server, n_probs=1)
     pieces = list(backend("Q:", ["</tool>"]))
     assert pieces[-1].finish_reason == "stop" and pieces[-1].stop == "</tool>"
     assert all(p.logprob == -0.5 for p in pieces[:-1])
-    body = FakeServer.requests[-1][1]
+    body = fake.requests[-1][1]
     assert body["cache_prompt"] is True and body["n_probs"] == 1 and body["stop"] == ["</tool>"]
     list(backend("Q: again", []))
     # "Q:" plus the generated " Checking..." share "Q: " with the new prompt.
@@ -248,13 +229,13 @@ def test_llama_completion_reports_stop_word_cache_and_logprobs(server: str) -> N
     assert backend.last_stats.prompt_tokens == len("again")
 
 
-def test_controller_over_llama_http_resumes_with_the_cache(server: str) -> None:
+def test_controller_over_llama_http_resumes_with_the_cache(server: str, fake: FakeModelServer) -> None:
     backend = LlamaCppBackend(server)
     prompt = "Answer with the knowledge base.\nQ: Which port?\nA:"
     events = list(RagController(make_kb()).events(backend, prompt))
     assert [e.query for e in events if isinstance(e, RetrieveEvent)] == ["default port"]
     block = next(e.block for e in events if isinstance(e, InjectEvent))
-    prompts = [b["prompt"] for p, b in FakeServer.requests if p == "/completion"]
+    prompts = [b["prompt"] for p, b in fake.requests if p == "/completion"]
     assert len(prompts) == 2
     first_out = ' Checking. <tool name="retrieve">default port'
     assert prompts[1] == prompt + first_out + "</tool>" + block
@@ -267,11 +248,11 @@ def test_controller_over_llama_http_resumes_with_the_cache(server: str) -> None:
     assert text.endswith("The port is 8080.")
 
 
-def test_chat_backend_turns_native_tool_calls_into_a_retrieval(server: str) -> None:
+def test_chat_backend_turns_native_tool_calls_into_a_retrieval(server: str, fake: FakeModelServer) -> None:
     backend = ChatBackend(server, "m", tools=True, system="Be brief.")
     events = list(RagController(make_kb()).events(backend, "Which port?"))
     assert [e.query for e in events if isinstance(e, RetrieveEvent)] == ["default port"]
-    chats = [b for p, b in FakeServer.requests if p == "/v1/chat/completions"]
+    chats = [b for p, b in fake.requests if p == "/v1/chat/completions"]
     assert chats[0]["tools"][0]["function"]["name"] == "retrieve"
     assert chats[0]["messages"][0] == {"role": "system", "content": "Be brief."}
     assert len(chats) == 2 and "<result>" in chats[1]["messages"][-1]["content"]

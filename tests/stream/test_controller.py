@@ -21,6 +21,7 @@ from clanker_rag._stream._controller import (
     InjectEvent,
     RagController,
     RetrieveEvent,
+    StreamEvent,
     TextEvent,
     neutralize,
 )
@@ -539,6 +540,41 @@ def test_async_one_shot_and_timeout() -> None:
     out, rets = asyncio.run(run())
     assert out.startswith("a \n<result>\n[1] docs/server.md") and out.endswith("</result>\n b")
     assert rets and rets[0].error is not None
+
+
+def test_sync_and_async_drivers_time_out_alike() -> None:
+    """The same turn, the same timeout: the same events (error text included), and the same error raised."""
+    tool_call = FakeLLM(lambda p: " after" if "<result>" in p else ' <tool name="retrieve">x</tool>')
+
+    def shape(events: list[StreamEvent]) -> list[tuple[str, str | None]]:
+        def said(e: StreamEvent) -> str | None:
+            return e.error if isinstance(e, RetrieveEvent) else e.text if isinstance(e, TextEvent) else e.block
+
+        return [(type(e).__name__, said(e)) for e in events]
+
+    slow = SlowRetriever(1.0)
+    sync_events = list(RagController(slow, retrieval_timeout=0.05).events(tool_call, "P"))
+
+    async def agenerate(prompt: str, stop: Sequence[str]) -> AsyncIterator[str]:
+        for piece in tool_call(prompt, stop):
+            yield piece
+
+    async def run() -> tuple[list[StreamEvent], BaseException | None]:
+        evs = [e async for e in RagController(slow, retrieval_timeout=0.05).aevents(agenerate, "P")]
+        raising = RagController(slow, retrieval_timeout=0.05, on_timeout="raise")
+        try:
+            [e async for e in raising.aevents(agenerate, "P")]
+        except RetrievalTimeoutError as exc:
+            return evs, exc
+        return evs, None
+
+    async_events, raised = asyncio.run(run())
+    assert shape(async_events) == shape(sync_events)
+    assert [e.error for e in sync_events if isinstance(e, RetrieveEvent)] == ["retrieval timed out after 0.05 s"]
+    with pytest.raises(RetrievalTimeoutError) as sync_raised:
+        list(RagController(slow, retrieval_timeout=0.05, on_timeout="raise").events(tool_call, "P"))
+    assert raised is not None and str(raised) == str(sync_raised.value)
+    slow.release.set()
 
 
 def test_bad_configuration_is_rejected() -> None:

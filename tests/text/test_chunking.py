@@ -86,7 +86,7 @@ class CountingText(str):
 
     scanned = 0
 
-    def count(self, sub, start=0, end=None):  # type: ignore[override]
+    def count(self, sub, start=0, end=None):
         end = len(self) if end is None else end
         CountingText.scanned += max(0, end - start)
         return super().count(sub, start, end)

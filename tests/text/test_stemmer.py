@@ -248,7 +248,7 @@ def test_words_outside_a_to_z_are_unchanged(word: str) -> None:
 @settings(max_examples=300, deadline=None)
 @given(
     st.text(alphabet="abcdefghijklmnopqrstuvwxyz'", max_size=8),
-    st.characters(blacklist_characters="abcdefghijklmnopqrstuvwxyz'", blacklist_categories=()),
+    st.characters(exclude_characters="abcdefghijklmnopqrstuvwxyz'", exclude_categories=()),
     st.text(alphabet="abcdefghijklmnopqrstuvwxyz'", max_size=8),
 )
 def test_any_foreign_character_leaves_word_unchanged(left: str, foreign: str, right: str) -> None:
