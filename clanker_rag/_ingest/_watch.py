@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from .._exceptions import ClankerRagError, ConfigError, IndexLockedError
+from .._exceptions import ClankerRagError, ConfigError, IndexLockedError, IngestError
 from ._discovery import DEFAULT_SKIP_DIRS, Candidate, DiscoveryOptions, discover, single_file
 from ._readers import DEFAULT_EXTENSIONS
 from ._run import IngestReport, StrPath, _KnowledgeBaseLike, ingest
@@ -54,6 +54,8 @@ DEFAULT_MAX_DELAY = 2.0
 # A scan may take at most this share of the time: the interval stretches to
 # scan cost / share on a tree too large to walk four times a second.
 SCAN_SHARE = 0.2
+# Never less between two scans: no spin, whatever the clock says.
+MIN_NAP = 0.01
 # A failed commit is tried again after this long, doubling up to the cap.
 RETRY_FIRST = 1.0
 RETRY_MAX = 60.0
@@ -167,9 +169,10 @@ class Debounce:
             self.first_change = self.last_change = None
 
     def due(self, now: float) -> bool:
-        if self.first_change is None or self.last_change is None:
-            return False
-        return now - self.last_change >= self.quiet or now - self.first_change >= self.max_delay
+        # Compared with the deadline itself, so a scan woken at the deadline
+        # finds the changes due whatever the floating-point rounding.
+        deadline = self.deadline()
+        return deadline is not None and now >= deadline
 
     def deadline(self) -> float | None:
         """The soonest moment a scan could find the pending changes due."""
@@ -229,8 +232,12 @@ def watch(
     committing = False
     try:
         if baseline is None:
+            started = clock()
             baseline = scan()
             stats.scans += 1
+            stats.scan_seconds = clock() - started
+            if not stop():
+                sleep(max(interval, stats.scan_seconds / SCAN_SHARE) - stats.scan_seconds)
         state = Debounce(baseline, quiet=quiet, max_delay=max_delay)
         retry_at = 0.0
         backoff = RETRY_FIRST
@@ -267,7 +274,7 @@ def watch(
             deadline = state.deadline()
             if deadline is not None:
                 wake = min(wake, max(deadline, retry_at))
-            sleep(max(wake - now, 0.0))
+            sleep(max(wake - now, MIN_NAP))
     except KeyboardInterrupt:
         if committing:
             raise
@@ -394,6 +401,10 @@ class FolderSync:
             if unsaved and not report.saves:
                 self.kb.save(self.index_path)
                 report.saves += 1
+        except (IngestError, ConfigError):
+            # Refused before anything was read (a root gone): nothing new unsaved.
+            self._unsaved = unsaved
+            raise
         except IndexLockedError:
             # Stale (another process saved) or busy: start again from what is on disk.
             self.kb = self._reload()
