@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 from _trees import write
+from hypothesis import given
+from hypothesis import strategies as st
 
 from clanker_rag._cli._main import main
 from clanker_rag._cli._watching import cycle_json, cycle_line
@@ -90,6 +92,27 @@ def test_describe_counts_each_kind() -> None:
     assert Changes().describe() == "no change"
 
 
+stamps = st.builds(FileStamp, st.integers(0, 3), st.integers(0, 3), st.integers(1, 4))
+snapshots = st.dictionaries(st.sampled_from([f"f{i}.md" for i in range(6)]), stamps, max_size=6)
+
+
+@given(snapshots, snapshots)
+def test_the_changes_turn_the_old_scan_into_the_new_one(old: dict[str, FileStamp], new: dict[str, FileStamp]) -> None:
+    diff = changes(old, new)
+    names = set(old)
+    names -= set(diff.removed) | {a for a, _ in diff.renamed}
+    names |= set(diff.added) | {b for _, b in diff.renamed}
+    assert names == set(new)
+    # Every name is in at most one kind, each kind sorted, a rename keeps the stamp.
+    listed = [*diff.added, *diff.modified, *diff.removed, *(n for pair in diff.renamed for n in pair)]
+    assert len(listed) == len(set(listed))
+    for kind in (diff.added, diff.modified, diff.removed, diff.renamed):
+        assert list(kind) == sorted(kind)
+    assert all(old[a] == new[b] for a, b in diff.renamed)
+    assert set(diff.modified) == {n for n in set(old) & set(new) if old[n] != new[n]}
+    assert bool(diff) == (old != new)
+
+
 # ------------------------------------------------------------- the loop on a fake clock
 
 
@@ -124,13 +147,13 @@ class Folder:
 
     def state_at(self, t: float) -> dict[str, FileStamp]:
         files: dict[str, FileStamp] = {}
-        for when, name, st in self.events:
+        for when, name, now in self.events:
             if when > t:
                 break
-            if st is None:
+            if now is None:
                 files.pop(name, None)
             else:
-                files[name] = st
+                files[name] = now
         return files
 
     def scan(self) -> Snapshot:
