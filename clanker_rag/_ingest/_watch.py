@@ -1,9 +1,9 @@
 """Live sync: keeping an index in step with its folders while they change (``ingest --watch``).
 
-The watch polls.  Each scan walks the roots as the ingest does (the same
-selection: allow-list, ``.gitignore``, skipped folders, the secret guard, the
-index folder left out) and stats every selected file; two scans are compared
-by size, modification time and inode (:func:`changes`).  A burst of edits is
+The watch polls.  Each scan stamps the files the ingest would select
+(:mod:`._scan`: a full walk now and then, one ``stat`` per file and folder in
+between); two scans are compared by size, modification time and inode
+(:func:`changes`).  A burst of edits is
 let settle (:class:`Debounce`), then one re-ingest of the roots brings the
 knowledge base in step and saves it (:class:`FolderSync`): unchanged files
 are passed over by their metadata, a changed file replaces its source whole,
@@ -26,14 +26,13 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 from .._exceptions import ClankerRagError, ConfigError, IndexLockedError, IngestError
-from ._discovery import DEFAULT_SKIP_DIRS, Candidate, DiscoveryOptions, discover, single_file
-from ._readers import DEFAULT_EXTENSIONS
 from ._run import IngestReport, StrPath, _KnowledgeBaseLike, ingest
+from ._scan import FileStamp, Scanner, Snapshot, discovery_options
 
 __all__ = [
     "Changes",
@@ -59,18 +58,6 @@ MIN_NAP = 0.01
 # A failed commit is tried again after this long, doubling up to the cap.
 RETRY_FIRST = 1.0
 RETRY_MAX = 60.0
-
-
-class FileStamp(NamedTuple):
-    """What a scan records of one file: enough to tell an edit, and a rename, apart."""
-
-    size: int
-    mtime_ns: int
-    inode: int
-
-
-Snapshot = Mapping[str, FileStamp]
-"""Source name -> stamp of every file a scan selected."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,68 +272,6 @@ def watch(
 # -- a folder's scans and commits ----------------------------------------------------------
 
 
-_DISCOVERY_KEYS = ("include", "exclude", "extensions", "skip_dirs", "gitignore", "secret_guard", "follow_symlinks")
-
-
-def _discovery_options(index_path: StrPath | None, options: Mapping[str, Any]) -> DiscoveryOptions:
-    """The selection ``ingest(**options)`` makes, so a scan watches exactly the files it reads."""
-    extensions = options.get("extensions")
-    skip_dirs = options.get("skip_dirs")
-    return DiscoveryOptions(
-        include=tuple(options.get("include", ())),
-        exclude=tuple(options.get("exclude", ())),
-        extensions=DEFAULT_EXTENSIONS if extensions is None else DiscoveryOptions.normalise_extensions(extensions),
-        skip_dirs=DEFAULT_SKIP_DIRS if skip_dirs is None else frozenset(skip_dirs),
-        gitignore=bool(options.get("gitignore", True)),
-        secret_guard=bool(options.get("secret_guard", True)),
-        follow_symlinks=bool(options.get("follow_symlinks", False)),
-        skip_real=frozenset({os.path.realpath(index_path)}) if index_path is not None else frozenset(),
-    )
-
-
-def _name_prefixes(roots: Sequence[str], prefix: str) -> list[str]:
-    # The ingest's naming: with several roots, a folder's sources start with
-    # its name (tests/ingest/test_watch.py checks the two agree).
-    if len(roots) < 2:
-        return [prefix for _ in roots]
-    return [
-        prefix + (os.path.basename(os.path.realpath(root)) or "root") + "/" if os.path.isdir(root) else prefix
-        for root in roots
-    ]
-
-
-def scan_roots(
-    roots: Sequence[str],
-    options: DiscoveryOptions,
-    *,
-    prefix: str = "",
-    stat: Callable[[str], os.stat_result] = os.stat,
-) -> dict[str, FileStamp]:
-    """Stamp every file an ingest of ``roots`` would select, by the source name it would get.
-
-    A file that goes away between the walk and its ``stat`` is left out, as
-    if the walk had not seen it; so is a root that does not exist now.
-    """
-    stamps: dict[str, FileStamp] = {}
-    for root, name_prefix in zip(roots, _name_prefixes(roots, prefix), strict=True):
-        entries: Iterable[object]
-        if os.path.isdir(root):
-            entries = discover(root, options)
-        elif os.path.exists(root):
-            entries = [single_file(root, options)]
-        else:
-            continue
-        for item in entries:
-            if not isinstance(item, Candidate):
-                continue
-            try:
-                st = stat(item.path)
-            except OSError:
-                continue
-            stamps[name_prefix + item.rel] = FileStamp(st.st_size, st.st_mtime_ns, st.st_ino)
-    return stamps
-
-
 class FolderSync:
     """Keeps ``kb`` and the index folder ``index_path`` in step with ``paths``.
 
@@ -380,8 +305,9 @@ class FolderSync:
         self.index_path = index_path
         options.pop("progress", None)  # no progress bar for each commit
         self.options = options
-        self._selection = _discovery_options(index_path, options)
-        self._prefix = str(options.get("prefix", ""))
+        self.scanner = Scanner(
+            self.paths, discovery_options(index_path, options), prefix=str(options.get("prefix", ""))
+        )
         self._reload = reload if reload is not None else self._load_again
         self._unsaved = False
 
@@ -390,7 +316,7 @@ class FolderSync:
         return loaded
 
     def scan(self) -> dict[str, FileStamp]:
-        return scan_roots(self.paths, self._selection, prefix=self._prefix)
+        return self.scanner.scan()
 
     def commit(self, diff: Changes | None = None) -> IngestReport:
         """Re-ingest the paths into the knowledge base and save it; ``diff`` only labels the log line."""

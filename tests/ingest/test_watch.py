@@ -25,6 +25,7 @@ from clanker_rag._cli._main import main
 from clanker_rag._cli._watching import cycle_json, cycle_line
 from clanker_rag._exceptions import ConfigError, IndexLockedError, IngestError
 from clanker_rag._ingest._run import IngestReport, ingest
+from clanker_rag._ingest._scan import Scanner, scan_roots
 from clanker_rag._ingest._watch import (
     Changes,
     Debounce,
@@ -33,7 +34,6 @@ from clanker_rag._ingest._watch import (
     Snapshot,
     WatchStats,
     changes,
-    scan_roots,
     watch,
 )
 from clanker_rag._kb import KnowledgeBase
@@ -412,6 +412,85 @@ def test_a_file_that_vanishes_between_the_walk_and_its_stat_is_left_out(tmp_path
 
     assert sorted(scan_roots([str(tmp_path)], DiscoveryOptions(), stat=stat)) == ["stays.md"]
     assert scan_roots([str(tmp_path / "missing")], DiscoveryOptions()) == {}
+
+
+def age(root: Path) -> None:
+    """Date every file and folder under ``root`` an hour back: none was changed within a clock tick."""
+    old = time.time_ns() - 3600 * 10**9
+    for path in [root, *root.rglob("*")]:
+        os.utime(path, ns=(old, old), follow_symlinks=False)
+
+
+def test_quick_scans_answer_what_a_full_scan_would(tmp_path: Path) -> None:
+    from clanker_rag._ingest._discovery import DiscoveryOptions
+
+    root = tmp_path / "tree"
+    for rel in ("a.md", "sub/b.md", "sub/deep/c.md", "node_modules/x.md", "ignored/i.md"):
+        write(root, rel, f"text of {rel}")
+    write(root, "images/pic.png", b"\x89PNG")
+    write(root, ".gitignore", "ignored/\n")
+    (root / "empty").mkdir()
+    age(root)
+    options = DiscoveryOptions()
+    scanner = Scanner([str(root)], options, clock=lambda: 0.0)  # the clock never calls for a full scan
+
+    def check(*, quick: bool) -> None:
+        before = scanner.full_scans
+        assert scanner.scan() == scan_roots([str(root)], options)
+        if quick:
+            assert scanner.full_scans == before, "a quick scan was enough"
+
+    check(quick=False)
+    assert scanner.full_scans == 1
+    bump(root / "a.md", "edited")  # an edit moves the file's stamp, not its folder's
+    check(quick=True)
+    bump(root / "sub/deep/c.md", "edited deep down")
+    check(quick=True)
+    write(root, "node_modules/y.md", "a pruned folder is not watched")
+    check(quick=True)
+    # Additions, deletions, renames and ignore-file edits change folders: full scans.
+    write(root, "images/new.md", "beside a picture")
+    check(quick=False)
+    write(root, "empty/x.md", "in a folder that was empty")
+    check(quick=False)
+    write(root, "fresh/z.md", "in a new folder")
+    check(quick=False)
+    (root / "sub/b.md").unlink()
+    check(quick=False)
+    (root / "sub/deep/c.md").rename(root / "sub/c2.md")
+    check(quick=False)
+    bump(root / ".gitignore", "ignored/\na.md\n")
+    check(quick=False)
+    assert "a.md" not in scanner.scan()
+    bump(root / ".gitignore", "")
+    assert "ignored/i.md" in scanner.scan()
+    check(quick=False)
+
+
+def test_a_full_scan_comes_at_least_every_full_every_seconds(tmp_path: Path) -> None:
+    from clanker_rag._ingest._discovery import DiscoveryOptions
+
+    write(tmp_path, "a.md", "alpha")
+    age(tmp_path)
+    now = [0.0]
+    scanner = Scanner([str(tmp_path)], DiscoveryOptions(), full_every=5.0, clock=lambda: now[0])
+    for t in (0.0, 1.0, 4.9):
+        now[0] = t
+        scanner.scan()
+    assert scanner.full_scans == 1
+    now[0] = 5.0
+    scanner.scan()
+    assert scanner.full_scans == 2
+
+
+def test_a_root_that_appears_is_scanned(tmp_path: Path) -> None:
+    from clanker_rag._ingest._discovery import DiscoveryOptions
+
+    root = tmp_path / "later"
+    scanner = Scanner([str(root)], DiscoveryOptions(), clock=lambda: 0.0)
+    assert scanner.scan() == {}
+    write(root, "a.md", "alpha")
+    assert sorted(scanner.scan()) == ["a.md"]
 
 
 # ------------------------------------------------------------- commits into a real index
