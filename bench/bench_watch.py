@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import statistics
@@ -148,8 +149,10 @@ def bench_tree(name: str, tree: Path, index: Path, edits: int, seed: int) -> dic
             assert word(edits - 1) in out, out
     finally:
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=120)
+        out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
+    # Each commit's line ends "(N chunks, S.SSs)": the re-ingest and save.
+    commits = [float(m) for m in re.findall(r"chunks, (\d+\.\d+)s\)$", out, re.M)]
     latencies.sort()
     return {
         "tree": name,
@@ -161,6 +164,7 @@ def bench_tree(name: str, tree: Path, index: Path, edits: int, seed: int) -> dic
         "edit_to_searchable_median_s": round(statistics.median(latencies), 3),
         "edit_to_searchable_p95_s": round(latencies[max(0, round(0.95 * len(latencies)) - 1)], 3),
         "edit_to_searchable_max_s": round(latencies[-1], 3),
+        "commit_median_s": round(statistics.median(commits), 3) if commits else None,
         "cli_search_median_s": round(statistics.median(searches), 3),
         "edits": edits,
     }
