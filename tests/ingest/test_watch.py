@@ -262,6 +262,29 @@ def test_a_stream_of_edits_that_never_pauses_still_commits_within_the_bound() ->
         assert later[0] - t_edit <= 2.0 + 0.1 + 0.1 + 1e-9  # bound, one interval to see it, one for the commit scan
 
 
+edit_times = st.lists(st.tuples(st.floats(0.5, 10.0), st.sampled_from(["a.md", "b.md", "c.md", "d.md"])), max_size=30)
+
+
+@given(edit_times, st.sampled_from([0.1, 0.25, 0.6]), st.sampled_from([0.0, 0.3, 1.0]))
+def test_every_edit_is_committed_within_the_bound_and_the_last_state_is_the_index(
+    edits: list[tuple[float, str]], interval: float, quiet: float
+) -> None:
+    # Edits only move forward (a new mtime each), so no state comes back and every one needs a commit.
+    events: list[Event] = [*START]
+    for n, (t, name) in enumerate(sorted(edits)):
+        events.append((t, name, FileStamp(n, 10 + n, 5)))
+    max_delay = 2.0
+    _, folder, committer = run(events, until=20.0, interval=interval, quiet=quiet, max_delay=max_delay)
+    times = [when for when, _, _ in committer.done]
+    assert all(diff for _, diff, _ in committer.done), "no empty commit"
+    assert len(times) <= len({t for t, _ in edits})
+    for t_edit, _ in edits:
+        later = [when for when in times if when >= t_edit]
+        assert later and later[0] - t_edit <= max_delay + interval + 0.02, (t_edit, times)
+    if edits:
+        assert committer.done[-1][2] == folder.state_at(20.0)  # in the end the index holds the folder as it is
+
+
 def test_an_edit_undone_before_it_settles_is_not_committed() -> None:
     events = [*START, (1.0, "a.md", stamp(11, 2)), (1.2, "a.md", stamp(10))]
     _, _, committer = run(events, until=4.0, interval=0.1, quiet=0.5)
