@@ -215,6 +215,8 @@ def watch(
     returned :class:`WatchStats`); one during a commit is raised.
     """
     _check_seconds("interval", interval)
+    _check_seconds("quiet", quiet, allow_zero=True)
+    _check_seconds("max_delay", max_delay)
     stats = WatchStats()
     committing = False
     try:

@@ -374,6 +374,12 @@ def test_timings_out_of_range_are_refused() -> None:
     with pytest.raises(ConfigError, match=r"interval=True is out of range"):
         watch(dict, lambda diff: None, interval=True)
 
+    def never(*args: object) -> dict[str, FileStamp]:
+        raise AssertionError("refused before the first scan")
+
+    with pytest.raises(ConfigError, match=r"max_delay=0 is out of range"):
+        watch(never, lambda diff: None, max_delay=0)
+
 
 def test_debounce_deadline_is_the_sooner_of_quiet_and_the_bound() -> None:
     d = Debounce({"a": stamp(1)}, quiet=0.5, max_delay=2.0)
@@ -574,6 +580,22 @@ def test_edits_additions_deletions_and_renames_reach_the_saved_index(synced: tup
     assert "updated alpha.md" in line and "added delta.md" in line and "removed beta.md" in line
     assert "renamed notes/gamma.md -> notes/grapes.md" in line
     assert "notes/grapes.md," not in line.split("renamed")[0]  # the rename is not also an addition
+
+
+def test_a_server_following_the_index_sees_each_commit(synced: tuple[FolderSync, Path, Path]) -> None:
+    from clanker_rag._serve._follow import IndexFollower
+
+    sync, tree, index = synced
+    follower = IndexFollower(index)  # what serve and mcp hold
+    assert follower.fresh() is None
+    for n, word in enumerate(("apricots", "avocados")):
+        before = sync.scan()
+        bump(tree / "alpha.md", f"# Alpha\n\nVersion {n}: the alpha file talks about {word}.\n")
+        sync.commit(changes(before, sync.scan()))
+        fresh = follower.fresh()
+        assert fresh is not None, f"commit {n} not seen"
+        assert {hit.source for hit in fresh.search(word, 3)} == {"alpha.md"}
+    assert follower.fresh() is None  # nothing new since
 
 
 def test_a_commit_that_finds_nothing_new_does_not_save(synced: tuple[FolderSync, Path, Path]) -> None:
