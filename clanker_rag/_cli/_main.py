@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
     from pathlib import Path
 
+    from .._ingest._run import IngestReport
     from .._kb import KnowledgeBase
     from .._types import Hit
 
@@ -122,6 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("-v", "--verbose", action="store_true", help="list every skipped file with its reason")
+    p.add_argument("--watch", action="store_true", help="then keep the index in step with the files until Ctrl-C")
+    p.add_argument("--interval", type=float, default=0.25, metavar="S", help="--watch: scan every S seconds (0.25)")
+    p.add_argument("--debounce", type=float, default=0.3, metavar="S", help="--watch: commit after S quiet seconds")
     _cluster_option(p)
     p.add_argument("--shards", type=_positive_int, default=3, metavar="N", help="shards of a new --cluster index")
     p.set_defaults(func=_cmd_ingest)
@@ -289,6 +293,8 @@ def _run(args: argparse.Namespace) -> int:
 
     try:
         if getattr(args, "cluster", None):
+            if getattr(args, "watch", False):
+                raise _CliError("--watch keeps a local index in step, not a --cluster one")
             from ._cluster_commands import CliHooks, run_cluster
 
             return run_cluster(args, CliHooks(_ingest_options, _print_search, _run_proxy))
@@ -427,8 +433,6 @@ def _ingest_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _cmd_ingest(args: argparse.Namespace) -> int:
-    import json
-
     from .._kb import KnowledgeBase
 
     path = _target(args, write=True)
@@ -440,11 +444,22 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
         options["jobs"] = min(args.jobs, usable_cpus())
         if args.jobs > options["jobs"]:
             print(f"{PROG}: warning: --jobs {args.jobs} capped at {options['jobs']}, the usable CPUs", file=sys.stderr)
+    if args.watch:
+        from ._watching import watch_command
+
+        return watch_command(args, path, options, _print_ingest)
     with KnowledgeBase.edit(path) as kb:
         report = kb.ingest(args.paths, index_path=path, **options)
+    _print_ingest(args, report, path)
+    return 0
+
+
+def _print_ingest(args: argparse.Namespace, report: IngestReport, path: Path) -> None:
+    import json
+
     if args.json:
         print(json.dumps(report.to_dict(), ensure_ascii=False))
-        return 0
+        return
     print(report.summary())
     if report.skipped:
         if args.verbose:
@@ -454,7 +469,6 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
             kinds = ", ".join(f"{n} {kind}" for kind, n in report.skip_reasons().items())
             print(f"skipped: {kinds} (-v lists them)", file=sys.stderr)
     print(f"index: {path}", file=sys.stderr)
-    return 0
 
 
 # -- search --------------------------------------------------------------------------------------------
