@@ -602,7 +602,7 @@ def test_a_commit_that_finds_nothing_new_does_not_save(synced: tuple[FolderSync,
     sync, _, index = synced
     data_before = sorted(p.name for p in index.iterdir())
     report = sync.commit(Changes())
-    assert report.saves == 0 and not report.indexed and not report.removed
+    assert report.saves == 0 and not report.added and not report.updated and not report.removed
     assert sorted(p.name for p in index.iterdir()) == data_before
     assert cycle_line(report, Changes(), 0.0) == ""
     assert cycle_json(report, Changes()) == ""
