@@ -189,7 +189,6 @@ def test_quality_blocks_run_with_the_real_model(
     tmp_path: Path, servers: dict[str, str], monkeypatch: pytest.MonkeyPatch, capsys: Any
 ) -> None:
     from _models import minilm_path
-
     from conftest import SHARED
 
     _your_folder(tmp_path)

@@ -396,8 +396,16 @@ def _configure_logging(args: argparse.Namespace) -> Callable[[], None]:
     ours = logging.getLogger("clanker_rag")
     old_ours = ours.level
     if args.command == "eval" and level > logging.INFO:
+        plain = logging.Formatter(f"{PROG}: %(message)s")
+        levelled = logging.Formatter(fmt)
+
+        class ProgressFormatter(logging.Formatter):
+            # Progress (INFO) as "clanker-rag: message"; warnings and errors keep their level's name.
+            def format(self, record: logging.LogRecord) -> str:
+                return (plain if record.levelno <= logging.INFO else levelled).format(record)
+
         ours.setLevel(logging.INFO)
-        handler.setFormatter(_ProgressFormatter(fmt))
+        handler.setFormatter(ProgressFormatter())
 
     def restore() -> None:
         root.removeHandler(handler)
@@ -405,21 +413,6 @@ def _configure_logging(args: argparse.Namespace) -> Callable[[], None]:
         ours.setLevel(old_ours)
 
     return restore
-
-
-class _ProgressFormatter:
-    """Progress (INFO) as ``clanker-rag: message``; warnings and errors keep their level's name."""
-
-    def __init__(self, fmt: str) -> None:
-        import logging
-
-        self._plain = logging.Formatter(f"{PROG}: %(message)s")
-        self._levelled = logging.Formatter(fmt)
-
-    def format(self, record: Any) -> str:
-        import logging
-
-        return (self._plain if record.levelno <= logging.INFO else self._levelled).format(record)
 
 
 # -- knowledge-base selection ------------------------------------------------------------------
