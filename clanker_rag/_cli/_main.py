@@ -719,9 +719,13 @@ def _cmd_ask(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
+    from .._kb import KnowledgeBase
+
     path = _target(args)
     kb = _load(args)
-    return _run_proxy(args, kb, path, f"{path} ({len(kb)} chunks)")
+    # One index is re-read when another process saves it; a sharded one is not (see scale.md).
+    watch = path if isinstance(kb, KnowledgeBase) else None
+    return _run_proxy(args, kb, watch, f"{path} ({len(kb)} chunks)")
 
 
 def _run_proxy(args: argparse.Namespace, retriever: Any, watch: Path | None, what: str) -> int:

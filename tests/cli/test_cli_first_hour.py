@@ -219,3 +219,15 @@ def test_serve_on_a_taken_port_names_the_address(capsys: pytest.CaptureFixture[s
 def test_ingest_summary_counts_worker_processes_in_good_english(workers: int, words: str) -> None:
     report = IngestReport(added=["a.md"], bytes_read=2_000_000, seconds=1.0, workers=workers)
     assert report.summary().endswith(words) or words in report.summary(), report.summary()
+
+
+def test_serve_a_sharded_index_without_cluster(sharded: Path) -> None:
+    from _fake_upstream import FakeUpstream, Reply
+    from _serve import serve_and_ask
+
+    with FakeUpstream(lambda path, body: Reply(["7341"])) as up:
+        question = "Which port does the server listen on?\n"
+        served = serve_and_ask(["--upstream", up.url, "--index", str(sharded)], question)
+        assert served.answer["choices"][0]["text"] == "7341"
+        assert "guide/ports.md" in up.requests[0]["body"]["prompt"]
+    assert served.code == 0 and "Traceback" not in served.rest
