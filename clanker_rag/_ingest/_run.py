@@ -149,7 +149,7 @@ class IngestReport:
         rate = ""
         if self.seconds > 0:
             mb = self.bytes_read / 1e6
-            helpers = f", {self.workers} worker processes" if self.workers else ""
+            helpers = f", {self.workers} worker process{'es' if self.workers != 1 else ''}" if self.workers else ""
             rate = f" in {self.seconds:.1f}s ({mb / self.seconds:.1f} MB/s{helpers})"
         return (
             ", ".join(parts)

@@ -110,9 +110,13 @@ class DenseStore:
         missing = [(key, text) for key, text in wanted.items() if key not in self._row]
         fresh: array[float] = array("f")
         dim = self.dim
-        for i in range(0, len(missing), 1024):
-            # Batches of 1024 bound the memory of one encode() call on big corpora.
-            part = missing[i : i + 1024]
+        step = 256
+        for i in range(0, len(missing), step):
+            # Batches bound the memory of one encode() call on big corpora, and
+            # give a progress line each (a CPU embeds a few hundred texts a minute).
+            if i:
+                log.info("embedded %d of %d chunk texts", i, len(missing))
+            part = missing[i : i + step]
             flat, new_dim = encode(encoder, [t for _, t in part], batch_size=batch_size)
             if dim and new_dim != dim:
                 if i == 0:

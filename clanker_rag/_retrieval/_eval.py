@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import math
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -25,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from .._exceptions import ConfigError, IngestError
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "BeirDataset",
@@ -214,10 +217,15 @@ def evaluate_dataset(
             cache_dir=cache_dir,
         )
     run: dict[str, list[str]] = {}
-    for qid in data.qrels:
-        query = data.queries.get(qid)
-        if query is None:
-            continue
+    asked = [qid for qid in data.qrels if qid in data.queries]
+    log.info("indexed %d documents; searching %d queries", len(data.corpus), len(asked))
+    every = max(1, len(asked) // 10)
+    # Plain BM25 answers every query in a second or two; a model takes minutes: worth progress lines.
+    progress = log.info if search is not None else log.debug
+    for done, qid in enumerate(asked):
+        if done and done % every == 0:
+            progress("searched %d of %d queries", done, len(asked))
+        query = data.queries[qid]
         hits = search(kb, query, k) if search is not None else kb.search(query, k, feedback=feedback)
         run[qid] = [h.source for h in hits]
     return evaluate_run(run, data.qrels)

@@ -600,7 +600,9 @@ class _Handler(BaseHTTPRequestHandler):
                     if cfg.show_blocks:
                         sink.text(ev.block)
                 elif isinstance(ev, RetrieveEvent):
-                    retrievals.append({"kind": ev.kind, "query": ev.query, "sources": [h.source for h in ev.hits]})
+                    # Several passages of one source name it once, in rank order.
+                    sources = list(dict.fromkeys(h.source for h in ev.hits))
+                    retrievals.append({"kind": ev.kind, "query": ev.query, "sources": sources})
         except UpstreamError as exc:
             if not sink.started:
                 raise

@@ -235,7 +235,9 @@ def run_native(
                     found = bool(scored)
                     hits = [h for h in scored if hit_key(h) not in seen][:k]
                     seen.update(hit_key(h) for h in hits)
-                    retrievals.append({"kind": "tool", "query": query, "sources": [h.source for h in hits]})
+                    # Several passages of one source name it once, in rank order.
+                    sources = list(dict.fromkeys(h.source for h in hits))
+                    retrievals.append({"kind": "tool", "query": query, "sources": sources})
                 note = problem or (
                     None
                     if hits

@@ -32,6 +32,9 @@ def test_demo_runs_the_whole_loop_and_stops_the_server() -> None:
     # The default question is answered from the guide (docs/proxy.md: port 8765), on one line.
     assert "8765" in out.getvalue() and len(out.getvalue().strip().splitlines()) == 1, out.getvalue()
     assert "stopping the llama.cpp server" in progress
+    # A run that went well leaves no server log in the temporary folder.
+    log = re.search(r"\(log: (\S+)\)", progress)
+    assert log and not os.path.exists(log.group(1)), progress
     port = int(re.search(r"server on 127\.0\.0\.1:(\d+)", progress).group(1))  # type: ignore[union-attr]
     with socket.socket() as s, pytest.raises(OSError):
         s.settimeout(2)

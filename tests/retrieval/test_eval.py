@@ -84,3 +84,21 @@ def test_cranfield_quality_is_at_least_the_best_peer(cranfield):
     assert plain["ndcg@10"] >= 0.37
     fed = evaluate_dataset(cranfield, feedback=True).metrics
     assert fed["ndcg@10"] >= 0.385
+
+
+def test_slow_evaluations_report_progress_and_plain_bm25_stays_quiet(tmp_path, caplog):
+    import logging
+
+    docs = {str(i): ("", f"document number {i} about topic{i}") for i in range(30)}
+    queries = {f"q{i}": f"topic{i}" for i in range(20)}
+    write_beir(tmp_path, docs, queries, {f"q{i}": {str(i): 1} for i in range(20)})
+    caplog.set_level(logging.INFO, logger="clanker_rag")
+    result = evaluate_dataset(tmp_path, search=lambda kb, query, k: kb.search(query, k))
+    progress = [r.getMessage() for r in caplog.records if r.name == "clanker_rag._retrieval._eval"]
+    assert progress[0] == "indexed 30 documents; searching 20 queries"
+    assert [m for m in progress if m.startswith("searched")] == [f"searched {n} of 20 queries" for n in range(2, 20, 2)]
+    assert result.metrics["ndcg@10"] == 1.0
+    caplog.clear()
+    evaluate_dataset(tmp_path)
+    quiet = [r.getMessage() for r in caplog.records if r.name == "clanker_rag._retrieval._eval"]
+    assert quiet == ["indexed 30 documents; searching 20 queries"]

@@ -136,6 +136,8 @@ def test_many_clients_resetting_at_once_print_nothing(
                 body = json.dumps({"model": "m", "prompt": "count:", "stream": True}).encode()
                 conn.request("POST", "/v1/completions", body=body, headers={"Content-Type": "application/json"})
                 resp = conn.getresponse()
+                # A 502 here is the proxy failing to reach the fake upstream (see _fake_upstream._Server).
+                assert resp.status == 200, resp.read()
                 resp.read1(64)
             else:  # reset an idle keep-alive connection
                 conn.request("GET", "/v1/models")
