@@ -106,8 +106,9 @@ def test_the_changes_turn_the_old_scan_into_the_new_one(old: dict[str, FileStamp
     # Every name is in at most one kind, each kind sorted, a rename keeps the stamp.
     listed = [*diff.added, *diff.modified, *diff.removed, *(n for pair in diff.renamed for n in pair)]
     assert len(listed) == len(set(listed))
-    for kind in (diff.added, diff.modified, diff.removed, diff.renamed):
-        assert list(kind) == sorted(kind)
+    for names_of_kind in (diff.added, diff.modified, diff.removed):
+        assert list(names_of_kind) == sorted(names_of_kind)
+    assert list(diff.renamed) == sorted(diff.renamed)
     assert all(old[a] == new[b] for a, b in diff.renamed)
     assert set(diff.modified) == {n for n in set(old) & set(new) if old[n] != new[n]}
     assert bool(diff) == (old != new)
