@@ -68,14 +68,11 @@ def run_cluster(args: argparse.Namespace, hooks: CliHooks) -> int:
 
 def _ingest(args: argparse.Namespace, path: Path, client: Any, hooks: CliHooks) -> int:
     options = hooks.ingest_options(args)
-    if (path / _MANIFEST).is_file():
-        kb = ShardedKnowledgeBase.load(path, client=client, shards=args.shards)
-    else:
-        kb = ShardedKnowledgeBase(args.shards, client=client)
-    try:
+    # Under the index's writer lock, as one machine's ingest: a second ingest
+    # into the same folder waits for this one (then adds to what it saved),
+    # or fails with IndexLockedError; it never saves over it.
+    with ShardedKnowledgeBase.edit(path, client=client, shards=args.shards) as kb:
         report = kb.ingest(args.paths, index_path=path, **options)
-    finally:
-        kb.close()
     if args.json:
         print(json.dumps(report.to_dict(), ensure_ascii=False))
         return 0

@@ -31,17 +31,19 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from .._engine._collection import CollectionStats
-from .._exceptions import ClankerRagError, RetrievalTimeoutError
+from .._exceptions import ClankerRagError, IndexFormatError, RetrievalTimeoutError
 from .._ingest._readers import READER_VERSION
 from .._ingest._run import IngestReport, ProgressHook, ingest
 from .._kb import Explanation, KnowledgeBase
 from .._types import Hit
+from ._identity import Expected, ShardIdentity, check_loaded, check_saving, read_identity, write_identity
+from ._waits import scheduler_lost, settle, workers_within
 
 __all__ = ["DaskShards", "LocalShards", "ShardBox", "shard_of"]
 
@@ -75,10 +77,15 @@ class ShardBox:
     turns work stealing off), but never wrong.
     """
 
-    __slots__ = ("__weakref__", "kb", "lock")
+    __slots__ = ("__weakref__", "identity", "kb", "lock")
 
-    def __init__(self, kb: KnowledgeBase) -> None:
+    def __init__(self, kb: KnowledgeBase, identity: ShardIdentity | None = None) -> None:
         self.kb = kb
+        # The identity of the folder this shard was loaded from or last saved
+        # to (None: never saved).  It travels with the shard: a shard that
+        # moved between workers was reloaded from a temporary folder, and
+        # its next save checks the real folder against this.
+        self.identity = identity
         # A worker may run a change and searches of one shard at once (on its
         # task threads and its actor thread): one at a time per shard.
         self.lock = threading.Lock()
@@ -86,23 +93,71 @@ class ShardBox:
     def __sizeof__(self) -> int:
         return 1_000_000 + _BYTES_PER_CHUNK * len(self.kb)
 
-    def __reduce__(self) -> tuple[Callable[[dict[str, bytes]], ShardBox], tuple[dict[str, bytes]]]:
+    def __reduce__(
+        self,
+    ) -> tuple[
+        Callable[[dict[str, bytes], ShardIdentity | None], ShardBox], tuple[dict[str, bytes], ShardIdentity | None]
+    ]:
         # (Saving records the temporary folder as the shard's path; the
-        # cluster always saves shards to explicit folders, so nothing reads it.)
+        # cluster always saves shards to explicit folders, checked against
+        # ``identity``, so nothing reads it.)
         with tempfile.TemporaryDirectory(prefix="clanker-shard-") as tmp:
             folder = self.kb.save(Path(tmp) / "kb")
             files = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file() and not p.name.startswith(".")}
-        return _unbox, (files,)
+        return _unbox, (files, self.identity)
 
 
-def _unbox(files: dict[str, bytes]) -> ShardBox:
+def _unbox(files: dict[str, bytes], identity: ShardIdentity | None = None) -> ShardBox:
     with tempfile.TemporaryDirectory(prefix="clanker-shard-") as tmp:
         folder = Path(tmp) / "kb"
         folder.mkdir()
         for name, data in files.items():
             (folder / name).write_bytes(data)
         kb = KnowledgeBase.load(folder)  # reads the files whole: the folder may go
-    return ShardBox(kb)
+    return ShardBox(kb, identity)
+
+
+def _here() -> str:
+    """`` (on worker ADDRESS)`` inside a Dask task, else nothing: errors say which machine saw them."""
+    try:
+        from distributed import get_worker
+
+        return f" (on worker {get_worker().address})"
+    except (ImportError, ValueError):
+        return ""
+
+
+def load_shard(folder: str, expected: Expected) -> ShardBox:
+    """A shard loaded from ``folder``, checked to be the one the manifest expects there."""
+    try:
+        found = read_identity(folder)
+        check_loaded(folder, found, expected)
+        kb = KnowledgeBase.load(folder)
+    except ClankerRagError as exc:
+        where = _here()
+        if not where:
+            raise
+        raise type(exc)(f"{exc}{where}") from None
+    except OSError as exc:
+        raise IndexFormatError(
+            f"{folder}: cannot read shard {expected.shard} ({exc.strerror or exc}){_here()}"
+        ) from None
+    return ShardBox(kb, found)
+
+
+def save_shard(box: ShardBox, folder: str, new: ShardIdentity) -> str:
+    """Write ``box`` to ``folder`` unless another save got there since it was loaded; then its identity."""
+    try:
+        check_saving(folder, box.identity, new, read_identity(folder))
+        box.kb.save(folder, overwrite=True)  # the identity check above stands for the one save() would make
+        write_identity(folder, new)
+    except ClankerRagError as exc:
+        where = _here()
+        if not where:
+            raise
+        raise type(exc)(f"{exc}{where}") from None
+    box.identity = new
+    return folder
 
 
 # -- what runs next to a shard ---------------------------------------------------------------------
@@ -312,8 +367,17 @@ def merge_reports(reports: Sequence[IngestReport]) -> IngestReport:
 class LocalShards:
     """Every shard in this process."""
 
-    def __init__(self, kbs: list[KnowledgeBase]) -> None:
-        self.kbs = kbs
+    def __init__(self, boxes: list[ShardBox]) -> None:
+        self.boxes = boxes
+        self.kbs = [box.kb for box in boxes]
+
+    @classmethod
+    def create(cls, n_shards: int, options: dict[str, Any]) -> LocalShards:
+        return cls([_new_box(options) for _ in range(n_shards)])
+
+    @classmethod
+    def open(cls, folders: Sequence[str], expected: Sequence[Expected]) -> LocalShards:
+        return cls([load_shard(folder, e) for folder, e in zip(folders, expected)])
 
     def __len__(self) -> int:
         return len(self.kbs)
@@ -336,9 +400,9 @@ class LocalShards:
     def holders(self) -> list[list[str]]:
         return [[] for _ in self.kbs]
 
-    def save(self, folders: Sequence[str]) -> None:
-        for kb, folder in zip(self.kbs, folders):
-            kb.save(folder, overwrite=True)  # checked by ShardedKnowledgeBase.save
+    def save(self, folders: Sequence[str], identities: Sequence[ShardIdentity]) -> None:
+        for box, folder, new in zip(self.boxes, folders, identities):
+            save_shard(box, folder, new)
 
     def close(self) -> None:
         pass
@@ -460,10 +524,6 @@ def _new_box(options: dict[str, Any]) -> ShardBox:
     return ShardBox(KnowledgeBase(**options))
 
 
-def _load_box(folder: str) -> ShardBox:
-    return ShardBox(KnowledgeBase.load(folder))
-
-
 # Shards this worker just saved, by folder: the fresh lineage's first task
 # (a load from that folder) takes the shard from here instead of reading the
 # folder back, when it runs on the same worker.  Weak: when it runs elsewhere,
@@ -471,39 +531,69 @@ def _load_box(folder: str) -> ShardBox:
 _JUST_SAVED: weakref.WeakValueDictionary[str, ShardBox] = weakref.WeakValueDictionary()
 
 
-def _save_box(box: ShardBox, folder: str) -> str:
+def _save_box(box: ShardBox, folder: str, new: ShardIdentity) -> str:
     # A shard that travelled between workers was reloaded from a temporary
-    # folder, so it no longer knows it came from ``folder``: the sharded
-    # index checks the folder itself (ShardedKnowledgeBase.save).
-    box.kb.save(folder, overwrite=True)
+    # folder, so it no longer knows it came from ``folder``: its identity
+    # (which travels with it) is checked against the folder's instead.
+    save_shard(box, folder, new)
     _JUST_SAVED[folder] = box
     return folder
 
 
-def _adopt_box(folder: str) -> ShardBox:
+def _adopt_box(folder: str, expected: Expected) -> ShardBox:
     box = _JUST_SAVED.pop(folder, None)
-    return box if box is not None else _load_box(folder)
+    if box is not None and box.identity is not None and box.identity.generation == expected.generation:
+        return box
+    return load_shard(folder, expected)
 
 
-def _spread(client: Any, fn: Callable[..., Any], args: Sequence[tuple[Any, ...]]) -> list[Any]:
+def _spread(client: Any, fn: Callable[..., Any], args: Sequence[tuple[Any, ...]], patience: float) -> list[Any]:
     """Build one shard per ``args`` item, shard i loosely preferring the i-th worker; wait for them.
 
-    Once built, the preference is dropped (see ``_unpin``): a rebuild goes
-    to any worker.
+    The shards stay on the workers: only their status comes back (a shard
+    gathered here would cost this process its whole size).  Raises the
+    shards' own errors (a bad folder), or ``RetrievalTimeoutError`` when the
+    scheduler has had no worker, or gone, for ``patience`` seconds.  Once
+    built, the preference is dropped (see ``_unpin``): a rebuild goes to any
+    worker.
     """
-    workers = sorted(client.ncores())  # asks the scheduler: the client's cached view may list a lost worker
-    if not workers:
-        futures = [client.submit(fn, *a, pure=False) for a in args]
-    else:
-        futures = [
-            client.submit(fn, *a, workers=[workers[i % len(workers)]], allow_other_workers=True, pure=False)
-            for i, a in enumerate(args)
-        ]
-    from distributed import wait
-
-    wait(futures)  # type: ignore[no-untyped-call]
+    # Asks the scheduler: the client's cached view may list a lost worker.
+    workers = workers_within(client, patience)
+    futures = [
+        client.submit(fn, *a, workers=[workers[i % len(workers)]], allow_other_workers=True, pure=False)
+        for i, a in enumerate(args)
+    ]
+    try:
+        settle(client, futures, patience=patience)
+        failures = _failures(futures, range(len(futures)))
+    except BaseException:
+        for fut in futures:
+            fut.release()
+        raise
+    if failures:
+        for fut in futures:
+            fut.release()
+        raise RetrievalTimeoutError(f"could not open {len(failures)} of {len(futures)} shards: {'; '.join(failures)}")
     _unpin(client, futures)
     return futures
+
+
+def _failures(futures: Sequence[Any], shards: Iterable[int]) -> list[str]:
+    """Why each future that did not finish did not: raises a shard's own ``ClankerRagError``."""
+    out = []
+    for i, fut in zip(shards, futures):
+        if fut.status == "finished":
+            continue
+        if fut.status == "error":
+            exc = fut.exception()
+            if isinstance(exc, ClankerRagError):
+                raise exc  # bad input or a bad index: the shard answered
+            out.append(f"shard {i}: {type(exc).__name__}: {exc}")
+        elif fut.status == "cancelled":
+            out.append(f"shard {i}: cancelled (the scheduler lost it, or this client lost the scheduler)")
+        else:
+            out.append(f"shard {i}: still running")
+    return out
 
 
 def _unpin(client: Any, futures: Sequence[Any]) -> None:
@@ -527,11 +617,17 @@ def _unpin(client: Any, futures: Sequence[Any]) -> None:
 
 
 class DaskShards:
-    """Each shard a Dask future held on a worker; see the module docstring."""
+    """Each shard a Dask future held on a worker; see the module docstring.
 
-    def __init__(self, client: Any, futures: list[Any]) -> None:
+    ``patience`` bounds every wait: opening, saving and changes run as long
+    as their work needs while the scheduler has workers, and fail once it has
+    had none, or the client has had no scheduler, for that long.
+    """
+
+    def __init__(self, client: Any, futures: list[Any], patience: float) -> None:
         self.client = client
         self.futures = futures
+        self.patience = patience
         # Where each shard was last seen (None: ask the scheduler), and a
         # ShardServer actor per worker, for reads that skip the scheduler.
         self._where: list[str | None] = [None] * len(futures)
@@ -545,50 +641,42 @@ class DaskShards:
     # left to itself the scheduler may put several on one worker (after
     # earlier losses, all of them), and one hung machine then takes them all.
     @classmethod
-    def create(cls, client: Any, n_shards: int, options: dict[str, Any]) -> DaskShards:
-        return cls(client, _spread(client, _new_box, [(options,)] * n_shards))
+    def create(cls, client: Any, n_shards: int, options: dict[str, Any], patience: float) -> DaskShards:
+        with _guard(client):
+            return cls(client, _spread(client, _new_box, [(options,)] * n_shards, patience), patience)
 
     @classmethod
-    def open(cls, client: Any, folders: Sequence[str]) -> DaskShards:
-        futures = _spread(client, _load_box, [(folder,) for folder in folders])
-        shards = cls(client, futures)
-        shards._gather(futures, range(len(futures)), timeout=None, allow_partial=False)  # fail early on a bad folder
-        return shards
+    def open(cls, client: Any, folders: Sequence[str], expected: Sequence[Expected], patience: float) -> DaskShards:
+        # Each shard loads on a worker and stays there; a bad folder fails
+        # its task, which _spread raises here.
+        with _guard(client):
+            futures = _spread(client, load_shard, list(zip(folders, expected)), patience)
+        return cls(client, futures, patience)
 
     def __len__(self) -> int:
         return len(self.futures)
 
     def _gather(
-        self, futures: Sequence[Any], shards: Iterable[int], *, timeout: float | None, allow_partial: bool
+        self, futures: Sequence[Any], shards: Iterable[int], *, deadline: float | None, allow_partial: bool
     ) -> dict[int, Any]:
-        from distributed import wait
-
+        """The results of ``futures`` (small values: never a shard) that finished by ``deadline``."""
+        shards = list(shards)
         if futures:
-            # wait() raises on a timeout instead of returning what finished.
-            with contextlib.suppress(TimeoutError):
-                wait(list(futures), timeout=timeout, return_when="ALL_COMPLETED")  # type: ignore[no-untyped-call]
-        finished: dict[int, Any] = {}
-        missing: list[int] = []
-        failures: list[str] = []
-        for i, fut in zip(shards, futures):
-            if fut.status == "finished":
-                finished[i] = fut
-                continue
-            missing.append(i)
-            if fut.status == "error":
-                exc = fut.exception()
-                if isinstance(exc, ClankerRagError):
-                    raise exc  # bad input or a bad index: the shard answered
-                failures.append(f"shard {i}: {type(exc).__name__}: {exc}")
-            else:
+            settle(self.client, futures, patience=self.patience, deadline=deadline)
+        failures = _failures(futures, shards)
+        if any(f.status == "cancelled" for f in futures) and self.client.status != "running":
+            raise scheduler_lost(self.client)
+        finished = {i: fut for i, fut in zip(shards, futures) if fut.status == "finished"}
+        for fut in futures:
+            if fut.status == "pending":
                 fut.cancel()
         # One round trip for every answer.
         out = dict(zip(finished, self.client.gather(list(finished.values())))) if finished else {}
-        self._failures = failures
+        self._failures = [f for f in failures if not f.endswith("still running")]
+        missing = [i for i in shards if i not in out]
         if missing and not allow_partial:
-            why = "; ".join(failures) if failures else f"no answer within {timeout}s"
             raise RetrievalTimeoutError(
-                f"shards {missing} of {len(self)} could not be reached ({why}); "
+                f"shards {missing} of {len(self)} could not be reached ({_why(self._failures, deadline)}); "
                 "pass allow_partial=True to accept a result without them"
             )
         return out
@@ -598,21 +686,21 @@ class DaskShards:
         fn: Callable[..., T],
         args: Mapping[int, tuple[Any, ...]],
         *,
-        timeout: float | None,
+        timeout: float,
         allow_partial: bool = False,
     ) -> dict[int, T]:
         """``fn(shard, *args[i])``: through the holder's actor, else as a task; within ``timeout``."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        out, retry = self._direct(fn, args, deadline)
-        if retry:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            futures = [self.client.submit(_run, fn, self.futures[i], *args[i], pure=False) for i in retry]
-            out.update(self._gather(futures, retry, timeout=left, allow_partial=True))
-            for i in retry:
-                self._where[i] = None  # moved or rebuilt: ask the scheduler next time
+        deadline = time.monotonic() + timeout
+        with _guard(self.client):
+            out, retry = self._direct(fn, args, deadline)
+            if retry:
+                futures = [self.client.submit(_run, fn, self.futures[i], *args[i], pure=False) for i in retry]
+                out.update(self._gather(futures, retry, deadline=deadline, allow_partial=True))
+                for i in retry:
+                    self._where[i] = None  # moved or rebuilt: ask the scheduler next time
         missing = sorted(set(args) - set(out))
         if missing and not allow_partial:
-            why = "; ".join(self._failures) if retry and self._failures else f"no answer within {timeout}s"
+            why = "; ".join(self._failures) if retry and self._failures else f"no answer within {timeout:g} s"
             raise RetrievalTimeoutError(
                 f"shards {missing} of {len(self)} could not be reached ({why}); "
                 "pass allow_partial=True to accept a result without them"
@@ -691,33 +779,64 @@ class DaskShards:
         return out, retry
 
     def change(self, changes: Mapping[int, tuple[Callable[..., T], tuple[Any, ...]]]) -> dict[int, T]:
-        submit = self.client.submit
-        results = {}
-        for i, (fn, a) in changes.items():
-            pair = submit(_change, fn, self.futures[i], *a, pure=False)
-            self.futures[i] = submit(_first, pair, pure=False)
-            results[i] = submit(_second, pair, pure=False)
-            self._where[i] = None
-        # No timeout: a change (an ingest) may take long, and a lost worker's
-        # shard is rebuilt and the change replayed by the scheduler.
-        return self._gather(list(results.values()), list(results), timeout=None, allow_partial=False)
+        with _guard(self.client):
+            submit = self.client.submit
+            results = {}
+            for i, (fn, a) in changes.items():
+                pair = submit(_change, fn, self.futures[i], *a, pure=False)
+                self.futures[i] = submit(_first, pair, pure=False)
+                results[i] = submit(_second, pair, pure=False)
+                self._where[i] = None
+            # No deadline: a change (an ingest) may take long, and a lost
+            # worker's shard is rebuilt and the change replayed by the
+            # scheduler; but no waiting without workers or a scheduler.
+            return self._gather(list(results.values()), list(results), deadline=None, allow_partial=False)
 
     def holders(self) -> list[list[str]]:
         """The workers holding each shard (none while a lost shard is being rebuilt)."""
-        who = self.client.who_has(self.futures)
+        with _guard(self.client):
+            who = self.client.sync(
+                self.client.scheduler.who_has, keys=[f.key for f in self.futures], callback_timeout=self.patience
+            )
         return [sorted(who.get(fut.key, ())) for fut in self.futures]
 
-    def save(self, folders: Sequence[str]) -> None:
+    def save(self, folders: Sequence[str], identities: Sequence[ShardIdentity]) -> None:
         client = self.client
-        saved = [client.submit(_save_box, box, folder, pure=False) for box, folder in zip(self.futures, folders)]
-        self._gather(saved, range(len(saved)), timeout=None, allow_partial=False)
-        # A fresh lineage from the saved folders (see _adopt_box).
-        fresh = _spread(client, _adopt_box, [(folder,) for folder in folders])
-        self._gather(fresh, range(len(fresh)), timeout=None, allow_partial=False)
+        with _guard(client):
+            saved = [
+                client.submit(_save_box, box, folder, new, pure=False)
+                for box, folder, new in zip(self.futures, folders, identities)
+            ]
+            self._gather(saved, range(len(saved)), deadline=None, allow_partial=False)
+            # A fresh lineage from the saved folders (see _adopt_box).
+            expected = [Expected(new.shard, new.index_id, new.generation) for new in identities]
+            fresh = _spread(client, _adopt_box, list(zip(folders, expected)), self.patience)
         self.futures = fresh
         self._where = [None] * len(fresh)
 
     def close(self) -> None:
         for fut in self.futures:
-            fut.release()
+            with contextlib.suppress(Exception):  # a client without its scheduler: nothing to release
+                fut.release()
         self.futures = []
+
+
+def _why(failures: Sequence[str], deadline: float | None) -> str:
+    if failures:
+        return "; ".join(failures)
+    return "no answer in time" if deadline is not None else "no answer"
+
+
+@contextlib.contextmanager
+def _guard(client: Any) -> Iterator[None]:
+    """Dask's errors for a lost scheduler (cancelled futures, a closed client) as one ``RetrievalTimeoutError``."""
+    from concurrent.futures import CancelledError
+
+    try:
+        yield
+    except ClankerRagError:
+        raise
+    except Exception as exc:
+        if isinstance(exc, CancelledError) or client.status != "running":
+            raise scheduler_lost(client, exc) from None
+        raise
