@@ -810,6 +810,18 @@ def read_manifest(folder: Path) -> dict[str, Any]:
         raise IndexFormatError(f"{where}: shards={n!r} does not match shard_dirs")
     if any(not isinstance(d, str) or "/" in d or "\\" in d or d in ("", ".", "..") for d in dirs):
         raise IndexFormatError(f"{where}: shard_dirs must be plain folder names inside the index folder")
+    index_id, generation = manifest.get("index_id"), manifest.get("generation")
+    if (index_id is None) != (generation is None) or (
+        index_id is not None
+        and (
+            not isinstance(index_id, str)
+            or not index_id
+            or not isinstance(generation, int)
+            or isinstance(generation, bool)
+            or generation < 1
+        )
+    ):
+        raise IndexFormatError(f"{where}: index_id={index_id!r}, generation={generation!r} are malformed")
     if manifest.get("placement") != PLACEMENT:
         raise IndexFormatError(f"{where}: placement={manifest.get('placement')!r}, this version places by {PLACEMENT}")
     return manifest
