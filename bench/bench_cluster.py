@@ -138,31 +138,35 @@ def same(a: list[list[tuple[str, float]]], b: list[list[tuple[str, float]]]) -> 
     return len(a) == len(b)
 
 
-def vm_rss() -> int:
-    """Resident bytes of this process now (VmRSS), not the page-count estimate of statm."""
+# Run with ``python -c`` in a fresh process whose clanker_rag is the deployment's tree: the resident
+# memory a ``load`` on the cluster adds to the client (VmRSS after, less before; and the peak, VmHWM,
+# reset before the load: it counts what passed through and went, such as shards gathered and dropped).
+OPEN_PROBE = """
+import contextlib, gc, json, sys, time
+from distributed import Client
+from clanker_rag.cluster import ShardedKnowledgeBase
+
+def status(field):
     with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS in /proc/self/status")
+        return next(int(line.split()[1]) * 1024 for line in fh if line.startswith(field + ":"))
 
-
-def open_probe(folder: str, address: str, term_tables: bool) -> None:
-    """In a fresh process: the resident memory a ``load`` on the cluster adds to this client."""
-    from distributed import Client
-
-    with Client(address, timeout=30) as client:
-        client.wait_for_workers(3, timeout=120)
-        gc.collect()
-        before = vm_rss()
-        t = time.perf_counter()
-        kb = ShardedKnowledgeBase.load(folder, client=client, term_tables=term_tables)
-        seconds = time.perf_counter() - t
-        gc.collect()
-        after = vm_rss()
-        hits = [(h.source, h.score) for h in kb.search("def return self", 10)]
-        kb.close()
-    print(json.dumps({"grew_bytes": after - before, "open_s": round(seconds, 3), "hits": hits}))
+folder, address, tables = sys.argv[1], sys.argv[2], sys.argv[3] == "True"
+with Client(address, timeout=30) as client:
+    client.wait_for_workers(3, timeout=120)
+    gc.collect()
+    with contextlib.suppress(OSError), open("/proc/self/clear_refs", "w") as fh:
+        fh.write("5")
+    before = status("VmRSS")
+    t = time.perf_counter()
+    kb = ShardedKnowledgeBase.load(folder, client=client, term_tables=tables)
+    seconds = time.perf_counter() - t
+    gc.collect()
+    after, peak = status("VmRSS"), status("VmHWM")
+    hits = [(h.source, h.score) for h in kb.search("def return self", 10)]
+    kb.close()
+print(json.dumps({"grew_bytes": after - before, "peak_bytes": peak - before, "open_s": round(seconds, 3),
+                  "hits": hits}))
+"""
 
 
 class Deployment:
@@ -172,6 +176,7 @@ class Deployment:
         import socket
         import subprocess
 
+        self.tree = tree
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
@@ -188,8 +193,9 @@ class Deployment:
             [sys.executable, "-m", "distributed.cli.dask_worker", self.address, "--nthreads", "1", *loopback]
         ] * n_workers
         self.procs = [
+            # In the tree: ``python -m`` puts the working folder first on the path.
             subprocess.Popen(
-                c, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+                c, cwd=tree, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
             )
             for c in cmds
         ]
@@ -203,7 +209,9 @@ class Deployment:
         import subprocess
 
         t = time.perf_counter()
-        done = subprocess.run([sys.executable, *args], env=self.env, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(
+            [sys.executable, *args], cwd=self.tree, env=self.env, capture_output=True, text=True, timeout=timeout
+        )
         return done.returncode, done.stdout if done.returncode == 0 else done.stderr, time.perf_counter() - t
 
     def close(self) -> None:
@@ -216,11 +224,12 @@ class Deployment:
 def measure_open(dep: Deployment, folder: Path, searches: int) -> dict[str, object]:
     out: dict[str, object] = {}
     for tables in (True, False):
-        code, text, _ = dep.run(str(Path(__file__).resolve()), "--open-probe", str(folder), dep.address, str(tables))
+        code, text, _ = dep.run("-c", OPEN_PROBE, str(folder), dep.address, str(tables))
         assert code == 0, text
         probe = json.loads(text.strip().splitlines()[-1])
         out["term_tables" if tables else "no_term_tables"] = {
             "client_grew_mb": round(probe["grew_bytes"] / 1e6, 1),
+            "client_peak_grew_mb": round(probe["peak_bytes"] / 1e6, 1),
             "open_s": probe["open_s"],
         }
         out.setdefault("hits", probe["hits"])
@@ -232,6 +241,9 @@ def measure_open(dep: Deployment, folder: Path, searches: int) -> dict[str, obje
         assert code == 0, text
         walls.append(seconds)
     out["cli_search_s"] = {"median": round(statistics.median(walls), 2), "min": round(min(walls), 2)}
+    # The floor of any such command: a fresh Python importing Dask's client and the sharded index.
+    floor = [dep.run("-c", "import distributed, clanker_rag.cluster")[2] for _ in range(searches)]
+    out["python_and_dask_import_s"] = round(statistics.median(floor), 2)
     return out
 
 
@@ -255,6 +267,7 @@ def writer_runs(dep: Deployment, runs: int, tmp: Path) -> dict[str, object]:
         procs = {
             tag: subprocess.Popen(
                 [sys.executable, *ingest, str(trees[tag][0]), "--prefix", f"{tag}/"],
+                cwd=dep.tree,
                 env=dep.env,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
@@ -311,9 +324,6 @@ def deployment(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    if len(sys.argv) == 5 and sys.argv[1] == "--open-probe":
-        open_probe(sys.argv[2], sys.argv[3], sys.argv[4] == "True")
-        return
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--chunks", type=int, default=30_000)
     ap.add_argument("--queries", type=int, default=200)

@@ -55,7 +55,12 @@ def run_cluster(args: argparse.Namespace, hooks: CliHooks) -> int:
             return _ingest(args, path, client, hooks, timeout)
         if not (path / _MANIFEST).is_file():
             raise ConfigError(f"{path}: no sharded index (build one with: {PROG} ingest TREE --index {path} --cluster)")
-        kb = ShardedKnowledgeBase.load(path, client=client, timeout=timeout)
+        # A one-shot command asks the shards for its query terms' figures (one
+        # more round trip) rather than fetch every shard's term table first:
+        # same scores, and no vocabulary through this process.  serve keeps
+        # the tables: it searches many times.
+        tables = args.command == "serve"
+        kb = ShardedKnowledgeBase.load(path, client=client, timeout=timeout, term_tables=tables)
         try:
             if args.command == "search":
                 return hooks.print_search(args, kb)

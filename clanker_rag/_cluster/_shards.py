@@ -633,6 +633,9 @@ class DaskShards:
         self._where: list[str | None] = [None] * len(futures)
         self._servers: dict[str, Any] = {}
         self._failures: list[str] = []  # why the last tasks run for shards failed
+        # The folders the shards were last opened from or saved to, while no
+        # change has been made since: what a lost scheduler's shards reload from.
+        self.origin: list[tuple[str, Expected]] | None = None
 
     # Tasks that build shards carry only loose worker restrictions
     # (allow_other_workers): the scheduler reruns them to rebuild a lost
@@ -649,12 +652,37 @@ class DaskShards:
     def open(cls, client: Any, folders: Sequence[str], expected: Sequence[Expected], patience: float) -> DaskShards:
         # Each shard loads on a worker and stays there; a bad folder fails
         # its task, which _spread raises here.
+        origin = list(zip(folders, expected))
         with _guard(client):
-            futures = _spread(client, load_shard, list(zip(folders, expected)), patience)
-        return cls(client, futures, patience)
+            futures = _spread(client, load_shard, origin, patience)
+        shards = cls(client, futures, patience)
+        shards.origin = origin
+        return shards
 
     def __len__(self) -> int:
         return len(self.futures)
+
+    def _revive(self) -> None:
+        """Reload the shards from their last save when the scheduler lost them (it went away and came back).
+
+        Dask cancels every future of a client that lost its scheduler; the
+        client reconnects when the scheduler is back within the client's
+        timeout.  Shards changed since their last save cannot come back:
+        that is an error saying so.
+        """
+        if not any(f.status == "cancelled" for f in self.futures):
+            return
+        if self.origin is None:
+            raise RetrievalTimeoutError(
+                "the Dask scheduler lost this index's shards (it went away), with the changes made since the "
+                "last save: open the index again"
+            )
+        log.warning(
+            "the Dask scheduler lost the shards; loading them again from %s", os.path.dirname(self.origin[0][0])
+        )
+        self.futures = _spread(self.client, load_shard, self.origin, self.patience)
+        self._where = [None] * len(self.futures)
+        self._servers = {}
 
     def _gather(
         self, futures: Sequence[Any], shards: Iterable[int], *, deadline: float | None, allow_partial: bool
@@ -692,6 +720,7 @@ class DaskShards:
         """``fn(shard, *args[i])``: through the holder's actor, else as a task; within ``timeout``."""
         deadline = time.monotonic() + timeout
         with _guard(self.client):
+            self._revive()
             out, retry = self._direct(fn, args, deadline)
             if retry:
                 futures = [self.client.submit(_run, fn, self.futures[i], *args[i], pure=False) for i in retry]
@@ -780,6 +809,8 @@ class DaskShards:
 
     def change(self, changes: Mapping[int, tuple[Callable[..., T], tuple[Any, ...]]]) -> dict[int, T]:
         with _guard(self.client):
+            self._revive()
+            self.origin = None  # the shards now differ from their folders
             submit = self.client.submit
             results = {}
             for i, (fn, a) in changes.items():
@@ -803,6 +834,7 @@ class DaskShards:
     def save(self, folders: Sequence[str], identities: Sequence[ShardIdentity]) -> None:
         client = self.client
         with _guard(client):
+            self._revive()
             saved = [
                 client.submit(_save_box, box, folder, new, pure=False)
                 for box, folder, new in zip(self.futures, folders, identities)
@@ -810,8 +842,10 @@ class DaskShards:
             self._gather(saved, range(len(saved)), deadline=None, allow_partial=False)
             # A fresh lineage from the saved folders (see _adopt_box).
             expected = [Expected(new.shard, new.index_id, new.generation) for new in identities]
-            fresh = _spread(client, _adopt_box, list(zip(folders, expected)), self.patience)
+            origin = list(zip(folders, expected))
+            fresh = _spread(client, _adopt_box, origin, self.patience)
         self.futures = fresh
+        self.origin = origin
         self._where = [None] * len(fresh)
 
     def close(self) -> None:

@@ -59,6 +59,8 @@ def workers_within(client: Any, patience: float) -> list[str]:
     """The scheduler's workers, waiting up to ``patience`` seconds for the first to join."""
     deadline = time.monotonic() + patience
     while True:
+        if client.status in ("closing", "closed"):
+            raise scheduler_lost(client)  # gave up reconnecting: it never will
         workers = _workers(client)
         if workers:
             return workers

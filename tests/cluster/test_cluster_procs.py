@@ -196,3 +196,30 @@ def test_ingest_and_search_on_processes_match_one_machine(procs, tmp_path):
     assert (
         os.stat(index / "cluster.json").st_mode & 0o777 == os.stat(index / "shard-000" / "index.json").st_mode & 0o777
     )
+
+
+def test_the_session_reloads_its_shards_when_the_scheduler_is_back(tmp_path):
+    """Scheduler and workers gone and started again (as supervisors do): the open index searches again,
+    its shards loaded from the last save; one changed since cannot come back, and says so."""
+    index = tmp_path / "idx"
+    kb = ShardedKnowledgeBase(2)
+    kb.add_texts([("proxy streams tokens", "a.md"), ("controller splices proxy", "b.md"), ("gamma", "c.md")])
+    kb.save(index)
+    with cluster(2) as procs:
+        client = connect(procs.address, timeout=120)  # how long the client tries to reconnect
+        try:
+            sharded = ShardedKnowledgeBase.load(index, client=client, timeout=60)
+            changed = ShardedKnowledgeBase.load(index, client=client, timeout=60)
+            changed.add_text("unsaved", "d.md")
+            before = [(h.source, h.score) for h in sharded.search("proxy", 3)]
+            procs.stop()
+            procs.start_scheduler()
+            procs.start_worker()
+            procs.start_worker()
+            assert [(h.source, h.score) for h in sharded.search("proxy", 3)] == before
+            assert sharded.sources() == ["a.md", "b.md", "c.md"]
+            with pytest.raises(RetrievalTimeoutError, match="with the changes made since the last save"):
+                changed.search("proxy", 3)
+            sharded.close()
+        finally:
+            close_client(client)
