@@ -107,12 +107,16 @@ def require_dask() -> None:
         raise MissingExtraError(_INSTALL_HINT) from None
 
 
-def connect(address: str, *, n_workers: int | None = None, timeout: float = 30.0) -> Any:
+def connect(
+    address: str, *, n_workers: int | None = None, timeout: float = 30.0, worker_log_level: int = logging.WARNING
+) -> Any:
     """A ``distributed.Client`` for ``address``; ``"local"`` starts a loopback ``LocalCluster``.
 
     ``timeout`` bounds the wait for the scheduler (seconds): an unreachable
-    address is a ``RetrievalTimeoutError``.  Closing the client also closes
-    a cluster started here.
+    address is a ``RetrievalTimeoutError``.  ``worker_log_level``: what the
+    local cluster's processes (which share this process's stderr) print; a
+    shard's error reaches the caller as an exception either way.  Closing
+    the client also closes a cluster started here.
     """
     require_dask()
     from distributed import Client, LocalCluster
@@ -132,6 +136,7 @@ def connect(address: str, *, n_workers: int | None = None, timeout: float = 30.0
                 n_workers=n_workers if n_workers is not None else min(3, os.cpu_count() or 1),
                 threads_per_worker=1,
                 dashboard_address=None,  # no dashboard
+                silence_logs=worker_log_level,
                 # The scheduler still serves a few HTTP routes (health, metrics):
                 # on loopback, on a free port. Left alone it tries 8787 and
                 # warns when another cluster on this machine holds it.

@@ -49,7 +49,10 @@ def run_cluster(args: argparse.Namespace, hooks: CliHooks) -> int:
     timeout = getattr(args, "cluster_timeout", DEFAULT_TIMEOUT)
     if not 0 < timeout < 1e6:
         raise ConfigError(f"--cluster-timeout={timeout:g} is out of range: expected seconds in (0, 1e6)")
-    client = connect(args.cluster, timeout=min(timeout, 30.0))
+    # A local cluster's workers print to this terminal: their "Compute Failed" tracebacks would
+    # stand before the one-line error the command prints for the same failure.
+    quiet = logging.DEBUG if getattr(args, "debug", False) else logging.CRITICAL
+    client = connect(args.cluster, timeout=min(timeout, 30.0), worker_log_level=quiet)
     try:
         if args.command == "ingest":
             return _ingest(args, path, client, hooks, timeout)

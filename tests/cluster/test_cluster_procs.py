@@ -223,3 +223,16 @@ def test_the_session_reloads_its_shards_when_the_scheduler_is_back(tmp_path):
             sharded.close()
         finally:
             close_client(client)
+
+
+def test_a_damaged_shard_on_a_local_cluster_is_one_line(tmp_path):
+    """``--cluster local`` runs its workers on this terminal: their task tracebacks stay off it."""
+    index = tmp_path / "idx"
+    kb = ShardedKnowledgeBase(3)
+    kb.add_texts((f"proxy streams {i}", f"f{i}.md") for i in range(9))
+    kb.save(index)
+    (index / "shard-001" / "index.json").write_text("{ not json")
+    done, _ = cli("search", "proxy", "--index", str(index), "--cluster", "local", "--json")
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.count("\n") == 1 and "Compute Failed" not in done.stderr, done.stderr
+    assert "shard-001" in done.stderr and "on worker tcp://127.0.0.1:" in done.stderr
