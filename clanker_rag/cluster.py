@@ -36,10 +36,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
+from ._cluster._dask_shards import DaskShards
 from ._cluster._identity import Expected, ShardIdentity, write_json
 from ._cluster._shards import (
     PLACEMENT,
-    DaskShards,
     LocalShards,
     ProgressEvents,
     ShardInfo,
