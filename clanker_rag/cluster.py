@@ -349,6 +349,7 @@ class ShardedKnowledgeBase:
         shards: int | None = None,
         timeout: float = DEFAULT_TIMEOUT,
         term_tables: bool = True,
+        replicas: int = 1,
     ) -> ShardedKnowledgeBase:
         """Open a sharded index folder written by :meth:`save`.
 
@@ -356,6 +357,11 @@ class ShardedKnowledgeBase:
         storage the workers can read); without one, in this process.
         ``shards`` (optional) must equal the saved shard count: sources are
         placed by it, so another count is refused rather than misplacing them.
+        ``replicas=2`` loads a second copy of each shard on another worker
+        (twice the workers' memory): each read goes to the copy whose worker
+        has been faster and, when it is slow to answer, to the other too
+        (hedged), so one hung worker does not stall searches.  A change drops
+        the second copies until the next save.
         """
         folder = Path(path).absolute()
         manifest = read_manifest(folder)
@@ -366,6 +372,8 @@ class ShardedKnowledgeBase:
                 f"open it with {n}, or ingest into a new folder with {shards}"
             )
         _check_timeout(timeout)
+        if isinstance(replicas, bool) or replicas not in (1, 2):
+            raise ConfigError(f"replicas={replicas!r} is out of range: expected 1 or 2")
         folders = [str(folder / name) for name in manifest["shard_dirs"]]
         index_id, generation = manifest.get("index_id"), manifest.get("generation")
         expected = [Expected(i, index_id, generation) for i in range(n)]
@@ -373,7 +381,7 @@ class ShardedKnowledgeBase:
             home: LocalShards | DaskShards = LocalShards.open(folders, expected)
         else:
             require_dask()
-            home = DaskShards.open(client, folders, expected, float(timeout))
+            home = DaskShards.open(client, folders, expected, float(timeout), replicas)
         settings = home.map(shard_settings, {0: ()}, timeout=timeout)[0]
         self = cls.__new__(cls)
         analyzer = Analyzer.from_settings(settings["analyzer"])

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import pickle
@@ -24,6 +25,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from .._exceptions import ClankerRagError, RetrievalTimeoutError
+from ._hedged import Attempt, Latency, hedged_answers
 from ._identity import Expected, ShardIdentity
 from ._shards import ShardBox, load_shard, new_box, save_shard
 from ._waits import scheduler_lost, settle, workers_within
@@ -36,8 +38,6 @@ T = TypeVar("T")
 # Seconds to wait for a worker's ShardServer to start (tens of milliseconds
 # when the worker is there): a worker that just died may still be listed.
 _ACTOR_START = 2.0
-# Seconds between checks that the workers a search waits for still hold their shards.
-_RECHECK = 0.5
 
 
 def _run(fn: Callable[..., T], box: ShardBox, *args: Any) -> T:
@@ -100,50 +100,6 @@ class ShardServer:
 _NOT_HERE = pickle.dumps((False, None))
 
 
-async def _answers(
-    client: Any, calls: Mapping[int, tuple[Any, str, str]], timeout: float | None
-) -> dict[int, tuple[bool, Any]]:
-    """The actor calls ``(call, shard key, worker)`` that answered within ``timeout``:
-    ``(True, value)`` or ``(False, exception)``.
-
-    A call whose worker no longer holds its shard (it died: the scheduler
-    knows within moments) is given up with an ``OSError``, to be run as a
-    task: the call itself would go on trying to connect to the dead worker
-    for Dask's connect timeout (30 s by default).
-    """
-    loop = asyncio.get_running_loop()
-    deadline = None if timeout is None else loop.time() + timeout
-    tasks = {i: asyncio.ensure_future(_outcome(call)) for i, (call, _, _) in calls.items()}
-    out: dict[int, tuple[bool, Any]] = {}
-    while True:
-        pending = [t for i, t in tasks.items() if i not in out and not t.done()]
-        left = None if deadline is None else deadline - loop.time()
-        if not pending or (left is not None and left <= 0):
-            break
-        await asyncio.wait(pending, timeout=_RECHECK if left is None else min(_RECHECK, left))
-        waiting = [i for i, t in tasks.items() if i not in out and not t.done()]
-        if waiting:
-            who = await client.scheduler.who_has(keys=[calls[i][1] for i in waiting])
-            for i in waiting:
-                if calls[i][2] not in who.get(calls[i][1], ()):
-                    out[i] = (False, OSError(f"worker {calls[i][2]} no longer holds shard {i}"))
-    for i, task in tasks.items():
-        if i in out:
-            task.cancel()
-        elif task.done():
-            out[i] = task.result()
-        else:
-            task.cancel()
-    return out
-
-
-async def _outcome(call: Any) -> tuple[bool, Any]:
-    try:
-        return True, await call
-    except Exception as exc:  # handed to the caller, which sorts them
-        return False, exc
-
-
 def _first(pair: tuple[ShardBox, Any]) -> ShardBox:
     return pair[0]
 
@@ -175,7 +131,9 @@ def _adopt_box(folder: str, expected: Expected) -> ShardBox:
     return load_shard(folder, expected)
 
 
-def _spread(client: Any, fn: Callable[..., Any], args: Sequence[tuple[Any, ...]], patience: float) -> list[Any]:
+def _spread(
+    client: Any, fn: Callable[..., Any], args: Sequence[tuple[Any, ...]], patience: float, offset: int = 0
+) -> list[Any]:
     """Build one shard per ``args`` item, shard i loosely preferring the i-th worker; wait for them.
 
     The shards stay on the workers: only their status comes back (a shard
@@ -188,7 +146,7 @@ def _spread(client: Any, fn: Callable[..., Any], args: Sequence[tuple[Any, ...]]
     # Asks the scheduler: the client's cached view may list a lost worker.
     workers = workers_within(client, patience)
     futures = [
-        client.submit(fn, *a, workers=[workers[i % len(workers)]], allow_other_workers=True, pure=False)
+        client.submit(fn, *a, workers=[workers[(i + offset) % len(workers)]], allow_other_workers=True, pure=False)
         for i, a in enumerate(args)
     ]
     try:
@@ -264,6 +222,13 @@ class DaskShards:
         # The folders the shards were last opened from or saved to, while no
         # change has been made since: what a lost scheduler's shards reload from.
         self.origin: list[tuple[str, Expected]] | None = None
+        # replicas=2: a second copy of each shard, loaded from the same folder
+        # on the next worker, for reads only (see _hedged); dropped by a
+        # change, loaded again by the next save.
+        self.replicas = 1
+        self.mirrors: list[Any] | None = None
+        self._mirror_where: list[str | None] = [None] * len(futures)
+        self._latency = Latency()
 
     # Tasks that build shards carry only loose worker restrictions
     # (allow_other_workers): the scheduler reruns them to rebuild a lost
@@ -277,15 +242,32 @@ class DaskShards:
             return cls(client, _spread(client, new_box, [(options,)] * n_shards, patience), patience)
 
     @classmethod
-    def open(cls, client: Any, folders: Sequence[str], expected: Sequence[Expected], patience: float) -> DaskShards:
+    def open(
+        cls, client: Any, folders: Sequence[str], expected: Sequence[Expected], patience: float, replicas: int = 1
+    ) -> DaskShards:
         # Each shard loads on a worker and stays there; a bad folder fails
         # its task, which _spread raises here.
         origin = list(zip(folders, expected))
         with _guard(client):
             futures = _spread(client, load_shard, origin, patience)
-        shards = cls(client, futures, patience)
-        shards.origin = origin
+            shards = cls(client, futures, patience)
+            shards.origin = origin
+            shards.replicas = replicas
+            shards._load_mirrors()
         return shards
+
+    def _load_mirrors(self) -> None:
+        """With ``replicas=2``: the second copies, each shard on the worker after its first copy's."""
+        self._drop_mirrors()
+        if self.replicas > 1 and self.origin is not None:
+            self.mirrors = _spread(self.client, load_shard, self.origin, self.patience, offset=1)
+            self._mirror_where = [None] * len(self.mirrors)
+
+    def _drop_mirrors(self) -> None:
+        for fut in self.mirrors or ():
+            with contextlib.suppress(Exception):  # a client without its scheduler: nothing to release
+                fut.release()
+        self.mirrors = None
 
     def __len__(self) -> int:
         return len(self.futures)
@@ -311,6 +293,7 @@ class DaskShards:
         self.futures = _spread(self.client, load_shard, self.origin, self.patience)
         self._where = [None] * len(self.futures)
         self._servers = {}
+        self._load_mirrors()
 
     def _gather(
         self, futures: Sequence[Any], shards: Iterable[int], *, deadline: float | None, allow_partial: bool
@@ -354,7 +337,7 @@ class DaskShards:
                 futures = [self.client.submit(_run, fn, self.futures[i], *args[i], pure=False) for i in retry]
                 out.update(self._gather(futures, retry, deadline=deadline, allow_partial=True))
                 for i in retry:
-                    self._where[i] = None  # moved or rebuilt: ask the scheduler next time
+                    self._where[i] = self._mirror_where[i] = None  # moved or rebuilt: ask the scheduler next time
         missing = sorted(set(args) - set(out))
         if missing and not allow_partial:
             why = "; ".join(self._failures) if retry and self._failures else f"no answer within {timeout:g} s"
@@ -379,66 +362,67 @@ class DaskShards:
         return server
 
     def _direct(
-        self, fn: Callable[..., T], args: Mapping[int, tuple[Any, ...]], deadline: float | None
+        self, fn: Callable[..., T], args: Mapping[int, tuple[Any, ...]], deadline: float
     ) -> tuple[dict[int, T], list[int]]:
-        """Reads through the actors: the answers, and the shards to run as tasks instead.
-
-        A shard whose actor gave no answer in time is in neither.
-        """
-        if any(self._where[i] is None for i in args):
-            who = self.client.who_has([self.futures[i] for i in args])
-            for i in args:
-                holders = sorted(who.get(self.futures[i].key, ()))
-                self._where[i] = holders[0] if holders else None
-        calls: dict[int, tuple[Any, str, str]] = {}
+        """Reads through the actors (each shard's copies, hedged): the answers, and the shards to run as
+        tasks instead.  A shard whose actors gave no answer in time is in neither."""
+        copies = [(self.futures, self._where)]
+        if self.mirrors is not None:
+            copies.append((self.mirrors, self._mirror_where))
+        if any(where[i] is None for _, where in copies for i in args):
+            who = self.client.who_has([futures[i] for futures, _ in copies for i in args])
+            for futures, where in copies:
+                for i in args:
+                    holders = sorted(who.get(futures[i].key, ()))
+                    where[i] = holders[0] if holders else None
+        reads: dict[int, list[Attempt]] = {}
         retry: list[int] = []
         gone: set[str] = set()
         packed: dict[int, bytes] = {}  # by id of the argument tuple: shards often share one
         for i, a in args.items():
-            address = self._where[i]
-            if address is None or address in gone:
-                retry.append(i)
-                continue
             payload = packed.get(id(a))
             if payload is None:
                 payload = packed[id(a)] = pickle.dumps((fn, a), protocol=pickle.HIGHEST_PROTOCOL)
-            try:
-                calls[i] = (
-                    self._server(address, deadline).call(self.futures[i].key, payload),
-                    self.futures[i].key,
-                    address,
-                )
-            except Exception:  # the worker is gone, and its actor with it
-                self._servers.pop(address, None)
-                gone.add(address)
+            attempts: list[Attempt] = []
+            for futures, where in copies:
+                address = where[i]
+                if address is None or address in gone or any(t.worker == address for t in attempts):
+                    continue
+                try:
+                    call = functools.partial(self._server(address, deadline).call, futures[i].key, payload)
+                except Exception:  # the worker is gone, and its actor with it
+                    self._servers.pop(address, None)
+                    gone.add(address)
+                    continue
+                attempts.append(Attempt(call, futures[i].key, address))
+            if attempts:
+                reads[i] = attempts
+            else:
                 retry.append(i)
         # One wait on the client's event loop for every call (a wait each
         # would hand over to that loop and back once a shard).
         from distributed.utils import sync
 
-        left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        answers = sync(self.client.loop, _answers, self.client, calls, left) if calls else {}
+        left = max(0.0, deadline - time.monotonic())
+        answers = sync(self.client.loop, hedged_answers, self.client, reads, left, self._latency) if reads else {}
         out: dict[int, T] = {}
         for i, (ok, value) in answers.items():
-            if not ok:
-                if isinstance(value, ClankerRagError):
-                    raise value  # bad input or a bad index: the shard answered
-                address = self._where[i]
-                if address is not None:
-                    self._servers.pop(address, None)
-                retry.append(i)
+            if ok:
+                out[i] = value
                 continue
-            found, result = pickle.loads(value)
-            if found:
-                out[i] = result
-            else:
-                retry.append(i)
+            if isinstance(value, ClankerRagError):
+                raise value  # bad input or a bad index: the shard answered
+            address = self._where[i]
+            if address is not None:
+                self._servers.pop(address, None)
+            retry.append(i)
         return out, retry
 
     def change(self, changes: Mapping[int, tuple[Callable[..., T], tuple[Any, ...]]]) -> dict[int, T]:
         with _guard(self.client):
             self._revive()
             self.origin = None  # the shards now differ from their folders
+            self._drop_mirrors()  # and from their second copies
             submit = self.client.submit
             results = {}
             for i, (fn, a) in changes.items():
@@ -453,11 +437,14 @@ class DaskShards:
 
     def holders(self) -> list[list[str]]:
         """The workers holding each shard (none while a lost shard is being rebuilt)."""
+        mirrors = self.mirrors or []
+        keys = [f.key for f in [*self.futures, *mirrors]]
         with _guard(self.client):
-            who = self.client.sync(
-                self.client.scheduler.who_has, keys=[f.key for f in self.futures], callback_timeout=self.patience
-            )
-        return [sorted(who.get(fut.key, ())) for fut in self.futures]
+            who = self.client.sync(self.client.scheduler.who_has, keys=keys, callback_timeout=self.patience)
+        out = [sorted(who.get(fut.key, ())) for fut in self.futures]
+        for held, mirror in zip(out, mirrors):
+            held.extend(w for w in sorted(who.get(mirror.key, ())) if w not in held)
+        return out
 
     def save(self, folders: Sequence[str], identities: Sequence[ShardIdentity]) -> None:
         client = self.client
@@ -475,8 +462,11 @@ class DaskShards:
         self.futures = fresh
         self.origin = origin
         self._where = [None] * len(fresh)
+        with _guard(client):
+            self._load_mirrors()
 
     def close(self) -> None:
+        self._drop_mirrors()
         for fut in self.futures:
             with contextlib.suppress(Exception):  # a client without its scheduler: nothing to release
                 fut.release()
