@@ -25,6 +25,8 @@ them), with a sharded index of ``--chunks`` chunks saved to disk:
   without the client's term tables, beside the index's size on disk;
 - the wall time of one ``clanker-rag search --cluster`` (a fresh process:
   start, connect, open, search, print), median of ``--searches`` runs;
+- median search time with one and two copies of each shard (``replicas``),
+  and with two while one worker is stopped (SIGSTOP);
 - ``--writer-runs`` runs of two ``clanker-rag ingest --cluster`` started
   together into one index: runs where both exited 0, and files missing.
 
@@ -169,6 +171,46 @@ print(json.dumps({"grew_bytes": after - before, "peak_bytes": peak - before, "op
 """
 
 
+# In a fresh process: median search time with one and two copies of each shard, and with two while
+# the worker holding shard 0's first copy is stopped (SIGSTOP: a hung machine, connected and silent).
+REPLICA_PROBE = """
+import json, os, signal, statistics, sys, time
+from distributed import Client
+from clanker_rag.cluster import ShardedKnowledgeBase
+
+folder, address, queries = sys.argv[1], sys.argv[2], json.loads(open(sys.argv[3]).read())
+
+def median_ms(kb):
+    ms = []
+    for q in queries:
+        t = time.perf_counter()
+        kb.search(q, 10)
+        ms.append((time.perf_counter() - t) * 1000)
+    return round(statistics.median(ms), 2), round(max(ms), 1)
+
+out = {}
+with Client(address, timeout=30) as client:
+    client.wait_for_workers(3, timeout=120)
+    for replicas in (1, 2):
+        kb = ShardedKnowledgeBase.load(folder, client=client, replicas=replicas, timeout=30)
+        median_ms(kb)  # warm up
+        want = [[(h.source, h.score) for h in kb.search(q, 10)] for q in queries]
+        out[f"replicas_{replicas}_ms"] = median_ms(kb)
+        if replicas == 2:
+            victim = kb.shard_workers()[0][0]
+            pid = client.run(os.getpid, workers=[victim])[victim]
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                out["replicas_2_one_worker_stopped_ms"] = median_ms(kb)
+                got = [[(h.source, h.score) for h in kb.search(q, 10)] for q in queries]
+                out["same_hits_while_stopped"] = got == want
+            finally:
+                os.kill(pid, signal.SIGCONT)
+        kb.close()
+print(json.dumps(out))
+"""
+
+
 class Deployment:
     """A scheduler and 3 workers, separate processes on 127.0.0.1, running the clanker_rag at ``tree``."""
 
@@ -307,6 +349,12 @@ def deployment(args: argparse.Namespace) -> None:
             try:
                 # (An older tree reads this folder too: it ignores the identity files.)
                 result[name] = measure_open(dep, folder, args.searches)
+                if name == "this" and args.replica_queries:
+                    qfile = Path(tmp) / "queries.json"
+                    qfile.write_text(json.dumps(corpus.queries(texts, args.replica_queries)))
+                    code, text, _ = dep.run("-c", REPLICA_PROBE, str(folder), dep.address, str(qfile))
+                    assert code == 0, text
+                    result["replicas"] = json.loads(text.strip().splitlines()[-1])
                 if name == "this" and args.writer_runs:
                     result["writers"] = writer_runs(dep, args.writer_runs, Path(tmp))
             finally:
@@ -332,6 +380,7 @@ def main() -> None:
     ap.add_argument("--deployment", action="store_true", help="open, CLI search and writers on separate processes")
     ap.add_argument("--searches", type=int, default=5, help="--deployment: CLI searches timed")
     ap.add_argument("--writer-runs", type=int, default=10, help="--deployment: concurrent-writer runs")
+    ap.add_argument("--replica-queries", type=int, default=100, help="--deployment: queries of the replica runs")
     ap.add_argument("--baseline", metavar="TREE", help="--deployment: also measure the clanker_rag tree at TREE")
     ap.add_argument("--tmp", default=None, help="--deployment: folder for the index (default: the system's)")
     args = ap.parse_args()

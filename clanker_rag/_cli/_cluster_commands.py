@@ -63,7 +63,8 @@ def run_cluster(args: argparse.Namespace, hooks: CliHooks) -> int:
         # same scores, and no vocabulary through this process.  serve keeps
         # the tables: it searches many times.
         tables = args.command == "serve"
-        kb = ShardedKnowledgeBase.load(path, client=client, timeout=timeout, term_tables=tables)
+        replicas = getattr(args, "replicas", 1)
+        kb = ShardedKnowledgeBase.load(path, client=client, timeout=timeout, term_tables=tables, replicas=replicas)
         try:
             if args.command == "search":
                 return hooks.print_search(args, kb)

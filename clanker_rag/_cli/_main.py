@@ -91,6 +91,13 @@ def _cluster_option(p: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="with --cluster: give up after this long without a scheduler, workers or shard answers (default 60)",
     )
+    p.add_argument(
+        "--replicas",
+        type=int,
+        choices=(1, 2),
+        default=1,
+        help="with --cluster: copies of each shard to read from (2: a hung worker does not stall searches)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -193,6 +193,10 @@ def test_ingest_and_search_on_processes_match_one_machine(procs, tmp_path):
     want = [h.to_dict() for h in one.search("proxy streams t7", 10)]
     assert [g["score"] for g in got] == pytest.approx([w["score"] for w in want], rel=1e-6)
     assert got[0]["source"] == want[0]["source"]
+    query = ["search", "proxy streams t7", "--index", str(index), "--cluster", procs.address, "--json", "-k", "10"]
+    done, _ = cli(*query, "--replicas", "2")  # two copies of each shard: the same answers
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == got
     assert (
         os.stat(index / "cluster.json").st_mode & 0o777 == os.stat(index / "shard-000" / "index.json").st_mode & 0o777
     )
