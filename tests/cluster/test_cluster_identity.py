@@ -5,6 +5,7 @@ import os
 import shutil
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +19,10 @@ from clanker_rag._cluster._identity import (
     read_identity,
 )
 from clanker_rag.cluster import MANIFEST, ShardedKnowledgeBase
+
+
+# Written by commit 92ef98d, before identities: no index_id/generation, no shard.json, cluster.json 0600.
+FIXTURE = Path(__file__).resolve().parents[1] / "data" / "sharded_v1"
 
 
 def build(folder, n=3, docs=30):
@@ -238,3 +243,18 @@ def test_a_one_machine_shard_save_keeps_the_identity_in_step(tmp_path):
     build(folder)
     kb = KnowledgeBase.load(folder / "shard-000")
     assert len(kb) > 0 and os.path.exists(folder / "shard-000" / IDENTITY_FILE)
+
+
+def test_the_old_format_fixture_opens_searches_and_upgrades(tmp_path):
+    kb = ShardedKnowledgeBase.load(FIXTURE)
+    assert kb.sources() == sorted(f"docs/{i}.md" for i in range(12))
+    want = [("docs/3.md", 0.480297), ("docs/8.md", 0.480297), ("docs/4.md", 0.448468)]  # as 92ef98d found them
+    assert [(h.source, round(h.score, 6)) for h in kb.search("alpha w3", 3)] == want
+    copy = tmp_path / "idx"
+    shutil.copytree(FIXTURE, copy)
+    kb = ShardedKnowledgeBase.load(copy)
+    kb.add_text("gamma", "new.md")
+    kb.save()
+    assert manifest(copy)["generation"] == 1
+    assert [read_identity(copy / f"shard-00{i}").shard for i in range(3)] == [0, 1, 2]
+    assert len(ShardedKnowledgeBase.load(copy).sources()) == 13
