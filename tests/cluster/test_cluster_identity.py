@@ -20,7 +20,6 @@ from clanker_rag._cluster._identity import (
 )
 from clanker_rag.cluster import MANIFEST, ShardedKnowledgeBase
 
-
 # Written by commit 92ef98d, before identities: no index_id/generation, no shard.json, cluster.json 0600.
 FIXTURE = Path(__file__).resolve().parents[1] / "data" / "sharded_v1"
 
