@@ -158,9 +158,33 @@ def connect(
     try:
         return Client(address, timeout=timeout)  # type: ignore[no-untyped-call]
     except OSError as exc:  # distributed's connect timeout and refusals are OSErrors
+        _close_unstarted(exc)
         raise RetrievalTimeoutError(
             f"cannot reach the Dask scheduler at {address} within {timeout:g} s ({exc})"
         ) from None
+
+
+def _close_unstarted(exc: BaseException) -> None:
+    """Stop the event loop of the client whose constructor raised ``exc``.
+
+    The loop's thread starts before the connection is tried, and neither the
+    failed constructor nor ``close()`` of a client that never connected
+    stops it (distributed 2026.8): it would run until the half-made client
+    is garbage collected, and a process with threads no longer forks its
+    ingest workers (``clanker_rag._ingest._parallel``).
+    """
+    from distributed import Client
+
+    tb = exc.__traceback__
+    while tb is not None:
+        made = tb.tb_frame.f_locals.get("self")
+        if isinstance(made, Client):
+            runner = getattr(made, "_loop_runner", None)
+            with contextlib.suppress(Exception):
+                if runner is not None:
+                    runner.stop()
+            return
+        tb = tb.tb_next
 
 
 def close_client(client: Any) -> None:

@@ -22,6 +22,16 @@ from clanker_rag.cluster import ShardedKnowledgeBase, close_client, connect
 pytestmark = pytest.mark.leaves_running("the cluster's processes are killed by their own fixture")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def no_dask_threads_after():
+    """distributed keeps one offload thread for the process's life once a client ran here; other tests
+    decide how to start worker processes by whether threads run (clanker_rag._ingest._parallel)."""
+    yield
+    from distributed.utils import _offload_executor
+
+    _offload_executor.shutdown(wait=True)
+
+
 @pytest.fixture(scope="module")
 def procs():
     with cluster(3) as p:
