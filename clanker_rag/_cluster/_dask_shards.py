@@ -159,6 +159,8 @@ def _spread(
     if failures:
         for fut in futures:
             fut.release()
+        if client.status != "running":
+            raise scheduler_lost(client)
         raise RetrievalTimeoutError(f"could not open {len(failures)} of {len(futures)} shards: {'; '.join(failures)}")
     _unpin(client, futures)
     return futures
@@ -177,8 +179,7 @@ def _failures(futures: Sequence[Any], shards: Iterable[int]) -> list[str]:
             out.append(f"shard {i}: {type(exc).__name__}: {exc}")
         elif fut.status == "cancelled":
             out.append(f"shard {i}: cancelled (the scheduler lost it, or this client lost the scheduler)")
-        else:
-            out.append(f"shard {i}: still running")
+        # (still pending: the caller's deadline passed; it reports the timeout)
     return out
 
 
@@ -311,7 +312,7 @@ class DaskShards:
                 fut.cancel()
         # One round trip for every answer.
         out = dict(zip(finished, self.client.gather(list(finished.values())))) if finished else {}
-        self._failures = [f for f in failures if not f.endswith("still running")]
+        self._failures = failures
         missing = [i for i in shards if i not in out]
         if missing and not allow_partial:
             raise RetrievalTimeoutError(
