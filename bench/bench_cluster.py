@@ -16,6 +16,25 @@ Measures, against one in-process ``KnowledgeBase`` over the same chunks:
     python bench/bench_cluster.py --chunks 30000 --queries 200 --kills 50
     python bench/bench_cluster.py --chunks 10000 --queries 50 --kills 2
 
+``--deployment`` measures instead, on a cluster of separate processes (``dask
+scheduler`` and 3 ``dask worker`` commands on 127.0.0.1, as a deployment runs
+them), with a sharded index of ``--chunks`` chunks saved to disk:
+
+- the client's memory growth opening it (``ShardedKnowledgeBase.load`` in a
+  fresh process; resident memory after the load less before it), with and
+  without the client's term tables, beside the index's size on disk;
+- the wall time of one ``clanker-rag search --cluster`` (a fresh process:
+  start, connect, open, search, print), median of ``--searches`` runs;
+- median search time with one and two copies of each shard (``replicas``),
+  and with two while one worker is stopped (SIGSTOP);
+- ``--writer-runs`` runs of two ``clanker-rag ingest --cluster`` started
+  together into one index: runs where both exited 0, and files missing.
+
+``--baseline PATH`` repeats the first two on a second cluster running the
+clanker_rag tree at PATH (an older commit), so both figures come from one run.
+
+    python bench/bench_cluster.py --deployment --chunks 22400 --writer-runs 10
+
 Prints a table and writes ``bench/results/cluster.json``.  Keep runs short on
 a shared machine: every figure is wall-clock.
 """
@@ -23,6 +42,7 @@ a shared machine: every figure is wall-clock.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import os
@@ -120,13 +140,253 @@ def same(a: list[list[tuple[str, float]]], b: list[list[tuple[str, float]]]) -> 
     return len(a) == len(b)
 
 
+# Run with ``python -c`` in a fresh process whose clanker_rag is the deployment's tree: the resident
+# memory a ``load`` on the cluster adds to the client (VmRSS after, less before; and the peak, VmHWM,
+# reset before the load: it counts what passed through and went, such as shards gathered and dropped).
+OPEN_PROBE = """
+import contextlib, gc, json, sys, time
+from distributed import Client
+from clanker_rag.cluster import ShardedKnowledgeBase
+
+def status(field):
+    with open("/proc/self/status") as fh:
+        return next(int(line.split()[1]) * 1024 for line in fh if line.startswith(field + ":"))
+
+folder, address, tables = sys.argv[1], sys.argv[2], sys.argv[3] == "True"
+with Client(address, timeout=30) as client:
+    client.wait_for_workers(3, timeout=120)
+    gc.collect()
+    with contextlib.suppress(OSError), open("/proc/self/clear_refs", "w") as fh:
+        fh.write("5")
+    before = status("VmRSS")
+    t = time.perf_counter()
+    kb = ShardedKnowledgeBase.load(folder, client=client, term_tables=tables)
+    seconds = time.perf_counter() - t
+    gc.collect()
+    after, peak = status("VmRSS"), status("VmHWM")
+    hits = [(h.source, h.score) for h in kb.search("def return self", 10)]
+    kb.close()
+print(json.dumps({"grew_bytes": after - before, "peak_bytes": peak - before, "open_s": round(seconds, 3),
+                  "hits": hits}))
+"""
+
+
+# In a fresh process: median search time with one and two copies of each shard, and with two while
+# the worker holding shard 0's first copy is stopped (SIGSTOP: a hung machine, connected and silent).
+REPLICA_PROBE = """
+import json, os, signal, statistics, sys, time
+from distributed import Client
+from clanker_rag.cluster import ShardedKnowledgeBase
+
+folder, address, queries = sys.argv[1], sys.argv[2], json.loads(open(sys.argv[3]).read())
+
+def median_ms(kb):
+    ms = []
+    for q in queries:
+        t = time.perf_counter()
+        kb.search(q, 10)
+        ms.append((time.perf_counter() - t) * 1000)
+    return round(statistics.median(ms), 2), round(max(ms), 1)
+
+out = {}
+with Client(address, timeout=30) as client:
+    client.wait_for_workers(3, timeout=120)
+    for replicas in (1, 2):
+        kb = ShardedKnowledgeBase.load(folder, client=client, replicas=replicas, timeout=30)
+        median_ms(kb)  # warm up
+        want = [[(h.source, h.score) for h in kb.search(q, 10)] for q in queries]
+        out[f"replicas_{replicas}_ms"] = median_ms(kb)
+        if replicas == 2:
+            victim = kb.shard_workers()[0][0]
+            pid = client.run(os.getpid, workers=[victim])[victim]
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                out["replicas_2_one_worker_stopped_ms"] = median_ms(kb)
+                got = [[(h.source, h.score) for h in kb.search(q, 10)] for q in queries]
+                out["same_hits_while_stopped"] = got == want
+            finally:
+                os.kill(pid, signal.SIGCONT)
+        kb.close()
+print(json.dumps(out))
+"""
+
+
+class Deployment:
+    """A scheduler and 3 workers, separate processes on 127.0.0.1, running the clanker_rag at ``tree``."""
+
+    def __init__(self, tree: Path, n_workers: int = 3) -> None:
+        import socket
+        import subprocess
+
+        self.tree = tree
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        self.address = f"tcp://127.0.0.1:{port}"
+        self.env = {
+            **os.environ,
+            "PYTHONPATH": str(tree),
+            "DASK_DISTRIBUTED__SCHEDULER__WORK_STEALING": "False",
+            "DASK_DISTRIBUTED__SCHEDULER__WORKER_SATURATION": "inf",
+        }
+        loopback = ["--host", "127.0.0.1", "--dashboard-address", "127.0.0.1:0"]
+        cmds = [[sys.executable, "-m", "distributed.cli.dask_scheduler", "--port", str(port), *loopback]]
+        cmds += [
+            [sys.executable, "-m", "distributed.cli.dask_worker", self.address, "--nthreads", "1", *loopback]
+        ] * n_workers
+        self.procs = [
+            # In the tree: ``python -m`` puts the working folder first on the path.
+            subprocess.Popen(
+                c, cwd=tree, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+            )
+            for c in cmds
+        ]
+        from distributed import Client
+
+        with Client(self.address, timeout=60) as client:
+            client.wait_for_workers(n_workers, timeout=120)
+
+    def run(self, *args: str, timeout: float = 600) -> tuple[int, str, float]:
+        """``args`` in a fresh Python with this deployment's tree: exit code, stdout, seconds."""
+        import subprocess
+
+        t = time.perf_counter()
+        done = subprocess.run(
+            [sys.executable, *args], cwd=self.tree, env=self.env, capture_output=True, text=True, timeout=timeout
+        )
+        return done.returncode, done.stdout if done.returncode == 0 else done.stderr, time.perf_counter() - t
+
+    def close(self) -> None:
+        for proc in self.procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+
+
+def measure_open(dep: Deployment, folder: Path, searches: int) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for tables in (True, False):
+        code, text, _ = dep.run("-c", OPEN_PROBE, str(folder), dep.address, str(tables))
+        assert code == 0, text
+        probe = json.loads(text.strip().splitlines()[-1])
+        out["term_tables" if tables else "no_term_tables"] = {
+            "client_grew_mb": round(probe["grew_bytes"] / 1e6, 1),
+            "client_peak_grew_mb": round(probe["peak_bytes"] / 1e6, 1),
+            "open_s": probe["open_s"],
+        }
+        out.setdefault("hits", probe["hits"])
+    walls = []
+    for _ in range(searches):
+        code, text, seconds = dep.run(
+            "-m", "clanker_rag", "search", "def return self", "--index", str(folder), "--cluster", dep.address, "--json"
+        )
+        assert code == 0, text
+        walls.append(seconds)
+    out["cli_search_s"] = {"median": round(statistics.median(walls), 2), "min": round(min(walls), 2)}
+    # The floor of any such command: a fresh Python importing Dask's client and the sharded index.
+    floor = [dep.run("-c", "import distributed, clanker_rag.cluster")[2] for _ in range(searches)]
+    out["python_and_dask_import_s"] = round(statistics.median(floor), 2)
+    return out
+
+
+def writer_runs(dep: Deployment, runs: int, tmp: Path) -> dict[str, object]:
+    """Two ingests at once into one index, ``runs`` times: both exit 0 with files missing must never happen."""
+    import subprocess
+
+    trees = {}
+    for tag, n in (("a", 20), ("b", 31), ("c", 31)):
+        for i in range(n):
+            page = tmp / "trees" / tag / f"page{i}.md"
+            page.parent.mkdir(parents=True, exist_ok=True)
+            page.write_text(f"# {tag} {i}\n\nproxy streams {tag}{i} tokens " + "word " * (i % 30))
+        trees[tag] = (tmp / "trees" / tag, n)
+    both_ok = lost = refused = 0
+    for run in range(runs):
+        index = tmp / f"writers-{run}"
+        ingest = ["-m", "clanker_rag", "ingest", "--index", str(index), "--cluster", dep.address, "--no-progress"]
+        code, text, _ = dep.run(*ingest, str(trees["a"][0]))
+        assert code == 0, text
+        procs = {
+            tag: subprocess.Popen(
+                [sys.executable, *ingest, str(trees[tag][0]), "--prefix", f"{tag}/"],
+                cwd=dep.tree,
+                env=dep.env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for tag in ("b", "c")
+        }
+        codes = {tag: (p.wait(timeout=600), p.communicate()[1]) for tag, p in procs.items()}
+        sources = set(ShardedKnowledgeBase.load(index).sources())
+        both_ok += all(c == 0 for c, _ in codes.values())
+        for tag, (c, err) in codes.items():
+            want = {f"{tag}/page{i}.md" for i in range(trees[tag][1])}
+            if c == 0:
+                lost += len(want - sources)
+            else:
+                refused += 1
+                print(f"run {run}: ingest {tag} exited {c}: {err.strip()}", file=sys.stderr)
+        lost += len({f"page{i}.md" for i in range(trees["a"][1])} - sources)
+    return {"runs": runs, "both_exit_0": both_ok, "refused_runs": refused, "files_lost": lost}
+
+
+def deployment(args: argparse.Namespace) -> None:
+    texts = corpus.chunks()[: args.chunks]
+    result: dict[str, object] = {"chunks": len(texts), "cpus": os.cpu_count(), "load": os.getloadavg()}
+    with tempfile.TemporaryDirectory(prefix="bench-cluster-", dir=args.tmp) as tmp:
+        sk = ShardedKnowledgeBase(3, chunk_size=None)
+        sk.add_texts((text, f"chunk/{i}") for i, text in enumerate(texts))
+        folder = sk.save(Path(tmp) / "idx")
+        del sk
+        gc.collect()
+        result["index_mb"] = round(sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 1e6, 1)
+        trees = {"this": HERE.parent}
+        if args.baseline:
+            trees["baseline"] = Path(args.baseline).resolve()
+        for name, tree in trees.items():
+            dep = Deployment(tree)
+            try:
+                # (An older tree reads this folder too: it ignores the identity files.)
+                result[name] = measure_open(dep, folder, args.searches)
+                if name == "this" and args.replica_queries:
+                    qfile = Path(tmp) / "queries.json"
+                    qfile.write_text(json.dumps(corpus.queries(texts, args.replica_queries)))
+                    code, text, _ = dep.run("-c", REPLICA_PROBE, str(folder), dep.address, str(qfile))
+                    assert code == 0, text
+                    result["replicas"] = json.loads(text.strip().splitlines()[-1])
+                if name == "this" and args.writer_runs:
+                    result["writers"] = writer_runs(dep, args.writer_runs, Path(tmp))
+            finally:
+                dep.close()
+        if "baseline" in result:
+            same_hits = result["baseline"]["hits"] == result["this"]["hits"]  # type: ignore[index]
+            result["same_hits_as_baseline"] = same_hits
+    for r in ("this", "baseline"):
+        if isinstance(result.get(r), dict):
+            result[r].pop("hits", None)  # type: ignore[union-attr]
+    print(json.dumps(result, indent=1))
+    out = HERE / "results" / "cluster_deployment.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(result, indent=1) + "\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--chunks", type=int, default=30_000)
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--kills", type=int, default=5)
     ap.add_argument("--no-ingest", action="store_true", help="skip the ingest throughput runs")
+    ap.add_argument("--deployment", action="store_true", help="open, CLI search and writers on separate processes")
+    ap.add_argument("--searches", type=int, default=5, help="--deployment: CLI searches timed")
+    ap.add_argument("--writer-runs", type=int, default=10, help="--deployment: concurrent-writer runs")
+    ap.add_argument("--replica-queries", type=int, default=100, help="--deployment: queries of the replica runs")
+    ap.add_argument("--baseline", metavar="TREE", help="--deployment: also measure the clanker_rag tree at TREE")
+    ap.add_argument("--tmp", default=None, help="--deployment: folder for the index (default: the system's)")
     args = ap.parse_args()
+    if args.deployment:
+        deployment(args)
+        return
     texts = corpus.chunks()[: args.chunks]
     queries = corpus.queries(texts, args.queries)
     items = [(text, f"chunk/{i}") for i, text in enumerate(texts)]

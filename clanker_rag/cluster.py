@@ -28,7 +28,6 @@ import json
 import logging
 import os
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -37,9 +36,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
+from ._cluster._dask_shards import DaskShards
+from ._cluster._identity import Expected, ShardIdentity, write_json
 from ._cluster._shards import (
     PLACEMENT,
-    DaskShards,
     LocalShards,
     ProgressEvents,
     ShardInfo,
@@ -57,10 +57,19 @@ from ._cluster._shards import (
     shard_table,
     shard_term_stats,
 )
+from ._cluster._waits import probe_folder
 from ._engine._collection import CollectionStats
-from ._exceptions import ConfigError, IndexFormatError, IngestError, MissingExtraError
+from ._exceptions import (
+    ConfigError,
+    IndexFormatError,
+    IndexLockedError,
+    IngestError,
+    MissingExtraError,
+    RetrievalTimeoutError,
+)
 from ._ingest._run import IngestReport, Progress, ProgressHook
 from ._kb import Explanation, KnowledgeBase
+from ._storage._lock import IndexLock
 from ._text._analysis import Analyzer
 from ._types import Hit
 from ._validate import check_metadata, text_items
@@ -74,6 +83,8 @@ MANIFEST = "cluster.json"
 FORMAT_VERSION = 1
 MAX_SHARDS = 4096
 DEFAULT_TIMEOUT = 60.0
+# Seconds a writer waits for another to finish with the index (KnowledgeBase.edit's default).
+LOCK_TIMEOUT = 30.0
 # RM3 settings of KnowledgeBase.search(feedback=True), repeated over shards.
 _FEEDBACK_DOCS = 10
 _FEEDBACK_TERMS = 10
@@ -96,10 +107,16 @@ def require_dask() -> None:
         raise MissingExtraError(_INSTALL_HINT) from None
 
 
-def connect(address: str, *, n_workers: int | None = None) -> Any:
+def connect(
+    address: str, *, n_workers: int | None = None, timeout: float = 30.0, worker_log_level: int = logging.WARNING
+) -> Any:
     """A ``distributed.Client`` for ``address``; ``"local"`` starts a loopback ``LocalCluster``.
 
-    Closing the client also closes a cluster started here.
+    ``timeout`` bounds the wait for the scheduler (seconds): an unreachable
+    address is a ``RetrievalTimeoutError``.  ``worker_log_level``: what the
+    local cluster's processes (which share this process's stderr) print; a
+    shard's error reaches the caller as an exception either way.  Closing
+    the client also closes a cluster started here.
     """
     require_dask()
     from distributed import Client, LocalCluster
@@ -119,6 +136,7 @@ def connect(address: str, *, n_workers: int | None = None) -> Any:
                 n_workers=n_workers if n_workers is not None else min(3, os.cpu_count() or 1),
                 threads_per_worker=1,
                 dashboard_address=None,  # no dashboard
+                silence_logs=worker_log_level,
                 # The scheduler still serves a few HTTP routes (health, metrics):
                 # on loopback, on a free port. Left alone it tries 8787 and
                 # warns when another cluster on this machine holds it.
@@ -137,7 +155,36 @@ def connect(address: str, *, n_workers: int | None = None) -> Any:
             dask.config.set({_LOST_WORKER_KEY: "3650 days"})
         _STARTED[id(client)] = cluster  # closed with the client (see close_client)
         return client
-    return Client(address)  # type: ignore[no-untyped-call]
+    try:
+        return Client(address, timeout=timeout)  # type: ignore[no-untyped-call]
+    except OSError as exc:  # distributed's connect timeout and refusals are OSErrors
+        _close_unstarted(exc)
+        raise RetrievalTimeoutError(
+            f"cannot reach the Dask scheduler at {address} within {timeout:g} s ({exc})"
+        ) from None
+
+
+def _close_unstarted(exc: BaseException) -> None:
+    """Stop the event loop of the client whose constructor raised ``exc``.
+
+    The loop's thread starts before the connection is tried, and neither the
+    failed constructor nor ``close()`` of a client that never connected
+    stops it (distributed 2026.8): it would run until the half-made client
+    is garbage collected, and a process with threads no longer forks its
+    ingest workers (``clanker_rag._ingest._parallel``).
+    """
+    from distributed import Client
+
+    tb = exc.__traceback__
+    while tb is not None:
+        made = tb.tb_frame.f_locals.get("self")
+        if isinstance(made, Client):
+            runner = getattr(made, "_loop_runner", None)
+            with contextlib.suppress(Exception):
+                if runner is not None:
+                    runner.stop()
+            return
+        tb = tb.tb_next
 
 
 def close_client(client: Any) -> None:
@@ -281,11 +328,12 @@ class ShardedKnowledgeBase:
     ) -> None:
         _check_shards(shards)
         template = KnowledgeBase(**options)  # validates the options here, before any worker sees them
+        _check_timeout(timeout)
         if client is None:
-            home: LocalShards | DaskShards = LocalShards([KnowledgeBase(**options) for _ in range(shards)])
+            home: LocalShards | DaskShards = LocalShards.create(shards, options)
         else:
             require_dask()
-            home = DaskShards.create(client, shards, options)
+            home = DaskShards.create(client, shards, options, float(timeout))
         self._init(home, client, timeout, None, shard_settings(template), template.analyzer, term_tables)
 
     def _init(
@@ -300,8 +348,7 @@ class ShardedKnowledgeBase:
     ) -> None:
         if not isinstance(term_tables, bool):
             raise ConfigError(f"term_tables={term_tables!r} must be True or False")
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < 1e6:
-            raise ConfigError(f"timeout={timeout!r} is out of range: expected seconds in (0, 1e6)")
+        _check_timeout(timeout)
         self._home = home
         self.client = client
         self.timeout = float(timeout)
@@ -310,6 +357,11 @@ class ShardedKnowledgeBase:
         self._totals = _Totals(len(home)) if term_tables else None
         # The client analyses queries itself (as every shard would): it holds the statistics.
         self._analyzer = analyzer
+        # The saved index this one came from: its id and save count (see save()).
+        self._index_id: str | None = None
+        self._generation = 0
+        self._lock: IndexLock | None = None  # held by edit()
+        self._changes = self._saved_changes = 0
 
     # -- opening and saving ----------------------------------------------------------
     @classmethod
@@ -321,6 +373,7 @@ class ShardedKnowledgeBase:
         shards: int | None = None,
         timeout: float = DEFAULT_TIMEOUT,
         term_tables: bool = True,
+        replicas: int = 1,
     ) -> ShardedKnowledgeBase:
         """Open a sharded index folder written by :meth:`save`.
 
@@ -328,6 +381,11 @@ class ShardedKnowledgeBase:
         storage the workers can read); without one, in this process.
         ``shards`` (optional) must equal the saved shard count: sources are
         placed by it, so another count is refused rather than misplacing them.
+        ``replicas=2`` loads a second copy of each shard on another worker
+        (twice the workers' memory): each read goes to the copy whose worker
+        has been faster and, when it is slow to answer, to the other too
+        (hedged), so one hung worker does not stall searches.  A change drops
+        the second copies until the next save.
         """
         folder = Path(path).absolute()
         manifest = read_manifest(folder)
@@ -337,16 +395,22 @@ class ShardedKnowledgeBase:
                 f"{folder} holds {n} shards, not shards={shards}: sources are placed by the shard count; "
                 f"open it with {n}, or ingest into a new folder with {shards}"
             )
+        _check_timeout(timeout)
+        if isinstance(replicas, bool) or replicas not in (1, 2):
+            raise ConfigError(f"replicas={replicas!r} is out of range: expected 1 or 2")
         folders = [str(folder / name) for name in manifest["shard_dirs"]]
+        index_id, generation = manifest.get("index_id"), manifest.get("generation")
+        expected = [Expected(i, index_id, generation) for i in range(n)]
         if client is None:
-            home: LocalShards | DaskShards = LocalShards([KnowledgeBase.load(f) for f in folders])
+            home: LocalShards | DaskShards = LocalShards.open(folders, expected)
         else:
             require_dask()
-            home = DaskShards.open(client, folders)
-        settings = home.map(shard_settings, {0: ()}, timeout=None)[0]
+            home = DaskShards.open(client, folders, expected, float(timeout), replicas)
+        settings = home.map(shard_settings, {0: ()}, timeout=timeout)[0]
         self = cls.__new__(cls)
         analyzer = Analyzer.from_settings(settings["analyzer"])
         self._init(home, client, timeout, folder, settings, analyzer, term_tables)
+        self._index_id, self._generation = index_id, generation or 0
         self._statistics((), allow_partial=False)  # every shard's term table, now rather than at the first search
         return self
 
@@ -380,28 +444,104 @@ class ShardedKnowledgeBase:
             folder = Path(path).absolute()
         if folder.exists() and not folder.is_dir():
             raise ConfigError(f"{folder}: an index path must be a folder")
-        if (folder / MANIFEST).exists():
-            old = read_manifest(folder)
+        ours = _same_folder(self._path, folder)
+        own_lock = ours and self._lock is not None and self._lock.held
+        lock = self._lock if own_lock and self._lock is not None else IndexLock(folder, timeout=LOCK_TIMEOUT)
+        lock.acquire()  # (creates the folder)
+        try:
+            self._save_locked(folder, ours)
+        finally:
+            if not own_lock:
+                lock.release()
+        return folder
+
+    def _save_locked(self, folder: Path, ours: bool) -> None:
+        old = read_manifest(folder) if (folder / MANIFEST).exists() else None
+        if old is not None:
             if old["shards"] != self.n_shards:
                 raise ConfigError(
                     f"{folder} holds {old['shards']} shards, this index {self.n_shards}: save to another folder"
                 )
-            if not _same_folder(self._path, folder):
+            if not ours or (self._index_id is not None and old.get("index_id") not in (None, self._index_id)):
                 raise ConfigError(
                     f"{folder}: already holds a sharded index that this one was not loaded from; "
                     "saving would replace its documents (load it and add to it, or save elsewhere)"
                 )
+            if old.get("generation", 0) != self._generation:
+                # As KnowledgeBase.save refuses a stale save: merging is not ours to guess.
+                raise IndexLockedError(
+                    f"{folder}: another process saved this sharded index after it was loaded here; "
+                    "saving now would drop its changes (reload and redo, or use ShardedKnowledgeBase.edit())"
+                )
         elif (folder / "index.json").exists():
             raise ConfigError(f"{folder} holds a one-machine index; save the sharded index to another folder")
-        folder.mkdir(parents=True, exist_ok=True)
+        if self.client is not None:
+            probe_folder(self.client, folder, patience=self.timeout)
+        index_id = self._index_id or (old.get("index_id") if old else None) or uuid.uuid4().hex
+        generation = self._generation + 1
+        writer = uuid.uuid4().hex  # this save: a replayed save task recognises its own shard folders
         names = [f"shard-{i:03d}" for i in range(self.n_shards)]
-        self._home.save([str(folder / name) for name in names])
+        self._home.save(
+            [str(folder / name) for name in names],
+            [ShardIdentity(index_id, i, generation, writer) for i in range(self.n_shards)],
+        )
         write_manifest(
             folder,
-            {"format_version": FORMAT_VERSION, "shards": self.n_shards, "placement": PLACEMENT, "shard_dirs": names},
+            {
+                "format_version": FORMAT_VERSION,
+                "shards": self.n_shards,
+                "placement": PLACEMENT,
+                "shard_dirs": names,
+                "index_id": index_id,
+                "generation": generation,
+            },
         )
-        self._path = folder
-        return folder
+        self._path, self._index_id, self._generation = folder, index_id, generation
+        self._saved_changes = self._changes
+
+    @classmethod
+    @contextlib.contextmanager
+    def edit(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        client: Any = None,
+        shards: int | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        lock_timeout: float = LOCK_TIMEOUT,
+        term_tables: bool = True,
+        **create: Any,
+    ) -> Iterator[ShardedKnowledgeBase]:
+        """Load-modify-save under the sharded index's writer lock (``DIR/.lock``), as ``KnowledgeBase.edit``.
+
+        Creates the index (``shards``, default 3, and ``create`` options) when
+        the folder has none; saves when the block exits without an exception
+        and changed something since the load or its last save.  A writer in
+        another process (on any machine mounting the folder) waits up to
+        ``lock_timeout`` seconds, then gets ``IndexLockedError``.  The shards
+        are released when the block ends.
+        """
+        folder = Path(path).absolute()
+        lock = IndexLock(folder, timeout=lock_timeout)
+        lock.acquire()
+        try:
+            if (folder / MANIFEST).exists():
+                kb = cls.load(folder, client=client, shards=shards, timeout=timeout, term_tables=term_tables)
+            else:
+                kb = cls(
+                    3 if shards is None else shards, client=client, timeout=timeout, term_tables=term_tables, **create
+                )
+                kb._path = folder
+            kb._lock = lock
+            try:
+                yield kb
+                if kb._changes != kb._saved_changes or not (folder / MANIFEST).exists():
+                    kb.save(folder)
+            finally:
+                kb._lock = None
+                kb.close()
+        finally:
+            lock.release()
 
     def close(self) -> None:
         """Release the shards held on the cluster (the client stays open: it is the caller's)."""
@@ -415,6 +555,7 @@ class ShardedKnowledgeBase:
 
     # -- adding and removing ---------------------------------------------------------
     def _change(self, changes: Mapping[int, tuple[Callable[..., T], tuple[Any, ...]]]) -> dict[int, T]:
+        self._changes += 1
         totals = self._totals
         if totals is None:
             return self._home.change(changes)
@@ -486,6 +627,11 @@ class ShardedKnowledgeBase:
         for root in roots:
             if not os.path.exists(root):
                 raise IngestError(f"cannot ingest {root!r}: no such file or folder")
+        if self.client is not None:
+            # Every worker reads the tree and, at the save, writes the shard folders: a worker that
+            # cannot see them fails here, named, rather than scattering shards over local disks.
+            where = None if index_path is None else Path(index_path).absolute()
+            probe_folder(self.client, where, roots, patience=self.timeout)
         started = time.monotonic()
         reports: list[IngestReport] = []
         for root in roots:
@@ -673,6 +819,11 @@ def _same_folder(a: Path | None, b: Path) -> bool:
         return False
 
 
+def _check_timeout(timeout: object) -> None:
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < 1e6:
+        raise ConfigError(f"timeout={timeout!r} is out of range: expected seconds in (0, 1e6)")
+
+
 def _check_shards(shards: object) -> None:
     if isinstance(shards, bool) or not isinstance(shards, int) or not 1 <= shards <= MAX_SHARDS:
         raise ConfigError(f"shards={shards!r} is out of range: expected an integer in [1, {MAX_SHARDS}]")
@@ -696,22 +847,23 @@ def read_manifest(folder: Path) -> dict[str, Any]:
         raise IndexFormatError(f"{where}: shards={n!r} does not match shard_dirs")
     if any(not isinstance(d, str) or "/" in d or "\\" in d or d in ("", ".", "..") for d in dirs):
         raise IndexFormatError(f"{where}: shard_dirs must be plain folder names inside the index folder")
+    index_id, generation = manifest.get("index_id"), manifest.get("generation")
+    if (index_id is None) != (generation is None) or (
+        index_id is not None
+        and (
+            not isinstance(index_id, str)
+            or not index_id
+            or not isinstance(generation, int)
+            or isinstance(generation, bool)
+            or generation < 1
+        )
+    ):
+        raise IndexFormatError(f"{where}: index_id={index_id!r}, generation={generation!r} are malformed")
     if manifest.get("placement") != PLACEMENT:
         raise IndexFormatError(f"{where}: placement={manifest.get('placement')!r}, this version places by {PLACEMENT}")
     return manifest
 
 
 def write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
-    """Write ``cluster.json`` atomically (a temporary file renamed over it)."""
-    fd, tmp = tempfile.mkstemp(prefix=".cluster-", suffix=".json", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(manifest, f, indent=1)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, folder / MANIFEST)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    """Write ``cluster.json`` atomically (a temporary file renamed over it), readable as the shards are."""
+    write_json(folder / MANIFEST, manifest)

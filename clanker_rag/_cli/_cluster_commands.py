@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from .._exceptions import ConfigError
+from ..cluster import DEFAULT_TIMEOUT, ShardedKnowledgeBase, close_client, connect, require_dask
 from ..cluster import MANIFEST as _MANIFEST
-from ..cluster import ShardedKnowledgeBase, close_client, connect, require_dask
 
 __all__ = ["CliHooks", "run_cluster"]
 
@@ -46,13 +46,25 @@ def run_cluster(args: argparse.Namespace, hooks: CliHooks) -> int:
     if not getattr(args, "debug", False):
         # Dask reports every worker start and stop at INFO: not news for a command's user.
         logging.getLogger("distributed").setLevel(logging.WARNING)
-    client = connect(args.cluster)
+    timeout = getattr(args, "cluster_timeout", DEFAULT_TIMEOUT)
+    if not 0 < timeout < 1e6:
+        raise ConfigError(f"--cluster-timeout={timeout:g} is out of range: expected seconds in (0, 1e6)")
+    # A local cluster's workers print to this terminal: their "Compute Failed" tracebacks would
+    # stand before the one-line error the command prints for the same failure.
+    quiet = logging.DEBUG if getattr(args, "debug", False) else logging.CRITICAL
+    client = connect(args.cluster, timeout=min(timeout, 30.0), worker_log_level=quiet)
     try:
         if args.command == "ingest":
-            return _ingest(args, path, client, hooks)
+            return _ingest(args, path, client, hooks, timeout)
         if not (path / _MANIFEST).is_file():
             raise ConfigError(f"{path}: no sharded index (build one with: {PROG} ingest TREE --index {path} --cluster)")
-        kb = ShardedKnowledgeBase.load(path, client=client)
+        # A one-shot command asks the shards for its query terms' figures (one
+        # more round trip) rather than fetch every shard's term table first:
+        # same scores, and no vocabulary through this process.  serve keeps
+        # the tables: it searches many times.
+        tables = args.command == "serve"
+        replicas = getattr(args, "replicas", 1)
+        kb = ShardedKnowledgeBase.load(path, client=client, timeout=timeout, term_tables=tables, replicas=replicas)
         try:
             if args.command == "search":
                 return hooks.print_search(args, kb)
@@ -66,16 +78,13 @@ def run_cluster(args: argparse.Namespace, hooks: CliHooks) -> int:
         close_client(client)
 
 
-def _ingest(args: argparse.Namespace, path: Path, client: Any, hooks: CliHooks) -> int:
+def _ingest(args: argparse.Namespace, path: Path, client: Any, hooks: CliHooks, timeout: float) -> int:
     options = hooks.ingest_options(args)
-    if (path / _MANIFEST).is_file():
-        kb = ShardedKnowledgeBase.load(path, client=client, shards=args.shards)
-    else:
-        kb = ShardedKnowledgeBase(args.shards, client=client)
-    try:
+    # Under the index's writer lock, as one machine's ingest: a second ingest
+    # into the same folder waits for this one (then adds to what it saved),
+    # or fails with IndexLockedError; it never saves over it.
+    with ShardedKnowledgeBase.edit(path, client=client, shards=args.shards, timeout=timeout) as kb:
         report = kb.ingest(args.paths, index_path=path, **options)
-    finally:
-        kb.close()
     if args.json:
         print(json.dumps(report.to_dict(), ensure_ascii=False))
         return 0

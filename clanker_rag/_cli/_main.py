@@ -85,6 +85,20 @@ def _color_option(p: argparse.ArgumentParser) -> None:
 def _cluster_option(p: argparse.ArgumentParser) -> None:
     help_ = "a sharded index on the Dask scheduler ADDRESS ('local': a loopback cluster; extra: dask)"
     p.add_argument("--cluster", metavar="ADDRESS", help=help_)
+    p.add_argument(
+        "--cluster-timeout",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="with --cluster: give up after this long without a scheduler, workers or shard answers (default 60)",
+    )
+    p.add_argument(
+        "--replicas",
+        type=int,
+        choices=(1, 2),
+        default=1,
+        help="with --cluster: copies of each shard to read from (2: a hung worker does not stall searches)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -7,43 +7,35 @@ it as their first argument; they return small typed values.  Two homes:
 ``LocalShards``
     every shard in this process (a sharded index opened without Dask, and
     the property tests);
-``DaskShards``
-    each shard is the result of a Dask task held in a worker's memory.  A
-    shard opened from disk is the result of a load task; each change is a
-    task that takes the previous shard and returns the changed one.  So when
-    a worker dies, the scheduler rebuilds its shards elsewhere by running
-    that lineage again: the load from the last save, then the changes made
-    since (they live in the task graph until the next save, which starts a
-    fresh lineage from the saved folder).
+``DaskShards`` (``_dask_shards``)
+    each shard is the result of a Dask task held in a worker's memory.
 
-This module imports ``distributed`` only inside ``DaskShards``.
+Both load and save shards through ``load_shard`` and ``save_shard``, which
+check the shard folder's identity (``_identity``).  This module never
+imports ``distributed`` at module level.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import hashlib
 import logging
 import os
-import pickle
 import tempfile
 import threading
-import time
-import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from .._engine._collection import CollectionStats
-from .._exceptions import ClankerRagError, RetrievalTimeoutError
+from .._exceptions import ClankerRagError, IndexFormatError
 from .._ingest._readers import READER_VERSION
 from .._ingest._run import IngestReport, ProgressHook, ingest
 from .._kb import Explanation, KnowledgeBase
 from .._types import Hit
+from ._identity import Expected, ShardIdentity, check_loaded, check_saving, read_identity, write_identity
 
-__all__ = ["DaskShards", "LocalShards", "ShardBox", "shard_of"]
+__all__ = ["LocalShards", "ShardBox", "load_shard", "new_box", "save_shard", "shard_of"]
 
 log = logging.getLogger(__name__)
 
@@ -53,11 +45,6 @@ PLACEMENT = "blake2b-64-mod"
 # docs/scale.md): large enough that it runs tasks where a shard already is
 # rather than copying the shard to an idle worker.
 _BYTES_PER_CHUNK = 5000
-# Seconds to wait for a worker's ShardServer to start (tens of milliseconds
-# when the worker is there): a worker that just died may still be listed.
-_ACTOR_START = 2.0
-# Seconds between checks that the workers a search waits for still hold their shards.
-_RECHECK = 0.5
 
 
 def shard_of(source: str, n_shards: int) -> int:
@@ -75,10 +62,15 @@ class ShardBox:
     turns work stealing off), but never wrong.
     """
 
-    __slots__ = ("__weakref__", "kb", "lock")
+    __slots__ = ("__weakref__", "identity", "kb", "lock")
 
-    def __init__(self, kb: KnowledgeBase) -> None:
+    def __init__(self, kb: KnowledgeBase, identity: ShardIdentity | None = None) -> None:
         self.kb = kb
+        # The identity of the folder this shard was loaded from or last saved
+        # to (None: never saved).  It travels with the shard: a shard that
+        # moved between workers was reloaded from a temporary folder, and
+        # its next save checks the real folder against this.
+        self.identity = identity
         # A worker may run a change and searches of one shard at once (on its
         # task threads and its actor thread): one at a time per shard.
         self.lock = threading.Lock()
@@ -86,23 +78,71 @@ class ShardBox:
     def __sizeof__(self) -> int:
         return 1_000_000 + _BYTES_PER_CHUNK * len(self.kb)
 
-    def __reduce__(self) -> tuple[Callable[[dict[str, bytes]], ShardBox], tuple[dict[str, bytes]]]:
+    def __reduce__(
+        self,
+    ) -> tuple[
+        Callable[[dict[str, bytes], ShardIdentity | None], ShardBox], tuple[dict[str, bytes], ShardIdentity | None]
+    ]:
         # (Saving records the temporary folder as the shard's path; the
-        # cluster always saves shards to explicit folders, so nothing reads it.)
+        # cluster always saves shards to explicit folders, checked against
+        # ``identity``, so nothing reads it.)
         with tempfile.TemporaryDirectory(prefix="clanker-shard-") as tmp:
             folder = self.kb.save(Path(tmp) / "kb")
             files = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file() and not p.name.startswith(".")}
-        return _unbox, (files,)
+        return _unbox, (files, self.identity)
 
 
-def _unbox(files: dict[str, bytes]) -> ShardBox:
+def _unbox(files: dict[str, bytes], identity: ShardIdentity | None = None) -> ShardBox:
     with tempfile.TemporaryDirectory(prefix="clanker-shard-") as tmp:
         folder = Path(tmp) / "kb"
         folder.mkdir()
         for name, data in files.items():
             (folder / name).write_bytes(data)
         kb = KnowledgeBase.load(folder)  # reads the files whole: the folder may go
-    return ShardBox(kb)
+    return ShardBox(kb, identity)
+
+
+def _here() -> str:
+    """`` (on worker ADDRESS)`` inside a Dask task, else nothing: errors say which machine saw them."""
+    try:
+        from distributed import get_worker
+
+        return f" (on worker {get_worker().address})"
+    except (ImportError, ValueError):
+        return ""
+
+
+def load_shard(folder: str, expected: Expected) -> ShardBox:
+    """A shard loaded from ``folder``, checked to be the one the manifest expects there."""
+    try:
+        found = read_identity(folder)
+        check_loaded(folder, found, expected)
+        kb = KnowledgeBase.load(folder)
+    except ClankerRagError as exc:
+        where = _here()
+        if not where:
+            raise
+        raise type(exc)(f"{exc}{where}") from None
+    except OSError as exc:
+        raise IndexFormatError(
+            f"{folder}: cannot read shard {expected.shard} ({exc.strerror or exc}){_here()}"
+        ) from None
+    return ShardBox(kb, found)
+
+
+def save_shard(box: ShardBox, folder: str, new: ShardIdentity) -> str:
+    """Write ``box`` to ``folder`` unless another save got there since it was loaded; then its identity."""
+    try:
+        check_saving(folder, box.identity, new, read_identity(folder))
+        box.kb.save(folder, overwrite=True)  # the identity check above stands for the one save() would make
+        write_identity(folder, new)
+    except ClankerRagError as exc:
+        where = _here()
+        if not where:
+            raise
+        raise type(exc)(f"{exc}{where}") from None
+    box.identity = new
+    return folder
 
 
 # -- what runs next to a shard ---------------------------------------------------------------------
@@ -307,8 +347,17 @@ def merge_reports(reports: Sequence[IngestReport]) -> IngestReport:
 class LocalShards:
     """Every shard in this process."""
 
-    def __init__(self, kbs: list[KnowledgeBase]) -> None:
-        self.kbs = kbs
+    def __init__(self, boxes: list[ShardBox]) -> None:
+        self.boxes = boxes
+        self.kbs = [box.kb for box in boxes]
+
+    @classmethod
+    def create(cls, n_shards: int, options: dict[str, Any]) -> LocalShards:
+        return cls([new_box(options) for _ in range(n_shards)])
+
+    @classmethod
+    def open(cls, folders: Sequence[str], expected: Sequence[Expected]) -> LocalShards:
+        return cls([load_shard(folder, e) for folder, e in zip(folders, expected)])
 
     def __len__(self) -> int:
         return len(self.kbs)
@@ -331,388 +380,14 @@ class LocalShards:
     def holders(self) -> list[list[str]]:
         return [[] for _ in self.kbs]
 
-    def save(self, folders: Sequence[str]) -> None:
-        for kb, folder in zip(self.kbs, folders):
-            kb.save(folder, overwrite=True)  # checked by ShardedKnowledgeBase.save
+    def save(self, folders: Sequence[str], identities: Sequence[ShardIdentity]) -> None:
+        for box, folder, new in zip(self.boxes, folders, identities):
+            save_shard(box, folder, new)
 
     def close(self) -> None:
         pass
 
 
-def _run(fn: Callable[..., T], box: ShardBox, *args: Any) -> T:
-    with box.lock:
-        return fn(box.kb, *args)
-
-
-def _change(fn: Callable[..., T], box: ShardBox, *args: Any) -> tuple[ShardBox, T]:
-    # Changes the shard in place (copying it would double a worker's memory)
-    # and returns it as the new result: the scheduler then knows the new
-    # shard's lineage.  Replaying a change on a rebuilt shard is harmless:
-    # adds, removes and ingests are idempotent.
-    with box.lock:
-        return box, fn(box.kb, *args)
-
-
-class ShardServer:
-    """A Dask actor, one per worker: runs a read on a shard that worker holds.
-
-    A call goes from the client straight to the worker (a task makes two
-    trips through the scheduler), so a search costs a few milliseconds.
-    The shard is found by its task key in the worker's memory; when it is
-    not there (moved, or being rebuilt after a worker died) the call says
-    so and the client runs the read as a task instead.
-    """
-
-    def __init__(self) -> None:
-        from distributed import get_worker
-
-        self.worker = get_worker()
-
-    async def call(self, key: str, payload: bytes) -> bytes:
-        """``fn(shard, *args)`` for the pickled ``(fn, args)``: the pickled ``(found, result)``.
-
-        The call and its answer travel as one pickle each: Dask serialises
-        every argument of an actor call on its own, which cost more than the
-        search itself.
-        """
-        fn, args = pickle.loads(payload)
-        try:
-            box = self.worker.data[key]
-        except KeyError:
-            return _NOT_HERE
-        if not isinstance(box, ShardBox):
-            return _NOT_HERE
-        # A coroutine runs on the worker's event loop, without a hop to a
-        # thread and back (a search takes well under a millisecond a shard);
-        # while a change holds the shard, it waits on a thread instead, so
-        # the loop never blocks (the worker keeps answering the scheduler).
-        if box.lock.acquire(blocking=False):
-            try:
-                value = fn(box.kb, *args)
-            finally:
-                box.lock.release()
-        else:
-            value = await asyncio.get_running_loop().run_in_executor(None, _run, fn, box, *args)
-        return pickle.dumps((True, value), protocol=pickle.HIGHEST_PROTOCOL)
-
-
-_NOT_HERE = pickle.dumps((False, None))
-
-
-async def _answers(
-    client: Any, calls: Mapping[int, tuple[Any, str, str]], timeout: float | None
-) -> dict[int, tuple[bool, Any]]:
-    """The actor calls ``(call, shard key, worker)`` that answered within ``timeout``:
-    ``(True, value)`` or ``(False, exception)``.
-
-    A call whose worker no longer holds its shard (it died: the scheduler
-    knows within moments) is given up with an ``OSError``, to be run as a
-    task: the call itself would go on trying to connect to the dead worker
-    for Dask's connect timeout (30 s by default).
-    """
-    loop = asyncio.get_running_loop()
-    deadline = None if timeout is None else loop.time() + timeout
-    tasks = {i: asyncio.ensure_future(_outcome(call)) for i, (call, _, _) in calls.items()}
-    out: dict[int, tuple[bool, Any]] = {}
-    while True:
-        pending = [t for i, t in tasks.items() if i not in out and not t.done()]
-        left = None if deadline is None else deadline - loop.time()
-        if not pending or (left is not None and left <= 0):
-            break
-        await asyncio.wait(pending, timeout=_RECHECK if left is None else min(_RECHECK, left))
-        waiting = [i for i, t in tasks.items() if i not in out and not t.done()]
-        if waiting:
-            who = await client.scheduler.who_has(keys=[calls[i][1] for i in waiting])
-            for i in waiting:
-                if calls[i][2] not in who.get(calls[i][1], ()):
-                    out[i] = (False, OSError(f"worker {calls[i][2]} no longer holds shard {i}"))
-    for i, task in tasks.items():
-        if i in out:
-            task.cancel()
-        elif task.done():
-            out[i] = task.result()
-        else:
-            task.cancel()
-    return out
-
-
-async def _outcome(call: Any) -> tuple[bool, Any]:
-    try:
-        return True, await call
-    except Exception as exc:  # handed to the caller, which sorts them
-        return False, exc
-
-
-def _first(pair: tuple[ShardBox, Any]) -> ShardBox:
-    return pair[0]
-
-
-def _second(pair: tuple[ShardBox, T]) -> T:
-    return pair[1]
-
-
-def _new_box(options: dict[str, Any]) -> ShardBox:
+def new_box(options: dict[str, Any]) -> ShardBox:
+    """A new, empty shard."""
     return ShardBox(KnowledgeBase(**options))
-
-
-def _load_box(folder: str) -> ShardBox:
-    return ShardBox(KnowledgeBase.load(folder))
-
-
-# Shards this worker just saved, by folder: the fresh lineage's first task
-# (a load from that folder) takes the shard from here instead of reading the
-# folder back, when it runs on the same worker.  Weak: when it runs elsewhere,
-# the shard goes once the client lets go of its old lineage.
-_JUST_SAVED: weakref.WeakValueDictionary[str, ShardBox] = weakref.WeakValueDictionary()
-
-
-def _save_box(box: ShardBox, folder: str) -> str:
-    # A shard that travelled between workers was reloaded from a temporary
-    # folder, so it no longer knows it came from ``folder``: the sharded
-    # index checks the folder itself (ShardedKnowledgeBase.save).
-    box.kb.save(folder, overwrite=True)
-    _JUST_SAVED[folder] = box
-    return folder
-
-
-def _adopt_box(folder: str) -> ShardBox:
-    box = _JUST_SAVED.pop(folder, None)
-    return box if box is not None else _load_box(folder)
-
-
-def _spread(client: Any, fn: Callable[..., Any], args: Sequence[tuple[Any, ...]]) -> list[Any]:
-    """Build one shard per ``args`` item, shard i loosely preferring the i-th worker; wait for them.
-
-    Once built, the preference is dropped (see ``_unpin``): a rebuild goes
-    to any worker.
-    """
-    workers = sorted(client.ncores())  # asks the scheduler: the client's cached view may list a lost worker
-    if not workers:
-        futures = [client.submit(fn, *a, pure=False) for a in args]
-    else:
-        futures = [
-            client.submit(fn, *a, workers=[workers[i % len(workers)]], allow_other_workers=True, pure=False)
-            for i, a in enumerate(args)
-        ]
-    from distributed import wait
-
-    wait(futures)  # type: ignore[no-untyped-call]
-    _unpin(client, futures)
-    return futures
-
-
-def _unpin(client: Any, futures: Sequence[Any]) -> None:
-    """Drop the worker preference of finished shard-building tasks.
-
-    A task that prefers a worker (``allow_other_workers``) and lost its
-    result when every worker died at once waits for a worker in the
-    scheduler's no-worker state; Dask (2026.8) starts such a task when a new
-    worker joins only if that worker is one it prefers, and the preferred
-    one is gone for good, so the shard would never be rebuilt (seen after
-    about 15 quick kills on a loopback cluster).  Without the preference, the
-    first worker to join rebuilds it.
-    """
-    keys = {f.key: None for f in futures if f.status == "finished"}
-    if not keys:
-        return
-    try:
-        client.sync(client.scheduler.set_restrictions, worker=keys)
-    except Exception as exc:  # the tasks are gone (released) or the scheduler is: nothing to keep alive
-        log.warning("could not drop the worker preference of %d shards: %s", len(keys), exc)
-
-
-class DaskShards:
-    """Each shard a Dask future held on a worker; see the module docstring."""
-
-    def __init__(self, client: Any, futures: list[Any]) -> None:
-        self.client = client
-        self.futures = futures
-        # Where each shard was last seen (None: ask the scheduler), and a
-        # ShardServer actor per worker, for reads that skip the scheduler.
-        self._where: list[str | None] = [None] * len(futures)
-        self._servers: dict[str, Any] = {}
-        self._failures: list[str] = []  # why the last tasks run for shards failed
-
-    # Tasks that build shards carry only loose worker restrictions
-    # (allow_other_workers): the scheduler reruns them to rebuild a lost
-    # shard, and a task strictly restricted to a worker that died waits for it
-    # forever.  The loose hint spreads the shards one a worker, round robin:
-    # left to itself the scheduler may put several on one worker (after
-    # earlier losses, all of them), and one hung machine then takes them all.
-    @classmethod
-    def create(cls, client: Any, n_shards: int, options: dict[str, Any]) -> DaskShards:
-        return cls(client, _spread(client, _new_box, [(options,)] * n_shards))
-
-    @classmethod
-    def open(cls, client: Any, folders: Sequence[str]) -> DaskShards:
-        futures = _spread(client, _load_box, [(folder,) for folder in folders])
-        shards = cls(client, futures)
-        shards._gather(futures, range(len(futures)), timeout=None, allow_partial=False)  # fail early on a bad folder
-        return shards
-
-    def __len__(self) -> int:
-        return len(self.futures)
-
-    def _gather(
-        self, futures: Sequence[Any], shards: Iterable[int], *, timeout: float | None, allow_partial: bool
-    ) -> dict[int, Any]:
-        from distributed import wait
-
-        if futures:
-            # wait() raises on a timeout instead of returning what finished.
-            with contextlib.suppress(TimeoutError):
-                wait(list(futures), timeout=timeout, return_when="ALL_COMPLETED")  # type: ignore[no-untyped-call]
-        finished: dict[int, Any] = {}
-        missing: list[int] = []
-        failures: list[str] = []
-        for i, fut in zip(shards, futures):
-            if fut.status == "finished":
-                finished[i] = fut
-                continue
-            missing.append(i)
-            if fut.status == "error":
-                exc = fut.exception()
-                if isinstance(exc, ClankerRagError):
-                    raise exc  # bad input or a bad index: the shard answered
-                failures.append(f"shard {i}: {type(exc).__name__}: {exc}")
-            else:
-                fut.cancel()
-        # One round trip for every answer.
-        out = dict(zip(finished, self.client.gather(list(finished.values())))) if finished else {}
-        self._failures = failures
-        if missing and not allow_partial:
-            why = "; ".join(failures) if failures else f"no answer within {timeout}s"
-            raise RetrievalTimeoutError(
-                f"shards {missing} of {len(self)} could not be reached ({why}); "
-                "pass allow_partial=True to accept a result without them"
-            )
-        return out
-
-    def map(
-        self,
-        fn: Callable[..., T],
-        args: Mapping[int, tuple[Any, ...]],
-        *,
-        timeout: float | None,
-        allow_partial: bool = False,
-    ) -> dict[int, T]:
-        """``fn(shard, *args[i])``: through the holder's actor, else as a task; within ``timeout``."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        out, retry = self._direct(fn, args, deadline)
-        if retry:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            futures = [self.client.submit(_run, fn, self.futures[i], *args[i], pure=False) for i in retry]
-            out.update(self._gather(futures, retry, timeout=left, allow_partial=True))
-            for i in retry:
-                self._where[i] = None  # moved or rebuilt: ask the scheduler next time
-        missing = sorted(set(args) - set(out))
-        if missing and not allow_partial:
-            why = "; ".join(self._failures) if retry and self._failures else f"no answer within {timeout}s"
-            raise RetrievalTimeoutError(
-                f"shards {missing} of {len(self)} could not be reached ({why}); "
-                "pass allow_partial=True to accept a result without them"
-            )
-        return out
-
-    def _server(self, address: str, deadline: float | None) -> Any:
-        server = self._servers.get(address)
-        if server is None:
-            future = self.client.submit(
-                ShardServer, workers=[address], allow_other_workers=False, actor=True, pure=False
-            )
-            left = _ACTOR_START if deadline is None else min(_ACTOR_START, max(0.0, deadline - time.monotonic()))
-            try:
-                server = self._servers[address] = future.result(timeout=left)
-            except BaseException:
-                future.cancel()
-                raise
-        return server
-
-    def _direct(
-        self, fn: Callable[..., T], args: Mapping[int, tuple[Any, ...]], deadline: float | None
-    ) -> tuple[dict[int, T], list[int]]:
-        """Reads through the actors: the answers, and the shards to run as tasks instead.
-
-        A shard whose actor gave no answer in time is in neither.
-        """
-        if any(self._where[i] is None for i in args):
-            who = self.client.who_has([self.futures[i] for i in args])
-            for i in args:
-                holders = sorted(who.get(self.futures[i].key, ()))
-                self._where[i] = holders[0] if holders else None
-        calls: dict[int, tuple[Any, str, str]] = {}
-        retry: list[int] = []
-        gone: set[str] = set()
-        packed: dict[int, bytes] = {}  # by id of the argument tuple: shards often share one
-        for i, a in args.items():
-            address = self._where[i]
-            if address is None or address in gone:
-                retry.append(i)
-                continue
-            payload = packed.get(id(a))
-            if payload is None:
-                payload = packed[id(a)] = pickle.dumps((fn, a), protocol=pickle.HIGHEST_PROTOCOL)
-            try:
-                calls[i] = (
-                    self._server(address, deadline).call(self.futures[i].key, payload),
-                    self.futures[i].key,
-                    address,
-                )
-            except Exception:  # the worker is gone, and its actor with it
-                self._servers.pop(address, None)
-                gone.add(address)
-                retry.append(i)
-        # One wait on the client's event loop for every call (a wait each
-        # would hand over to that loop and back once a shard).
-        from distributed.utils import sync
-
-        left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        answers = sync(self.client.loop, _answers, self.client, calls, left) if calls else {}
-        out: dict[int, T] = {}
-        for i, (ok, value) in answers.items():
-            if not ok:
-                if isinstance(value, ClankerRagError):
-                    raise value  # bad input or a bad index: the shard answered
-                address = self._where[i]
-                if address is not None:
-                    self._servers.pop(address, None)
-                retry.append(i)
-                continue
-            found, result = pickle.loads(value)
-            if found:
-                out[i] = result
-            else:
-                retry.append(i)
-        return out, retry
-
-    def change(self, changes: Mapping[int, tuple[Callable[..., T], tuple[Any, ...]]]) -> dict[int, T]:
-        submit = self.client.submit
-        results = {}
-        for i, (fn, a) in changes.items():
-            pair = submit(_change, fn, self.futures[i], *a, pure=False)
-            self.futures[i] = submit(_first, pair, pure=False)
-            results[i] = submit(_second, pair, pure=False)
-            self._where[i] = None
-        # No timeout: a change (an ingest) may take long, and a lost worker's
-        # shard is rebuilt and the change replayed by the scheduler.
-        return self._gather(list(results.values()), list(results), timeout=None, allow_partial=False)
-
-    def holders(self) -> list[list[str]]:
-        """The workers holding each shard (none while a lost shard is being rebuilt)."""
-        who = self.client.who_has(self.futures)
-        return [sorted(who.get(fut.key, ())) for fut in self.futures]
-
-    def save(self, folders: Sequence[str]) -> None:
-        client = self.client
-        saved = [client.submit(_save_box, box, folder, pure=False) for box, folder in zip(self.futures, folders)]
-        self._gather(saved, range(len(saved)), timeout=None, allow_partial=False)
-        # A fresh lineage from the saved folders (see _adopt_box).
-        fresh = _spread(client, _adopt_box, [(folder,) for folder in folders])
-        self._gather(fresh, range(len(fresh)), timeout=None, allow_partial=False)
-        self.futures = fresh
-        self._where = [None] * len(fresh)
-
-    def close(self) -> None:
-        for fut in self.futures:
-            fut.release()
-        self.futures = []

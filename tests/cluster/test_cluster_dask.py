@@ -18,7 +18,7 @@ from conftest import _alive, _child_pids
 
 distributed = pytest.importorskip("distributed", reason="the dask extra (distributed) is not installed")
 
-from clanker_rag import KnowledgeBase, RetrievalTimeoutError  # noqa: E402
+from clanker_rag import ConfigError, KnowledgeBase, RetrievalTimeoutError  # noqa: E402
 from clanker_rag.cluster import ShardedKnowledgeBase, close_client, connect  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -329,3 +329,33 @@ def test_a_second_local_cluster_serves_http_on_loopback_and_a_free_port():
             close_client(c)
     finally:
         held.close()
+
+
+def test_replicas_answer_while_a_worker_hangs(client, saved):
+    """replicas=2: a SIGSTOPped worker's shards are read from their second copies, in full, without
+    waiting for the timeout; a change drops the second copies and the next save loads them again."""
+    one, folder = saved
+    kb = ShardedKnowledgeBase.load(folder, client=client, timeout=30.0, replicas=2)
+    try:
+        holders = kb.shard_workers()
+        assert all(len(ws) == 2 for ws in holders)  # each shard on two workers
+        before = answers(kb)
+        same(answers(one), before)
+        frozen = holders[0][0]
+        pid = client.run(os.getpid, workers=[frozen])[frozen]
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            assert answers(kb) == before  # every shard answered: nothing partial
+            assert time.monotonic() - started < kb.timeout / 2  # no shard waited for the timeout
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        kb.add_text("zebra unicorn", "new/z.md")
+        assert all(len(ws) == 1 for ws in kb.shard_workers())
+        kb.save()
+        assert all(len(ws) == 2 for ws in kb.shard_workers())
+        assert [h.source for h in kb.search("unicorn", 3)] == ["new/z.md"]
+    finally:
+        kb.close()
+    with pytest.raises(ConfigError, match="replicas=3"):
+        ShardedKnowledgeBase.load(folder, client=client, replicas=3)

@@ -1,0 +1,178 @@
+"""Bounded waits on a Dask cluster: for workers, for futures, and the probe that every worker sees a folder.
+
+Nothing here waits without a bound.  A long operation (opening, saving,
+ingesting) may take as long as its work needs while the scheduler is
+connected and has workers; once it has had no worker, or no scheduler, for
+``patience`` seconds it fails with one ``RetrievalTimeoutError`` saying so.
+Futures the scheduler cancelled (it went away: Dask cancels every future of
+a client that lost its scheduler) are reported, never waited for.
+
+Dask is imported inside the functions only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .._exceptions import IngestError, RetrievalTimeoutError
+
+__all__ = ["POLL", "probe_folder", "scheduler_lost", "settle", "workers_within"]
+
+# Seconds between looks at the scheduler while a long operation runs.
+POLL = 0.5
+# Seconds one look at the scheduler may take (it answers in milliseconds when it is there).
+_ASK = 5.0
+
+
+def _address(client: Any) -> str:
+    with contextlib.suppress(Exception):
+        return str(client.scheduler.address)
+    return "the Dask scheduler"
+
+
+def scheduler_lost(client: Any, exc: BaseException | None = None) -> RetrievalTimeoutError:
+    """The error for a client whose scheduler went away (``exc``: what Dask raised)."""
+    why = f" ({type(exc).__name__}: {exc})" if exc is not None and str(exc) else ""
+    return RetrievalTimeoutError(
+        f"lost the connection to the Dask scheduler at {_address(client)}{why}; "
+        "its shards are gone with it: open the index again once the scheduler is back"
+    )
+
+
+def _workers(client: Any) -> list[str] | None:
+    """The scheduler's workers now; ``None`` when the scheduler does not answer."""
+    if client.status != "running":
+        return None
+    try:
+        return sorted(client.sync(client.scheduler.ncores, callback_timeout=_ASK))
+    except Exception:  # closed, reconnecting, a timed-out comm: all "no scheduler"
+        return None
+
+
+def workers_within(client: Any, patience: float) -> list[str]:
+    """The scheduler's workers, waiting up to ``patience`` seconds for the first to join."""
+    deadline = time.monotonic() + patience
+    while True:
+        if client.status in ("closing", "closed"):
+            raise scheduler_lost(client)  # gave up reconnecting: it never will
+        workers = _workers(client)
+        if workers:
+            return workers
+        if time.monotonic() >= deadline:
+            if workers is None:
+                raise scheduler_lost(client)
+            raise RetrievalTimeoutError(
+                f"no Dask worker joined the scheduler at {_address(client)} within {patience:g} s "
+                f"(start some: dask worker {_address(client)})"
+            )
+        time.sleep(POLL)
+
+
+def settle(client: Any, futures: Sequence[Any], *, patience: float, deadline: float | None = None) -> None:
+    """Wait until every future finished, failed or was cancelled, or until ``deadline`` (monotonic).
+
+    Raises ``RetrievalTimeoutError`` once the scheduler has been gone, or had
+    no worker, for ``patience`` seconds while futures were still pending.
+    """
+    from distributed import wait
+
+    alone_since: float | None = None
+    last_look = time.monotonic()
+    while True:
+        pending = [f for f in futures if f.status == "pending"]
+        now = time.monotonic()
+        if not pending or (deadline is not None and now >= deadline):
+            return
+        step = POLL if deadline is None else min(POLL, deadline - now)
+        # wait() raises on a timeout instead of returning what finished.
+        with contextlib.suppress(TimeoutError):
+            wait(pending, timeout=step)  # type: ignore[no-untyped-call]
+        if time.monotonic() - last_look < 2 * POLL:
+            continue
+        last_look = time.monotonic()
+        if all(f.status != "pending" for f in pending):
+            continue
+        if _workers(client):
+            alone_since = None
+            continue
+        alone_since = alone_since if alone_since is not None else last_look
+        if last_look - alone_since >= patience:
+            if _workers(client) is None:
+                raise scheduler_lost(client)
+            raise RetrievalTimeoutError(
+                f"the Dask scheduler at {_address(client)} has had no worker for {patience:g} s "
+                f"while {len(pending)} shard task(s) waited for one (start workers: dask worker {_address(client)})"
+            )
+
+
+def _read_probe(path: str | None, token: str, roots: Sequence[str]) -> str:
+    """On a worker: ``""`` when the probe file reads ``token`` and every root exists, else why not."""
+    if path is not None:
+        try:
+            with open(path, encoding="utf-8") as f:
+                seen = f.read()
+        except OSError as exc:
+            return f"cannot read {path} ({exc.strerror or exc})"
+        if seen != token:
+            return f"{path} holds another probe: this worker sees another folder under that path"
+    missing = [r for r in roots if not os.path.exists(r)]
+    return f"cannot see {', '.join(missing)}" if missing else ""
+
+
+def probe_folder(client: Any, folder: Path | None, roots: Sequence[str] = (), *, patience: float) -> None:
+    """Check that every worker reads the file this process writes in ``folder`` (and sees ``roots``).
+
+    A sharded index lives on storage every worker mounts at the same path:
+    shards saved on a worker's local disk would be lost with the worker, and
+    found by no other.  Raises ``IngestError`` naming each worker that does
+    not see them.
+    """
+    workers = workers_within(client, patience)
+    token = uuid.uuid4().hex
+    path = None if folder is None else folder / f".probe-{token}"
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(token, encoding="utf-8")
+    try:
+        futures = [
+            client.submit(
+                _read_probe,
+                None if path is None else str(path),
+                token,
+                list(roots),
+                workers=[w],
+                allow_other_workers=False,
+                pure=False,
+            )
+            for w in workers
+        ]
+        settle(client, futures, patience=patience, deadline=time.monotonic() + patience)
+        seen: dict[str, object] = {}
+        for w, fut in zip(workers, futures):
+            if fut.status == "finished":
+                seen[w] = fut.result()
+            elif fut.status == "error":
+                seen[w] = fut.exception()
+            else:
+                fut.cancel()
+                seen[w] = f"no answer within {patience:g} s"
+    finally:
+        if path is not None:
+            path.unlink(missing_ok=True)
+    bad = {w: (why if isinstance(why, str) else f"{type(why).__name__}: {why}") for w, why in seen.items()}
+    bad = {w: why for w, why in sorted(bad.items()) if why}
+    if bad:
+        lines = "; ".join(f"worker {w}: {why}" for w, why in bad.items())
+        what = (
+            f"{folder}: not every worker sees this folder" if folder is not None else "not every worker sees the paths"
+        )
+        raise IngestError(
+            f"{what} ({lines}); a sharded index and what it ingests must be on storage every worker "
+            "mounts at the same path (a shared file system)"
+        )
