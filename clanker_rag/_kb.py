@@ -129,6 +129,10 @@ class KnowledgeBase:
         # save or load: edit() skips a save that would rewrite the same index.
         self._changes = 0
         self._saved_changes: int | None = None
+        # Set when an add, a removal or a save's packing was stopped midway
+        # (Ctrl-C, an error): a source may be indexed in part under its whole
+        # text's fingerprint, so save() refuses rather than persist it.
+        self._torn = False
 
     @property
     def _docs(self) -> dict[str, Doc]:
@@ -247,6 +251,13 @@ class KnowledgeBase:
         # (set.isdisjoint(dict) would walk the whole dict: ask the dict instead.)
         if len(sources) < len(docs) or any(map(self._docs.__contains__, sources)):
             return None
+        try:
+            return self._add_all(docs, counted)
+        except BaseException:
+            self._torn = True
+            raise
+
+    def _add_all(self, docs: list[Doc], counted: CountedTexts) -> int:
         tids = counted.term_ids(self._index.ids_of)
         per_text = counted.per_text
         first = self._chunks.extend(
@@ -264,6 +275,12 @@ class KnowledgeBase:
         self._changes += len(docs)
         self._index.add_chunks(first, counted.sizes, tids, counted.tfs)
         return edges[-1] - first
+
+    def is_intact(self) -> bool:
+        """Whether every change so far ran to its end (internal): False once an
+        add, a removal or a save's packing was stopped midway, after which
+        :meth:`save` refuses.  The ingest asks it before its last save."""
+        return not self._torn
 
     def takes_prepared(self) -> bool:
         """Whether :meth:`add_prepared` indexes what :meth:`add_text` would (internal).
@@ -283,20 +300,23 @@ class KnowledgeBase:
         content: str | None = None,
         counted: Callable[[Mapping[str, int]], Iterable[CountedChunk]] | None = None,
     ) -> int:
-        replaced = self._replace(text, source, metadata, sections, content)
-        if replaced is None:
-            return 0
-        doc, checked = replaced
+        doc, checked = self._new_doc(text, source, metadata, sections, content)
         index = self._index
         chunks = self._chunks
         cids = doc.own_cids
         assert isinstance(cids, list)
-        for i, (start, end, start_line, end_line, label, tids, tfs) in enumerate(
-            self._count(text, checked) if counted is None else counted(index.vocab)
-        ):
-            cid = chunks.append(doc, i, start, end, start_line, end_line, label)
-            index.add_runs(cid, tids, tfs)
-            cids.append(cid)
+        try:
+            if not self._replace(doc):
+                return 0
+            for i, (start, end, start_line, end_line, label, tids, tfs) in enumerate(
+                self._count(text, checked) if counted is None else counted(index.vocab)
+            ):
+                cid = chunks.append(doc, i, start, end, start_line, end_line, label)
+                index.add_runs(cid, tids, tfs)
+                cids.append(cid)
+        except BaseException:
+            self._torn = True
+            raise
         return len(cids)
 
     def _count(self, text: str, sections: Sequence[tuple[int, int, str | None]] | None) -> Iterator[CountedChunk]:
@@ -307,25 +327,19 @@ class KnowledgeBase:
                 span.start, span.end, span.start_line, span.end_line, span.label, counts.keys(), counts.values()
             )
 
-    def _replace(
-        self,
-        text: str,
-        source: str,
-        metadata: Mapping[str, Any] | None,
-        sections: Sequence[tuple[int, int, str | None]] | None,
-        content: str | None,
-    ) -> tuple[Doc, list[tuple[int, int, str | None]] | None] | None:
-        """Check an add and drop what ``source`` held: the new document and its
-        checked sections, or None when the same text and metadata are indexed."""
-        doc, checked = self._new_doc(text, source, metadata, sections, content)
+    def _replace(self, doc: Doc) -> bool:
+        """Drop what ``doc``'s source held and take ``doc`` in its place (with no
+        chunks yet); False, changing nothing, when the same text and metadata
+        are indexed."""
+        source = doc.source
         old = self._docs.get(source)
         if old is not None:
             if old.fingerprint == doc.fingerprint:
-                return None
+                return False
             self.remove(source)
         self._docs[source] = doc
         self._changes += 1
-        return doc, checked
+        return True
 
     def _new_doc(
         self,
@@ -401,17 +415,23 @@ class KnowledgeBase:
             return 0
         self._changes += 1
         index = self._index
-        for cid in doc.cids:
-            removed = index.remove(cid, self._chunk_terms(cid))
-            if removed != index.dl[cid]:
-                # The analyser no longer reproduces what was indexed (a custom,
-                # non-deterministic one): purge the id from every posting list.
-                log.warning(
-                    "analyser output changed for %s chunk %d; purging by full scan", source, self._chunks.index[cid]
-                )
-                self._index.purge(cid)
-            index.forget(cid)
-            self._chunks.doc[cid] = None
+        try:
+            for cid in doc.cids:
+                removed = index.remove(cid, self._chunk_terms(cid))
+                if removed != index.dl[cid]:
+                    # The analyser no longer reproduces what was indexed (a custom,
+                    # non-deterministic one): purge the id from every posting list.
+                    log.warning(
+                        "analyser output changed for %s chunk %d; purging by full scan",
+                        source,
+                        self._chunks.index[cid],
+                    )
+                    self._index.purge(cid)
+                index.forget(cid)
+                self._chunks.doc[cid] = None
+        except BaseException:
+            self._torn = True
+            raise
         return len(doc.cids)
 
     def sources(self) -> list[str]:
@@ -583,7 +603,11 @@ class KnowledgeBase:
     def _snapshot(self) -> _codec.Snapshot:
         """What a save writes: live chunks renumbered densely, sources in chunk order."""
         index = self._index
-        index.refresh()
+        try:
+            index.refresh()
+        except BaseException:
+            self._torn = True
+            raise
         ct = self._chunks
         live: list[int] = []
         doc_order: dict[str, int] = {}
@@ -656,6 +680,11 @@ class KnowledgeBase:
         # symlink) must count as the same, or the checks below are bypassed.
         ours = self._path is not None and _same_folder(self._path, folder)
         own_lock = ours and self._lock is not None and self._lock.held
+        if self._torn:
+            raise IndexFormatError(
+                f"not saving to {folder}: a change to this knowledge base was stopped midway (an interrupt or an "
+                "error), so a source may be indexed only in part; load the saved index again and redo the change"
+            )
         lock = self._lock if own_lock else IndexLock(folder)
         assert lock is not None
         lock.acquire()
