@@ -49,6 +49,7 @@ import re
 import secrets
 import stat
 import sys
+import weakref
 from array import array
 from collections.abc import Iterable
 from pathlib import Path
@@ -61,6 +62,7 @@ __all__ = [
     "INDEX_FILE",
     "VERIFY_AT_LOAD",
     "Blob",
+    "DataFile",
     "Manifest",
     "data_range",
     "fsync_dir",
@@ -282,14 +284,35 @@ def read_revision(folder: str | os.PathLike[str]) -> str | None:
     return head[i + len(key) : j] if j > 0 else None
 
 
+class DataFile:
+    """An index's data file, held open from the moment it is mapped.
+
+    Whatever reads the file later (hit texts with ``os.pread``) reads through
+    this descriptor, never by opening the path again: a save in another
+    process may replace and delete that path at any moment.  Closed when the
+    last holder lets go.
+    """
+
+    __slots__ = ("__weakref__", "fd", "path")
+
+    def __init__(self, fd: int, path: Path) -> None:
+        self.fd = fd
+        self.path = path
+        weakref.finalize(self, os.close, fd)
+
+    def size(self) -> int:
+        """The file's size now (a file rewritten in place may have shrunk since it was mapped)."""
+        return os.fstat(self.fd).st_size
+
+
 class Manifest(NamedTuple):
-    """A verified manifest: its body, revision, format version and data file (mapped), if any."""
+    """A verified manifest: its body, revision, format version and data file (mapped, and held open), if any."""
 
     body: dict[str, Any]
     revision: str
     version: int
     data: memoryview | None
-    data_path: Path | None = None
+    data_file: DataFile | None = None
 
 
 def read_index(folder: str | os.PathLike[str]) -> Manifest:
@@ -311,7 +334,7 @@ def read_index(folder: str | os.PathLike[str]) -> Manifest:
             raise IndexFormatError(f"{target}: the data file record is malformed")
         path = target.parent / record["file"]
         try:
-            data = _map(path)
+            data, opened = _map(path)
         except FileNotFoundError:
             # A writer may have replaced the index between our two reads: read the new manifest.
             if attempt + 1 < _READ_ATTEMPTS:
@@ -323,24 +346,23 @@ def read_index(folder: str | os.PathLike[str]) -> Manifest:
             raise IndexFormatError(f"{path}: truncated ({len(data)} of {record['size']} bytes)")
         if (version < 3 or len(data) <= VERIFY_AT_LOAD) and hashlib.sha256(data).hexdigest() != record["sha256"]:
             raise IndexFormatError(f"{path}: checksum mismatch: the data file was modified or damaged after saving")
-        return Manifest(body, revision, version, data, path)
+        return Manifest(body, revision, version, data, opened)
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _map(path: Path) -> memoryview:
+def _map(path: Path) -> tuple[memoryview, DataFile]:
     """The file's bytes, mapped read-only (an empty file cannot be mapped: it is
-    read); anything but a regular file is refused, as by :func:`read_regular`."""
+    read), and the file held open; anything but a regular file is refused, as
+    by :func:`read_regular`."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise IndexFormatError(f"{path}: not a regular file (a FIFO, device or socket cannot hold an index)")
-        if info.st_size == 0:
-            return memoryview(b"")
-        # The mapping outlives the descriptor; views of it keep it alive.
-        return memoryview(mmap.mmap(fd, 0, access=mmap.ACCESS_READ))
-    finally:
-        os.close(fd)
+    opened = DataFile(fd, path)  # closes fd when dropped, raising or not
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        raise IndexFormatError(f"{path}: not a regular file (a FIFO, device or socket cannot hold an index)")
+    if info.st_size == 0:
+        return memoryview(b""), opened
+    # The mapping outlives the descriptor; views of it keep it alive.
+    return memoryview(mmap.mmap(fd, 0, access=mmap.ACCESS_READ)), opened
 
 
 def verify_data(folder: str | os.PathLike[str]) -> None:
@@ -354,7 +376,7 @@ def verify_data(folder: str | os.PathLike[str]) -> None:
     path = target.parent / str(record.get("file"))
     h = hashlib.sha256()
     try:
-        h.update(_map(path))
+        h.update(_map(path)[0])
     except OSError as exc:
         raise IndexFormatError(f"{path}: cannot read the index's data file ({exc.strerror or exc})") from None
     if h.hexdigest() != record.get("sha256"):
