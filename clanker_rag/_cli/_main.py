@@ -781,10 +781,10 @@ def _run_proxy(args: argparse.Namespace, retriever: Any, watch: Path | None, wha
     server = make_server(SharedRetriever(retriever, watch), upstream, host=args.host, port=args.port, **options)
 
     def ready(srv: Any) -> None:
-        if args.host not in ("127.0.0.1", "::1", "localhost"):
+        if args.host not in ("127.0.0.1", "::1", "localhost") and srv.config.token is None:
             print(
                 f"{PROG}: warning: listening on {args.host}: anyone who can reach this port can use your upstream "
-                "and read your knowledge base (the proxy has no authentication)",
+                "and read your knowledge base (set CLANKER_RAG_TOKEN to require a bearer token)",
                 file=sys.stderr,
             )
         print(

@@ -34,6 +34,7 @@ from .._stream._blocks import DEFAULT_BLOCK_CHARS, BlockBuilder, last_question, 
 from .._stream._controller import InjectEvent, RagController, RetrieveEvent, StreamEvent, TextEvent
 from .._types import Retriever
 from .._urls import BaseUrl, parse_base_url
+from ._access import AccessPolicy
 from ._native_tools import assemble_response, run_native
 from ._upstream import (
     ChatTurns,
@@ -71,6 +72,9 @@ _DROP_RESPONSE_HEADERS = frozenset(
     {"connection", "keep-alive", "proxy-authenticate", "trailer", "transfer-encoding", "upgrade", "content-length",
      "server", "date"}
 )  # fmt: skip
+# An upstream's CORS grants (llama.cpp answers "Access-Control-Allow-Origin: *")
+# would let web pages read the proxy's answers: never passed on.
+_CORS_PREFIX = "access-control-"
 
 
 @dataclass
@@ -108,6 +112,9 @@ class ProxyConfig:
     block_chars: int = DEFAULT_BLOCK_CHARS
     native_tools: bool = False
     base_model: bool | None = False
+    # Required of every client as "Authorization: Bearer <token>" when set
+    # (see _access.py); the upstream then gets api_key, never the client's header.
+    token: str | None = None
     base: BaseUrl = field(init=False)
 
     def __post_init__(self) -> None:
@@ -159,6 +166,7 @@ class ProxyServer(ThreadingHTTPServer):
         self._base_model = config.base_model
         self.llama_cpp = False  # the probe found llama.cpp: its completions take a GBNF grammar
         self._probe_lock = threading.Lock()
+        self.access = AccessPolicy(str(address[0]), config.token)
         super().__init__(address, _Handler)
 
     def base_model(self) -> bool:
@@ -281,8 +289,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _upstream_headers(self, *, json_body: bool) -> dict[str, str]:
         headers: dict[str, str] = {}
+        ours = self.server.access.token is not None  # the client's Authorization carries our token
         for name, value in self.headers.items():
-            if name.lower() in _DROP_REQUEST_HEADERS:
+            if name.lower() in _DROP_REQUEST_HEADERS or (ours and name.lower() == "authorization"):
                 continue
             if json_body and name.lower() in ("content-type", "accept"):
                 continue
@@ -358,6 +367,16 @@ class _Handler(BaseHTTPRequestHandler):
         status = 500
         note = ""
         try:
+            refusal = self.server.access.refusal(self.command, self.headers.get)
+            if refusal is not None:
+                # Before the body is read: the connection is not reused.
+                self.close_connection = True
+                extra = {"WWW-Authenticate": 'Bearer realm="clanker-rag"'} if refusal.status == 401 else None
+                self._send_json(
+                    refusal.status, error_body(refusal.message, "invalid_request_error", refusal.code), extra
+                )
+                self._finish_log(refusal.status, started, "refused")
+                return
             body = self._read_body()
             if body is None:
                 self._finish_log(self._rejected, started, "rejected")
@@ -404,7 +423,8 @@ class _Handler(BaseHTTPRequestHandler):
             try:
                 self.send_response(resp.status, resp.reason)
                 for name, value in resp.getheaders():
-                    if name.lower() not in _DROP_RESPONSE_HEADERS:
+                    lower = name.lower()
+                    if lower not in _DROP_RESPONSE_HEADERS and not lower.startswith(_CORS_PREFIX):
                         self.send_header(name, value)
                 head = self.command == "HEAD"
                 chunked = length is None and not head

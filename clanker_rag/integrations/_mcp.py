@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._exceptions import ClankerRagError, ConfigError, MissingExtraError
 from .._kb import KnowledgeBase
+from .._serve._access import TOKEN_ENV, bearer_ok, token_from_env
 from .._serve._follow import IndexFollower
 from .._stream._blocks import BlockBuilder, neutralize
 from ._adapters import check_k, check_query, check_source, check_where
@@ -331,6 +332,39 @@ def build_server(service: KnowledgeService, *, name: str = "clanker-rag") -> Any
     return server
 
 
+_ASGIApp = Callable[[dict[str, Any], Any, Any], Any]
+
+
+def bearer_guard(app: _ASGIApp, token: str) -> _ASGIApp:
+    """``app`` (ASGI) answering 401 to any HTTP request without ``Authorization: Bearer <token>``."""
+
+    async def guarded(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope.get("type") == "http":
+            header = None
+            for name, value in scope.get("headers", ()):
+                if name.lower() == b"authorization":
+                    header = value.decode("latin-1")
+                    break
+            if not bearer_ok(header, token):
+                body = b'{"error": "a bearer token is required (Authorization: Bearer <token>)"}'
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 401,
+                        "headers": [
+                            (b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode("ascii")),
+                            (b"www-authenticate", b'Bearer realm="clanker-rag"'),
+                        ],
+                    }
+                )
+                await send({"type": "http.response.body", "body": body})
+                return
+        await app(scope, receive, send)
+
+    return guarded
+
+
 def _listen(host: str, port: int) -> socket.socket:
     """A listening socket; a taken port is one ``OSError`` naming it, before anything starts."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -370,9 +404,13 @@ def run_server(
     import anyio
     import uvicorn
 
-    if host not in _LOOPBACK:
+    token = token_from_env()
+    if host not in _LOOPBACK and token is None:
         logger.warning(
-            "listening on %s: anyone who can reach this port can read your knowledge base (no authentication)", host
+            "listening on %s: anyone who can reach this port can read your knowledge base "
+            "(set %s to require a bearer token)",
+            host,
+            TOKEN_ENV,
         )
     sock = _listen(host, port)
     try:
@@ -381,7 +419,8 @@ def run_server(
         print(f"clanker-rag: MCP over streamable HTTP at http://{where}:{bound}/mcp; Ctrl-C stops", file=sys.stderr)
         sys.stderr.flush()
         # The SDK's app (session manager, DNS-rebinding guard for loopback hosts) on our socket.
-        config = uvicorn.Config(server.streamable_http_app(host=host), log_level="warning")
+        app = server.streamable_http_app(host=host)
+        config = uvicorn.Config(app if token is None else bearer_guard(app, token), log_level="warning")
         anyio.run(uvicorn.Server(config).serve, [sock])
     finally:
         sock.close()

@@ -249,6 +249,64 @@ def test_http_transport_on_loopback(index: Path) -> None:
     assert seen["bad"].is_error and "k=21" in _text(seen["bad"]) and "1 to 20" in _text(seen["bad"])
 
 
+def test_http_transport_with_a_token_requires_it(index: Path) -> None:
+    import http.client
+
+    token = "mcp-Token-42"
+    cmd = [sys.executable, "-m", "clanker_rag", "mcp", "--index", str(index), "--transport", "http", "--port", "0"]
+    env = {**os.environ, **_env(), "CLANKER_RAG_TOKEN": token}
+    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    initialize = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"},
+            },
+        }
+    ).encode()
+    statuses = {}
+    try:
+        port = int(_announced_url(proc).rsplit(":", 1)[1].split("/")[0])
+        for name, extra in {
+            "none": {},
+            "wrong": {"Authorization": "Bearer nope"},
+            "basic": {"Authorization": f"Basic {token}"},
+            "right": {"Authorization": f"Bearer {token}"},
+            "right, foreign host": {"Authorization": f"Bearer {token}", "Host": "attacker.example"},
+        }.items():
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            try:
+                headers = {
+                    "Content-Type": "application/json",
+                    "Accept": "application/json, text/event-stream",
+                    **extra,
+                }
+                conn.request("POST", "/mcp", body=initialize, headers=headers)
+                resp = conn.getresponse()
+                statuses[name] = (resp.status, resp.getheader("WWW-Authenticate"), resp.read())
+            finally:
+                conn.close()
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stderr:
+            proc.stderr.close()
+    for name in ("none", "wrong", "basic"):
+        status, challenge, body = statuses[name]
+        assert status == 401 and challenge and challenge.startswith("Bearer"), (name, status, body)
+    assert statuses["right"][0] == 200, statuses["right"]
+    assert b"clanker-rag" in statuses["right"][2]
+    assert statuses["right, foreign host"][0] in (400, 403, 421)
+
+
 def test_http_port_taken_is_one_line(index: Path, capsys) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
