@@ -56,6 +56,18 @@ __all__ = ["DEFAULT_MAX_REQUEST_BYTES", "ProxyConfig", "ProxyServer"]
 logger = logging.getLogger("clanker_rag._serve._proxy")
 
 DEFAULT_MAX_REQUEST_BYTES = 8 * 1024 * 1024
+# Connections served at once (a thread each); past it a connection gets 503 at
+# once.  Well above the concurrent streams one upstream can serve.
+DEFAULT_MAX_CONNECTIONS = 256
+# A client socket that neither sends nor reads for this long is dropped: an
+# idle keep-alive connection or a half-open one does not hold its thread for
+# minutes.  (Waiting for the upstream does not count: that socket is the upstream's.)
+CLIENT_IDLE_SECONDS = 60
+_BUSY = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
+    b"Connection: close\r\nContent-Length: 100\r\n\r\n"
+    + b'{"error": {"message": "the proxy has too many connections", "type": "server_error", "code": "busy"}}'.ljust(100)
+)
 # Deeper than any real request (a JSON schema in response_format is a few
 # levels); far below Python's recursion limit.
 MAX_JSON_DEPTH = 128
@@ -115,6 +127,7 @@ class ProxyConfig:
     # Required of every client as "Authorization: Bearer <token>" when set
     # (see _access.py); the upstream then gets api_key, never the client's header.
     token: str | None = None
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
     base: BaseUrl = field(init=False)
 
     def __post_init__(self) -> None:
@@ -128,6 +141,12 @@ class ProxyConfig:
             raise ConfigError(f"max_request_bytes={self.max_request_bytes} is out of range: expected >= 1024")
         if self.timeout <= 0:
             raise ConfigError(f"timeout={self.timeout} is out of range: expected > 0")
+        if (
+            isinstance(self.max_connections, bool)
+            or not isinstance(self.max_connections, int)
+            or self.max_connections < 1
+        ):
+            raise ConfigError(f"max_connections={self.max_connections!r} is out of range: expected an integer >= 1")
         BlockBuilder(self.block_chars)  # the same check as the controller's
         self.base = base
         self.upstream = base.url
@@ -167,7 +186,37 @@ class ProxyServer(ThreadingHTTPServer):
         self.llama_cpp = False  # the probe found llama.cpp: its completions take a GBNF grammar
         self._probe_lock = threading.Lock()
         self.access = AccessPolicy(str(address[0]), config.token)
+        self._slots = threading.BoundedSemaphore(config.max_connections)
         super().__init__(address, _Handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """A thread for the connection, or 503 at once when ``max_connections`` are open."""
+        if not self._slots.acquire(blocking=False):
+            logger.warning(
+                "refused a connection from %s: %d already open", client_address[0], self.config.max_connections
+            )
+            with contextlib.suppress(OSError):
+                request.settimeout(1.0)
+                request.sendall(_BUSY)
+                request.shutdown(socket.SHUT_WR)
+                # What the client already sent is read (without waiting), so
+                # closing does not reset the connection before it reads the 503.
+                request.setblocking(False)
+                while request.recv(65536):
+                    pass
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()  # no thread started to release it
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
     def base_model(self) -> bool:
         """Whether chat requests go to the upstream as rendered completions (see :class:`ProxyConfig`)."""
@@ -208,7 +257,7 @@ class _Handler(BaseHTTPRequestHandler):
     server: ProxyServer
     protocol_version = "HTTP/1.1"
     server_version = "clanker-rag"
-    timeout = 600
+    timeout = CLIENT_IDLE_SECONDS
 
     def version_string(self) -> str:
         return self.server_version

@@ -85,6 +85,10 @@ _DATA_NAME = re.compile(r"data-[0-9a-f]{32}\.bin")
 # Temporary files write_atomic leaves when a save is killed mid-write.
 _STALE_TMP = re.compile(r"\.(data-[0-9a-f]{32}\.bin|index\.json)\.\d+\.[0-9a-f]+\.tmp")
 _READ_ATTEMPTS = 3
+# No manifest comes near this (format 3 keeps the bulk in the data file; the
+# largest format 1 manifests, which hold everything, are a few hundred MB):
+# anything bigger is refused from its size, before a byte is read.
+MAX_MANIFEST_BYTES = 1 << 30
 
 
 class Blob:
@@ -255,16 +259,27 @@ def write_atomic(target: Path, pieces: Iterable[bytes | memoryview]) -> None:
         raise
 
 
-def read_regular(path: Path, limit: int = -1) -> bytes:
+def read_regular(path: Path, limit: int = -1, *, cap: int | None = None) -> bytes:
     """The bytes of ``path`` (the first ``limit`` if >= 0), refusing anything
     but a regular file: opening a FIFO for reading would block until some
-    writer came, with the caller perhaps holding the writer lock meanwhile."""
+    writer came, with the caller perhaps holding the writer lock meanwhile.
+    A file over ``cap`` bytes is refused before it is read."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
             raise IndexFormatError(f"{path}: not a regular file (a FIFO, device or socket cannot hold an index)")
+        if cap is not None and info.st_size > cap:
+            raise IndexFormatError(
+                f"{path}: {info.st_size} bytes is more than any index manifest holds (at most {cap}): "
+                "not a clanker_rag index, or damaged"
+            )
         with open(fd, "rb", closefd=False) as fh:
-            return fh.read(limit)
+            # Read no more than the cap even if the file grows meanwhile.
+            data = fh.read(limit if cap is None else (cap + 1 if limit < 0 else min(limit, cap + 1)))
+        if cap is not None and len(data) > cap:
+            raise IndexFormatError(f"{path}: grew past {cap} bytes while read: not a clanker_rag index")
+        return data
     finally:
         os.close(fd)
 
@@ -385,7 +400,7 @@ def verify_data(folder: str | os.PathLike[str]) -> None:
 
 def _read_manifest(target: Path) -> tuple[dict[str, Any], str, int]:
     try:
-        data = read_regular(target)
+        data = read_regular(target, cap=MAX_MANIFEST_BYTES)
     except FileNotFoundError:
         raise IndexFormatError(f"{target}: no index here (file not found)") from None
     except OSError as exc:

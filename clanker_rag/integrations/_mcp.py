@@ -48,6 +48,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_PORT = 8766
 RESOURCE_PREFIX = "clanker-rag://source/"
 MAX_SHOW_CHARS = 100_000
+MAX_PATH_CHARS = 4096  # PATH_MAX on Linux: no longer path names a file
 _INSTALL = "the MCP server needs the mcp package: pip install 'clanker-rag[mcp]'"
 _LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
@@ -213,15 +214,23 @@ class KnowledgeService:
         if not self._roots:
             raise ConfigError("ingest is off: start the server with --allow-ingest PATH to allow it")
         if not isinstance(path, str) or not path.strip():
-            raise ConfigError(f"path={path!r} must be a file or folder inside {self._roots_text()}")
-        raw = Path(os.path.expanduser(path))
-        # A relative path is taken inside the first root, not the server's working directory.
-        target = Path(os.path.realpath(raw if raw.is_absolute() else self._roots[0] / raw))
-        root = next((r for r in self._roots if target == r or r in target.parents), None)
-        if root is None:
-            raise ConfigError(f"path {path!r} is outside the folders ingest may read: {self._roots_text()}")
-        if not target.exists():
-            raise ConfigError(f"path {path!r} does not exist")
+            raise ConfigError(f"path={path!r:.200} must be a file or folder inside {self._roots_text()}")
+        if "\0" in path:
+            raise ConfigError("path must not contain a NUL byte")
+        if len(path) > MAX_PATH_CHARS:
+            raise ConfigError(f"path is {len(path)} characters long; the limit is {MAX_PATH_CHARS}")
+        try:
+            raw = Path(os.path.expanduser(path))
+            # A relative path is taken inside the first root, not the server's working directory.
+            target = Path(os.path.realpath(raw if raw.is_absolute() else self._roots[0] / raw))
+            root = next((r for r in self._roots if target == r or r in target.parents), None)
+            if root is None:
+                raise ConfigError(f"path {path!r:.300} is outside the folders ingest may read: {self._roots_text()}")
+            exists = target.exists()
+        except (OSError, ValueError) as exc:  # a name too long for the file system, say
+            raise ConfigError(f"path {path!r:.300} cannot be read: {getattr(exc, 'strerror', None) or exc}") from None
+        if not exists:
+            raise ConfigError(f"path {path!r:.300} does not exist")
         # Source names as `clanker-rag ingest ROOT` gives them, whatever part of ROOT is read.
         rel = (target if target.is_dir() else target.parent).relative_to(root).as_posix()
         prefix = "" if rel == "." else rel + "/"
@@ -324,6 +333,17 @@ def build_server(service: KnowledgeService, *, name: str = "clanker-rag") -> Any
     def ingest(path: str) -> dict[str, Any]:
         return call(service.ingest, path)
 
+    # The SDK validates arguments with pydantic, which would turn k=true into
+    # 1 and 2.5 into an error only sometimes: numbers are taken strictly, so
+    # a boolean or a fraction is refused (by the schema, with its reason).
+    from typing import Annotated
+
+    from pydantic import Strict
+
+    strict_int = Annotated[int, Strict()]
+    for fn, names in ((search, ("k",)), (retrieve, ("k",)), (show, ("start_line", "end_line"))):
+        for param in names:
+            fn.__annotations__[param] = strict_int if param == "k" else strict_int | None
     tools: list[Callable[..., Any]] = [search, retrieve, show, stats]
     if service.ingest_roots:
         tools.append(ingest)

@@ -412,3 +412,48 @@ def test_show_pages_cover_the_source_exactly_once(lines: list[str], cap: int) ->
         assert "".join(pages) == neutralize(text)
     finally:
         mcp_mod.MAX_SHOW_CHARS = old
+
+
+def test_service_ingest_refuses_nul_bytes_and_over_long_paths_with_a_reason(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "a.md").write_text("alpha text")
+    service = KnowledgeService(None, tmp_path / "index", ingest_roots=[root])
+    with pytest.raises(ConfigError, match="NUL byte"):
+        service.ingest("a\0.md")
+    with pytest.raises(ConfigError, match="the limit is 4096"):
+        service.ingest("x" * 5000)
+    # Under the total limit, but one name longer than any file system allows.
+    with pytest.raises(ConfigError, match=r"cannot be read|does not exist"):
+        service.ingest(str(root / ("n" * 300)))
+    assert service.ingest("a.md")["added"] == ["a.md"]
+
+
+def test_tool_numbers_are_taken_strictly_so_booleans_are_refused() -> None:
+    from clanker_rag.integrations._mcp import build_server
+
+    kb = KnowledgeBase()
+    kb.add_text("hello world", "a.md")
+    kb.add_text("hello again", "b.md")
+    server = build_server(KnowledgeService(kb))
+    outcomes: dict[str, object] = {}
+
+    async def run() -> None:
+        for name, tool, args in (
+            ("k=True", "search", {"query": "hello", "k": True}),
+            ("k=False", "retrieve", {"query": "hello", "k": False}),
+            ("k=1.5", "search", {"query": "hello", "k": 1.5}),
+            ("start_line=True", "show", {"source": "a.md", "start_line": True}),
+            ("k=2", "search", {"query": "hello", "k": 2}),
+        ):
+            try:
+                outcomes[name] = await server.call_tool(tool, args)
+            except Exception as exc:  # the SDK's ToolError
+                outcomes[name] = exc
+
+    anyio.run(run)
+    for name in ("k=True", "k=False", "k=1.5", "start_line=True"):
+        assert isinstance(outcomes[name], Exception), f"{name} was accepted"
+        assert "integer" in str(outcomes[name])
+    assert not isinstance(outcomes["k=2"], Exception)
+    assert len(outcomes["k=2"].structured_content["results"]) == 2  # type: ignore[attr-defined]

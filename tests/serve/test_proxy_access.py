@@ -277,3 +277,57 @@ def test_the_serve_command_refuses_foreign_hosts_and_requires_the_token_from_its
                     proc.kill()
                     proc.wait()
                 proc.stderr.close()
+
+
+def test_connections_past_the_cap_get_503_at_once_and_slots_come_back() -> None:
+    import socket
+
+    with FakeUpstream(lambda path, body: Reply(["ok"])) as up:
+        server = make_server(knowledge(), up.url, token=None, max_connections=3)
+        thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        thread.start()
+        port = server.server_address[1]
+        idle = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(3)]
+        try:
+            proxy = Proxy.__new__(Proxy)
+            proxy.port = port
+            status, headers, body = proxy.request("GET", "/v1/models")
+            assert status == 503 and headers.get("retry-after") == "1", body
+            assert json.loads(body)["error"]["code"] == "busy"
+        finally:
+            for sock in idle:
+                sock.close()
+        # The idle connections' threads end and free their slots.
+        deadline = threading.Event()
+        for _ in range(100):
+            status, _, _ = proxy.request("GET", "/v1/models")
+            if status == 200:
+                break
+            deadline.wait(0.05)
+        assert status == 200
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+def test_an_idle_or_half_open_connection_is_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    from clanker_rag._serve import _handler
+
+    # The default is a minute (a thread each, not ten minutes); a short one here to watch it happen.
+    assert _handler._Handler.timeout <= 60
+    monkeypatch.setattr(_handler._Handler, "timeout", 0.3)
+    for proxy in running():
+        sock = socket.create_connection(("127.0.0.1", proxy.port), timeout=10)
+        try:
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # and never the rest
+            assert sock.recv(100) == b""  # closed by the server, well before our own 10 s timeout
+        finally:
+            sock.close()
+
+
+def test_max_connections_is_checked() -> None:
+    for bad in (0, -1, True, 2.5):
+        with pytest.raises(ConfigError, match="max_connections"):
+            make_server(knowledge(), "http://127.0.0.1:9", token=None, max_connections=bad)

@@ -3,6 +3,7 @@ mapped, never the path again, so a save replacing and deleting that path cannot 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from clanker_rag import KnowledgeBase
+from clanker_rag import IndexFormatError, KnowledgeBase
 from clanker_rag._storage import _store
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -75,3 +76,18 @@ def test_loads_and_searches_never_fail_while_another_process_edits_and_saves(tmp
     assert saver.returncode == 0, err.decode()
     assert int(out) > 5, "the other process barely saved: nothing raced"
     assert loads > 20
+
+
+def test_search_on_a_2_gib_sparse_manifest_fails_at_once_with_one_line(tmp_path: Path) -> None:
+    folder = tmp_path / "index"
+    folder.mkdir()
+    with open(folder / "index.json", "wb") as fh:
+        fh.truncate(2 << 30)  # sparse: no disk used; read whole it would take seconds and gigabytes
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "clanker_rag", "search", "anything", "--index", str(folder)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 1
+    assert proc.stderr.count("\n") == 1, proc.stderr
+    assert "more than any index manifest holds" in proc.stderr
+    with pytest.raises(IndexFormatError, match=r"2147483648 bytes"):
+        KnowledgeBase.load(folder)
