@@ -319,7 +319,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _fail(message: str, code: int) -> int:
-    print(f"{PROG}: error: {message}", file=sys.stderr)
+    print(f"{PROG}: error: {one_line(message)}", file=sys.stderr)
     return code
 
 
@@ -353,7 +353,15 @@ def _configure_logging(args: argparse.Namespace) -> Callable[[], None]:
     fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
     if level > logging.INFO:
         fmt = f"{PROG}: %(levelname)s: %(message)s"
-    handler.setFormatter(logging.Formatter(fmt))
+
+    class PrintableFormatter(logging.Formatter):
+        """Log lines that cannot drive the terminal: a file name holding ``ESC ]0;...BEL``
+        (set the title) or ``ESC [2J`` (clear the screen) is shown escaped."""
+
+        def format(self, record: logging.LogRecord) -> str:
+            return printable(super().format(record))
+
+    handler.setFormatter(PrintableFormatter(fmt))
     root = logging.getLogger()
     old_level = root.level
     root.addHandler(handler)
@@ -449,11 +457,11 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     if report.skipped:
         if args.verbose:
             for skipped, reason in report.skipped:
-                print(f"  skipped {skipped}: {reason}", file=sys.stderr)
+                print(f"  skipped {one_line(skipped)}: {one_line(reason)}", file=sys.stderr)
         else:
             kinds = ", ".join(f"{n} {kind}" for kind, n in report.skip_reasons().items())
             print(f"skipped: {kinds} (-v lists them)", file=sys.stderr)
-    print(f"index: {path}", file=sys.stderr)
+    print(f"index: {one_line(str(path))}", file=sys.stderr)
     return 0
 
 
@@ -679,7 +687,7 @@ def _cmd_rm(args: argparse.Namespace) -> int:
         if missing and not removed:
             raise _unknown_source(kb, missing[0])
     for name, n in removed:
-        print(f"removed {name} ({n} chunks)")
+        print(f"removed {one_line(name)} ({n} chunks)")
     for pattern in missing:
         print(f"{PROG}: warning: nothing matched {pattern!r}", file=sys.stderr)
     return 1 if missing else 0
