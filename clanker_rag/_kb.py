@@ -23,7 +23,7 @@ from ._engine._counting import CountedChunk, CountedTexts, TermIds, span_counts
 from ._engine._index import InvertedIndex, TermExplanation
 from ._engine._scoring import BM25
 from ._engine._sources import ChunkDocs, ChunkTable, Doc, LoadedSources
-from ._exceptions import ConfigError, IndexFormatError, IndexLockedError
+from ._exceptions import ClankerRagError, ConfigError, IndexFormatError, IndexLockedError, IndexWriteError
 from ._gc_pause import collector_paused
 from ._storage import _codec, _store
 from ._storage._lock import IndexLock
@@ -687,6 +687,11 @@ class KnowledgeBase:
             )
         lock = self._lock if own_lock else IndexLock(folder)
         assert lock is not None
+        with _writing(folder):
+            self._save_locked(folder, lock, ours, own_lock, overwrite)
+        return folder
+
+    def _save_locked(self, folder: Path, lock: IndexLock, ours: bool, own_lock: bool, overwrite: bool) -> None:
         lock.acquire()
         try:
             on_disk = _store.read_revision(folder)
@@ -706,7 +711,6 @@ class KnowledgeBase:
         finally:
             if not own_lock:
                 lock.release()
-        return folder
 
     def would_replace(self, path: str | os.PathLike[str]) -> bool:
         """Whether folder ``path`` holds an index this knowledge base was not loaded from or saved to.
@@ -752,25 +756,30 @@ class KnowledgeBase:
         cls, snap: _codec.Snapshot, where: str, analyzer: Callable[[str], Iterable[str]] | None
     ) -> KnowledgeBase:
         settings = snap.analyzer
-        if settings.get("type") == "custom":
-            if analyzer is None:
-                raise IndexFormatError(
-                    f"{where}: built with the custom analyser {settings.get('name')!r}; "
-                    "pass it as load(..., analyzer=...)"
-                )
-            an: Analyzer = analyzer if isinstance(analyzer, Analyzer) else Analyzer(custom=analyzer)
-        else:
-            an = (
-                Analyzer.from_settings(settings)
-                if analyzer is None
-                else (analyzer if isinstance(analyzer, Analyzer) else Analyzer(custom=analyzer))
-            )
-        ch = snap.chunking
+        # The manifest's digest vouches for its bytes, not for what a tool
+        # that re-signed it put there: any settings that cannot be used are
+        # one IndexFormatError (a ConfigError is a ValueError too).
         try:
+            if not isinstance(settings, dict) or not isinstance(snap.chunking, dict):
+                raise TypeError("the analyser and chunking settings must be objects")
+            if settings.get("type") == "custom":
+                if analyzer is None:
+                    raise IndexFormatError(
+                        f"{where}: built with the custom analyser {settings.get('name')!r}; "
+                        "pass it as load(..., analyzer=...)"
+                    )
+                an: Analyzer = analyzer if isinstance(analyzer, Analyzer) else Analyzer(custom=analyzer)
+            else:
+                an = (
+                    Analyzer.from_settings(settings)
+                    if analyzer is None
+                    else (analyzer if isinstance(analyzer, Analyzer) else Analyzer(custom=analyzer))
+                )
+            ch = snap.chunking
             kb = cls(
                 ch["chunk_size"], ch["stride"], slack=ch.get("slack"), analyzer=an, bm25=BM25.from_settings(snap.bm25)
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise IndexFormatError(f"{where}: malformed index ({type(exc).__name__}: {exc})") from None
         cols = snap.chunks
         src = snap.sources
@@ -814,7 +823,8 @@ class KnowledgeBase:
         """
         folder = Path(path)
         lock = IndexLock(folder, timeout=timeout)
-        lock.acquire()
+        with _writing(folder):
+            lock.acquire()
         try:
             if (folder / _store.INDEX_FILE).exists():
                 kb = cls.load(folder)
@@ -827,6 +837,22 @@ class KnowledgeBase:
                 kb.save(folder)
         finally:
             lock.release()
+
+
+@contextmanager
+def _writing(folder: Path) -> Iterator[None]:
+    """An ``OSError`` while writing the index in ``folder`` (a read-only folder,
+    a full disk) as one :class:`IndexWriteError`: saves are atomic, so the
+    index already there is unchanged, and the message says so."""
+    try:
+        yield
+    except ClankerRagError:
+        raise
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise IndexWriteError(
+            exc.errno, f"cannot write the index ({reason}); the index there is unchanged", exc.filename or str(folder)
+        ) from exc
 
 
 def _same_folder(a: Path, b: Path) -> bool:

@@ -91,3 +91,38 @@ def test_search_on_a_2_gib_sparse_manifest_fails_at_once_with_one_line(tmp_path:
     assert "more than any index manifest holds" in proc.stderr
     with pytest.raises(IndexFormatError, match=r"2147483648 bytes"):
         KnowledgeBase.load(folder)
+
+
+def resign(folder: Path, change: object) -> None:
+    """Rewrite the manifest with ``change(body)`` applied and a matching digest (as a tool that re-signs would)."""
+    import hashlib
+    import json
+
+    doc = json.loads((folder / "index.json").read_text())
+    change(doc["body"])  # type: ignore[operator]
+    body = json.dumps(doc["body"], ensure_ascii=True, separators=(",", ":"))
+    doc["sha256"] = hashlib.sha256(body.encode("ascii")).hexdigest()
+    head = json.dumps({k: doc[k] for k in ("format", "format_version", "revision", "sha256")}, separators=(",", ":"))
+    (folder / "index.json").write_text(head[:-1] + ',"body":' + body + "}\n")
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda b: b.update(analyzer=[]),
+        lambda b: b["analyzer"].pop("cjk_bigrams"),
+        lambda b: b["analyzer"].update(stopwords=1),
+        lambda b: b["analyzer"].update(stopwords=[1]),
+        lambda b: b["analyzer"].update(type="nonsense"),
+        lambda b: b.update(chunking=[180, 90]),
+        lambda b: b["chunking"].update(chunk_size="x"),
+        lambda b: b["bm25"].update(variant=0),
+        lambda b: b.update(bm25=None),
+    ],
+)
+def test_re_signed_manifests_with_bad_settings_are_one_index_format_error(tmp_path: Path, change: object) -> None:
+    folder = tmp_path / "index"
+    saved(folder, 20)
+    resign(folder, change)
+    with pytest.raises(IndexFormatError, match="index"):
+        KnowledgeBase.load(folder).search("topic3 document", 3)
