@@ -133,6 +133,7 @@ class KnowledgeBase:
         # (Ctrl-C, an error): a source may be indexed in part under its whole
         # text's fingerprint, so save() refuses rather than persist it.
         self._torn = False
+        self._data_file: _store.DataFile | None = None  # the data file a load mapped
 
     @property
     def _docs(self) -> dict[str, Doc]:
@@ -275,6 +276,12 @@ class KnowledgeBase:
         self._changes += len(docs)
         self._index.add_chunks(first, counted.sizes, tids, counted.tfs)
         return edges[-1] - first
+
+    def data_rewritten(self) -> bool:
+        """Whether the data file this index was loaded from was changed in place
+        since (internal): reading its mapped pages could then crash the
+        process, so a server loads the folder again first (see ``_serve/_follow.py``)."""
+        return self._data_file is not None and self._data_file.rewritten()
 
     def is_intact(self) -> bool:
         """Whether every change so far ran to its end (internal): False once an
@@ -740,6 +747,7 @@ class KnowledgeBase:
             snap, revision = _codec.read(folder)
             kb = cls._from_snapshot(snap, where, analyzer)
         kb._path = folder if folder.is_dir() else folder.parent
+        kb._data_file = snap.data_file
         kb._revision = revision
         kb._saved_changes = kb._changes
         return kb

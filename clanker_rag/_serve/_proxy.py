@@ -72,7 +72,7 @@ class SharedRetriever:
 
     def search(self, query: str, k: int = 10) -> Sequence[HitLike]:
         with self._lock:
-            fresh = self._follower.fresh() if self._follower is not None else None
+            fresh = self._follower.fresh(self._retriever) if self._follower is not None else None
             if fresh is not None:
                 self._retriever = fresh
             return list(self._retriever.search(query, k))

@@ -237,6 +237,8 @@ class Snapshot(NamedTuple):
     postings: Postings
     total_length: int
     created_by: str = ""
+    # The data file a load mapped, held open (None for a snapshot to save).
+    data_file: _store.DataFile | None = None
 
 
 class TermDictionary:
@@ -430,6 +432,7 @@ def read(folder: str | Path) -> tuple[Snapshot, str]:
         else:
             snap = _read_v2(manifest.body, manifest.data, where)
         _check(snap, where)
+        snap = snap._replace(data_file=manifest.data_file)
     except IndexFormatError:
         raise
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:

@@ -308,16 +308,27 @@ class DataFile:
     last holder lets go.
     """
 
-    __slots__ = ("__weakref__", "fd", "path")
+    __slots__ = ("__weakref__", "fd", "mtime_ns", "path", "size")
 
     def __init__(self, fd: int, path: Path) -> None:
         self.fd = fd
         self.path = path
         weakref.finalize(self, os.close, fd)
+        info = os.fstat(fd)
+        self.size = info.st_size
+        self.mtime_ns = info.st_mtime_ns
 
-    def size(self) -> int:
-        """The file's size now (a file rewritten in place may have shrunk since it was mapped)."""
-        return os.fstat(self.fd).st_size
+    def rewritten(self) -> bool:
+        """Whether the file was changed in place since it was opened (``cp`` over
+        it, ``rsync --inplace``, ``truncate``): its mapped pages may then be
+        gone, and touching one kills the process with SIGBUS.  A save never
+        does this (it writes a new file and deletes the old name, which
+        leaves the open file whole)."""
+        try:
+            info = os.fstat(self.fd)
+        except OSError:
+            return True
+        return info.st_size != self.size or info.st_mtime_ns != self.mtime_ns
 
 
 class Manifest(NamedTuple):

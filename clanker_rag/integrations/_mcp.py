@@ -111,7 +111,7 @@ class KnowledgeService:
 
     def _current(self) -> KnowledgeBase:
         """The knowledge base, re-read first if its index file changed (caller holds the lock)."""
-        fresh = self._follower.fresh() if self._follower is not None else None
+        fresh = self._follower.fresh(self._kb) if self._follower is not None else None
         if fresh is not None:
             self._kb = fresh
         return self._kb
