@@ -218,6 +218,17 @@ def build_parser() -> argparse.ArgumentParser:
     _color_option(p)
     p.set_defaults(func=_cmd_demo)
 
+    for name, help_ in (
+        ("backup", "copy the index in folder SRC to DEST safely (verified, atomic; never cp -a over an index)"),
+        ("restore", "replace the index in folder DEST with the one in SRC safely (servers of DEST follow it)"),
+    ):
+        p = command(name, help_)
+        p.add_argument("src", metavar="SRC", help="the index folder to copy")
+        p.add_argument("dest", metavar="DEST", help="the folder to write it to")
+        if name == "backup":
+            p.add_argument("--overwrite", action="store_true", help="replace an index already in DEST")
+        p.set_defaults(func=_cmd_copy, restore=name == "restore")
+
     p = command("list", "list the named knowledge bases")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_cmd_list)
@@ -849,6 +860,13 @@ def _cmd_list(args: argparse.Namespace) -> int:
     for i in infos:
         stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime(i.mtime))
         print(f"{i.name:<{width}}  {i.size / 1e6:8.2f} MB  {stamp}  {i.path}")
+    return 0
+
+
+def _cmd_copy(args: argparse.Namespace) -> int:
+    from ._backup import run
+
+    print(one_line(run(args.src, args.dest, restore=args.restore, overwrite=getattr(args, "overwrite", False))))
     return 0
 
 
