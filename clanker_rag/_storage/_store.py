@@ -84,7 +84,7 @@ _BODY_KEY = '"body":'
 _DATA_NAME = re.compile(r"data-[0-9a-f]{32}\.bin")
 # Temporary files write_atomic leaves when a save is killed mid-write.
 _STALE_TMP = re.compile(r"\.(data-[0-9a-f]{32}\.bin|index\.json)\.\d+\.[0-9a-f]+\.tmp")
-_READ_ATTEMPTS = 3
+_READ_ATTEMPTS = 10  # each retry follows a save that replaced the index meanwhile
 # No manifest comes near this (format 3 keeps the bulk in the data file; the
 # largest format 1 manifests, which hold everything, are a few hundred MB):
 # anything bigger is refused from its size, before a byte is read.

@@ -116,15 +116,58 @@ def _dropped_when_copied(ch: str) -> bool:
 def _marker_spots(folded: str) -> list[int]:
     """Where markers open in ``folded``: as it is, and with the characters a
     copy may drop (combining marks, blank braille) taken out."""
+    if "<" not in folded and "[" not in folded and ">" not in folded:
+        return []  # every marker opens with one of them
     spots = [m.start() for m in _MARKER_RE.finditer(folded)]
     spots += [m.start("sq") for m in _HEADER_RE.finditer(folded)]
     if folded.isascii() or not any(_dropped_when_copied(ch) for ch in set(folded) if ord(ch) > 0x7F):
         return spots
-    keep = [i for i, ch in enumerate(folded) if ord(ch) <= 0x7F or not _dropped_when_copied(ch)]
-    squeezed = "".join(map(folded.__getitem__, keep))
-    spots += [keep[m.start()] for m in _MARKER_RE.finditer(squeezed)]
-    spots += [keep[m.start("sq")] for m in _HEADER_RE.finditer(squeezed)]
-    return sorted(set(spots))
+    # Only what follows each opener can make a marker: it is matched again
+    # with the droppable characters taken out (however many there are).
+    found = set(spots)
+    for m in _OPENER_RE.finditer(folded):
+        at = m.start()
+        if at in found:
+            continue
+        ahead = _squeezed(folded, at, _LOOKAHEAD)
+        if ahead == folded[at : at + len(ahead)]:
+            continue  # nothing dropped: already judged above
+        hit = _MARKER_RE.match(ahead)
+        if hit is None and ahead[0] == "[" and _opens_line(folded, at):
+            hit = _HEADER_RE.match(ahead)
+        if hit is not None:
+            found.add(at)
+    return sorted(found)
+
+
+def _opens_line(text: str, at: int) -> bool:
+    """Whether only blanks and characters a copy may drop precede ``at`` on its line."""
+    j = at - 1
+    while j >= 0 and text[j] not in _BREAKS:
+        ch = text[j]
+        if not (ch.isspace() or (ord(ch) > 0x7F and _dropped_when_copied(ch))):
+            return False
+        j -= 1
+    return True
+
+
+# The characters that open a marker, and how far past one a marker can reach.
+_OPENER_RE = re.compile(r"[<\[>]")
+_LOOKAHEAD = 64
+
+
+def _squeezed(text: str, start: int, count: int) -> str:
+    """Up to ``count`` characters of ``text`` from ``start``, those a copy may drop left out."""
+    out: list[str] = []
+    end = len(text)
+    i = start
+    while i < end and len(out) < count:
+        ch = text[i]
+        i += 1
+        if ord(ch) > 0x7F and _dropped_when_copied(ch):
+            continue
+        out.append(ch)
+    return "".join(out)
 
 
 def _ignorable(ch: str) -> bool:
