@@ -8,6 +8,8 @@ means to tell you about; the subclasses say which part failed::
      +-- IndexFormatError         an index file is missing, truncated, tampered with,
      |                            or written by a newer clanker_rag
      +-- IndexLockedError         another process holds the index's writer lock
+     +-- IndexWriteError          an index cannot be written (a read-only folder, a
+     |                            full disk); the index already there is unchanged
      +-- IngestError              a path cannot be ingested at all (a skipped file is
      |                            reported, not raised)
      +-- MissingExtraError        an optional dependency is not installed; the message
@@ -15,7 +17,8 @@ means to tell you about; the subclasses say which part failed::
      +-- BackendError             a model backend failed: server down, timeout, garbage
      +-- RetrievalTimeoutError    retrieval took longer than the controller allows
 
-``MissingExtraError`` is also an ``ImportError`` and ``RetrievalTimeoutError``
+``MissingExtraError`` is also an ``ImportError``, ``IndexWriteError`` an
+``OSError`` (with its ``errno`` and ``filename``) and ``RetrievalTimeoutError``
 also a ``TimeoutError``, so code written against the standard exceptions keeps
 working.
 """
@@ -28,6 +31,7 @@ __all__ = [
     "ConfigError",
     "IndexFormatError",
     "IndexLockedError",
+    "IndexWriteError",
     "IngestError",
     "MissingExtraError",
     "RetrievalTimeoutError",
@@ -48,6 +52,10 @@ class IndexFormatError(ClankerRagError):
 
 class IndexLockedError(ClankerRagError):
     """Another process is writing the same index."""
+
+
+class IndexWriteError(ClankerRagError, OSError):
+    """An index cannot be written (read-only folder, full disk); the one there is unchanged."""
 
 
 class IngestError(ClankerRagError):

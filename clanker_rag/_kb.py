@@ -23,7 +23,7 @@ from ._engine._counting import CountedChunk, CountedTexts, TermIds, span_counts
 from ._engine._index import InvertedIndex, TermExplanation
 from ._engine._scoring import BM25
 from ._engine._sources import ChunkDocs, ChunkTable, Doc, LoadedSources
-from ._exceptions import ConfigError, IndexFormatError, IndexLockedError
+from ._exceptions import ClankerRagError, ConfigError, IndexFormatError, IndexLockedError, IndexWriteError
 from ._gc_pause import collector_paused
 from ._storage import _codec, _store
 from ._storage._lock import IndexLock
@@ -129,6 +129,11 @@ class KnowledgeBase:
         # save or load: edit() skips a save that would rewrite the same index.
         self._changes = 0
         self._saved_changes: int | None = None
+        # Set when an add, a removal or a save's packing was stopped midway
+        # (Ctrl-C, an error): a source may be indexed in part under its whole
+        # text's fingerprint, so save() refuses rather than persist it.
+        self._torn = False
+        self._data_file: _store.DataFile | None = None  # the data file a load mapped
 
     @property
     def _docs(self) -> dict[str, Doc]:
@@ -247,6 +252,13 @@ class KnowledgeBase:
         # (set.isdisjoint(dict) would walk the whole dict: ask the dict instead.)
         if len(sources) < len(docs) or any(map(self._docs.__contains__, sources)):
             return None
+        try:
+            return self._add_all(docs, counted)
+        except BaseException:
+            self._torn = True
+            raise
+
+    def _add_all(self, docs: list[Doc], counted: CountedTexts) -> int:
         tids = counted.term_ids(self._index.ids_of)
         per_text = counted.per_text
         first = self._chunks.extend(
@@ -264,6 +276,18 @@ class KnowledgeBase:
         self._changes += len(docs)
         self._index.add_chunks(first, counted.sizes, tids, counted.tfs)
         return edges[-1] - first
+
+    def data_rewritten(self) -> bool:
+        """Whether the data file this index was loaded from was changed in place
+        since (internal): reading its mapped pages could then crash the
+        process, so a server loads the folder again first (see ``_serve/_follow.py``)."""
+        return self._data_file is not None and self._data_file.rewritten()
+
+    def is_intact(self) -> bool:
+        """Whether every change so far ran to its end (internal): False once an
+        add, a removal or a save's packing was stopped midway, after which
+        :meth:`save` refuses.  The ingest asks it before its last save."""
+        return not self._torn
 
     def takes_prepared(self) -> bool:
         """Whether :meth:`add_prepared` indexes what :meth:`add_text` would (internal).
@@ -283,20 +307,23 @@ class KnowledgeBase:
         content: str | None = None,
         counted: Callable[[Mapping[str, int]], Iterable[CountedChunk]] | None = None,
     ) -> int:
-        replaced = self._replace(text, source, metadata, sections, content)
-        if replaced is None:
-            return 0
-        doc, checked = replaced
+        doc, checked = self._new_doc(text, source, metadata, sections, content)
         index = self._index
         chunks = self._chunks
         cids = doc.own_cids
         assert isinstance(cids, list)
-        for i, (start, end, start_line, end_line, label, tids, tfs) in enumerate(
-            self._count(text, checked) if counted is None else counted(index.vocab)
-        ):
-            cid = chunks.append(doc, i, start, end, start_line, end_line, label)
-            index.add_runs(cid, tids, tfs)
-            cids.append(cid)
+        try:
+            if not self._replace(doc):
+                return 0
+            for i, (start, end, start_line, end_line, label, tids, tfs) in enumerate(
+                self._count(text, checked) if counted is None else counted(index.vocab)
+            ):
+                cid = chunks.append(doc, i, start, end, start_line, end_line, label)
+                index.add_runs(cid, tids, tfs)
+                cids.append(cid)
+        except BaseException:
+            self._torn = True
+            raise
         return len(cids)
 
     def _count(self, text: str, sections: Sequence[tuple[int, int, str | None]] | None) -> Iterator[CountedChunk]:
@@ -307,25 +334,19 @@ class KnowledgeBase:
                 span.start, span.end, span.start_line, span.end_line, span.label, counts.keys(), counts.values()
             )
 
-    def _replace(
-        self,
-        text: str,
-        source: str,
-        metadata: Mapping[str, Any] | None,
-        sections: Sequence[tuple[int, int, str | None]] | None,
-        content: str | None,
-    ) -> tuple[Doc, list[tuple[int, int, str | None]] | None] | None:
-        """Check an add and drop what ``source`` held: the new document and its
-        checked sections, or None when the same text and metadata are indexed."""
-        doc, checked = self._new_doc(text, source, metadata, sections, content)
+    def _replace(self, doc: Doc) -> bool:
+        """Drop what ``doc``'s source held and take ``doc`` in its place (with no
+        chunks yet); False, changing nothing, when the same text and metadata
+        are indexed."""
+        source = doc.source
         old = self._docs.get(source)
         if old is not None:
             if old.fingerprint == doc.fingerprint:
-                return None
+                return False
             self.remove(source)
         self._docs[source] = doc
         self._changes += 1
-        return doc, checked
+        return True
 
     def _new_doc(
         self,
@@ -404,17 +425,23 @@ class KnowledgeBase:
             return 0
         self._changes += 1
         index = self._index
-        for cid in doc.cids:
-            removed = index.remove(cid, self._chunk_terms(cid))
-            if removed != index.dl[cid]:
-                # The analyser no longer reproduces what was indexed (a custom,
-                # non-deterministic one): purge the id from every posting list.
-                log.warning(
-                    "analyser output changed for %s chunk %d; purging by full scan", source, self._chunks.index[cid]
-                )
-                self._index.purge(cid)
-            index.forget(cid)
-            self._chunks.doc[cid] = None
+        try:
+            for cid in doc.cids:
+                removed = index.remove(cid, self._chunk_terms(cid))
+                if removed != index.dl[cid]:
+                    # The analyser no longer reproduces what was indexed (a custom,
+                    # non-deterministic one): purge the id from every posting list.
+                    log.warning(
+                        "analyser output changed for %s chunk %d; purging by full scan",
+                        source,
+                        self._chunks.index[cid],
+                    )
+                    self._index.purge(cid)
+                index.forget(cid)
+                self._chunks.doc[cid] = None
+        except BaseException:
+            self._torn = True
+            raise
         return len(doc.cids)
 
     def sources(self) -> list[str]:
@@ -586,7 +613,11 @@ class KnowledgeBase:
     def _snapshot(self) -> _codec.Snapshot:
         """What a save writes: live chunks renumbered densely, sources in chunk order."""
         index = self._index
-        index.refresh()
+        try:
+            index.refresh()
+        except BaseException:
+            self._torn = True
+            raise
         ct = self._chunks
         live: list[int] = []
         doc_order: dict[str, int] = {}
@@ -659,8 +690,18 @@ class KnowledgeBase:
         # symlink) must count as the same, or the checks below are bypassed.
         ours = self._path is not None and _same_folder(self._path, folder)
         own_lock = ours and self._lock is not None and self._lock.held
+        if self._torn:
+            raise IndexFormatError(
+                f"not saving to {folder}: a change to this knowledge base was stopped midway (an interrupt or an "
+                "error), so a source may be indexed only in part; load the saved index again and redo the change"
+            )
         lock = self._lock if own_lock else IndexLock(folder)
         assert lock is not None
+        with _writing(folder):
+            self._save_locked(folder, lock, ours, own_lock, overwrite)
+        return folder
+
+    def _save_locked(self, folder: Path, lock: IndexLock, ours: bool, own_lock: bool, overwrite: bool) -> None:
         lock.acquire()
         try:
             on_disk = _store.read_revision(folder)
@@ -680,7 +721,6 @@ class KnowledgeBase:
         finally:
             if not own_lock:
                 lock.release()
-        return folder
 
     def would_replace(self, path: str | os.PathLike[str]) -> bool:
         """Whether folder ``path`` holds an index this knowledge base was not loaded from or saved to.
@@ -710,6 +750,7 @@ class KnowledgeBase:
             snap, revision = _codec.read(folder)
             kb = cls._from_snapshot(snap, where, analyzer)
         kb._path = folder if folder.is_dir() else folder.parent
+        kb._data_file = snap.data_file
         kb._revision = revision
         kb._saved_changes = kb._changes
         return kb
@@ -726,25 +767,30 @@ class KnowledgeBase:
         cls, snap: _codec.Snapshot, where: str, analyzer: Callable[[str], Iterable[str]] | None
     ) -> KnowledgeBase:
         settings = snap.analyzer
-        if settings.get("type") == "custom":
-            if analyzer is None:
-                raise IndexFormatError(
-                    f"{where}: built with the custom analyser {settings.get('name')!r}; "
-                    "pass it as load(..., analyzer=...)"
-                )
-            an: Analyzer = analyzer if isinstance(analyzer, Analyzer) else Analyzer(custom=analyzer)
-        else:
-            an = (
-                Analyzer.from_settings(settings)
-                if analyzer is None
-                else (analyzer if isinstance(analyzer, Analyzer) else Analyzer(custom=analyzer))
-            )
-        ch = snap.chunking
+        # The manifest's digest vouches for its bytes, not for what a tool
+        # that re-signed it put there: any settings that cannot be used are
+        # one IndexFormatError (a ConfigError is a ValueError too).
         try:
+            if not isinstance(settings, dict) or not isinstance(snap.chunking, dict):
+                raise TypeError("the analyser and chunking settings must be objects")
+            if settings.get("type") == "custom":
+                if analyzer is None:
+                    raise IndexFormatError(
+                        f"{where}: built with the custom analyser {settings.get('name')!r}; "
+                        "pass it as load(..., analyzer=...)"
+                    )
+                an: Analyzer = analyzer if isinstance(analyzer, Analyzer) else Analyzer(custom=analyzer)
+            else:
+                an = (
+                    Analyzer.from_settings(settings)
+                    if analyzer is None
+                    else (analyzer if isinstance(analyzer, Analyzer) else Analyzer(custom=analyzer))
+                )
+            ch = snap.chunking
             kb = cls(
                 ch["chunk_size"], ch["stride"], slack=ch.get("slack"), analyzer=an, bm25=BM25.from_settings(snap.bm25)
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise IndexFormatError(f"{where}: malformed index ({type(exc).__name__}: {exc})") from None
         cols = snap.chunks
         src = snap.sources
@@ -788,7 +834,8 @@ class KnowledgeBase:
         """
         folder = Path(path)
         lock = IndexLock(folder, timeout=timeout)
-        lock.acquire()
+        with _writing(folder):
+            lock.acquire()
         try:
             if (folder / _store.INDEX_FILE).exists():
                 kb = cls.load(folder)
@@ -801,6 +848,22 @@ class KnowledgeBase:
                 kb.save(folder)
         finally:
             lock.release()
+
+
+@contextmanager
+def _writing(folder: Path) -> Iterator[None]:
+    """An ``OSError`` while writing the index in ``folder`` (a read-only folder,
+    a full disk) as one :class:`IndexWriteError`: saves are atomic, so the
+    index already there is unchanged, and the message says so."""
+    try:
+        yield
+    except ClankerRagError:
+        raise
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise IndexWriteError(
+            exc.errno, f"cannot write the index ({reason}); the index there is unchanged", exc.filename or str(folder)
+        ) from exc
 
 
 def _same_folder(a: Path, b: Path) -> bool:

@@ -248,6 +248,17 @@ def build_parser() -> argparse.ArgumentParser:
     _color_option(p)
     p.set_defaults(func=_cmd_demo)
 
+    for name, help_ in (
+        ("backup", "copy the index in folder SRC to DEST safely (verified, atomic; never cp -a over an index)"),
+        ("restore", "replace the index in folder DEST with the one in SRC safely (servers of DEST follow it)"),
+    ):
+        p = command(name, help_, kb=False)
+        p.add_argument("src", metavar="SRC", help="the index folder to copy")
+        p.add_argument("dest", metavar="DEST", help="the folder to write it to")
+        if name == "backup":
+            p.add_argument("--overwrite", action="store_true", help="replace an index already in DEST")
+        p.set_defaults(func=_cmd_copy, restore=name == "restore")
+
     p = command("list", "list the named knowledge bases", kb=False)
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_cmd_list)
@@ -373,7 +384,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _fail(message: str, code: int) -> int:
-    print(f"{PROG}: error: {message}", file=sys.stderr)
+    print(f"{PROG}: error: {one_line(message)}", file=sys.stderr)
     return code
 
 
@@ -407,7 +418,15 @@ def _configure_logging(args: argparse.Namespace) -> Callable[[], None]:
     fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
     if level > logging.INFO:
         fmt = f"{PROG}: %(levelname)s: %(message)s"
-    handler.setFormatter(logging.Formatter(fmt))
+
+    class PrintableFormatter(logging.Formatter):
+        """Log lines that cannot drive the terminal: a file name holding ``ESC ]0;...BEL``
+        (set the title) or ``ESC [2J`` (clear the screen) is shown escaped."""
+
+        def format(self, record: logging.LogRecord) -> str:
+            return printable(super().format(record))
+
+    handler.setFormatter(PrintableFormatter(fmt))
     root = logging.getLogger()
     old_level = root.level
     root.addHandler(handler)
@@ -536,11 +555,11 @@ def _print_ingest(args: argparse.Namespace, report: IngestReport, path: Path) ->
     if report.skipped:
         if args.verbose:
             for skipped, reason in report.skipped:
-                print(f"  skipped {skipped}: {reason}", file=sys.stderr)
+                print(f"  skipped {one_line(skipped)}: {one_line(reason)}", file=sys.stderr)
         else:
             kinds = ", ".join(f"{n} {kind}" for kind, n in report.skip_reasons().items())
             print(f"skipped: {kinds} (-v lists them)", file=sys.stderr)
-    print(f"index: {path}", file=sys.stderr)
+    print(f"index: {one_line(str(path))}", file=sys.stderr)
 
 
 # -- search --------------------------------------------------------------------------------------------
@@ -676,7 +695,7 @@ def _cmd_rm(args: argparse.Namespace) -> int:
         if missing and not removed:
             raise _unknown_source(kb, missing[0])
     for name, n in removed:
-        print(f"removed {name} ({n} chunks)")
+        print(f"removed {one_line(name)} ({n} chunks)")
     for pattern in missing:
         print(f"{PROG}: warning: nothing matched {pattern!r}", file=sys.stderr)
     return 1 if missing else 0
@@ -789,10 +808,10 @@ def _run_proxy(args: argparse.Namespace, retriever: Any, watch: Path | None, wha
         raise _CliError(f"cannot listen on {where}: {exc.strerror or exc}{hint}") from exc
 
     def ready(srv: Any) -> None:
-        if args.host not in ("127.0.0.1", "::1", "localhost"):
+        if args.host not in ("127.0.0.1", "::1", "localhost") and srv.config.token is None:
             print(
                 f"{PROG}: warning: listening on {args.host}: anyone who can reach this port can use your upstream "
-                "and read your knowledge base (the proxy has no authentication)",
+                "and read your knowledge base (set CLANKER_RAG_TOKEN to require a bearer token)",
                 file=sys.stderr,
             )
         print(
@@ -849,6 +868,13 @@ def _cmd_list(args: argparse.Namespace) -> int:
     for i in infos:
         stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime(i.mtime))
         print(f"{i.name:<{width}}  {i.size / 1e6:8.2f} MB  {stamp}  {i.path}")
+    return 0
+
+
+def _cmd_copy(args: argparse.Namespace) -> int:
+    from ._backup import run
+
+    print(one_line(run(args.src, args.dest, restore=args.restore, overwrite=getattr(args, "overwrite", False))))
     return 0
 
 

@@ -373,14 +373,23 @@ def _forked(
         shared = mmap.mmap(-1, size)  # anonymous and shared with the child
     except (OSError, ValueError):
         return None
+    # Ctrl-C reaches the whole process group: the child must not unwind
+    # this process's stack (its handlers might save a half-built index), so
+    # SIGINT is held back over the fork and ignored in the child; this
+    # process takes it and abandons the child.
+    held = _hold_sigint()
     try:
         pid = os.fork()
     except OSError:
+        _release_sigint(held)
         shared.close()
         return None
     if pid == 0:  # pragma: no cover - runs in the child, which never returns
         code = 1
         try:
+            if held:
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
+                _release_sigint(held)
             # The collector would write to every object of the inherited heap
             # (copying its pages); the child allocates little that cycles.
             gc.disable()
@@ -398,4 +407,23 @@ def _forked(
                 code = 0
         finally:
             os._exit(code)
-    return _Child(pid, shared, layout)
+    child = _Child(pid, shared, layout)
+    try:
+        _release_sigint(held)  # a Ctrl-C held back is raised here
+    except BaseException:
+        child.abandon()
+        raise
+    return child
+
+
+def _hold_sigint() -> bool:
+    """Block SIGINT in this thread (True) where the platform can."""
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+        return False
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    return True
+
+
+def _release_sigint(held: bool) -> None:
+    if held:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})

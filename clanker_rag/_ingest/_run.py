@@ -9,7 +9,11 @@ came from that folder and were not selected this time are removed (sync).
 
 With ``index_path`` the knowledge base is saved every few files or seconds:
 an ingest killed midway keeps what was saved, and running it again finishes
-the rest (the saved files come back as unchanged).
+the rest (the saved files come back as unchanged).  An interrupt (Ctrl-C)
+between files saves what was indexed so far; one that lands while a file is
+being added or removed, or the index saved, keeps the last checkpoint instead,
+since the index in memory may then hold part of a source under the whole
+file's fingerprint (which a re-run would call unchanged).
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ import os
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import IO, Any, Protocol, TypeGuard, Union
 
@@ -387,8 +392,21 @@ def ingest(
                 run.close_pool()
     finally:
         run.report.seconds = time.monotonic() - started
-        if run.dirty and index_path is not None:
-            run.save()
+        # A checkpoint save that was stopped is not tried again: the folder
+        # holds the last checkpoint or that one, both whole.
+        if run.dirty and index_path is not None and not run.save_stopped:
+            if run.torn and not run.intact():
+                # Stopped (Ctrl-C, an error) in the middle of changing the
+                # index: what is in memory may hold part of a source under
+                # its whole file's fingerprint, which a re-run would call
+                # unchanged.  The last checkpoint on disk is whole: keep it.
+                logger.warning(
+                    "stopped while changing the index: not saving; %s keeps its last checkpoint "
+                    "(run the ingest again to finish)",
+                    os.fspath(index_path),
+                )
+            else:
+                run.save()
         size = getattr(kb, "__len__", None)
         run.report.chunks_total = size() if callable(size) else 0
     return run.report
@@ -452,6 +470,11 @@ class _Run:
         self.budget = _chunk_budget(kb)
         self.report = IngestReport()
         self.dirty = 0
+        # Set when an add, a removal or a save was stopped midway (an
+        # interrupt, an error): the knowledge base in memory may then hold a
+        # source only in part, and must not be saved.
+        self.torn = False
+        self.save_stopped = False  # a save raised or was interrupted
         self.last_save = time.monotonic()
         self.save_seconds = 0.0  # how long the last save took
         self.root_id = ""
@@ -464,10 +487,30 @@ class _Run:
             if workers > 1:
                 self.reader = ParallelReader(self.plain.analyzer, self.plain.chunker, workers, method, self.budget)
 
+    def intact(self) -> bool:
+        """After a change stopped midway: whether the knowledge base can tell it
+        was left whole (a :class:`KnowledgeBase` knows; anything else is not trusted)."""
+        is_intact = getattr(self.kb, "is_intact", None)
+        return callable(is_intact) and is_intact() is True
+
+    @contextmanager
+    def _changing(self) -> Iterator[None]:
+        """Around every change of the knowledge base: one stopped midway marks the run torn."""
+        try:
+            yield
+        except BaseException:
+            self.torn = True
+            raise
+
     def save(self) -> None:
         assert self.index_path is not None
         started = time.monotonic()
+        # A save packs the index in memory before writing it (a refresh):
+        # stopped there, what is in memory is not known to be whole.  Nor is
+        # another save tried: the folder holds the old index or the new one.
+        self.save_stopped = True
         self.kb.save(self.index_path, overwrite=self.overwrite)
+        self.save_stopped = False
         self.overwrite = False  # after the first save the folder is this knowledge base's own
         self.report.saves += 1
         self.dirty = 0
@@ -632,10 +675,13 @@ class _Run:
             "encoding": doc.encoding,
             "reader": READER_VERSION,
         }
-        if self.plain is not None:
-            n = self.plain.add_prepared(doc.text, source, metadata, doc.sections, content=doc.sha256, counted=counted)
-        else:
-            n = self.kb.add_text(doc.text, source, metadata, sections=doc.sections)
+        with self._changing():
+            if self.plain is not None:
+                n = self.plain.add_prepared(
+                    doc.text, source, metadata, doc.sections, content=doc.sha256, counted=counted
+                )
+            else:
+                n = self.kb.add_text(doc.text, source, metadata, sections=doc.sections)
         self.report.chunks_added += n
         (self.report.updated if plan.existed else self.report.added).append(source)
         self.dirty += 1
@@ -679,7 +725,9 @@ class _Run:
                 continue
             if self.prefix and not source.startswith(self.prefix):
                 continue
-            self.report.chunks_removed += kb.remove(source)
+            with self._changing():
+                removed = kb.remove(source)
+            self.report.chunks_removed += removed
             self.report.removed.append(source)
             self.dirty += 1
             logger.info("removed %s: no longer selected in %s", source, root_id)

@@ -2,8 +2,10 @@
 
 Job: ``clanker-rag serve`` (``_proxy``), the proxy's HTTP side and its SSE
 and JSON sinks (``_handler``), the upstream client (``_upstream``), retrieval
-through native tool calls (``_native_tools``) and following an index folder
-other processes save (``_follow``, shared with the MCP server).
+through native tool calls (``_native_tools``), following an index folder
+other processes save (``_follow``), and who may talk to an HTTP server at all
+(``_access``: host, origin and body-type checks, the bearer token); the last
+two are shared with the MCP server.
 
 May import: ``_answer``, ``_stream``, ``_kb``, ``_storage`` and the leaves.
 Must not import: the CLI, the cluster or the integrations.

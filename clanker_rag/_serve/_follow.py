@@ -16,7 +16,7 @@ import os
 import time
 from pathlib import Path
 
-from .._exceptions import ClankerRagError, ConfigError
+from .._exceptions import ClankerRagError, ConfigError, IndexFormatError
 from .._kb import KnowledgeBase
 from .._storage import _store
 
@@ -55,8 +55,18 @@ class IndexFollower:
     def folder(self) -> Path:
         return self._file.parent
 
-    def fresh(self) -> KnowledgeBase | None:
-        """The index newly loaded if its file changed since the last successful load, else None."""
+    def fresh(self, current: object = None) -> KnowledgeBase | None:
+        """The index newly loaded if its file changed since the last successful load, else None.
+
+        ``current`` is what the caller serves: when its data file was changed
+        in place (see :meth:`KnowledgeBase.data_rewritten`), the folder is
+        loaded again at once, and if that fails the call raises
+        :class:`IndexFormatError` rather than let the caller read pages that
+        may be gone (which would kill the process with SIGBUS).
+        """
+        rewritten = getattr(current, "data_rewritten", None)
+        if callable(rewritten) and rewritten():
+            return self._reload_rewritten()
         if self._check_every:
             now = time.monotonic()
             if now - self._checked < self._check_every:
@@ -73,4 +83,19 @@ class IndexFollower:
             return None
         self._stamp = stamp
         logger.info("reloaded %s (%d chunks)", self._file.parent, len(kb))
+        return kb
+
+    def _reload_rewritten(self) -> KnowledgeBase:
+        folder = self._file.parent
+        stamp = _stamp(self._file)
+        try:
+            kb = KnowledgeBase.load(folder)
+        except (ClankerRagError, OSError, ValueError) as exc:
+            logger.error("the data file of %s was changed in place and the folder does not load: %s", folder, exc)
+            raise IndexFormatError(
+                f"{folder}: its data file was rewritten in place while served (cp or rsync --inplace over it?); "
+                f"not reading it until the folder loads again ({exc}); see 'clanker-rag restore'"
+            ) from None
+        self._stamp = stamp
+        logger.warning("the data file of %s was changed in place: loaded the folder again (%d chunks)", folder, len(kb))
         return kb

@@ -34,6 +34,7 @@ from .._stream._blocks import DEFAULT_BLOCK_CHARS, BlockBuilder, last_question, 
 from .._stream._controller import InjectEvent, RagController, RetrieveEvent, StreamEvent, TextEvent
 from .._types import Retriever
 from .._urls import BaseUrl, parse_base_url
+from ._access import AccessPolicy
 from ._native_tools import assemble_response, run_native
 from ._upstream import (
     ChatTurns,
@@ -55,6 +56,18 @@ __all__ = ["DEFAULT_MAX_REQUEST_BYTES", "ProxyConfig", "ProxyServer"]
 logger = logging.getLogger("clanker_rag._serve._proxy")
 
 DEFAULT_MAX_REQUEST_BYTES = 8 * 1024 * 1024
+# Connections served at once (a thread each); past it a connection gets 503 at
+# once.  Well above the concurrent streams one upstream can serve.
+DEFAULT_MAX_CONNECTIONS = 256
+# A client socket that neither sends nor reads for this long is dropped: an
+# idle keep-alive connection or a half-open one does not hold its thread for
+# minutes.  (Waiting for the upstream does not count: that socket is the upstream's.)
+CLIENT_IDLE_SECONDS = 60
+_BUSY = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
+    b"Connection: close\r\nContent-Length: 100\r\n\r\n"
+    + b'{"error": {"message": "the proxy has too many connections", "type": "server_error", "code": "busy"}}'.ljust(100)
+)
 # Deeper than any real request (a JSON schema in response_format is a few
 # levels); far below Python's recursion limit.
 MAX_JSON_DEPTH = 128
@@ -71,6 +84,9 @@ _DROP_RESPONSE_HEADERS = frozenset(
     {"connection", "keep-alive", "proxy-authenticate", "trailer", "transfer-encoding", "upgrade", "content-length",
      "server", "date"}
 )  # fmt: skip
+# An upstream's CORS grants (llama.cpp answers "Access-Control-Allow-Origin: *")
+# would let web pages read the proxy's answers: never passed on.
+_CORS_PREFIX = "access-control-"
 
 
 @dataclass
@@ -108,6 +124,10 @@ class ProxyConfig:
     block_chars: int = DEFAULT_BLOCK_CHARS
     native_tools: bool = False
     base_model: bool | None = False
+    # Required of every client as "Authorization: Bearer <token>" when set
+    # (see _access.py); the upstream then gets api_key, never the client's header.
+    token: str | None = None
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
     base: BaseUrl = field(init=False)
 
     def __post_init__(self) -> None:
@@ -121,6 +141,12 @@ class ProxyConfig:
             raise ConfigError(f"max_request_bytes={self.max_request_bytes} is out of range: expected >= 1024")
         if self.timeout <= 0:
             raise ConfigError(f"timeout={self.timeout} is out of range: expected > 0")
+        if (
+            isinstance(self.max_connections, bool)
+            or not isinstance(self.max_connections, int)
+            or self.max_connections < 1
+        ):
+            raise ConfigError(f"max_connections={self.max_connections!r} is out of range: expected an integer >= 1")
         BlockBuilder(self.block_chars)  # the same check as the controller's
         self.base = base
         self.upstream = base.url
@@ -159,7 +185,38 @@ class ProxyServer(ThreadingHTTPServer):
         self._base_model = config.base_model
         self.llama_cpp = False  # the probe found llama.cpp: its completions take a GBNF grammar
         self._probe_lock = threading.Lock()
+        self.access = AccessPolicy(str(address[0]), config.token)
+        self._slots = threading.BoundedSemaphore(config.max_connections)
         super().__init__(address, _Handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """A thread for the connection, or 503 at once when ``max_connections`` are open."""
+        if not self._slots.acquire(blocking=False):
+            logger.warning(
+                "refused a connection from %s: %d already open", client_address[0], self.config.max_connections
+            )
+            with contextlib.suppress(OSError):
+                request.settimeout(1.0)
+                request.sendall(_BUSY)
+                request.shutdown(socket.SHUT_WR)
+                # What the client already sent is read (without waiting), so
+                # closing does not reset the connection before it reads the 503.
+                request.setblocking(False)
+                while request.recv(65536):
+                    pass
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()  # no thread started to release it
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
     def base_model(self) -> bool:
         """Whether chat requests go to the upstream as rendered completions (see :class:`ProxyConfig`)."""
@@ -200,7 +257,7 @@ class _Handler(BaseHTTPRequestHandler):
     server: ProxyServer
     protocol_version = "HTTP/1.1"
     server_version = "clanker-rag"
-    timeout = 600
+    timeout = CLIENT_IDLE_SECONDS
 
     def version_string(self) -> str:
         return self.server_version
@@ -281,8 +338,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _upstream_headers(self, *, json_body: bool) -> dict[str, str]:
         headers: dict[str, str] = {}
+        ours = self.server.access.token is not None  # the client's Authorization carries our token
         for name, value in self.headers.items():
-            if name.lower() in _DROP_REQUEST_HEADERS:
+            if name.lower() in _DROP_REQUEST_HEADERS or (ours and name.lower() == "authorization"):
                 continue
             if json_body and name.lower() in ("content-type", "accept"):
                 continue
@@ -358,6 +416,16 @@ class _Handler(BaseHTTPRequestHandler):
         status = 500
         note = ""
         try:
+            refusal = self.server.access.refusal(self.command, self.headers.get)
+            if refusal is not None:
+                # Before the body is read: the connection is not reused.
+                self.close_connection = True
+                extra = {"WWW-Authenticate": 'Bearer realm="clanker-rag"'} if refusal.status == 401 else None
+                self._send_json(
+                    refusal.status, error_body(refusal.message, "invalid_request_error", refusal.code), extra
+                )
+                self._finish_log(refusal.status, started, "refused")
+                return
             body = self._read_body()
             if body is None:
                 self._finish_log(self._rejected, started, "rejected")
@@ -404,7 +472,8 @@ class _Handler(BaseHTTPRequestHandler):
             try:
                 self.send_response(resp.status, resp.reason)
                 for name, value in resp.getheaders():
-                    if name.lower() not in _DROP_RESPONSE_HEADERS:
+                    lower = name.lower()
+                    if lower not in _DROP_RESPONSE_HEADERS and not lower.startswith(_CORS_PREFIX):
                         self.send_header(name, value)
                 head = self.command == "HEAD"
                 chunked = length is None and not head

@@ -18,7 +18,10 @@ Requests the controller cannot represent (``n`` > 1, client-defined tools,
 log-probabilities, ``echo``) get the up-front injection only and are then
 forwarded verbatim, as is every other endpoint (``/v1/models``...).
 
-Security: binds 127.0.0.1 unless told otherwise, caps request bodies,
+Security: binds 127.0.0.1 unless told otherwise; refuses requests a web page
+could send (a foreign ``Host`` or ``Origin``, a CORS preflight, a
+``text/plain`` body) and, with ``CLANKER_RAG_TOKEN`` set, any request without
+that bearer token (see :mod:`._access`); caps request bodies,
 forwards the client's ``Authorization`` header upstream but never logs it
 (nor anything that looks like a key), and answers upstream failures with
 OpenAI-style error JSON.  Standard library only.
@@ -34,6 +37,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._types import HitLike, Retriever
+from ._access import token_from_env
 from ._follow import IndexFollower
 from ._handler import DEFAULT_MAX_REQUEST_BYTES, ProxyConfig, ProxyServer
 from ._upstream import redact
@@ -68,7 +72,7 @@ class SharedRetriever:
 
     def search(self, query: str, k: int = 10) -> Sequence[HitLike]:
         with self._lock:
-            fresh = self._follower.fresh() if self._follower is not None else None
+            fresh = self._follower.fresh(self._retriever) if self._follower is not None else None
             if fresh is not None:
                 self._retriever = fresh
             return list(self._retriever.search(query, k))
@@ -87,7 +91,13 @@ def make_server(
     index_path: str | os.PathLike[str] | None = None,
     **options: Any,
 ) -> ProxyServer:
-    """A ready (not yet serving) proxy; call ``serve_forever()`` on it, ``shutdown()`` to stop."""
+    """A ready (not yet serving) proxy; call ``serve_forever()`` on it, ``shutdown()`` to stop.
+
+    Without ``token=``, the token clients must send is ``CLANKER_RAG_TOKEN``
+    from the environment, if set (see :mod:`._access`).
+    """
+    if "token" not in options:
+        options["token"] = token_from_env()
     config = ProxyConfig(upstream, **options)
     shared = retriever if isinstance(retriever, SharedRetriever) else SharedRetriever(retriever, index_path)
     cls = _ProxyServer6 if ":" in host else ProxyServer

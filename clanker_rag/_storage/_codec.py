@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import sys
-import weakref
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -109,23 +108,19 @@ class _Pread:
     is kept open while this object lives.
     """
 
-    __slots__ = ("__weakref__", "_fd", "_path", "base")
+    __slots__ = ("__weakref__", "_file", "base")
 
-    def __init__(self, path: Path, base: int) -> None:
-        self._path = path
+    def __init__(self, opened: _store.DataFile, base: int) -> None:
+        # The descriptor the load mapped the file with (not the path opened
+        # again): a save may have replaced and deleted the path since, and
+        # this one, like the mapping, keeps reading the file loaded.
+        self._file = opened
         self.base = base
-        # Opened now: a later save may replace and delete the file, and this
-        # descriptor (like the mapping) keeps reading the one loaded.
-        try:
-            self._fd = os.open(path, os.O_RDONLY)
-        except OSError as exc:
-            raise IndexFormatError(f"{path}: cannot read the index's data file ({exc})") from None
-        weakref.finalize(self, os.close, self._fd)
 
     def __call__(self, offset: int, length: int) -> bytes:
-        data = os.pread(self._fd, length, self.base + offset)
+        data = os.pread(self._file.fd, length, self.base + offset)
         if len(data) != length:
-            raise IndexFormatError(f"{self._path}: truncated since it was loaded")
+            raise IndexFormatError(f"{self._file.path}: truncated since it was loaded")
         return data
 
 
@@ -242,6 +237,8 @@ class Snapshot(NamedTuple):
     postings: Postings
     total_length: int
     created_by: str = ""
+    # The data file a load mapped, held open (None for a snapshot to save).
+    data_file: _store.DataFile | None = None
 
 
 class TermDictionary:
@@ -431,10 +428,11 @@ def read(folder: str | Path) -> tuple[Snapshot, str]:
     manifest = _store.read_index(path)
     try:
         if manifest.version >= 3:
-            snap = _read_v3(manifest.body, manifest.data, where, manifest.data_path)
+            snap = _read_v3(manifest.body, manifest.data, where, manifest.data_file)
         else:
             snap = _read_v2(manifest.body, manifest.data, where)
         _check(snap, where)
+        snap = snap._replace(data_file=manifest.data_file)
     except IndexFormatError:
         raise
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
@@ -464,7 +462,9 @@ def _strings(blob: memoryview, offsets: Ints, where: str) -> list[str]:
         raise IndexFormatError(f"{where}: not valid UTF-8 ({exc})") from None
 
 
-def _sources_v3(body: dict[str, Any], data: memoryview | None, where: str, path: Path | None) -> SourceColumns:
+def _sources_v3(
+    body: dict[str, Any], data: memoryview | None, where: str, opened: _store.DataFile | None
+) -> SourceColumns:
     src = body["sources"]
     n = src["count"]
 
@@ -489,7 +489,7 @@ def _sources_v3(body: dict[str, Any], data: memoryview | None, where: str, path:
         offsets("fingerprint_offsets", len(fp_blob)),
         chars,
         f"{where}: sources",
-        _Pread(path, src["texts"][0]) if path is not None and hasattr(os, "pread") else None,
+        _Pread(opened, src["texts"][0]) if opened is not None and hasattr(os, "pread") else None,
     )
     firsts = None if src.get("first_chunks") is None else column("first_chunks", "q")
     metadata: list[dict[str, Any] | None] = [None] * n
@@ -532,7 +532,7 @@ def _chunk_columns(cols: dict[str, Any], read: Callable[[Any, str, str], Any]) -
     )
 
 
-def _read_v3(body: dict[str, Any], data: memoryview | None, where: str, path: Path | None) -> Snapshot:
+def _read_v3(body: dict[str, Any], data: memoryview | None, where: str, opened: _store.DataFile | None) -> Snapshot:
     cols = body["chunks"]
 
     def view(value: Any, typecode: str, name: str) -> Any:
@@ -563,7 +563,7 @@ def _read_v3(body: dict[str, Any], data: memoryview | None, where: str, path: Pa
         body["analyzer"],
         body["bm25"],
         body["chunking"],
-        _sources_v3(body, data, where, path),
+        _sources_v3(body, data, where, opened),
         chunks,
         postings,
         body["stats"]["total_length"],

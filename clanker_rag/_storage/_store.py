@@ -49,6 +49,7 @@ import re
 import secrets
 import stat
 import sys
+import weakref
 from array import array
 from collections.abc import Iterable
 from pathlib import Path
@@ -61,6 +62,7 @@ __all__ = [
     "INDEX_FILE",
     "VERIFY_AT_LOAD",
     "Blob",
+    "DataFile",
     "Manifest",
     "data_range",
     "fsync_dir",
@@ -82,7 +84,11 @@ _BODY_KEY = '"body":'
 _DATA_NAME = re.compile(r"data-[0-9a-f]{32}\.bin")
 # Temporary files write_atomic leaves when a save is killed mid-write.
 _STALE_TMP = re.compile(r"\.(data-[0-9a-f]{32}\.bin|index\.json)\.\d+\.[0-9a-f]+\.tmp")
-_READ_ATTEMPTS = 3
+_READ_ATTEMPTS = 10  # each retry follows a save that replaced the index meanwhile
+# No manifest comes near this (format 3 keeps the bulk in the data file; the
+# largest format 1 manifests, which hold everything, are a few hundred MB):
+# anything bigger is refused from its size, before a byte is read.
+MAX_MANIFEST_BYTES = 1 << 30
 
 
 class Blob:
@@ -253,16 +259,27 @@ def write_atomic(target: Path, pieces: Iterable[bytes | memoryview]) -> None:
         raise
 
 
-def read_regular(path: Path, limit: int = -1) -> bytes:
+def read_regular(path: Path, limit: int = -1, *, cap: int | None = None) -> bytes:
     """The bytes of ``path`` (the first ``limit`` if >= 0), refusing anything
     but a regular file: opening a FIFO for reading would block until some
-    writer came, with the caller perhaps holding the writer lock meanwhile."""
+    writer came, with the caller perhaps holding the writer lock meanwhile.
+    A file over ``cap`` bytes is refused before it is read."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
             raise IndexFormatError(f"{path}: not a regular file (a FIFO, device or socket cannot hold an index)")
+        if cap is not None and info.st_size > cap:
+            raise IndexFormatError(
+                f"{path}: {info.st_size} bytes is more than any index manifest holds (at most {cap}): "
+                "not a clanker_rag index, or damaged"
+            )
         with open(fd, "rb", closefd=False) as fh:
-            return fh.read(limit)
+            # Read no more than the cap even if the file grows meanwhile.
+            data = fh.read(limit if cap is None else (cap + 1 if limit < 0 else min(limit, cap + 1)))
+        if cap is not None and len(data) > cap:
+            raise IndexFormatError(f"{path}: grew past {cap} bytes while read: not a clanker_rag index")
+        return data
     finally:
         os.close(fd)
 
@@ -282,14 +299,46 @@ def read_revision(folder: str | os.PathLike[str]) -> str | None:
     return head[i + len(key) : j] if j > 0 else None
 
 
+class DataFile:
+    """An index's data file, held open from the moment it is mapped.
+
+    Whatever reads the file later (hit texts with ``os.pread``) reads through
+    this descriptor, never by opening the path again: a save in another
+    process may replace and delete that path at any moment.  Closed when the
+    last holder lets go.
+    """
+
+    __slots__ = ("__weakref__", "fd", "mtime_ns", "path", "size")
+
+    def __init__(self, fd: int, path: Path) -> None:
+        self.fd = fd
+        self.path = path
+        weakref.finalize(self, os.close, fd)
+        info = os.fstat(fd)
+        self.size = info.st_size
+        self.mtime_ns = info.st_mtime_ns
+
+    def rewritten(self) -> bool:
+        """Whether the file was changed in place since it was opened (``cp`` over
+        it, ``rsync --inplace``, ``truncate``): its mapped pages may then be
+        gone, and touching one kills the process with SIGBUS.  A save never
+        does this (it writes a new file and deletes the old name, which
+        leaves the open file whole)."""
+        try:
+            info = os.fstat(self.fd)
+        except OSError:
+            return True
+        return info.st_size != self.size or info.st_mtime_ns != self.mtime_ns
+
+
 class Manifest(NamedTuple):
-    """A verified manifest: its body, revision, format version and data file (mapped), if any."""
+    """A verified manifest: its body, revision, format version and data file (mapped, and held open), if any."""
 
     body: dict[str, Any]
     revision: str
     version: int
     data: memoryview | None
-    data_path: Path | None = None
+    data_file: DataFile | None = None
 
 
 def read_index(folder: str | os.PathLike[str]) -> Manifest:
@@ -311,7 +360,7 @@ def read_index(folder: str | os.PathLike[str]) -> Manifest:
             raise IndexFormatError(f"{target}: the data file record is malformed")
         path = target.parent / record["file"]
         try:
-            data = _map(path)
+            data, opened = _map(path)
         except FileNotFoundError:
             # A writer may have replaced the index between our two reads: read the new manifest.
             if attempt + 1 < _READ_ATTEMPTS:
@@ -323,24 +372,23 @@ def read_index(folder: str | os.PathLike[str]) -> Manifest:
             raise IndexFormatError(f"{path}: truncated ({len(data)} of {record['size']} bytes)")
         if (version < 3 or len(data) <= VERIFY_AT_LOAD) and hashlib.sha256(data).hexdigest() != record["sha256"]:
             raise IndexFormatError(f"{path}: checksum mismatch: the data file was modified or damaged after saving")
-        return Manifest(body, revision, version, data, path)
+        return Manifest(body, revision, version, data, opened)
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _map(path: Path) -> memoryview:
+def _map(path: Path) -> tuple[memoryview, DataFile]:
     """The file's bytes, mapped read-only (an empty file cannot be mapped: it is
-    read); anything but a regular file is refused, as by :func:`read_regular`."""
+    read), and the file held open; anything but a regular file is refused, as
+    by :func:`read_regular`."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise IndexFormatError(f"{path}: not a regular file (a FIFO, device or socket cannot hold an index)")
-        if info.st_size == 0:
-            return memoryview(b"")
-        # The mapping outlives the descriptor; views of it keep it alive.
-        return memoryview(mmap.mmap(fd, 0, access=mmap.ACCESS_READ))
-    finally:
-        os.close(fd)
+    opened = DataFile(fd, path)  # closes fd when dropped, raising or not
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        raise IndexFormatError(f"{path}: not a regular file (a FIFO, device or socket cannot hold an index)")
+    if info.st_size == 0:
+        return memoryview(b""), opened
+    # The mapping outlives the descriptor; views of it keep it alive.
+    return memoryview(mmap.mmap(fd, 0, access=mmap.ACCESS_READ)), opened
 
 
 def verify_data(folder: str | os.PathLike[str]) -> None:
@@ -354,7 +402,7 @@ def verify_data(folder: str | os.PathLike[str]) -> None:
     path = target.parent / str(record.get("file"))
     h = hashlib.sha256()
     try:
-        h.update(_map(path))
+        h.update(_map(path)[0])
     except OSError as exc:
         raise IndexFormatError(f"{path}: cannot read the index's data file ({exc.strerror or exc})") from None
     if h.hexdigest() != record.get("sha256"):
@@ -363,7 +411,7 @@ def verify_data(folder: str | os.PathLike[str]) -> None:
 
 def _read_manifest(target: Path) -> tuple[dict[str, Any], str, int]:
     try:
-        data = read_regular(target)
+        data = read_regular(target, cap=MAX_MANIFEST_BYTES)
     except FileNotFoundError:
         raise IndexFormatError(f"{target}: no index here (file not found)") from None
     except OSError as exc:

@@ -79,11 +79,18 @@ _MARKER_RE = re.compile(
         \|                                            # <|im_start|>, <|eot_id|>, <|user|>, DeepSeek <｜...｜>
       | \s*/?\s*(?:tool|result|context|function       # our tags; <tool_call>, <function=...>
                   |think|reason                       # <think>, <thinking>, <reasoning>
-                  |start_of_|end_of_|im_|fim_)        # Gemma <start_of_turn>; ChatML and FIM without pipes
-      | \s*/?\s*(?:s|unk|pad|mask|bos|eos|eot|eom|sop|eop|cls|sep|sys)\s*>
+                  |start_of_|end_of_|im_|fim_         # Gemma <start_of_turn>; ChatML and FIM without pipes
+                  |extra_id_|jupyter_|commit_)        # Nemotron/T5 <extra_id_1>; StarCoder's notebook and git tokens
+      | \s*/?\s*(?:s|unk|pad|mask|bos|eos|eot|eom|sop|eop|cls|sep|sys
+                  |eoh|eoa|eosys                      # InternLM
+                  |(?-i:PRE|SUF|MID)                  # CodeLlama infilling (upper case: HTML's <pre> is not one)
+                  |unused\d*                          # Gemma's reserved <unused0>...
+                  |image|video|audio                  # LLaVA and other multimodal placeholders
+                  |filename|reponame|gh_stars)\s*>    # StarCoder
                                                       # Llama/Mistral <s></s>; Gemma <bos><eos>; <<SYS>>
       | <\s*/?\s*sys\b                                # the first "<" of Llama 2's <<SYS>> and <</SYS>>
     )
+    | (?P<gt>>)(?=>[a-z_]+<<)                         # Falcon >>QUESTION<< >>ANSWER<< >>SUFFIX<<...
     | (?P<sq>\[)(?=
         \s*/?\s*(?:inst|sys|system_prompt|tool_calls|available_tools|tool_results|tool_content
                   |think|img|prefix|middle|suffix|gmask|smask)\s*\]
@@ -94,7 +101,73 @@ _MARKER_RE = re.compile(
 )
 # A line that would read as a passage header: "[7] docs/official.md:1-3".
 _HEADER_RE = re.compile(rf"(?:\A|(?<=[{_BREAKS}]))[^\S{_BREAKS}]*(?P<sq>\[)(?=\s*\d+\s*\])")
-_ESCAPES = {"<": "&lt;", "[": "&#91;"}
+_ESCAPES = {"<": "&lt;", "[": "&#91;", ">": "&gt;"}
+# A reader (or a model copying a passage) may drop combining marks and blank
+# braille cells: "<" + U+0301 + "tool" copied that way is "<tool".  Markers
+# are also looked for with them taken out.
+_BRAILLE_BLANK = "\u2800"
+
+
+@functools.lru_cache(maxsize=4096)
+def _dropped_when_copied(ch: str) -> bool:
+    return ch == _BRAILLE_BLANK or unicodedata.category(ch) in ("Mn", "Mc", "Me")
+
+
+def _marker_spots(folded: str) -> list[int]:
+    """Where markers open in ``folded``: as it is, and with the characters a
+    copy may drop (combining marks, blank braille) taken out."""
+    if "<" not in folded and "[" not in folded and ">" not in folded:
+        return []  # every marker opens with one of them
+    spots = [m.start() for m in _MARKER_RE.finditer(folded)]
+    spots += [m.start("sq") for m in _HEADER_RE.finditer(folded)]
+    if folded.isascii() or not any(_dropped_when_copied(ch) for ch in set(folded) if ord(ch) > 0x7F):
+        return spots
+    # Only what follows each opener can make a marker: it is matched again
+    # with the droppable characters taken out (however many there are).
+    found = set(spots)
+    for m in _OPENER_RE.finditer(folded):
+        at = m.start()
+        if at in found:
+            continue
+        ahead = _squeezed(folded, at, _LOOKAHEAD)
+        if ahead == folded[at : at + len(ahead)]:
+            continue  # nothing dropped: already judged above
+        hit = _MARKER_RE.match(ahead)
+        if hit is None and ahead[0] == "[" and _opens_line(folded, at):
+            hit = _HEADER_RE.match(ahead)
+        if hit is not None:
+            found.add(at)
+    return sorted(found)
+
+
+def _opens_line(text: str, at: int) -> bool:
+    """Whether only blanks and characters a copy may drop precede ``at`` on its line."""
+    j = at - 1
+    while j >= 0 and text[j] not in _BREAKS:
+        ch = text[j]
+        if not (ch.isspace() or (ord(ch) > 0x7F and _dropped_when_copied(ch))):
+            return False
+        j -= 1
+    return True
+
+
+# The characters that open a marker, and how far past one a marker can reach.
+_OPENER_RE = re.compile(r"[<\[>]")
+_LOOKAHEAD = 64
+
+
+def _squeezed(text: str, start: int, count: int) -> str:
+    """Up to ``count`` characters of ``text`` from ``start``, those a copy may drop left out."""
+    out: list[str] = []
+    end = len(text)
+    i = start
+    while i < end and len(out) < count:
+        ch = text[i]
+        i += 1
+        if ord(ch) > 0x7F and _dropped_when_copied(ch):
+            continue
+        out.append(ch)
+    return "".join(out)
 
 
 def _ignorable(ch: str) -> bool:
@@ -137,10 +210,12 @@ def neutralize(text: str) -> str:
 
     After NFKC folding and with format characters removed, the result holds
     no ``<tool``, ``</result>``, ``<context>``, ``<|...|>`` control token,
-    ``<think>``, ``<start_of_turn>``, ``<s>``, ``<<SYS>>``, ``[INST]`` and
-    the like, and no line starting with ``[N]``: the opening ``<`` becomes
-    ``&lt;`` and the opening ``[`` becomes ``&#91;``.  Format characters are
-    dropped; everything else is kept as written.
+    ``<think>``, ``<start_of_turn>``, ``<s>``, ``<<SYS>>``, ``[INST]``,
+    ``>>QUESTION<<`` and the like, and no line starting with ``[N]``, nor
+    any once combining marks and blank braille cells are dropped too (as a
+    copy may drop them): the opening ``<`` becomes ``&lt;``, the opening
+    ``[`` ``&#91;`` and the first ``>`` of ``>>...<<`` ``&gt;``.  Format
+    characters are dropped; everything else is kept as written.
     """
     # Most text, accented or not, is already folded and has nothing to drop:
     # then positions in the folded text are positions in the text.
@@ -154,8 +229,7 @@ def neutralize(text: str) -> str:
         folded, kept, origin, starts = text, [], [], []
     else:
         folded, kept, origin, starts = _fold(text)
-    spots = [m.start() for m in _MARKER_RE.finditer(folded)]
-    spots += [m.start("sq") for m in _HEADER_RE.finditer(folded)]
+    spots = _marker_spots(folded)
     if plain:
         if not spots:
             return text

@@ -21,6 +21,7 @@ from .._types import HitLike, Retriever, metadata_matches, source_matches
 __all__ = [
     "MAX_K",
     "MAX_QUERY_CHARS",
+    "MAX_SOURCE_CHARS",
     "check_flag",
     "check_k",
     "check_query",
@@ -35,6 +36,10 @@ MAX_K = 100
 """The largest ``k`` an adapter passes on (a model asking for 10 000 passages is a mistake)."""
 
 MAX_QUERY_CHARS = 10_000
+# A source filter is a path or a glob of one; translating a glob to a regular
+# expression costs up to the square of its length ("[[[[..." takes a minute
+# at 30 000 characters), so it is capped well below where that shows.
+MAX_SOURCE_CHARS = 1_000
 
 # A retriever without filter support is asked for this many times k, then
 # filtered here; bounded so a rare filter cannot turn into a full scan.
@@ -85,7 +90,9 @@ def check_source(source: object) -> str | None:
     if source is None:
         return None
     if not isinstance(source, str) or not source:
-        raise ConfigError(f"source={source!r} must be a non-empty prefix or glob such as 'docs/*.md', or null")
+        raise ConfigError(f"source={source!r:.200} must be a non-empty prefix or glob such as 'docs/*.md', or null")
+    if len(source) > MAX_SOURCE_CHARS:
+        raise ConfigError(f"source is {len(source)} characters long; the limit is {MAX_SOURCE_CHARS}")
     return source
 
 

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._exceptions import ClankerRagError, ConfigError, MissingExtraError
 from .._kb import KnowledgeBase
+from .._serve._access import TOKEN_ENV, bearer_ok, token_from_env
 from .._serve._follow import IndexFollower
 from .._stream._blocks import BlockBuilder, neutralize
 from ._adapters import check_k, check_query, check_source, check_where
@@ -47,6 +48,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_PORT = 8766
 RESOURCE_PREFIX = "clanker-rag://source/"
 MAX_SHOW_CHARS = 100_000
+MAX_PATH_CHARS = 4096  # PATH_MAX on Linux: no longer path names a file
 _INSTALL = "the MCP server needs the mcp package: pip install 'clanker-rag[mcp]'"
 _LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
@@ -109,7 +111,7 @@ class KnowledgeService:
 
     def _current(self) -> KnowledgeBase:
         """The knowledge base, re-read first if its index file changed (caller holds the lock)."""
-        fresh = self._follower.fresh() if self._follower is not None else None
+        fresh = self._follower.fresh(self._kb) if self._follower is not None else None
         if fresh is not None:
             self._kb = fresh
         return self._kb
@@ -212,15 +214,23 @@ class KnowledgeService:
         if not self._roots:
             raise ConfigError("ingest is off: start the server with --allow-ingest PATH to allow it")
         if not isinstance(path, str) or not path.strip():
-            raise ConfigError(f"path={path!r} must be a file or folder inside {self._roots_text()}")
-        raw = Path(os.path.expanduser(path))
-        # A relative path is taken inside the first root, not the server's working directory.
-        target = Path(os.path.realpath(raw if raw.is_absolute() else self._roots[0] / raw))
-        root = next((r for r in self._roots if target == r or r in target.parents), None)
-        if root is None:
-            raise ConfigError(f"path {path!r} is outside the folders ingest may read: {self._roots_text()}")
-        if not target.exists():
-            raise ConfigError(f"path {path!r} does not exist")
+            raise ConfigError(f"path={path!r:.200} must be a file or folder inside {self._roots_text()}")
+        if "\0" in path:
+            raise ConfigError("path must not contain a NUL byte")
+        if len(path) > MAX_PATH_CHARS:
+            raise ConfigError(f"path is {len(path)} characters long; the limit is {MAX_PATH_CHARS}")
+        try:
+            raw = Path(os.path.expanduser(path))
+            # A relative path is taken inside the first root, not the server's working directory.
+            target = Path(os.path.realpath(raw if raw.is_absolute() else self._roots[0] / raw))
+            root = next((r for r in self._roots if target == r or r in target.parents), None)
+            if root is None:
+                raise ConfigError(f"path {path!r:.300} is outside the folders ingest may read: {self._roots_text()}")
+            exists = target.exists()
+        except (OSError, ValueError) as exc:  # a name too long for the file system, say
+            raise ConfigError(f"path {path!r:.300} cannot be read: {getattr(exc, 'strerror', None) or exc}") from None
+        if not exists:
+            raise ConfigError(f"path {path!r:.300} does not exist")
         # Source names as `clanker-rag ingest ROOT` gives them, whatever part of ROOT is read.
         rel = (target if target.is_dir() else target.parent).relative_to(root).as_posix()
         prefix = "" if rel == "." else rel + "/"
@@ -323,12 +333,56 @@ def build_server(service: KnowledgeService, *, name: str = "clanker-rag") -> Any
     def ingest(path: str) -> dict[str, Any]:
         return call(service.ingest, path)
 
+    # The SDK validates arguments with pydantic, which would turn k=true into
+    # 1 and 2.5 into an error only sometimes: numbers are taken strictly, so
+    # a boolean or a fraction is refused (by the schema, with its reason).
+    from typing import Annotated
+
+    from pydantic import Strict
+
+    strict_int = Annotated[int, Strict()]
+    for fn, names in ((search, ("k",)), (retrieve, ("k",)), (show, ("start_line", "end_line"))):
+        for param in names:
+            fn.__annotations__[param] = strict_int if param == "k" else strict_int | None
     tools: list[Callable[..., Any]] = [search, retrieve, show, stats]
     if service.ingest_roots:
         tools.append(ingest)
     for fn in tools:
         server.add_tool(fn, name=fn.__name__, description=_DESCRIPTIONS[fn.__name__])
     return server
+
+
+_ASGIApp = Callable[[dict[str, Any], Any, Any], Any]
+
+
+def bearer_guard(app: _ASGIApp, token: str) -> _ASGIApp:
+    """``app`` (ASGI) answering 401 to any HTTP request without ``Authorization: Bearer <token>``."""
+
+    async def guarded(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope.get("type") == "http":
+            header = None
+            for name, value in scope.get("headers", ()):
+                if name.lower() == b"authorization":
+                    header = value.decode("latin-1")
+                    break
+            if not bearer_ok(header, token):
+                body = b'{"error": "a bearer token is required (Authorization: Bearer <token>)"}'
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 401,
+                        "headers": [
+                            (b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode("ascii")),
+                            (b"www-authenticate", b'Bearer realm="clanker-rag"'),
+                        ],
+                    }
+                )
+                await send({"type": "http.response.body", "body": body})
+                return
+        await app(scope, receive, send)
+
+    return guarded
 
 
 def _listen(host: str, port: int) -> socket.socket:
@@ -370,9 +424,13 @@ def run_server(
     import anyio
     import uvicorn
 
-    if host not in _LOOPBACK:
+    token = token_from_env()
+    if host not in _LOOPBACK and token is None:
         logger.warning(
-            "listening on %s: anyone who can reach this port can read your knowledge base (no authentication)", host
+            "listening on %s: anyone who can reach this port can read your knowledge base "
+            "(set %s to require a bearer token)",
+            host,
+            TOKEN_ENV,
         )
     sock = _listen(host, port)
     try:
@@ -381,7 +439,8 @@ def run_server(
         print(f"clanker-rag: MCP over streamable HTTP at http://{where}:{bound}/mcp; Ctrl-C stops", file=sys.stderr)
         sys.stderr.flush()
         # The SDK's app (session manager, DNS-rebinding guard for loopback hosts) on our socket.
-        config = uvicorn.Config(server.streamable_http_app(host=host), log_level="warning")
+        app = server.streamable_http_app(host=host)
+        config = uvicorn.Config(app if token is None else bearer_guard(app, token), log_level="warning")
         anyio.run(uvicorn.Server(config).serve, [sock])
     finally:
         sock.close()

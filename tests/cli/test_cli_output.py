@@ -81,3 +81,38 @@ def test_show_escapes_control_characters_and_json_keeps_them(hostile_index, caps
     assert "\x1b" not in capsys.readouterr().out
     assert main(["show", HOSTILE_NAME, "--index", str(hostile_index), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["text"] == HOSTILE_TEXT
+
+
+def test_rm_and_ingest_verbose_print_no_escape_or_bell_bytes_from_file_names(tmp_path: Path) -> None:
+    # A file name that would set the window title and clear the screen.
+    import os
+    import subprocess
+    import sys
+
+    evil = "evil\x1b]0;pwned\x07\x1b[2J"
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / f"{evil}.md").write_text("harbor lantern keeper")
+    (tree / f"{evil}.bin").write_bytes(b"not in the allow-list")
+    (tree / f"{evil}2.md").write_bytes(b"\x00\x01binary despite its name")
+    index = tmp_path / "index"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+
+    def run(*args: str) -> bytes:
+        proc = subprocess.run(
+            [sys.executable, "-m", "clanker_rag", *args, "--index", str(index)],
+            capture_output=True,
+            timeout=120,
+            env=env,
+        )
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout + proc.stderr
+
+    shown = run("ingest", str(tree), "-v", "--no-progress")
+    assert b"\x1b" not in shown and b"\x07" not in shown, shown
+    assert b"evil\\x1b]0;pwned\\x07\\x1b[2J" in shown  # named, escaped
+    assert KnowledgeBase.load(index).sources() == [f"{evil}.md"]
+    shown = run("rm", "evil*")
+    assert b"\x1b" not in shown and b"\x07" not in shown, shown
+    assert b"removed evil\\x1b]0;pwned\\x07\\x1b[2J.md" in shown
+    assert KnowledgeBase.load(index).sources() == []

@@ -412,3 +412,24 @@ def test_the_child_computes_its_half_of_the_impacts(monkeypatch):
     assert done_here == [(0, 2)]  # the child did list 2
     alone_imps, alone_positions = one_process(inputs, 4)
     assert imps.tobytes() == alone_imps.tobytes() and positions == alone_positions
+
+
+@needs_fork
+def test_a_ctrl_c_reaching_the_forked_child_is_left_to_this_process():
+    # Ctrl-C goes to the whole process group.  A child that took it would
+    # unwind this process's stack (whose handlers may save an index); it
+    # ignores SIGINT and finishes, and this process alone is interrupted.
+    import signal
+
+    def job(terms):
+        os.kill(os.getpid(), signal.SIGINT)
+        return [array("i", range(terms[0], terms[1]))]
+
+    child = _bulk_impacts._forked(job, (3, 7), (("i", 4),))
+    assert child is not None
+    into = [array("i")]
+    assert child.collect(into)
+    assert list(into[0]) == [3, 4, 5, 6]
+    # This process's own handling of SIGINT is as it was.
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, set())

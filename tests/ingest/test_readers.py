@@ -13,7 +13,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from clanker_rag._ingest._discovery import GitIgnore, compile_glob, secret_name_reason
-from clanker_rag._ingest._readers import _code, _files, _registry, _sections, binary_reason, decode_bytes, parse_text
+from clanker_rag._ingest._readers import (
+    SkipFile,
+    _code,
+    _files,
+    _registry,
+    _sections,
+    binary_reason,
+    decode_bytes,
+    parse_text,
+)
 from clanker_rag._ingest._run import ingest
 from clanker_rag._kb import KnowledgeBase
 
@@ -401,3 +410,41 @@ def test_a_registered_reader_is_used_for_its_extension(tmp_path: Path, monkeypat
     (tmp_path / "a.loud").write_text("quiet words")
     doc = read_document(str(tmp_path / "a.loud"), "loud", max_bytes=1000)
     assert doc is not None and (doc.text, doc.sections, doc.format) == ("QUIET WORDS", [(0, 11, "all of it")], "loud")
+
+
+@pytest.mark.parametrize(("name", "fmt"), [("zeros.txt", "txt"), ("zeros.csv", "csv")])
+def test_a_huge_binary_file_is_refused_from_its_head_not_read_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, fmt: str
+) -> None:
+    # Under a raised size cap a 256 MiB all-zero file (sparse: no disk used)
+    # is refused after its first bytes, not after reading or hashing it all.
+    path = tmp_path / name
+    with open(path, "wb") as fh:
+        fh.truncate(256 << 20)
+    read = 0
+    real_open = _files.open_file
+
+    class Counting:
+        def __init__(self, fh: object) -> None:
+            self.fh = fh
+
+        def __enter__(self) -> Counting:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            self.fh.close()  # type: ignore[attr-defined]
+
+        def __getattr__(self, attr: str) -> object:
+            return getattr(self.fh, attr)
+
+        def read(self, n: int = -1) -> bytes:
+            nonlocal read
+            data: bytes = self.fh.read(n)  # type: ignore[attr-defined]
+            read += len(data)
+            return data
+
+    monkeypatch.setattr(_files, "open_file", lambda p: Counting(real_open(p)))
+    monkeypatch.setattr(_registry, "open_file", lambda p: Counting(real_open(p)))
+    with pytest.raises(SkipFile, match="binary"):
+        _registry.read_document(str(path), fmt, max_bytes=1 << 30)
+    assert read <= 64 * 1024, f"read {read} bytes of a file known binary from its first 8 KiB"

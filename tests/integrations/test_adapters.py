@@ -90,3 +90,19 @@ def test_hit_fields_tolerate_minimal_hits() -> None:
         "chunk_index": None,
         "metadata": {},
     }
+
+
+def test_check_source_caps_the_length_of_a_glob() -> None:
+    from clanker_rag.integrations._adapters import MAX_SOURCE_CHARS, check_source
+
+    assert check_source("docs/*.md") == "docs/*.md"
+    assert check_source("[" * MAX_SOURCE_CHARS) == "[" * MAX_SOURCE_CHARS
+    # 30 000 "[" took the glob translation about a minute; refused before any is made.
+    with pytest.raises(ConfigError, match=f"30000 characters long; the limit is {MAX_SOURCE_CHARS}"):
+        check_source("[" * 30_000)
+    from clanker_rag.integrations._mcp import KnowledgeService
+
+    kb = KnowledgeBase()
+    kb.add_text("some text", "docs/a.md")
+    with pytest.raises(ConfigError, match="the limit is"):
+        KnowledgeService(kb).search("text", 3, source="a*" * 15_000)

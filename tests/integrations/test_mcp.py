@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-import select
+import selectors
 import socket
 import subprocess
 import sys
@@ -211,13 +211,16 @@ def _announced_url(proc: subprocess.Popen[bytes], timeout: float = 30.0) -> str:
     assert proc.stderr is not None
     deadline = time.monotonic() + timeout
     seen = b""
-    while b"/mcp" not in seen:
-        left = deadline - time.monotonic()
-        assert left > 0, f"the MCP HTTP server did not announce itself: {seen!r}"
-        ready, _, _ = select.select([proc.stderr], [], [], left)
-        chunk = os.read(proc.stderr.fileno(), 4096) if ready else b""
-        assert chunk or proc.poll() is None, f"the MCP HTTP server exited: {seen!r}"
-        seen += chunk
+    # A selector, not select.select(): a long run may hold descriptors numbered past select()'s 1024.
+    with selectors.DefaultSelector() as selector:
+        selector.register(proc.stderr, selectors.EVENT_READ)
+        while b"/mcp" not in seen:
+            left = deadline - time.monotonic()
+            assert left > 0, f"the MCP HTTP server did not announce itself: {seen!r}"
+            ready = selector.select(left)
+            chunk = os.read(proc.stderr.fileno(), 4096) if ready else b""
+            assert chunk or proc.poll() is None, f"the MCP HTTP server exited: {seen!r}"
+            seen += chunk
     line = seen.decode().strip().splitlines()[-1]
     assert line.startswith("clanker-rag: MCP over streamable HTTP at http://127.0.0.1:"), line
     return line.split(" at ")[1].split(";")[0]
@@ -251,6 +254,64 @@ def test_http_transport_on_loopback(index: Path) -> None:
     assert seen["tools"] == ["retrieve", "search", "show", "stats"]
     assert "guide/install.md" in _text(seen["search"])
     assert seen["bad"].is_error and "k=21" in _text(seen["bad"]) and "1 to 20" in _text(seen["bad"])
+
+
+def test_http_transport_with_a_token_requires_it(index: Path) -> None:
+    import http.client
+
+    token = "mcp-Token-42"
+    cmd = [sys.executable, "-m", "clanker_rag", "mcp", "--index", str(index), "--transport", "http", "--port", "0"]
+    env = {**os.environ, **_env(), "CLANKER_RAG_TOKEN": token}
+    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    initialize = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"},
+            },
+        }
+    ).encode()
+    statuses = {}
+    try:
+        port = int(_announced_url(proc).rsplit(":", 1)[1].split("/")[0])
+        for name, extra in {
+            "none": {},
+            "wrong": {"Authorization": "Bearer nope"},
+            "basic": {"Authorization": f"Basic {token}"},
+            "right": {"Authorization": f"Bearer {token}"},
+            "right, foreign host": {"Authorization": f"Bearer {token}", "Host": "attacker.example"},
+        }.items():
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            try:
+                headers = {
+                    "Content-Type": "application/json",
+                    "Accept": "application/json, text/event-stream",
+                    **extra,
+                }
+                conn.request("POST", "/mcp", body=initialize, headers=headers)
+                resp = conn.getresponse()
+                statuses[name] = (resp.status, resp.getheader("WWW-Authenticate"), resp.read())
+            finally:
+                conn.close()
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stderr:
+            proc.stderr.close()
+    for name in ("none", "wrong", "basic"):
+        status, challenge, body = statuses[name]
+        assert status == 401 and challenge and challenge.startswith("Bearer"), (name, status, body)
+    assert statuses["right"][0] == 200, statuses["right"]
+    assert b"clanker-rag" in statuses["right"][2]
+    assert statuses["right, foreign host"][0] in (400, 403, 421)
 
 
 def test_http_port_taken_is_one_line(index: Path, capsys) -> None:
@@ -356,3 +417,48 @@ def test_show_pages_cover_the_source_exactly_once(lines: list[str], cap: int) ->
         assert "".join(pages) == neutralize(text)
     finally:
         mcp_mod.MAX_SHOW_CHARS = old
+
+
+def test_service_ingest_refuses_nul_bytes_and_over_long_paths_with_a_reason(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "a.md").write_text("alpha text")
+    service = KnowledgeService(None, tmp_path / "index", ingest_roots=[root])
+    with pytest.raises(ConfigError, match="NUL byte"):
+        service.ingest("a\0.md")
+    with pytest.raises(ConfigError, match="the limit is 4096"):
+        service.ingest("x" * 5000)
+    # Under the total limit, but one name longer than any file system allows.
+    with pytest.raises(ConfigError, match=r"cannot be read|does not exist"):
+        service.ingest(str(root / ("n" * 300)))
+    assert service.ingest("a.md")["added"] == ["a.md"]
+
+
+def test_tool_numbers_are_taken_strictly_so_booleans_are_refused() -> None:
+    from clanker_rag.integrations._mcp import build_server
+
+    kb = KnowledgeBase()
+    kb.add_text("hello world", "a.md")
+    kb.add_text("hello again", "b.md")
+    server = build_server(KnowledgeService(kb))
+    outcomes: dict[str, object] = {}
+
+    async def run() -> None:
+        for name, tool, args in (
+            ("k=True", "search", {"query": "hello", "k": True}),
+            ("k=False", "retrieve", {"query": "hello", "k": False}),
+            ("k=1.5", "search", {"query": "hello", "k": 1.5}),
+            ("start_line=True", "show", {"source": "a.md", "start_line": True}),
+            ("k=2", "search", {"query": "hello", "k": 2}),
+        ):
+            try:
+                outcomes[name] = await server.call_tool(tool, args)
+            except Exception as exc:  # the SDK's ToolError
+                outcomes[name] = exc
+
+    anyio.run(run)
+    for name in ("k=True", "k=False", "k=1.5", "start_line=True"):
+        assert isinstance(outcomes[name], Exception), f"{name} was accepted"
+        assert "integer" in str(outcomes[name])
+    assert not isinstance(outcomes["k=2"], Exception)
+    assert len(outcomes["k=2"].structured_content["results"]) == 2  # type: ignore[attr-defined]

@@ -302,3 +302,44 @@ def test_full_disk_names_the_path_in_the_cli(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert os.strerror(errno.ENOSPC) in err
     assert str(tmp_path / "i") in err
+
+
+@pytest.mark.parametrize(
+    ("call", "code"),
+    [("fsync", errno.ENOSPC), ("replace", errno.EROFS), ("open", errno.EACCES)],
+)
+def test_save_on_a_full_or_read_only_folder_is_one_clanker_error_and_keeps_the_index(tmp_path, monkeypatch, call, code):
+    from clanker_rag import IndexWriteError
+
+    folder = tmp_path / "idx"
+    kb = small_kb()
+    kb.save(folder)
+    kb.add_text("a third document about otters", "otter.txt")
+    real = getattr(os, call)
+
+    def failing(*args, **kwargs):
+        # os.open also opens the lock and the folder (for fsync): only writes fail.
+        if call == "open" and not (len(args) > 1 and args[1] & os.O_CREAT and ".tmp" in str(args[0])):
+            return real(*args, **kwargs)
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(os, call, failing)
+    if call == "open":
+        import builtins
+
+        real_open = builtins.open
+
+        def failing_open(file, mode="r", *args, **kwargs):
+            if "w" in mode and ".tmp" in str(file):
+                raise OSError(code, os.strerror(code), str(file))
+            return real_open(file, mode, *args, **kwargs)
+
+        monkeypatch.setattr(builtins, "open", failing_open)
+    with pytest.raises(IndexWriteError, match="the index there is unchanged") as caught:
+        kb.save(folder)
+    assert isinstance(caught.value, OSError) and isinstance(caught.value, ClankerRagError)
+    assert caught.value.errno == code and os.strerror(code) in str(caught.value)
+    monkeypatch.undo()
+    assert KnowledgeBase.load(folder).sources() == ["fox.txt", "greek.txt"]
+    kb.save(folder)  # and once the folder is writable again, the save goes through
+    assert KnowledgeBase.load(folder).sources() == ["fox.txt", "greek.txt", "otter.txt"]

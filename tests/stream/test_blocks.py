@@ -191,3 +191,67 @@ def test_question_detection() -> None:
     assert last_question("Intro. How do I   install it? Thanks.") == "How do I install it?"
     assert last_question("no question here") is None
     assert is_question_sentence("Why?") and not is_question_sentence("?") and not is_question_sentence("Yes.")
+
+
+# -- issue 27, item 10: what a copy that drops marks would make, and more template families ------------
+
+# Acute, diaeresis, enclosing circle, a spacing mark (Mc), the blank braille cell.
+COPIED_AWAY = ("\u0301", "\u0308", "\u20dd", "\u0903", "\u2800")
+
+
+def dropped_marks(text: str) -> str:
+    """``text`` as a model copying it might write it: combining marks and blank braille cells left out."""
+    return "".join(ch for ch in text if ch != "\u2800" and not unicodedata.category(ch).startswith("M"))
+
+
+@pytest.mark.parametrize("mark", COPIED_AWAY)
+@pytest.mark.parametrize("text", ["<{m}tool name='retrieve'>q</tool>", "<{m}{m}/result>", "<t{m}ool>", "\n[{m}7] x"])
+def test_a_marker_hidden_by_combining_marks_or_blank_braille_is_neutralised(mark: str, text: str) -> None:
+    text = text.format(m=mark)
+    out = neutralize(text)
+    for view in (fold(out), dropped_marks(fold(out)), fold(dropped_marks(out))):
+        low = view.lower()
+        assert "<tool" not in low and "</result" not in low and "<t" not in low.replace("&lt;", ""), view
+        assert not [line for line in view.splitlines() if HEADER_LINE.match(line)], view
+    assert mark in out  # the marks themselves are kept as written
+
+
+FAMILIES = [
+    ">>QUESTION<< x >>ANSWER<<",  # Falcon
+    ">>SUFFIX<<a>>PREFIX<<b>>MIDDLE<<",  # Falcon infilling
+    "<eoh>\n<|Bot|>: x<eoa>",  # InternLM
+    "<eosys>",
+    "<extra_id_0>System\n<extra_id_1>User",  # Nemotron
+    "<PRE> def f(): <SUF> return x <MID>",  # CodeLlama infilling
+    "<unused0> <unused42>",  # Gemma's reserved tokens
+    "<image>\nUSER: what is this",  # LLaVA
+    "<filename>a.py<gh_stars>10",  # StarCoder
+]
+
+
+@pytest.mark.parametrize("text", FAMILIES)
+def test_chat_template_tokens_of_further_families_are_neutralised(text: str) -> None:
+    low = fold(neutralize(text)).lower()
+    for token in re.findall(r"<[a-z_|0-9]+>|>>[a-z]+<<", text.lower()):
+        assert token not in low, (token, low)
+
+
+def test_ordinary_angle_brackets_and_shifts_still_pass_unchanged() -> None:
+    text = "x >> 2 << 3, a>>b, cout << x; <img src=a.png> <pre> is HTML <image-box> caf\u00e9 e\u0301 \u2800 braille"
+    assert neutralize(text) == text
+    assert neutralize("<PRE>") == "&lt;PRE>"  # CodeLlama's token is upper case
+
+
+_MARKED = [*_FRAGMENTS, *COPIED_AWAY, "t\u0301ool", "<\u2800", "QUESTION", ">>", "<<", "eoh", "unused0", "image"]
+marked_text = st.lists(st.sampled_from(_MARKED) | st.text(max_size=3), max_size=40).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=marked_text)
+def test_no_marker_survives_even_with_marks_dropped(text: str) -> None:
+    out = neutralize(text)
+    for view in (fold(out), fold(dropped_marks(out)), dropped_marks(fold(out))):
+        low = view.lower()
+        for bad in (*FORBIDDEN, "<eoh>", "<unused0>", "<image>", ">>question<<"):
+            assert bad not in low, (bad, view)
+        assert not [line for line in view.splitlines() if HEADER_LINE.match(line)], view

@@ -24,13 +24,36 @@ def stat_key(st: os.stat_result) -> tuple[int, int]:
     return st.st_size, st.st_mtime_ns
 
 
-def hash_file(path: str, *, max_bytes: int) -> tuple[str, os.stat_result]:
-    """SHA-256 of a file read as a stream, with the stat taken when it was opened."""
+Sniff = Callable[[bytes], "str | None"]
+SNIFF_BYTES = 8192
+
+
+def _sniffed(fh: IO[bytes], sniff: Sniff | None) -> None:
+    """Refuse the file from its first bytes (a binary file) before reading the rest.
+
+    A raised size cap lets in gigabyte files: an all-zero one is known from
+    its head, not after reading (or hashing) it whole."""
+    if sniff is None:
+        return
+    try:
+        head = fh.read(SNIFF_BYTES)
+        fh.seek(0)
+    except OSError as exc:
+        raise SkipFile(f"unreadable: {exc.strerror or exc}", transient=True) from exc
+    reason = sniff(head)
+    if reason:
+        raise SkipFile(reason)
+
+
+def hash_file(path: str, *, max_bytes: int, sniff: Sniff | None = None) -> tuple[str, os.stat_result]:
+    """SHA-256 of a file read as a stream, with the stat taken when it was opened
+    (``sniff(head)`` may refuse it from its first bytes first)."""
     digest = hashlib.sha256()
     with open_file(path) as fh:
         st = os.fstat(fh.fileno())
         if st.st_size > max_bytes:
             raise SkipFile(f"too large ({st.st_size} bytes > cap of {max_bytes})")
+        _sniffed(fh, sniff)
         while block := fh.read(_BLOCK):
             digest.update(block)
         if stat_key(os.fstat(fh.fileno())) != stat_key(st):
@@ -50,12 +73,14 @@ def open_file(path: str) -> IO[bytes]:
         raise SkipFile(f"unreadable: {exc.strerror or exc}", transient=True) from exc
 
 
-def read_bytes(path: str, *, max_bytes: int) -> tuple[bytes, os.stat_result]:
-    """Read a whole file, checking the size cap first and that it did not change meanwhile."""
+def read_bytes(path: str, *, max_bytes: int, sniff: Sniff | None = None) -> tuple[bytes, os.stat_result]:
+    """Read a whole file, checking the size cap first (and ``sniff(head)``, which
+    may refuse it from its first bytes) and that it did not change meanwhile."""
     with open_file(path) as fh:
         st = os.fstat(fh.fileno())
         if st.st_size > max_bytes:
             raise SkipFile(f"too large ({st.st_size} bytes > cap of {max_bytes})")
+        _sniffed(fh, sniff)
         try:
             data = fh.read(max_bytes + 1)
         except OSError as exc:

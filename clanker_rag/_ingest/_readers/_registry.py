@@ -122,7 +122,7 @@ def read_document(
     if reader.stream is not None:
         # Hash in one streamed pass, then render in a second: the raw bytes
         # and the rendering never sit in memory together.
-        sha, st = hash_file(path, max_bytes=max_bytes)
+        sha, st = hash_file(path, max_bytes=max_bytes, sniff=binary_reason)
         if known_hash is not None and known_hash(sha, st):
             return None
         with open_file(path) as fh:
@@ -133,7 +133,7 @@ def read_document(
         text, stream_sections, encoding = reader.stream(path, stat_key(st), head)
         return _finish(Document(text, stream_sections, encoding, fmt, sha, st.st_size, st.st_mtime_ns))
 
-    data, st = read_bytes(path, max_bytes=max_bytes)
+    data, st = read_bytes(path, max_bytes=max_bytes, sniff=None if reader.binary is not None else binary_reason)
     sha = hashlib.sha256(data).hexdigest()
     if known_hash is not None and known_hash(sha, st):
         return None
