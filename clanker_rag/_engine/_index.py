@@ -153,6 +153,9 @@ class InvertedIndex:
         self.maxes: array[float] = array("f")
         self.imp_gen: list[int] = []
         self.pending: dict[int, list[int]] = _Pending()
+        # Terms whose pending postings were folded into their lists since the
+        # last commit: with ``pending``, the terms a commit's new segment holds.
+        self.touched: set[int] = set()
         self.dl: array[int] = array("i")
         self.n_docs = 0
         self.total_len = 0
@@ -358,6 +361,7 @@ class InvertedIndex:
             docs = self._cut(tid)
         if tid in self.pending:
             pending = self.pending.pop(tid)
+            self.touched.add(tid)
             docs, tfs = self._owned(tid)
             docs.fromlist(pending[0::2])
             tfs.fromlist(pending[1::2])
@@ -504,6 +508,7 @@ class InvertedIndex:
     def _freeze(self) -> None:
         """Pack a fresh build into the loaded-index layout in a few C-level passes
         (see :func:`pack_pending`): the same values as :meth:`impacts` term by term."""
+        self.touched.update(self.pending)
         packed = pack_pending(  # empties self.pending
             self.pending, len(self.terms), self.bm25, self.n_docs, self._length_norms(), self.dl, self.avgdl, ORDER_MIN
         )

@@ -31,14 +31,18 @@ from pathlib import Path
 from typing import Any, NamedTuple, Protocol, Union, cast
 
 from .._exceptions import IndexFormatError
-from . import _store
+from . import _segments, _store
 from ._impact_tables import LookupTables, TableParts, build_tables, check_tables
+from ._segments import BlockCheck, SegmentRecord
 
 __all__ = [
     "ChunkColumns",
     "Floats",
     "Ints",
+    "NameIndex",
+    "Opened",
     "Postings",
+    "Segment",
     "Snapshot",
     "SourceColumns",
     "SourceNames",
@@ -48,8 +52,8 @@ __all__ = [
     "copy_array",
     "read",
     "walk_postings",
+    "open_segment",
     "without_empty_lists",
-    "write",
 ]
 
 # A packed array: an array of our own, or a cast of the mapped data file.
@@ -85,6 +89,9 @@ class Postings(NamedTuple):
     positions: Ints | None
     # Format 3 since 0.9 (absent in older files): see _tables.
     tables: LookupTables | None = None
+    # False: a format 4 segment after the first holds no impacts, maxes or
+    # orders (its lists are scored with the whole commit's statistics at load).
+    scored: bool = True
 
 
 class ChunkColumns(NamedTuple):
@@ -242,6 +249,46 @@ class Snapshot(NamedTuple):
     postings: Postings
     total_length: int
     created_by: str = ""
+    # Format 4: the segment's block checksums, checked as its parts are first read.
+    blocks: BlockCheck | None = None
+
+
+class NameIndex:
+    """A segment's source numbers by name: ``find`` is a binary search that decodes about 18 names."""
+
+    __slots__ = ("_names", "_sorted")
+
+    def __init__(self, names: Sequence[str] | SourceNames, sorted_numbers: Ints) -> None:
+        self._names = names
+        self._sorted = sorted_numbers
+
+    def __len__(self) -> int:
+        return len(self._sorted)
+
+    def __getitem__(self, rank: int) -> str:
+        return self._names[self._sorted[rank]]
+
+    def find(self, name: str) -> int | None:
+        i = bisect_left(self, name)
+        if i < len(self) and self[i] == name:
+            return self._sorted[i]
+        return None
+
+
+class Segment(NamedTuple):
+    """One segment of an opened index: its contents, the commit's record of it, its names."""
+
+    snap: Snapshot
+    record: SegmentRecord | None  # None: a format 1-3 index, one segment without a record
+    names: NameIndex | None
+
+
+class Opened(NamedTuple):
+    """An index as a load reads it: its segments in chunk order, the revision, the format version."""
+
+    segments: list[Segment]
+    revision: str
+    version: int
 
 
 class TermDictionary:
@@ -327,119 +374,75 @@ class TermList:
         return self.saved.find(term)
 
 
-# -- writing -------------------------------------------------------------------
-
-
-def write(folder: str | Path, snap: Snapshot) -> str:
-    """Atomically write ``snap`` as format 3 into ``folder``; returns the new revision."""
-    blob = _store.Blob()
-    src = snap.sources
-    texts = src.texts
-    text_items: Iterable[str | bytes | memoryview] = (
-        map(texts.raw, range(len(texts))) if isinstance(texts, SourceStore) else texts
-    )
-    fps = src.fingerprints
-    fp_items = map(fps.fingerprint, range(len(fps))) if isinstance(fps, SourceStore) else fps
-    text_ref, text_offsets = blob.run(map(_utf8, text_items))
-    name_ref, name_offsets = blob.run(map(_utf8, src.names))
-    fp_ref, fp_offsets = blob.run(map(_utf8, fp_items))
-    firsts = first_chunks(snap.chunks.source, len(src.names))
-    sources = {
-        "count": len(src.names),
-        "names": name_ref,
-        "name_offsets": blob.array(name_offsets, "q"),
-        "texts": text_ref,
-        "text_offsets": blob.array(text_offsets, "q"),
-        "chars": blob.array(src.chars, "q"),
-        "fingerprints": fp_ref,
-        "fingerprint_offsets": blob.array(fp_offsets, "q"),
-        "first_chunks": None if firsts is None else blob.array(firsts, "q"),
-        # Sparse: most sources of a big index have none.
-        "metadata": {str(i): meta for i, meta in enumerate(src.metadata) if meta},
-    }
-    cols = snap.chunks
-    post = snap.postings
-    n_terms = len(post.terms)
-    terms = list(post.terms)
-    encoded = [t.encode("utf-8", "surrogatepass") for t in terms]
-    term_offsets = array("q", accumulate(map(len, encoded), initial=0))
-    sorted_ids = array("i", sorted(range(n_terms), key=terms.__getitem__))
-    assert post.maxes is not None and post.order_offsets is not None and post.positions is not None
-    body = {
-        "created_by": snap.created_by,
-        "analyzer": snap.analyzer,
-        "bm25": snap.bm25,
-        "chunking": snap.chunking,
-        "stats": {"chunks": len(cols.source), "total_length": snap.total_length, "terms": n_terms},
-        "sources": sources,
-        "chunks": {
-            "source": blob.array(cols.source, "i"),
-            "index": blob.array(cols.ordinal, "i"),
-            "start": blob.array(cols.start, "q"),
-            "end": blob.array(cols.end, "q"),
-            "start_line": blob.array(cols.start_line, "i"),
-            "end_line": blob.array(cols.end_line, "i"),
-            "length": blob.array(cols.length, "i"),
-            "section": cols.section,
-        },
-        "dictionary": {
-            "text": blob.add(b"".join(encoded)),
-            "offsets": blob.array(term_offsets, "q"),
-            "sorted": blob.array(sorted_ids, "i"),
-        },
-        "postings": {
-            "offsets": blob.array(post.offsets, "q"),
-            "chunks": blob.array(post.chunks, "i"),
-            "tfs": blob.array(post.tfs, "I"),
-            "impacts": blob.array(post.impacts, "f"),
-            "maxes": blob.array(post.maxes, "f"),
-        },
-        "orders": {"offsets": blob.array(post.order_offsets, "q"), "positions": blob.array(post.positions, "i")},
-        "tables": _write_tables(blob, build_tables(post.offsets, post.chunks, post.impacts, len(cols.source))),
-    }
-    return _store.write_index(folder, body, blob)
-
-
-def _bytes_of(arrays: Iterable[array[Any]]) -> Iterator[memoryview]:
-    return (memoryview(a).cast("B") for a in arrays)
-
-
-def _write_tables(blob: _store.Blob, parts: TableParts) -> dict[str, Any]:
-    impacts_ref, byte_offsets = blob.run(_bytes_of(parts.slot_impacts))
-    return {
-        "dense_terms": blob.array(parts.dense_terms, "i"),
-        "dense": blob.run(_bytes_of(parts.dense))[0],
-        "slot_terms": blob.array(parts.slot_terms, "i"),
-        "slots": blob.run(_bytes_of(parts.slots))[0],
-        "slot_impacts": impacts_ref,
-        "slot_offsets": blob.array(array("q", map(floordiv, byte_offsets, repeat(4))), "q"),
-    }
-
-
-def _utf8(value: str | bytes | memoryview) -> bytes | memoryview:
-    # surrogatepass: a text decoded with surrogateescape round-trips too.
-    return value.encode("utf-8", "surrogatepass") if isinstance(value, str) else value
-
-
 # -- reading -------------------------------------------------------------------
 
 
-def read(folder: str | Path) -> tuple[Snapshot, str]:
-    """Read and check ``folder``'s index (any format version); returns ``(snapshot, revision)``."""
+def read(folder: str | Path) -> Opened:
+    """Read and check ``folder``'s index (any format version)."""
     path = Path(folder)
     where = str(path / _store.INDEX_FILE if path.is_dir() else path)
-    manifest = _store.read_index(path)
+    for attempt in range(_READ_ATTEMPTS):
+        manifest = _store.read_index(path)
+        try:
+            if manifest.version >= 4:
+                try:
+                    return Opened(_read_commit(manifest.body, path if path.is_dir() else path.parent, where),
+                                  manifest.revision, manifest.version)  # fmt: skip
+                except FileNotFoundError:
+                    # A writer replaced the commit and dropped its files between our reads: read the new one.
+                    if attempt + 1 < _READ_ATTEMPTS:
+                        continue
+                    raise IndexFormatError(f"{where}: a segment file the index names is missing") from None
+            if manifest.version == 3:
+                snap = _read_v3(manifest.body, manifest.data, where, manifest.data_path)
+            else:
+                snap = _read_v2(manifest.body, manifest.data, where)
+            _check(snap, where)
+        except IndexFormatError:
+            raise
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+            raise IndexFormatError(f"{where}: malformed index ({type(exc).__name__}: {exc})") from None
+        return Opened([Segment(snap, None, None)], manifest.revision, manifest.version)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+_READ_ATTEMPTS = 3
+
+
+def _read_commit(body: dict[str, Any], folder: Path, where: str) -> list[Segment]:
+    records = body["segments"]
+    if not isinstance(records, list) or not records:
+        raise IndexFormatError(f"{where}: the commit names no segment")
+    out = []
+    for i, value in enumerate(records):
+        seg = open_segment(folder, _segments.SegmentRecord.from_json(value, where), where, first=i == 0)
+        snap = seg.snap
+        if snap.analyzer != body["analyzer"] or snap.bm25 != body["bm25"] or snap.chunking != body["chunking"]:
+            raise IndexFormatError(f"{where}: segment {i} was written with other settings than its commit")
+        out.append(seg)
+    return out
+
+
+def open_segment(folder: Path, record: SegmentRecord, where: str, *, first: bool = False) -> Segment:
+    """Map and check one segment a commit names (FileNotFoundError when it is gone)."""
+    opened = _segments.read_segment(folder, record, where)
+    seg_where = str(opened.path)
     try:
-        if manifest.version >= 3:
-            snap = _read_v3(manifest.body, manifest.data, where, manifest.data_path)
-        else:
-            snap = _read_v2(manifest.body, manifest.data, where)
-        _check(snap, where)
+        snap = _read_v3(opened.body, opened.data, seg_where, opened.path, opened.blocks)
+        if first and not snap.postings.scored:
+            raise IndexFormatError(f"{seg_where}: the first segment of a commit holds no impacts")
+        _check(snap, seg_where)
+        if len(snap.chunks.source) != record.chunks or len(snap.sources.chars) != record.sources:
+            raise IndexFormatError(f"{seg_where}: holds other counts than its commit record")
+        src = opened.body["sources"]
+        names = NameIndex(snap.sources.names, _view(src["sorted"], opened.data, "i", f"{seg_where}: sources.sorted"))
     except IndexFormatError:
         raise
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
-        raise IndexFormatError(f"{where}: malformed index ({type(exc).__name__}: {exc})") from None
-    return snap, manifest.revision
+        raise IndexFormatError(f"{seg_where}: malformed segment ({type(exc).__name__}: {exc})") from None
+    if len(names) != record.sources or (record.deleted and snap.sources.first_chunks is None):
+        raise IndexFormatError(f"{seg_where}: the source table does not match its commit record")
+    return Segment(snap, record, names)
 
 
 def _view(ref: Any, data: memoryview | None, typecode: str, where: str) -> Any:
@@ -532,7 +535,9 @@ def _chunk_columns(cols: dict[str, Any], read: Callable[[Any, str, str], Any]) -
     )
 
 
-def _read_v3(body: dict[str, Any], data: memoryview | None, where: str, path: Path | None) -> Snapshot:
+def _read_v3(
+    body: dict[str, Any], data: memoryview | None, where: str, path: Path | None, blocks: BlockCheck | None = None
+) -> Snapshot:
     cols = body["chunks"]
 
     def view(value: Any, typecode: str, name: str) -> Any:
@@ -547,18 +552,31 @@ def _read_v3(body: dict[str, Any], data: memoryview | None, where: str, path: Pa
     )
     dictionary.check(where)
     post = body["postings"]
-    orders = body["orders"]
-    postings = Postings(
-        TermList(dictionary, []),
-        view(post["offsets"], "q", "postings.offsets"),
-        view(post["chunks"], "i", "postings.chunks"),
-        view(post["tfs"], "I", "postings.tfs"),
-        view(post["impacts"], "f", "postings.impacts"),
-        view(post["maxes"], "f", "postings.maxes"),
-        view(orders["offsets"], "q", "orders.offsets"),
-        view(orders["positions"], "i", "orders.positions"),
-        _read_tables(body.get("tables"), body["stats"]["chunks"], view),
-    )
+    if post.get("impacts") is None:  # a format 4 segment after the first: term frequencies only
+        postings = Postings(
+            TermList(dictionary, []),
+            view(post["offsets"], "q", "postings.offsets"),
+            view(post["chunks"], "i", "postings.chunks"),
+            view(post["tfs"], "I", "postings.tfs"),
+            array("f"),
+            None,
+            None,
+            None,
+            scored=False,
+        )
+    else:
+        orders = body["orders"]
+        postings = Postings(
+            TermList(dictionary, []),
+            view(post["offsets"], "q", "postings.offsets"),
+            view(post["chunks"], "i", "postings.chunks"),
+            view(post["tfs"], "I", "postings.tfs"),
+            view(post["impacts"], "f", "postings.impacts"),
+            view(post["maxes"], "f", "postings.maxes"),
+            view(orders["offsets"], "q", "orders.offsets"),
+            view(orders["positions"], "i", "orders.positions"),
+            _read_tables(body.get("tables"), body["stats"]["chunks"], view),
+        )
     return Snapshot(
         body["analyzer"],
         body["bm25"],
@@ -568,6 +586,7 @@ def _read_v3(body: dict[str, Any], data: memoryview | None, where: str, path: Pa
         postings,
         body["stats"]["total_length"],
         body.get("created_by", ""),
+        blocks,
     )
 
 
@@ -666,7 +685,8 @@ def _check(snap: Snapshot, where: str) -> None:
     if (
         len(offsets) != n_terms + 1
         or offsets[0] != 0
-        or not len(post.chunks) == len(post.tfs) == len(post.impacts) == offsets[n_terms]
+        or not len(post.chunks) == len(post.tfs) == offsets[n_terms]
+        or (post.scored and len(post.impacts) != offsets[n_terms])
         or (post.maxes is not None and len(post.maxes) != n_terms)
     ):
         raise IndexFormatError(f"{where}: postings tables have inconsistent lengths")

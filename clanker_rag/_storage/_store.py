@@ -57,13 +57,16 @@ from typing import Any, NamedTuple
 from .._exceptions import IndexFormatError
 
 __all__ = [
+    "DATA_NAME",
     "FORMAT_VERSION",
     "INDEX_FILE",
+    "LITTLE",
     "VERIFY_AT_LOAD",
     "Blob",
     "Manifest",
     "data_range",
     "fsync_dir",
+    "map_file",
     "read_index",
     "text",
     "unpack",
@@ -73,13 +76,14 @@ __all__ = [
 ]
 
 FORMAT_NAME = "clanker-rag-index"
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 # Data files up to this size are hashed at load (see the module docstring).
 VERIFY_AT_LOAD = 64 * 1024 * 1024
 _ALIGN = 8
 INDEX_FILE = "index.json"
 _BODY_KEY = '"body":'
-_DATA_NAME = re.compile(r"data-[0-9a-f]{32}\.bin")
+DATA_NAME = re.compile(r"data-[0-9a-f]{32}\.bin")
+LITTLE = sys.byteorder == "little"
 # Temporary files write_atomic leaves when a save is killed mid-write.
 _STALE_TMP = re.compile(r"\.(data-[0-9a-f]{32}\.bin|index\.json)\.\d+\.[0-9a-f]+\.tmp")
 _READ_ATTEMPTS = 3
@@ -182,11 +186,20 @@ def unpack(value: Any, typecode: str, where: str, blob: memoryview | None = None
     return values
 
 
-def write_index(folder: str | os.PathLike[str], body: dict[str, Any], blob: Blob | None = None) -> str:
+def write_index(
+    folder: str | os.PathLike[str],
+    body: dict[str, Any],
+    blob: Blob | None = None,
+    *,
+    version: int = 3,
+    keep: Iterable[str] = (),
+) -> str:
     """Atomically write ``body`` (and its data file) as the folder's index; returns the new revision.
 
     The caller holds the folder's writer lock, so any temporary file of ours
-    found here belongs to a save that was killed: it is removed first.
+    found here belongs to a save that was killed: it is removed first.  Data
+    files other than the new one and ``keep`` are deleted once the manifest
+    is in place.
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -206,15 +219,16 @@ def write_index(folder: str | os.PathLike[str], body: dict[str, Any], blob: Blob
     digest = hashlib.sha256(body_text.encode("ascii")).hexdigest()
     revision = secrets.token_hex(8)
     head = json.dumps(
-        {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, "revision": revision, "sha256": digest},
+        {"format": FORMAT_NAME, "format_version": version, "revision": revision, "sha256": digest},
         separators=(",", ":"),
     )
     # Written piece by piece: the body can be hundreds of MB, no need to copy it.
     pieces = (head[:-1], "," + _BODY_KEY, body_text, "}\n")
     write_atomic(folder / INDEX_FILE, [p.encode("ascii") for p in pieces])
     fsync_dir(folder)
+    kept = set(keep)
     for stale in folder.glob("data-*.bin"):
-        if stale.name != data_name and _DATA_NAME.fullmatch(stale.name):
+        if stale.name != data_name and stale.name not in kept and DATA_NAME.fullmatch(stale.name):
             stale.unlink(missing_ok=True)
     return revision
 
@@ -297,21 +311,21 @@ def read_index(folder: str | os.PathLike[str]) -> Manifest:
     folder = Path(folder)
     target = folder / INDEX_FILE if folder.is_dir() else folder
     for attempt in range(_READ_ATTEMPTS):
-        body, revision, version = _read_manifest(target)
+        body, revision, version = read_manifest(target)
         record = body.get("data")
         if record is None:
             return Manifest(body, revision, version, None)
         if (
             not isinstance(record, dict)
             or not isinstance(record.get("file"), str)
-            or not _DATA_NAME.fullmatch(record["file"])
+            or not DATA_NAME.fullmatch(record["file"])
             or not isinstance(record.get("size"), int)
             or not isinstance(record.get("sha256"), str)
         ):
             raise IndexFormatError(f"{target}: the data file record is malformed")
         path = target.parent / record["file"]
         try:
-            data = _map(path)
+            data = map_file(path)
         except FileNotFoundError:
             # A writer may have replaced the index between our two reads: read the new manifest.
             if attempt + 1 < _READ_ATTEMPTS:
@@ -327,7 +341,7 @@ def read_index(folder: str | os.PathLike[str]) -> Manifest:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _map(path: Path) -> memoryview:
+def map_file(path: Path) -> memoryview:
     """The file's bytes, mapped read-only (an empty file cannot be mapped: it is
     read); anything but a regular file is refused, as by :func:`read_regular`."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
@@ -347,21 +361,29 @@ def verify_data(folder: str | os.PathLike[str]) -> None:
     """Hash the whole data file of ``folder``'s index against its manifest (raises IndexFormatError)."""
     folder = Path(folder)
     target = folder / INDEX_FILE if folder.is_dir() else folder
-    body, _, _ = _read_manifest(target)
+    body, _, _ = read_manifest(target)
+    segments = body.get("segments")
+    if isinstance(segments, list):  # format 4: every segment the commit names
+        for seg in segments:
+            _verify_file(target.parent / str(seg.get("file")), seg.get("sha256"))
+        return
     record = body.get("data")
     if not isinstance(record, dict):
         return
-    path = target.parent / str(record.get("file"))
+    _verify_file(target.parent / str(record.get("file")), record.get("sha256"))
+
+
+def _verify_file(path: Path, expected: Any) -> None:
     h = hashlib.sha256()
     try:
-        h.update(_map(path))
+        h.update(map_file(path))
     except OSError as exc:
         raise IndexFormatError(f"{path}: cannot read the index's data file ({exc.strerror or exc})") from None
-    if h.hexdigest() != record.get("sha256"):
+    if h.hexdigest() != expected:
         raise IndexFormatError(f"{path}: checksum mismatch: the data file was modified or damaged after saving")
 
 
-def _read_manifest(target: Path) -> tuple[dict[str, Any], str, int]:
+def read_manifest(target: Path) -> tuple[dict[str, Any], str, int]:
     try:
         data = read_regular(target)
     except FileNotFoundError:
