@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 from ._engine import _collection
 from ._engine._collection import CollectionStats
+from ._engine._commits import Commits, replay
 from ._engine._counting import CountedChunk, CountedTexts, TermIds, span_counts
 from ._engine._index import InvertedIndex, TermExplanation
-from ._engine._replay import add_lists, postings_since
 from ._engine._scoring import BM25
 from ._engine._sources import ChunkDocs, ChunkTable, Doc, LoadedSources
 from ._exceptions import ConfigError, IndexFormatError, IndexLockedError
@@ -131,14 +131,8 @@ class KnowledgeBase:
         self._changes = 0
         self._saved_changes: int | None = None
         # The commit (format 4) this knowledge base was loaded from or last
-        # saved as: its segments, and what changed since.  Chunk ids below
-        # _committed are in it; _new_docs are the sources added since, and
-        # _removed the names of committed sources removed since (a save finds
-        # them by name in the segments, so merges need no renumbering here).
-        self._segments: list[_codec.Segment] = []
-        self._committed = 0
-        self._new_docs: dict[str, Doc] = {}
-        self._removed: set[str] = set()
+        # saved as, and what changed since (no segments: none yet).
+        self._commits = Commits([], 0)
         # A load's sources deleted from its first segment (by number) and those
         # of the later segments, until something needs every source by name.
         self._hidden: set[int] = set()
@@ -284,7 +278,7 @@ class KnowledgeBase:
         edges = list(accumulate(per_text, initial=first))  # each text's first chunk id, and the end
         for doc, start, end in zip(docs, edges, edges[1:]):
             self._docs[doc.source] = doc
-            self._new_docs[doc.source] = doc
+            self._commits.added(doc)
             cids = doc.own_cids
             assert isinstance(cids, list)
             cids.extend(range(start, end))
@@ -351,7 +345,7 @@ class KnowledgeBase:
                 return None
             self.remove(source)
         self._docs[source] = doc
-        self._new_docs[source] = doc
+        self._commits.added(doc)
         self._changes += 1
         return doc, checked
 
@@ -428,10 +422,7 @@ class KnowledgeBase:
         if doc is None:
             return 0
         self._changes += 1
-        if self._new_docs.get(source) is doc:
-            del self._new_docs[source]
-        else:
-            self._removed.add(source)
+        self._commits.dropped(doc)
         return self._drop(doc)
 
     def _drop(self, doc: Doc) -> int:
@@ -670,9 +661,7 @@ class KnowledgeBase:
             f"clanker_rag {_version()}",
         )
 
-    def save(
-        self, path: str | os.PathLike[str] | None = None, *, overwrite: bool = False, merge: bool = True
-    ) -> Path:
+    def save(self, path: str | os.PathLike[str] | None = None, *, overwrite: bool = False, merge: bool = True) -> Path:
         """Atomically write the index to folder ``path`` (default: where it came from).
 
         Into the folder it was loaded from or last saved to, a save is a
@@ -724,8 +713,17 @@ class KnowledgeBase:
                     f"{folder}: already holds an index that this knowledge base was not loaded from; "
                     "saving would replace its documents (load it and add to it, or pass overwrite=True)"
                 )
-            if ours and on_disk is not None and self._segments and mode != "full":
-                self._revision = self._commit(folder, mode == "auto")
+            if ours and on_disk is not None and self._commits.segments and mode != "full":
+                settings = {
+                    "created_by": f"clanker_rag {_version()}",
+                    "analyzer": self.analyzer.settings(),
+                    "bm25": self.bm25.settings(),
+                    "chunking": self.chunker.settings(),
+                }
+                self._revision = self._commits.commit(
+                    folder, settings, self._chunks, self._index, merge=mode == "auto",
+                    whole=lambda: self._write_whole(folder),
+                )  # fmt: skip
             else:
                 self._revision = self._write_whole(folder)
             self._path = folder
@@ -737,88 +735,11 @@ class KnowledgeBase:
 
     def _write_whole(self, folder: Path) -> str:
         """Write everything as one scored segment (a full save, or a merge of every segment)."""
-        keep = _previous_files(folder)
+        keep = _segments.committed_files(folder)
         revision, record = _writer.write(folder, self._snapshot(), keep)
-        self._committed_as([_codec.open_segment(folder, record, str(folder))])
-        return revision
-
-    def _committed_as(self, segments: list[_codec.Segment]) -> None:
-        self._segments = segments
-        self._committed = len(self._chunks)
-        self._new_docs = {}
-        self._removed = set()
+        self._commits.reset([_codec.open_segment(folder, record, str(folder))], len(self._chunks))
         self._index.touched.clear()
-
-    def _commit(self, folder: Path, merge: bool) -> str:
-        """A cheap save: the new sources as a segment, deletion marks, the merges the policy asks for."""
-        segs = list(self._segments)
-        deleted = [set(seg.record.deleted if seg.record is not None else ()) for seg in segs]
-        for name in self._removed:
-            for i in reversed(range(len(segs))):
-                names = segs[i].names
-                number = None if names is None else names.find(name)
-                if number is not None and number not in deleted[i]:
-                    deleted[i].add(number)
-                    break
-        records = [_marked(seg, gone) for seg, gone in zip(segs, deleted)]
-        new = self._new_segment()
-        live = [r.live_chunks for r in records] + ([len(new.chunks.source)] if new is not None else [])
-        plan = (
-            _segments.plan_merges(live, sum(r.deleted_chunks for r in records))
-            if merge
-            else _segments.MergePlan(False, [])
-        )
-        if plan.full:
-            return self._write_whole(folder)
-        keep = [r.file for r in records]
-        if new is not None:
-            records.append(_writer.write_segment(folder, new, scored=False))
-            segs.append(_codec.open_segment(folder, records[-1], str(folder)))
-        segs = [seg._replace(record=rec) for seg, rec in zip(segs, records)]
-        for first, last in reversed(plan.runs):
-            merged = _writer.write_segment(folder, _writer.merge_segments(segs[first:last]), scored=False)
-            segs[first:last] = [_codec.open_segment(folder, merged, str(folder))]
-        records = [seg.record for seg in segs if seg.record is not None]
-        revision = _writer.commit(folder, _writer.settings_of(self._settings_snapshot()), records, keep)
-        self._committed_as(segs)
         return revision
-
-    def _settings_snapshot(self) -> _codec.Snapshot:
-        empty = _codec.ChunkColumns(array("i"), array("i"), array("q"), array("q"), array("i"), array("i"), array("i"), [])
-        return _codec.Snapshot(
-            self.analyzer.settings(), self.bm25.settings(), self.chunker.settings(),
-            _codec.SourceColumns([], [], array("q"), [], []), empty,
-            _codec.Postings([], array("q", [0]), array("i"), array("I"), array("f"), None, None, None),
-            0, f"clanker_rag {_version()}",
-        )  # fmt: skip
-
-    def _new_segment(self) -> _codec.Snapshot | None:
-        """The sources added since the last commit, as an unscored segment (None: there are none)."""
-        if not self._new_docs:
-            return None
-        docs = sorted(self._new_docs.values(), key=lambda doc: doc.cids[0] if doc.cids else -1)
-        cids = [cid for doc in docs for cid in doc.cids]
-        ct, index = self._chunks, self._index
-        chunks = _codec.ChunkColumns(
-            array("i", chain.from_iterable(repeat(i, len(doc.cids)) for i, doc in enumerate(docs))),
-            array("i", map(ct.index.__getitem__, cids)),
-            array("q", map(ct.start.__getitem__, cids)),
-            array("q", map(ct.end.__getitem__, cids)),
-            array("i", map(ct.start_line.__getitem__, cids)),
-            array("i", map(ct.end_line.__getitem__, cids)),
-            array("i", map(index.dl.__getitem__, cids)),
-            list(map(ct.section.__getitem__, cids)),
-        )
-        sources = _codec.SourceColumns(
-            [doc.source for doc in docs],
-            [doc.stored for doc in docs],
-            array("q", [doc.chars for doc in docs]),
-            [doc.metadata for doc in docs],
-            [doc.fingerprint for doc in docs],
-        )
-        postings = postings_since(index, self._committed, dict(zip(cids, range(len(cids)))))
-        settings = self._settings_snapshot()
-        return settings._replace(sources=sources, chunks=chunks, postings=postings, total_length=sum(chunks.length))
 
     def would_replace(self, path: str | os.PathLike[str]) -> bool:
         """Whether folder ``path`` holds an index this knowledge base was not loaded from or saved to.
@@ -855,51 +776,14 @@ class KnowledgeBase:
                     kb._drop(loaded.doc(number))
                     kb._hidden.add(number)
             for seg in opened.segments[1:]:
-                kb._replay(seg)
+                replay(seg, kb._chunks, kb._index, kb._put_doc)
         kb._path = folder if folder.is_dir() else folder.parent
         kb._revision = opened.revision
         kb._saved_changes = kb._changes
         if opened.version >= _segments.COMMIT_VERSION:
-            kb._committed_as(opened.segments)
+            kb._commits.reset(opened.segments, len(kb._chunks))
+            kb._index.touched.clear()
         return kb
-
-    def _replay(self, seg: _codec.Segment) -> None:
-        """Add a loaded segment after the first: its live sources, chunks and postings."""
-        snap = seg.snap
-        src, cols = snap.sources, snap.chunks
-        firsts = src.first_chunks
-        assert firsts is not None and seg.record is not None  # checked by open_segment
-        deleted = set(seg.record.deleted)
-        texts, fps = src.texts, src.fingerprints
-        renumber = array("i", repeat(-1, len(cols.source)))
-        ct = self._chunks
-        live: list[int] = []
-        per_chunk: list[Doc] = []
-        for number in range(len(src.chars)):
-            if number in deleted:
-                continue
-            run = range(firsts[number], firsts[number + 1])
-            start = len(ct) + len(live)
-            doc = Doc(
-                src.names[number],
-                texts.text(number) if isinstance(texts, _codec.SourceStore) else str(texts[number]),
-                src.metadata[number],
-                fps.fingerprint(number) if isinstance(fps, _codec.SourceStore) else fps[number],
-                own_cids=list(range(start, start + len(run))),
-            )
-            for new, old in enumerate(run, start):
-                renumber[old] = new
-            live.extend(run)
-            per_chunk.extend(repeat(doc, len(run)))
-            self._put_doc(doc)
-        bounds = array("q")
-        for old in live:
-            bounds.extend((cols.start[old], cols.end[old], cols.start_line[old], cols.end_line[old]))
-        ct.extend(per_chunk, map(cols.ordinal.__getitem__, live), bounds, map(cols.section.__getitem__, live))
-        post = snap.postings
-        tids = self._index.ids_of(list(post.terms))
-        dls = array("i", map(cols.length.__getitem__, live))
-        add_lists(self._index, dls, tids, post.offsets, post.chunks, post.tfs, renumber)
 
     def verify(self) -> None:
         """Hash the whole saved data file against its manifest (a big index is
@@ -988,26 +872,6 @@ class KnowledgeBase:
                 kb.save(folder)
         finally:
             lock.release()
-
-
-def _marked(seg: _codec.Segment, deleted: set[int]) -> _segments.SegmentRecord:
-    """``seg``'s record with ``deleted`` as its deletion marks."""
-    assert seg.record is not None
-    if set(seg.record.deleted) == deleted:
-        return seg.record
-    firsts = seg.snap.sources.first_chunks
-    assert firsts is not None  # checked by open_segment for a segment with deletions; saves always write them
-    gone = sum(firsts[n + 1] - firsts[n] for n in deleted)
-    return seg.record._replace(deleted=tuple(sorted(deleted)), deleted_chunks=gone)
-
-
-def _previous_files(folder: Path) -> list[str]:
-    """The data files the folder's current commit names (kept one commit longer for its readers)."""
-    try:
-        body, _, _ = _store.read_manifest(folder / _store.INDEX_FILE)
-    except (IndexFormatError, OSError):
-        return []
-    return _segments.segment_files(body)
 
 
 def _same_folder(a: Path, b: Path) -> bool:

@@ -26,13 +26,13 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import accumulate, compress, pairwise, repeat
-from operator import floordiv, gt, le, sub
+from operator import gt, le, sub
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol, Union, cast
 
 from .._exceptions import IndexFormatError
 from . import _segments, _store
-from ._impact_tables import LookupTables, TableParts, build_tables, check_tables
+from ._impact_tables import LookupTables, check_tables
 from ._segments import BlockCheck, SegmentRecord
 
 __all__ = [
@@ -388,11 +388,11 @@ def read(folder: str | Path) -> Opened:
                 try:
                     return Opened(_read_commit(manifest.body, path if path.is_dir() else path.parent, where),
                                   manifest.revision, manifest.version)  # fmt: skip
-                except FileNotFoundError:
+                except FileNotFoundError as exc:
                     # A writer replaced the commit and dropped its files between our reads: read the new one.
                     if attempt + 1 < _READ_ATTEMPTS:
                         continue
-                    raise IndexFormatError(f"{where}: a segment file the index names is missing") from None
+                    raise IndexFormatError(f"{exc.filename}: the index's data file is missing") from None
             if manifest.version == 3:
                 snap = _read_v3(manifest.body, manifest.data, where, manifest.data_path)
             else:

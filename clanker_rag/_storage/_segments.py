@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import zlib
 from array import array
 from collections.abc import Iterable, Sequence
@@ -51,6 +50,7 @@ __all__ = [
     "MergePlan",
     "Policy",
     "SegmentRecord",
+    "committed_files",
     "plan_merges",
     "read_segment",
     "write_commit",
@@ -278,6 +278,15 @@ def write_commit(
     return _store.write_index(folder, full, None, version=COMMIT_VERSION, keep=named)
 
 
+def committed_files(folder: Path) -> list[str]:
+    """The data files the folder's current commit names (a save keeps them one commit longer)."""
+    try:
+        body, _, _ = _store.read_manifest(folder / _store.INDEX_FILE)
+    except (IndexFormatError, OSError):
+        return []
+    return segment_files(body)
+
+
 def segment_files(body: dict[str, Any]) -> list[str]:
     """The files a commit body names (none for formats before 4)."""
     segs = body.get("segments")
@@ -295,7 +304,12 @@ class MergePlan(NamedTuple):
 
 
 def _level(chunks: int, factor: int) -> int:
-    return int(math.log(max(chunks, 1), factor))
+    """floor(log_factor(chunks)), in integers (a float logarithm misplaces exact powers)."""
+    level = 0
+    while chunks >= factor:
+        chunks //= factor
+        level += 1
+    return level
 
 
 def plan_merges(live: Sequence[int], dead: int, policy: Policy | None = None) -> MergePlan:

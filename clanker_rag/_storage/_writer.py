@@ -182,7 +182,9 @@ def merge_segments(segments: Sequence[Segment]) -> Snapshot:
             texts.append(src.texts.raw(s) if isinstance(src.texts, SourceStore) else src.texts[s])
             chars.append(src.chars[s])
             metadata.append(src.metadata[s])
-            fps.append(src.fingerprints.fingerprint(s) if isinstance(src.fingerprints, SourceStore) else src.fingerprints[s])
+            fps.append(
+                src.fingerprints.fingerprint(s) if isinstance(src.fingerprints, SourceStore) else src.fingerprints[s]
+            )
         renumber = array("i", repeat(-1, n_chunks))
         live = list(compress(range(n_chunks), mask))
         for new, old in enumerate(live, base):
