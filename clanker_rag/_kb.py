@@ -11,7 +11,6 @@ from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from itertools import accumulate, chain, repeat
 from operator import attrgetter
 from pathlib import Path
@@ -21,8 +20,8 @@ from ._engine import _collection
 from ._engine._collection import CollectionStats
 from ._engine._commits import Commits, replay
 from ._engine._counting import CountedChunk, CountedTexts, TermIds, span_counts
-from ._engine._index import InvertedIndex, TermExplanation
-from ._engine._scoring import BM25
+from ._engine._index import InvertedIndex
+from ._engine._scoring import BM25, Explanation
 from ._engine._sources import ChunkDocs, ChunkTable, Doc, LoadedSources
 from ._exceptions import ConfigError, IndexFormatError, IndexLockedError
 from ._gc_pause import collector_paused
@@ -52,26 +51,6 @@ def default_index_path() -> Path:
         if (candidate / _store.INDEX_FILE).is_file():
             return candidate
     return here.parent / "data" / "kb"
-
-
-@dataclass(frozen=True, slots=True)
-class Explanation:
-    """Why a hit scored what it did: ``sum(t.contribution for t in terms) == score``."""
-
-    score: float
-    terms: list[TermExplanation]
-    n_docs: int
-    avgdl: float
-    dl: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "score": self.score,
-            "n_docs": self.n_docs,
-            "avgdl": self.avgdl,
-            "dl": self.dl,
-            "terms": [t.to_dict() for t in self.terms],
-        }
 
 
 class KnowledgeBase:
@@ -155,6 +134,22 @@ class KnowledgeBase:
             self._extra_docs = {}
             self._doc_map = docs
         return docs
+
+    def _doc_named(self, source: str, *, pop: bool = False) -> Doc | None:
+        """The source's :class:`Doc` (taken out with ``pop``), found in a loaded commit's
+        sorted names when it can be: an add or a remove then makes no other ``Doc``."""
+        names = self._commits.segments[0].names if self._commits.segments else None
+        if self._doc_map is not None or names is None or self._loaded is None:
+            return self._docs.pop(source, None) if pop else self._docs.get(source)
+        doc = self._extra_docs.pop(source, None) if pop else self._extra_docs.get(source)
+        if doc is None:
+            number = names.find(source)
+            if number is None or number in self._hidden:
+                return None
+            doc = self._loaded.doc(number)
+            if pop:
+                self._hidden.add(number)
+        return doc
 
     def _put_doc(self, doc: Doc) -> None:
         if self._doc_map is None:
@@ -339,12 +334,12 @@ class KnowledgeBase:
         """Check an add and drop what ``source`` held: the new document and its
         checked sections, or None when the same text and metadata are indexed."""
         doc, checked = self._new_doc(text, source, metadata, sections, content)
-        old = self._docs.get(source)
+        old = self._doc_named(source)
         if old is not None:
             if old.fingerprint == doc.fingerprint:
                 return None
             self.remove(source)
-        self._docs[source] = doc
+        self._put_doc(doc)
         self._commits.added(doc)
         self._changes += 1
         return doc, checked
@@ -418,7 +413,7 @@ class KnowledgeBase:
 
     def remove(self, source: str) -> int:
         """Remove every chunk of ``source``; returns how many (0 if unknown)."""
-        doc = self._docs.pop(source, None)
+        doc = self._doc_named(source, pop=True)
         if doc is None:
             return 0
         self._changes += 1
@@ -777,6 +772,7 @@ class KnowledgeBase:
                     kb._hidden.add(number)
             for seg in opened.segments[1:]:
                 replay(seg, kb._chunks, kb._index, kb._put_doc)
+            kb._index.settled = kb._index.gen
         kb._path = folder if folder.is_dir() else folder.parent
         kb._revision = opened.revision
         kb._saved_changes = kb._changes

@@ -40,6 +40,7 @@ from .._exceptions import IndexFormatError
 from .._storage._codec import (
     Floats,
     Ints,
+    PostingChecks,
     Postings,
     TermList,
     copy_array,
@@ -149,6 +150,8 @@ class InvertedIndex:
         self._n_buffered = 0
         self._buffers_gen = -1
         self._check_chunks: tuple[int, str] | None = None
+        self._checks: PostingChecks | None = None  # a big segment's: run before a list is first read
+        self._order_checks: PostingChecks | None = None
         # Largest impact of each list; -1.0: not computed yet.
         self.maxes: array[float] = array("f")
         self.imp_gen: list[int] = []
@@ -156,6 +159,8 @@ class InvertedIndex:
         # Terms whose pending postings were folded into their lists since the
         # last commit: with ``pending``, the terms a commit's new segment holds.
         self.touched: set[int] = set()
+        # A load's generation (no add expected to follow): stale orders sort on first use in it.
+        self.settled = -1
         self.dl: array[int] = array("i")
         self.n_docs = 0
         self.total_len = 0
@@ -257,6 +262,7 @@ class InvertedIndex:
             index.maxes = copy_array("f", postings.maxes)
         if postings.order_offsets is not None and postings.positions is not None:
             index.attach_orders(postings.order_offsets, postings.positions)
+        index._checks = index._order_checks = postings.checks
         if postings.tables is not None:
             index._stored = (StoredTables(postings.tables, where), index.gen)
         return index
@@ -315,6 +321,7 @@ class InvertedIndex:
         (its ends suffice: lists are sorted), so a damaged index fails clearly.
         """
         self._check_chunks = (n_chunks, where) if n_chunks is not None else None
+        self._checks = None
         self._buffers = (memoryview(docs), memoryview(tfs), memoryview(imps), memoryview(offsets))
         n = len(offsets) - 1
         self._n_buffered = n
@@ -332,7 +339,14 @@ class InvertedIndex:
             self.docs[tid], self.tfs[tid], self.imps[tid] = d0, array("I"), array("f")
             return d0
         mv_d, mv_t, mv_i, offsets = self._buffers
+        checks = self._checks
+        if checks is not None:
+            checks.offsets(tid, tid + 2)
         a, b = offsets[tid], offsets[tid + 1]
+        if checks is not None:
+            checks.chunks(a, b)
+            checks.tfs(a, b)
+            checks.impacts(a, b)
         d = mv_d[a:b]
         if self._check_chunks is not None and d and (d[0] < 0 or d[-1] >= self._check_chunks[0]):
             raise IndexFormatError(f"{self._check_chunks[1]}: a posting points at a chunk that does not exist")
@@ -489,7 +503,12 @@ class InvertedIndex:
         for tid in range(len(self.terms)):
             if bufs is not None and self.docs[tid] is None and tid < self._n_buffered and tid not in pending:
                 mv_d, mv_t, _, offsets = bufs
+                if self._checks is not None:
+                    self._checks.offsets(tid, tid + 2)
                 a, b = offsets[tid], offsets[tid + 1]
+                if self._checks is not None:
+                    self._checks.chunks(a, b)
+                    self._checks.tfs(a, b)
                 docs.frombytes(memoryview(mv_d[a:b]).cast("B"))
                 tfs.frombytes(memoryview(mv_t[a:b]).cast("B"))
                 lengths.append(b - a)
@@ -558,6 +577,10 @@ class InvertedIndex:
         assert self._buffers is not None and buf is not None
         docs, tfs, imps, offsets = self._buffers
         positions, order_offsets, _ = buf
+        checks = self._checks
+        if checks is not None and self._order_checks is checks:  # a save copies them whole: check them whole
+            for check, part in zip(checks, (offsets, docs, tfs, imps, order_offsets, positions)):
+                check(0, len(part))
         lengths = array("q", lengths_of(offsets))
         order_lengths = array("q", lengths_of(order_offsets))
         if any(map(ne, order_lengths, map(_ordered_length, lengths))):
@@ -586,6 +609,7 @@ class InvertedIndex:
         """Adopt impact orders (see :meth:`order`) for the current generation:
         term ``t``'s is ``positions[offsets[t]:offsets[t + 1]]`` (empty: none saved)."""
         self._order_buffer = (memoryview(positions), memoryview(offsets), self.gen)
+        self._order_checks = None
 
     def _order_ready(self, tid: int) -> bool:
         """Whether the term's impact order is at hand, or worth sorting now.
@@ -604,13 +628,15 @@ class InvertedIndex:
         if self._known_order(tid, gen, len(docs)) is not None:
             return True
         never_sorted = tid not in self._orders and not self._saved_order(tid)
-        if never_sorted or self._order_wanted.get(tid) == gen:
+        if never_sorted or self._order_wanted.get(tid) == gen or gen == self.settled:
             return True
         self._order_wanted[tid] = gen
         return False
 
     def _saved_order(self, tid: int) -> bool:
         buf = self._order_buffer
+        if self._order_checks is not None and buf is not None and tid + 1 < len(buf[1]):
+            self._order_checks.order_offsets(tid, tid + 2)
         return buf is not None and tid + 1 < len(buf[1]) and buf[1][tid + 1] > buf[1][tid]
 
     def _known_order(self, tid: int, gen: int, length: int) -> Ints | None:
@@ -622,6 +648,8 @@ class InvertedIndex:
         if buf is None or buf[2] != gen or not self._saved_order(tid):
             return None
         start = buf[1][tid]
+        if self._order_checks is not None:
+            self._order_checks.positions(start, start + length)
         # Read in place.  Not range-checked here: the checksum vouches for
         # it, and a bad position fails loudly (IndexError), never silently.
         order = buf[0][start : start + length]
@@ -685,7 +713,8 @@ class InvertedIndex:
             docs = self.fold(tid)
             n = len(self.dl)
             table, size = build_table(docs, imps, n, len(docs) * DENSE_SHARE >= n)
-            budget = TABLE_BYTES if self._stored is None else TABLE_BYTES_BESIDE_SAVED
+            stored = self._stored
+            budget = TABLE_BYTES if stored is None or stored[1] != self.gen else TABLE_BYTES_BESIDE_SAVED
             self._table_cache.put(tid, self.imp_gen[tid], table, size, budget)
         return table
 

@@ -54,6 +54,7 @@ from .._exceptions import ConfigError
 __all__ = [
     "BM25",
     "VARIANTS",
+    "Explanation",
     "TermExplanation",
     "bulk_impacts",
     "idf",
@@ -250,3 +251,23 @@ def _check_range(name: str, value: object, low: float, high: float) -> None:
     ):
         upper = "inf" if high == math.inf else f"{high:g}"
         raise ConfigError(f"{name}={value!r} is out of range: expected a finite number in [{low:g}, {upper}]")
+
+
+@dataclass(frozen=True, slots=True)
+class Explanation:
+    """Why a hit scored what it did: ``sum(t.contribution for t in terms) == score``."""
+
+    score: float
+    terms: list[TermExplanation]
+    n_docs: int
+    avgdl: float
+    dl: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "score": self.score,
+            "n_docs": self.n_docs,
+            "avgdl": self.avgdl,
+            "dl": self.dl,
+            "terms": [t.to_dict() for t in self.terms],
+        }

@@ -33,7 +33,7 @@ from typing import Any, NamedTuple, Protocol, Union, cast
 from .._exceptions import IndexFormatError
 from . import _segments, _store
 from ._impact_tables import LookupTables, check_tables
-from ._segments import BlockCheck, SegmentRecord
+from ._segments import BlockCheck, PartCheck, SegmentRecord
 
 __all__ = [
     "ChunkColumns",
@@ -41,6 +41,7 @@ __all__ = [
     "Ints",
     "NameIndex",
     "Opened",
+    "PostingChecks",
     "Postings",
     "Segment",
     "Snapshot",
@@ -92,6 +93,19 @@ class Postings(NamedTuple):
     # False: a format 4 segment after the first holds no impacts, maxes or
     # orders (its lists are scored with the whole commit's statistics at load).
     scored: bool = True
+    # A big segment's block checks, run before a list or an order is first read.
+    checks: PostingChecks | None = None
+
+
+class PostingChecks(NamedTuple):
+    """Block checks of a segment's posting parts, by item (see ``_segments.BlockCheck``)."""
+
+    offsets: PartCheck
+    chunks: PartCheck
+    tfs: PartCheck
+    impacts: PartCheck
+    order_offsets: PartCheck
+    positions: PartCheck
 
 
 class ChunkColumns(NamedTuple):
@@ -130,7 +144,10 @@ class _Pread:
         weakref.finalize(self, os.close, self._fd)
 
     def __call__(self, offset: int, length: int) -> bytes:
-        data = os.pread(self._fd, length, self.base + offset)
+        return self.absolute(self.base + offset, length)
+
+    def absolute(self, offset: int, length: int) -> bytes:
+        data = os.pread(self._fd, length, offset)
         if len(data) != length:
             raise IndexFormatError(f"{self._path}: truncated since it was loaded")
         return data
@@ -140,7 +157,7 @@ class SourceStore:
     """Source texts and fingerprints still in the data file, decoded on demand
     (UTF-8, back to back, with ``n + 1`` offsets each)."""
 
-    __slots__ = ("_fp_offsets", "_fps", "_offsets", "_pread", "_texts", "chars", "where")
+    __slots__ = ("_blocks", "_fp_offsets", "_fps", "_offsets", "_pread", "_texts", "chars", "where")
 
     def __init__(
         self,
@@ -151,7 +168,10 @@ class SourceStore:
         chars: Ints,
         where: str,
         pread: _Pread | None = None,
+        blocks: tuple[BlockCheck, int, int] | None = None,
     ) -> None:
+        # (block checks, where the texts and the fingerprints start in the file)
+        self._blocks = blocks
         self._texts = texts
         self._offsets = offsets
         self._fps = fps
@@ -165,8 +185,11 @@ class SourceStore:
 
     def raw(self, i: int) -> bytes | memoryview:
         a, b = self._offsets[i], self._offsets[i + 1]
-        if self._pread is not None:
-            return self._pread(a, b - a)
+        blocks, pread = self._blocks, self._pread
+        if blocks is not None:
+            blocks[0].check(blocks[1] + a, blocks[1] + b, None if pread is None else pread.absolute)
+        if pread is not None:
+            return pread(a, b - a)
         return self._texts[a:b]
 
     def text(self, i: int) -> str:
@@ -180,7 +203,10 @@ class SourceStore:
         return text
 
     def fingerprint(self, i: int) -> str:
-        return str(self._fps[self._fp_offsets[i] : self._fp_offsets[i + 1]], "utf-8", "surrogatepass")
+        a, b = self._fp_offsets[i], self._fp_offsets[i + 1]
+        if self._blocks is not None:
+            self._blocks[0].check(self._blocks[2] + a, self._blocks[2] + b)
+        return str(self._fps[a:b], "utf-8", "surrogatepass")
 
 
 class SourceNames:
@@ -192,12 +218,13 @@ class SourceNames:
     strings.  A name that is not valid UTF-8 fails when it is decoded.
     """
 
-    __slots__ = ("_blob", "_offsets", "where")
+    __slots__ = ("_blob", "_check", "_offsets", "where")
 
-    def __init__(self, blob: memoryview, offsets: Ints, where: str) -> None:
+    def __init__(self, blob: memoryview, offsets: Ints, where: str, check: PartCheck | None = None) -> None:
         self._blob = blob
         self._offsets = offsets
         self.where = where
+        self._check = check  # a big segment's block checks of the names, by byte
 
     def __len__(self) -> int:
         return len(self._offsets) - 1
@@ -205,12 +232,17 @@ class SourceNames:
     def __getitem__(self, i: int) -> str:
         if not 0 <= i < len(self):
             raise IndexError(f"source {i} does not exist")
+        a, b = self._offsets[i], self._offsets[i + 1]
+        if self._check is not None:
+            self._check(a, b)
         try:
-            return str(self._blob[self._offsets[i] : self._offsets[i + 1]], "utf-8", "surrogatepass")
+            return str(self._blob[a:b], "utf-8", "surrogatepass")
         except UnicodeDecodeError as exc:
             raise IndexFormatError(f"{self.where}: not valid UTF-8 ({exc})") from None
 
     def __iter__(self) -> Iterator[str]:
+        if self._check is not None:
+            self._check(0, len(self._blob))
         return iter(_strings(self._blob, self._offsets, self.where))
 
 
@@ -303,24 +335,38 @@ class TermDictionary:
     against 48 ms with 64 and 67 ms with none.
     """
 
-    __slots__ = ("_fence", "_fences", "_offsets", "_sorted", "_text")
+    __slots__ = ("_checks", "_fence", "_fences", "_offsets", "_sorted", "_text")
 
-    def __init__(self, text: memoryview, offsets: Ints, sorted_ids: Ints, fence: int = 1024) -> None:
+    def __init__(
+        self,
+        text: memoryview,
+        offsets: Ints,
+        sorted_ids: Ints,
+        fence: int = 1024,
+        checks: tuple[PartCheck, PartCheck, PartCheck] | None = None,
+    ) -> None:
         self._fence = fence
         self._text = text
         self._offsets = offsets
         self._sorted = sorted_ids
         self._fences: list[str] | None = None
+        # A big segment's block checks of the text, offsets and sorted ids, by item.
+        self._checks = checks
 
     def __len__(self) -> int:
         return len(self._sorted)
 
     def term(self, tid: int) -> str:
-        offsets = self._offsets
+        offsets, checks = self._offsets, self._checks
+        if checks is not None:
+            checks[1](tid, tid + 2)
+            checks[0](offsets[tid], offsets[tid + 1])
         return str(self._text[offsets[tid] : offsets[tid + 1]], "utf-8", "surrogatepass")
 
     def __getitem__(self, rank: int) -> str:
         """The ``rank``-th term in sorted order (what :func:`bisect_left` reads)."""
+        if self._checks is not None:
+            self._checks[2](rank, rank + 1)
         return self.term(self._sorted[rank])
 
     def check(self, where: str) -> None:
@@ -467,9 +513,15 @@ def _strings(blob: memoryview, offsets: Ints, where: str) -> list[str]:
         raise IndexFormatError(f"{where}: not valid UTF-8 ({exc})") from None
 
 
-def _sources_v3(body: dict[str, Any], data: memoryview | None, where: str, path: Path | None) -> SourceColumns:
+def _sources_v3(
+    body: dict[str, Any], data: memoryview | None, where: str, path: Path | None, blocks: BlockCheck | None = None
+) -> SourceColumns:
     src = body["sources"]
     n = src["count"]
+    if blocks is not None:  # the parts read whole at load: O(sources)
+        for name in ("name_offsets", "text_offsets", "fingerprint_offsets", "chars", "first_chunks", "sorted"):
+            if src.get(name) is not None:
+                blocks.check(src[name][0], src[name][0] + src[name][1])
 
     def column(name: str, typecode: str) -> Any:
         return _view(src[name], data, typecode, f"{where}: sources.{name}")
@@ -483,7 +535,12 @@ def _sources_v3(body: dict[str, Any], data: memoryview | None, where: str, path:
     name_blob = _store.data_range(src["names"], data, f"{where}: sources.names")
     fp_blob = _store.data_range(src["fingerprints"], data, f"{where}: sources.fingerprints")
     text_blob = _store.data_range(src["texts"], data, f"{where}: sources.texts")
-    names = SourceNames(name_blob, offsets("name_offsets", len(name_blob)), f"{where}: sources.names")
+    names = SourceNames(
+        name_blob,
+        offsets("name_offsets", len(name_blob)),
+        f"{where}: sources.names",
+        None if blocks is None else blocks.part(src["names"]),
+    )
     chars = column("chars", "q")
     store = SourceStore(
         text_blob,
@@ -493,6 +550,7 @@ def _sources_v3(body: dict[str, Any], data: memoryview | None, where: str, path:
         chars,
         f"{where}: sources",
         _Pread(path, src["texts"][0]) if path is not None and hasattr(os, "pread") else None,
+        None if blocks is None else (blocks, src["texts"][0], src["fingerprints"][0]),
     )
     firsts = None if src.get("first_chunks") is None else column("first_chunks", "q")
     metadata: list[dict[str, Any] | None] = [None] * n
@@ -543,15 +601,26 @@ def _read_v3(
     def view(value: Any, typecode: str, name: str) -> Any:
         return _view(value, data, typecode, f"{where}: {name}")
 
+    post = body["postings"]
+    tables = body.get("tables")
+    if blocks is not None:  # the parts read whole at load: O(chunks + terms)
+        for ref in [*(v for k, v in cols.items() if k != "section"), post.get("maxes")]:
+            if ref is not None:
+                blocks.check(ref[0], ref[0] + ref[1])
+        if tables is not None:
+            for name in ("dense_terms", "slot_terms"):
+                blocks.check(tables[name][0], tables[name][0] + tables[name][1])
     chunks = _chunk_columns(cols, view)
     d = body["dictionary"]
     dictionary = TermDictionary(
         _store.data_range(d["text"], data, f"{where}: dictionary.text"),
         view(d["offsets"], "q", "dictionary.offsets"),
         view(d["sorted"], "i", "dictionary.sorted"),
+        checks=None
+        if blocks is None
+        else (blocks.part(d["text"]), blocks.part(d["offsets"], 8), blocks.part(d["sorted"], 4)),
     )
     dictionary.check(where)
-    post = body["postings"]
     if post.get("impacts") is None:  # a format 4 segment after the first: term frequencies only
         postings = Postings(
             TermList(dictionary, []),
@@ -563,6 +632,16 @@ def _read_v3(
             None,
             None,
             scored=False,
+            checks=None
+            if blocks is None
+            else PostingChecks(
+                blocks.part(post["offsets"], 8),
+                blocks.part(post["chunks"], 4),
+                blocks.part(post["tfs"], 4),
+                blocks.part([0, 0]),
+                blocks.part([0, 0]),
+                blocks.part([0, 0]),
+            ),
         )
     else:
         orders = body["orders"]
@@ -575,13 +654,23 @@ def _read_v3(
             view(post["maxes"], "f", "postings.maxes"),
             view(orders["offsets"], "q", "orders.offsets"),
             view(orders["positions"], "i", "orders.positions"),
-            _read_tables(body.get("tables"), body["stats"]["chunks"], view),
+            _read_tables(tables, body["stats"]["chunks"], view, blocks),
+            checks=None
+            if blocks is None
+            else PostingChecks(
+                blocks.part(post["offsets"], 8),
+                blocks.part(post["chunks"], 4),
+                blocks.part(post["tfs"], 4),
+                blocks.part(post["impacts"], 4),
+                blocks.part(orders["offsets"], 8),
+                blocks.part(orders["positions"], 4),
+            ),
         )
     return Snapshot(
         body["analyzer"],
         body["bm25"],
         body["chunking"],
-        _sources_v3(body, data, where, path),
+        _sources_v3(body, data, where, path, blocks),
         chunks,
         postings,
         body["stats"]["total_length"],
@@ -590,9 +679,19 @@ def _read_v3(
     )
 
 
-def _read_tables(tables: Any, n_chunks: int, view: Callable[[Any, str, str], Any]) -> LookupTables | None:
+def _read_tables(
+    tables: Any, n_chunks: int, view: Callable[[Any, str, str], Any], blocks: BlockCheck | None
+) -> LookupTables | None:
     if tables is None:  # saved before tables existed
         return None
+    checks = None
+    if blocks is not None:
+        checks = (
+            blocks.part(tables["dense"], 4),
+            blocks.part(tables["slots"], 2),
+            blocks.part(tables["slot_impacts"], 4),
+            blocks.part(tables["slot_offsets"], 8),
+        )
     return LookupTables(
         n_chunks,
         view(tables["dense_terms"], "i", "tables.dense_terms"),
@@ -601,6 +700,7 @@ def _read_tables(tables: Any, n_chunks: int, view: Callable[[Any, str, str], Any
         view(tables["slots"], "H", "tables.slots"),
         view(tables["slot_impacts"], "f", "tables.slot_impacts"),
         view(tables["slot_offsets"], "q", "tables.slot_offsets"),
+        checks,
     )
 
 

@@ -166,6 +166,8 @@ def merge_segments(segments: Sequence[Segment]) -> Snapshot:
     base = 0
     for seg in segments:
         snap = seg.snap
+        if snap.blocks is not None:  # a big segment read whole: check it whole
+            snap.blocks.check_all()
         src = snap.sources
         n_src, n_chunks = len(src.chars), len(snap.chunks.source)
         firsts = src.first_chunks if src.first_chunks is not None else first_chunks(snap.chunks.source, n_src)

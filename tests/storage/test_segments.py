@@ -263,3 +263,19 @@ def test_kill_during_commits_and_merges_leaves_a_whole_commit(tmp_path):
         assert {f"base{i}.txt" for i in range(30)} <= set(loaded.sources())
         for source in loaded.sources():
             assert loaded.source_text(source) is not None
+
+
+def test_flipped_bit_in_a_stored_text_fails_when_it_is_read(tmp_path, monkeypatch):
+    monkeypatch.setattr(_segments, "BLOCK_SIZE", 256)
+    kb = fresh_build({f"s{i}": f"t{i % 12} " + "filler " * 60 + f"mark{i}" for i in range(40)})
+    kb.save(tmp_path)
+    monkeypatch.setattr(_store, "VERIFY_AT_LOAD", 0)
+    (path,) = tmp_path.glob("data-*.bin")
+    data = bytearray(path.read_bytes())
+    at = data.index(b"mark17")
+    data[at] ^= 0x20  # "Mark17": still valid UTF-8 of the same length, so only the checksum can tell
+    path.write_bytes(data)
+    loaded = KnowledgeBase.load(tmp_path, analyzer=plain)
+    assert loaded.source_text("s3") is not None  # other blocks read fine
+    with pytest.raises(IndexFormatError, match="checksum mismatch in block"):
+        loaded.source_text("s17")
