@@ -156,7 +156,6 @@ def test_garbage_and_foreign_json_are_refused(tmp_path):
 
 
 def test_inconsistent_body_is_refused_even_with_a_valid_checksum(tmp_path):
-    import hashlib
 
     small_kb().save(tmp_path)
 
@@ -317,7 +316,6 @@ def test_format_2_fixture_still_loads_with_its_impact_orders(tmp_path):
 
 
 def test_posting_beyond_the_chunk_table_fails_clearly(tmp_path):
-    import hashlib
     from array import array
 
     small_kb().save(tmp_path)
