@@ -180,6 +180,11 @@ class KnowledgeBase:
         return self._index.gen
 
     @property
+    def segments(self) -> int:
+        """How many segments the commit this was loaded from or last saved as holds (0: none)."""
+        return len(self._commits.segments)
+
+    @property
     def path(self) -> Path | None:
         """The folder this knowledge base was loaded from or last saved to."""
         return self._path

@@ -153,6 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("sources", nargs="+", metavar="SOURCE")
     p.set_defaults(func=_cmd_rm)
 
+    p = command("optimize", "merge the index's segments into one, reclaiming removed chunks")
+    p.set_defaults(func=_cmd_optimize)
+
     p = command("eval", "evaluate retrieval on a BEIR-layout data set")
     p.add_argument(
         "dataset",
@@ -683,6 +686,19 @@ def _cmd_rm(args: argparse.Namespace) -> int:
     for pattern in missing:
         print(f"{PROG}: warning: nothing matched {pattern!r}", file=sys.stderr)
     return 1 if missing else 0
+
+
+def _cmd_optimize(args: argparse.Namespace) -> int:
+    from .._kb import KnowledgeBase
+
+    path = _target(args, write=True)
+    if not (path / "index.json").is_file():
+        raise _CliError(f"{path}: no index there")
+    with KnowledgeBase.edit(path) as kb:
+        before = kb.segments
+        kb.optimize()
+    print(f"optimized {path}: {before} segment{'s' * (before != 1)} -> 1, {len(kb)} chunks")
+    return 0
 
 
 # -- eval ------------------------------------------------------------------------------------------------
