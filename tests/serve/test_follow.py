@@ -92,7 +92,7 @@ def test_every_cheap_commit_is_seen_even_within_the_clocks_resolution(
 ) -> None:
     from clanker_rag._storage import _segments
 
-    monkeypatch.setattr(_segments, "POLICY", _segments.Policy(full_below=0))
+    monkeypatch.setattr(_segments, "POLICY", _segments.Policy(full_below=0, full_share=1.0))
     folder = tmp_path / "kb"
     _save(folder, *(f"filler text number {i}" for i in range(20)))
     follower = IndexFollower(folder)
