@@ -339,9 +339,7 @@ class InvertedIndex:
             self.docs[tid], self.tfs[tid], self.imps[tid] = d0, array("I"), array("f")
             return d0
         mv_d, mv_t, mv_i, offsets = self._buffers
-        checks = self._checks
-        if checks is not None:
-            checks.offsets(tid, tid + 2)
+        checks = self._checks  # (the offsets were checked at load)
         a, b = offsets[tid], offsets[tid + 1]
         if checks is not None:
             checks.chunks(a, b)
@@ -503,8 +501,6 @@ class InvertedIndex:
         for tid in range(len(self.terms)):
             if bufs is not None and self.docs[tid] is None and tid < self._n_buffered and tid not in pending:
                 mv_d, mv_t, _, offsets = bufs
-                if self._checks is not None:
-                    self._checks.offsets(tid, tid + 2)
                 a, b = offsets[tid], offsets[tid + 1]
                 if self._checks is not None:
                     self._checks.chunks(a, b)
@@ -635,8 +631,6 @@ class InvertedIndex:
 
     def _saved_order(self, tid: int) -> bool:
         buf = self._order_buffer
-        if self._order_checks is not None and buf is not None and tid + 1 < len(buf[1]):
-            self._order_checks.order_offsets(tid, tid + 2)
         return buf is not None and tid + 1 < len(buf[1]) and buf[1][tid + 1] > buf[1][tid]
 
     def _known_order(self, tid: int, gen: int, length: int) -> Ints | None:

@@ -34,6 +34,7 @@ from .._exceptions import IndexFormatError
 from . import _segments, _store
 from ._impact_tables import LookupTables, check_tables
 from ._segments import BlockCheck, PartCheck, SegmentRecord
+from ._texts import BlockTexts
 
 __all__ = [
     "ChunkColumns",
@@ -157,7 +158,7 @@ class SourceStore:
     """Source texts and fingerprints still in the data file, decoded on demand
     (UTF-8, back to back, with ``n + 1`` offsets each)."""
 
-    __slots__ = ("_blocks", "_fp_offsets", "_fps", "_offsets", "_pread", "_texts", "chars", "where")
+    __slots__ = ("_blocks", "_fp_offsets", "_fps", "_offsets", "_pread", "_texts", "_unpack", "chars", "where")
 
     def __init__(
         self,
@@ -169,9 +170,11 @@ class SourceStore:
         where: str,
         pread: _Pread | None = None,
         blocks: tuple[BlockCheck, int, int] | None = None,
+        unpack: BlockTexts | None = None,
     ) -> None:
         # (block checks, where the texts and the fingerprints start in the file)
         self._blocks = blocks
+        self._unpack = unpack  # compressed texts (format 4): ranges decompressed from their blocks
         self._texts = texts
         self._offsets = offsets
         self._fps = fps
@@ -185,6 +188,8 @@ class SourceStore:
 
     def raw(self, i: int) -> bytes | memoryview:
         a, b = self._offsets[i], self._offsets[i + 1]
+        if self._unpack is not None:
+            return self._unpack(a, b)
         blocks, pread = self._blocks, self._pread
         if blocks is not None:
             blocks[0].check(blocks[1] + a, blocks[1] + b, None if pread is None else pread.absolute)
@@ -357,17 +362,21 @@ class TermDictionary:
         return len(self._sorted)
 
     def term(self, tid: int) -> str:
-        offsets, checks = self._offsets, self._checks
-        if checks is not None:
-            checks[1](tid, tid + 2)
-            checks[0](offsets[tid], offsets[tid + 1])
+        if self._checks is not None:
+            self._check_whole()
+        offsets = self._offsets
         return str(self._text[offsets[tid] : offsets[tid + 1]], "utf-8", "surrogatepass")
 
     def __getitem__(self, rank: int) -> str:
         """The ``rank``-th term in sorted order (what :func:`bisect_left` reads)."""
-        if self._checks is not None:
-            self._checks[2](rank, rank + 1)
         return self.term(self._sorted[rank])
+
+    def _check_whole(self) -> None:
+        # Checked whole on first use (O(terms), once): a search decodes terms all over it.
+        assert self._checks is not None
+        for check, part in zip(self._checks, (self._text, self._offsets, self._sorted)):
+            check(0, len(part))
+        self._checks = None
 
     def check(self, where: str) -> None:
         """The O(1) checks: offsets and ids agree in number and reach the text's end.
@@ -535,6 +544,17 @@ def _sources_v3(
     name_blob = _store.data_range(src["names"], data, f"{where}: sources.names")
     fp_blob = _store.data_range(src["fingerprints"], data, f"{where}: sources.fingerprints")
     text_blob = _store.data_range(src["texts"], data, f"{where}: sources.texts")
+    pread = _Pread(path, src["texts"][0]) if path is not None and hasattr(os, "pread") else None
+    packed = src.get("text_blocks")
+    unpack = None
+    if packed is not None:
+        unpack = BlockTexts(
+            _compressed_reader(text_blob, src["texts"][0], pread, blocks),
+            _view(packed["offsets"], data, "q", f"{where}: sources.text_blocks"),
+            packed["size"],
+            packed["bytes"],
+            f"{where}: sources.texts",
+        )
     names = SourceNames(
         name_blob,
         offsets("name_offsets", len(name_blob)),
@@ -544,13 +564,14 @@ def _sources_v3(
     chars = column("chars", "q")
     store = SourceStore(
         text_blob,
-        offsets("text_offsets", len(text_blob)),
+        offsets("text_offsets", len(text_blob) if packed is None else packed["bytes"]),
         fp_blob,
         offsets("fingerprint_offsets", len(fp_blob)),
         chars,
         f"{where}: sources",
-        _Pread(path, src["texts"][0]) if path is not None and hasattr(os, "pread") else None,
+        pread,
         None if blocks is None else (blocks, src["texts"][0], src["fingerprints"][0]),
+        unpack,
     )
     firsts = None if src.get("first_chunks") is None else column("first_chunks", "q")
     metadata: list[dict[str, Any] | None] = [None] * n
@@ -561,6 +582,20 @@ def _sources_v3(
     if len(chars) != n:
         raise IndexFormatError(f"{where}: the source table is inconsistent")
     return SourceColumns(names, store, chars, metadata, store, firsts)
+
+
+def _compressed_reader(
+    blob: memoryview, base: int, pread: _Pread | None, blocks: BlockCheck | None
+) -> Callable[[int, int], bytes | memoryview]:
+    """Reads ``length`` bytes at ``offset`` of a compressed texts part (by ``pread`` when it can:
+    see :class:`_Pread`), its blocks checked first."""
+
+    def read(offset: int, length: int) -> bytes | memoryview:
+        if blocks is not None:
+            blocks.check(base + offset, base + offset + length, None if pread is None else pread.absolute)
+        return blob[offset : offset + length] if pread is None else pread(offset, length)
+
+    return read
 
 
 def _sources_v2(body: dict[str, Any], data: memoryview | None, where: str) -> SourceColumns:
@@ -604,7 +639,8 @@ def _read_v3(
     post = body["postings"]
     tables = body.get("tables")
     if blocks is not None:  # the parts read whole at load: O(chunks + terms)
-        for ref in [*(v for k, v in cols.items() if k != "section"), post.get("maxes")]:
+        parts = [*(v for k, v in cols.items() if k != "section"), post.get("maxes"), post["offsets"]]
+        for ref in [*parts, body.get("orders", {}).get("offsets")]:
             if ref is not None:
                 blocks.check(ref[0], ref[0] + ref[1])
         if tables is not None:

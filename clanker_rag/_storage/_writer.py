@@ -15,7 +15,7 @@ from operator import floordiv
 from pathlib import Path
 from typing import Any
 
-from . import _segments, _store
+from . import _segments, _store, _texts
 from ._codec import (
     ChunkColumns,
     Postings,
@@ -28,6 +28,7 @@ from ._codec import (
 )
 from ._impact_tables import TableParts, build_tables
 from ._segments import SegmentRecord
+from ._texts import compress_blocks
 
 __all__ = ["commit", "merge_segments", "settings_of", "write", "write_segment"]
 
@@ -64,7 +65,8 @@ def write_segment(folder: Path, snap: Snapshot, *, scored: bool) -> SegmentRecor
     )
     fps = src.fingerprints
     fp_items = map(fps.fingerprint, range(len(fps))) if isinstance(fps, SourceStore) else fps
-    text_ref, text_offsets = blob.run(map(_utf8, text_items))
+    blocks, _, text_offsets, total = compress_blocks(map(_utf8, text_items), _texts.TEXT_BLOCK)
+    text_ref, block_offsets = blob.run(blocks)
     names = list(src.names)
     name_ref, name_offsets = blob.run(map(_utf8, names))
     fp_ref, fp_offsets = blob.run(map(_utf8, fp_items))
@@ -77,6 +79,8 @@ def write_segment(folder: Path, snap: Snapshot, *, scored: bool) -> SegmentRecor
         "sorted": blob.array(array("i", sorted(range(len(names)), key=names.__getitem__)), "i"),
         "texts": text_ref,
         "text_offsets": blob.array(text_offsets, "q"),
+        # The texts are zlib blocks of TEXT_BLOCK bytes (see _texts); text_offsets count uncompressed bytes.
+        "text_blocks": {"size": _texts.TEXT_BLOCK, "bytes": total[0], "offsets": blob.array(block_offsets, "q")},
         "chars": blob.array(src.chars, "q"),
         "fingerprints": fp_ref,
         "fingerprint_offsets": blob.array(fp_offsets, "q"),

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from clanker_rag import IndexFormatError, KnowledgeBase
-from clanker_rag._storage import _segments, _store
+from clanker_rag._storage import _segments, _store, _texts
 from clanker_rag._storage._codec import TermDictionary, read
 
 DATA = Path(__file__).parents[1] / "data"
@@ -118,6 +118,7 @@ def test_v3_fixture_matches_the_v2_fixture_it_was_converted_from(tmp_path):
 
 def test_large_data_file_is_not_hashed_at_load_but_verify_catches_damage(tmp_path, monkeypatch):
     monkeypatch.setattr(_segments, "BLOCK_SIZE", 0)  # no block checksums (see test_segments.py for them)
+    monkeypatch.setattr(_texts, "LEVEL", 0)  # texts stored in zlib blocks uncompressed: findable below
     build().save(tmp_path)
     (path,) = tmp_path.glob("data-*.bin")
     data = path.read_bytes()
@@ -136,17 +137,19 @@ def test_large_data_file_is_not_hashed_at_load_but_verify_catches_damage(tmp_pat
         KnowledgeBase.load(tmp_path)
 
 
-def test_damaged_text_in_an_unhashed_file_fails_clearly_when_read(tmp_path, monkeypatch):
+def test_damaged_text_in_an_unchecked_file_fails_clearly_when_read(tmp_path, monkeypatch):
     monkeypatch.setattr(_segments, "BLOCK_SIZE", 0)  # no block checksums: the decoder's own checks
+    monkeypatch.setattr(_texts, "LEVEL", 0)
+    monkeypatch.setattr(_texts, "TEXT_BLOCK", 64)  # the damage spoils the blocks holding fox.txt only
     build().save(tmp_path)
     (path,) = tmp_path.glob("data-*.bin")
     data = path.read_bytes()
     path.write_bytes(data.replace(b"quick brown fox", b"quick \xff\xfe\xfd\xfc\xfb fox"))
     monkeypatch.setattr(_store, "VERIFY_AT_LOAD", 0)
     kb = KnowledgeBase.load(tmp_path)
-    with pytest.raises(IndexFormatError, match="not valid UTF-8"):
+    with pytest.raises(IndexFormatError, match="does not decompress"):  # zlib's own checksum
         kb.source_text("fox.txt")
-    assert kb.source_text("greek.txt") == TEXTS["greek.txt"]
+    assert kb.source_text("code.py") == TEXTS["code.py"]
 
 
 def test_verify_needs_a_saved_index():
@@ -198,3 +201,16 @@ def test_read_gives_typed_values_for_every_version():
         assert len(snap.postings.offsets) == n_terms + 1
         assert snap.postings.offsets[n_terms] == len(snap.postings.chunks), version
         assert len(snap.chunks.source) == len(snap.chunks.length)
+
+
+def test_stored_texts_are_compressed_in_blocks_and_read_back_exactly(tmp_path, monkeypatch):
+    monkeypatch.setattr(_texts, "TEXT_BLOCK", 64)  # texts span several blocks, blocks hold several texts
+    texts = {f"t{i}.txt": f"word{i} " * (i * 7 % 40) + "Ünïcödé \udcff end" for i in range(30)}
+    build(texts).save(tmp_path)
+    (path,) = tmp_path.glob("data-*.bin")
+    assert b"word3 word3 word3" not in path.read_bytes()  # compressed
+    kb = KnowledgeBase.load(tmp_path)
+    for source, text in sorted(texts.items(), reverse=True):
+        assert kb.source_text(source) == text
+    for hit in kb.search("word7 end", 30):
+        assert hit.text == texts[hit.source][hit.start : hit.end]

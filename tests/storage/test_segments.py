@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from clanker_rag import Analyzer, IndexFormatError, KnowledgeBase
-from clanker_rag._storage import _segments, _store
+from clanker_rag._storage import _segments, _store, _texts
 from clanker_rag._storage._segments import MergePlan, Policy, plan_merges
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -267,6 +267,7 @@ def test_kill_during_commits_and_merges_leaves_a_whole_commit(tmp_path):
 
 def test_flipped_bit_in_a_stored_text_fails_when_it_is_read(tmp_path, monkeypatch):
     monkeypatch.setattr(_segments, "BLOCK_SIZE", 256)
+    monkeypatch.setattr(_texts, "LEVEL", 0)  # the text findable in the file
     kb = fresh_build({f"s{i}": f"t{i % 12} " + "filler " * 60 + f"mark{i}" for i in range(40)})
     kb.save(tmp_path)
     monkeypatch.setattr(_store, "VERIFY_AT_LOAD", 0)

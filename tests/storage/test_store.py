@@ -74,7 +74,10 @@ def test_tampered_manifest_is_refused(tmp_path):
     assert str(path) in str(info.value)
 
 
-def test_tampered_data_file_is_refused(tmp_path):
+def test_tampered_data_file_is_refused(tmp_path, monkeypatch):
+    from clanker_rag._storage import _texts
+
+    monkeypatch.setattr(_texts, "LEVEL", 0)  # texts stored uncompressed, so the test can find one
     small_kb().save(tmp_path)
     path = data_file(tmp_path)
     data = path.read_bytes()
