@@ -49,12 +49,13 @@ from .._storage._codec import (
     walk_postings,
     without_empty_lists,
 )
-from .._storage._impact_tables import DENSE_SLOT_BYTES, Built, StoredTables, TableCache, build_table
+from .._storage._impact_tables import DENSE_SLOT_BYTES, Built, StoredTables, Table, TableCache, build_table
 from .._storage._impact_tables import lookup as saved_lookup
 from ._bulk_impacts import impacts_and_orders, pack_pending
 from ._pruning import Plan, above, best_of, essential_slices, full_scores, merge_cost, probe, term_at_a_time
 from ._scoring import BM25, TermExplanation, norm_values, tf_weights
 from ._scoring import impact_order as _impact_order
+from ._vocab import Pending, Vocabulary
 
 __all__ = ["InvertedIndex", "TermExplanation"]
 
@@ -108,36 +109,12 @@ def _ordered_length(length: int) -> int:
     return length if length > ORDER_MIN else 0
 
 
-class _Pending(dict[int, list[int]]):
-    __slots__ = ()
-
-    def __missing__(self, tid: int) -> list[int]:
-        pending: list[int] = []
-        self[tid] = pending
-        return pending
-
-
-class _Vocab(dict[str, int]):
-    __slots__ = ("_index",)
-
-    def __init__(self, index: InvertedIndex) -> None:
-        super().__init__()
-        self._index = index
-
-    def __missing__(self, term: str) -> int:
-        tid = self._index.saved_id(term)
-        if tid is None:
-            return self._index._new_term(term)
-        self[term] = tid
-        return tid
-
-
 class InvertedIndex:
     """Postings and statistics for chunks identified by non-negative int ids."""
 
     def __init__(self, bm25: BM25) -> None:
         self.bm25 = bm25
-        self.vocab: dict[str, int] = _Vocab(self)
+        self.vocab: dict[str, int] = Vocabulary(self.saved_id, self._new_term)
         # A loaded format 3 index keeps its terms in the data file (TermList);
         # ``vocab`` then fills in as terms are looked up.
         self.terms: list[str] | TermList = []
@@ -155,7 +132,7 @@ class InvertedIndex:
         # Largest impact of each list; -1.0: not computed yet.
         self.maxes: array[float] = array("f")
         self.imp_gen: list[int] = []
-        self.pending: dict[int, list[int]] = _Pending()
+        self.pending: dict[int, list[int]] = Pending()
         # Terms whose pending postings were folded into their lists since the
         # last commit: with ``pending``, the terms a commit's new segment holds.
         self.touched: set[int] = set()
@@ -187,6 +164,7 @@ class InvertedIndex:
         # tid -> candidates looked up by binary search so far: a table pays
         # for itself once they pass a share of the list (like a ski rental).
         self._probed: dict[int, int] = {}
+        self._restamps: dict[int, tuple[int, Table]] = {}  # tid -> (generation, saved slots, new impacts)
 
     # -- building -------------------------------------------------------------
     def _new_term(self, term: str) -> int:
@@ -662,7 +640,12 @@ class InvertedIndex:
         gen = self.imp_gen[tid]
         order = self._known_order(tid, gen, len(docs))
         if order is None:
-            order = _impact_order(self._imp(tid))
+            # A list unchanged since load keeps most of its saved order: a hint, used when still exact.
+            buf = self._order_buffer
+            hint = None
+            if buf is not None and not isinstance(self.docs[tid], array) and self._saved_order(tid):
+                hint = buf[0][buf[1][tid] : buf[1][tid + 1]]
+            order = _impact_order(self._imp(tid), hint)
             self._orders[tid] = (gen, order)
         return order
 
@@ -716,8 +699,13 @@ class InvertedIndex:
         """The term's contribution to each of ``cands`` (0.0 where absent)."""
         docs = self.fold(tid)
         stored = self._stored
-        if stored is not None and stored[1] == self.imp_gen[tid] == self.gen:
+        if stored is not None and (stored[1] == self.imp_gen[tid] == self.gen or not isinstance(docs, array)):
             saved = stored[0].table(tid, len(docs))
+            if saved is not None and stored[1] != self.gen:
+                # Stale impacts, but a list unchanged since load keeps its slots: new impacts behind them.
+                slots = saved[1]
+                ok = slots is not None and max(cands, default=0) < len(slots)
+                saved = self._restamped(tid, slots) if ok and slots is not None else None
             if saved is not None:
                 found = saved_lookup(saved, cands)
                 return found if w == 1.0 else map(mul, found, repeat(w))
@@ -743,6 +731,15 @@ class InvertedIndex:
         )
         # w * 0.0 is 0.0 and w * impact is what the other paths add, bit for bit.
         return vals if w == 1.0 else map(mul, vals, repeat(w))
+
+    def _restamped(self, tid: int, slots: Ints) -> Table:
+        """A saved slot table's slots with the term's current impacts behind them (0.0 in front)."""
+        found = self._restamps.get(tid)
+        if found is None or found[0] != self.gen:
+            imps = array("f", [0.0])
+            imps.frombytes(memoryview(self.impacts(tid)[0]).cast("B"))
+            found = self._restamps[tid] = (self.gen, (imps, slots))
+        return found[1]
 
     def top_k(
         self, weights: Mapping[int, float], k: int, allowed: Container[int] | None = None
