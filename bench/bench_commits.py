@@ -156,12 +156,19 @@ def main() -> None:
         if args.before:
             old = work / "before"
             run("build", old, max_chunks=m, pythonpath=args.before)
-            before = run("query", old, max_chunks=m, pythonpath=args.before)
-            again = run("query", ours, max_chunks=m)
+            befores, nows = [], [merged0]
+            for i in range(3):
+                befores.append(run("query", old, max_chunks=m, pythonpath=args.before))
+                if i:
+                    nows.append(run("query", ours, max_chunks=m))
+            b_qps = sorted(r["qps"] for r in befores)
+            n_qps = sorted(r["qps"] for r in nows)
             print(
-                f"one segment, before this change: {before['qps']:.0f} q/s, load {before['load_s']:.3f} s, "
-                f"folder {folder_mb(old):.1f} MB; now: {merged0['qps']:.0f} / {again['qps']:.0f} q/s "
-                f"(two runs), load {merged0['load_s']:.3f} s; same top 10: {before['top'] == merged0['top']}"
+                f"one segment, before this change: {b_qps[1]:.0f} q/s (runs {b_qps[0]:.0f}-{b_qps[2]:.0f}), "
+                f"load {median([r['load_s'] for r in befores]):.3f} s, folder {folder_mb(old):.1f} MB; "
+                f"now: {n_qps[1]:.0f} q/s ({n_qps[0]:.0f}-{n_qps[2]:.0f}), "
+                f"load {median([r['load_s'] for r in nows]):.3f} s; "
+                f"same top 10: {befores[0]['top'] == merged0['top']}"
             )
         for kind in ("add", "remove"):
             ours_s, ours_p, tan_s = [], [], []

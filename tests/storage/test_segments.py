@@ -280,3 +280,30 @@ def test_flipped_bit_in_a_stored_text_fails_when_it_is_read(tmp_path, monkeypatc
     assert loaded.source_text("s3") is not None  # other blocks read fine
     with pytest.raises(IndexFormatError, match="checksum mismatch in block"):
         loaded.source_text("s17")
+
+
+def test_saved_tables_and_orders_serve_a_load_with_later_segments_exactly(tmp_path, segmented, monkeypatch):
+    from clanker_rag._engine import _index
+    from clanker_rag._storage import _impact_tables
+
+    # Every list gets a saved order and a saved table (slot or dense), so a stale load reuses them.
+    monkeypatch.setattr(_impact_tables, "STORED_MIN", 1)
+    monkeypatch.setattr(_impact_tables, "STORED_SHARE", 10_000)
+    monkeypatch.setattr(_index, "ORDER_MIN", 2)
+    live = {f"s{i}": " ".join(VOCAB[j] for j in range(12) if (i * 7 + j * 3) % 5 < 3) for i in range(60)}
+    fresh_build(live).save(tmp_path)
+    kb = KnowledgeBase.load(tmp_path, analyzer=plain)
+    kb.add_text("t0 t1 t1 t5 t11 and more", "late.md")
+    kb.remove("s7")
+    kb.save()
+    live.pop("s7")
+    live["late.md"] = "t0 t1 t1 t5 t11 and more"
+    again = KnowledgeBase.load(tmp_path, analyzer=plain)
+    assert again.segments == 2
+    queries = [" ".join(VOCAB[j] for j in range(12) if (q >> j) & 1) for q in range(1, 400, 7)]
+    fresh = fresh_build(live)
+    for q in queries:
+        assert ranked(again, q)[:5] == ranked(fresh, q)[:5]
+    for q in queries:  # again: now from the restamped tables and kept orders
+        assert [(h.source, h.score) for h in again.search(q, 3)] == [(h.source, h.score) for h in fresh.search(q, 3)]
+    assert again._index._restamps, "saved slot tables were used under the new statistics"
