@@ -37,20 +37,10 @@ from operator import is_, mul, ne
 from typing import Any
 
 from .._exceptions import IndexFormatError
-from .._storage._codec import (
-    Floats,
-    Ints,
-    PostingChecks,
-    Postings,
-    TermList,
-    copy_array,
-    lengths_of,
-    order_offsets_of,
-    walk_postings,
-    without_empty_lists,
-)
+from .._storage._codec import Floats, Ints, PostingChecks, Postings, TermList, copy_array
 from .._storage._impact_tables import DENSE_SLOT_BYTES, Built, StoredTables, Table, TableCache, build_table
 from .._storage._impact_tables import lookup as saved_lookup
+from .._storage._lists import lengths_of, order_offsets_of, walk_postings, without_empty_lists
 from ._bulk_impacts import impacts_and_orders, pack_pending
 from ._pruning import Plan, above, best_of, essential_slices, full_scores, merge_cost, probe, term_at_a_time
 from ._scoring import BM25, TermExplanation, norm_values, tf_weights

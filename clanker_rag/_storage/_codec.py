@@ -25,10 +25,10 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import accumulate, compress, pairwise, repeat
-from operator import gt, le, sub
+from itertools import accumulate, pairwise, repeat
+from operator import gt, le
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol, Union, cast
+from typing import Any, NamedTuple, Union, cast
 
 from .._exceptions import IndexFormatError
 from . import _segments, _store
@@ -53,9 +53,7 @@ __all__ = [
     "TermList",
     "copy_array",
     "read",
-    "walk_postings",
     "open_segment",
-    "without_empty_lists",
 ]
 
 # A packed array: an array of our own, or a cast of the mapped data file.
@@ -834,84 +832,3 @@ def _check(snap: Snapshot, where: str) -> None:
         if post.tables.n_chunks != n:
             raise IndexFormatError(f"{where}: lookup tables are for another number of chunks")
         check_tables(post.tables, n_terms, where)
-
-
-class PostingLists(Protocol):
-    """What :func:`walk_postings` reads of an index, list by list."""
-
-    @property
-    def terms(self) -> Sequence[str] | TermList: ...
-    def fold(self, tid: int) -> Ints: ...
-    def order(self, tid: int) -> Ints | None: ...
-    def tfs_of(self, tid: int) -> Ints: ...
-    def impacts(self, tid: int) -> tuple[Floats, float]: ...
-
-
-def walk_postings(lists: PostingLists, renumber: list[int] | None = None) -> Postings:
-    """Every non-empty list of ``lists``, term by term, packed as a save writes
-    them (the slow path, when an index's packed buffers are not current).
-    ``renumber`` maps chunk ids to their saved ids (when chunks were removed)."""
-    terms: list[str] = []
-    lengths, p_docs, p_tfs, o_lengths, o_positions = array("q"), array("i"), array("I"), array("q"), array("i")
-    p_imps: array[float] = array("f")
-    p_maxes: array[float] = array("f")
-    for tid, term in enumerate(lists.terms):
-        docs = lists.fold(tid)
-        if not docs:
-            continue
-        order = lists.order(tid)
-        # Positions within the list: the renumbering keeps chunk order.
-        o_lengths.append(0 if order is None else len(order))
-        if order is not None:
-            o_positions.frombytes(memoryview(order).cast("B"))
-        terms.append(term)
-        lengths.append(len(docs))
-        if renumber is None:
-            p_docs.frombytes(memoryview(docs).cast("B"))
-        else:
-            p_docs.extend(map(renumber.__getitem__, docs))
-        p_tfs.frombytes(memoryview(lists.tfs_of(tid)).cast("B"))
-        imps, top = lists.impacts(tid)
-        p_imps.frombytes(memoryview(imps).cast("B"))
-        p_maxes.append(top)
-    return Postings(
-        terms,
-        array("q", accumulate(lengths, initial=0)),
-        p_docs,
-        p_tfs,
-        p_imps,
-        p_maxes,
-        array("q", accumulate(o_lengths, initial=0)),
-        o_positions,
-    )
-
-
-def without_empty_lists(post: Postings, lengths: Sequence[int], order_lengths: Sequence[int]) -> Postings:
-    """``post`` without the terms whose lists are empty, the rest numbered densely
-    (what a save writes after removals emptied some lists)."""
-    assert post.maxes is not None
-    return post._replace(
-        terms=list(compress(post.terms, lengths)),
-        offsets=array("q", accumulate(filter(None, lengths), initial=0)),
-        maxes=array("f", compress(post.maxes, lengths)),
-        order_offsets=array("q", accumulate(compress(order_lengths, lengths), initial=0)),
-    )
-
-
-def order_offsets_of(lengths: Iterable[int], order_min: int) -> array[int]:
-    """Order offsets for lists of ``lengths`` where every list longer than ``order_min`` has an order."""
-    return array("q", accumulate(map(_if_longer, lengths, repeat(order_min)), initial=0))
-
-
-def _if_longer(length: int, order_min: int) -> int:
-    return length if length > order_min else 0
-
-
-def lengths_of(offsets: Ints) -> Iterator[int]:
-    """List lengths from their offsets."""
-    return map(sub, offsets[1:], offsets[:-1])
-
-
-def kept(values: Iterable[int], lengths: Sequence[int]) -> Iterator[int]:
-    """``values`` of the terms whose lists are not empty."""
-    return compress(values, lengths)
