@@ -65,8 +65,14 @@ def write_segment(folder: Path, snap: Snapshot, *, scored: bool) -> SegmentRecor
     )
     fps = src.fingerprints
     fp_items = map(fps.fingerprint, range(len(fps))) if isinstance(fps, SourceStore) else fps
-    blocks, _, text_offsets, total = compress_blocks(map(_utf8, text_items), _texts.TEXT_BLOCK)
-    text_ref, block_offsets = blob.run(blocks)
+    packed: dict[str, Any] | None = None
+    if _texts.COMPRESS:
+        blocks, _, text_offsets, total = compress_blocks(map(_utf8, text_items), _texts.TEXT_BLOCK)
+        text_ref, block_offsets = blob.run(blocks)
+        # zlib blocks of TEXT_BLOCK bytes (see _texts); text_offsets count uncompressed bytes.
+        packed = {"size": _texts.TEXT_BLOCK, "bytes": total[0], "offsets": blob.array(block_offsets, "q")}
+    else:
+        text_ref, text_offsets = blob.run(map(_utf8, text_items))
     names = list(src.names)
     name_ref, name_offsets = blob.run(map(_utf8, names))
     fp_ref, fp_offsets = blob.run(map(_utf8, fp_items))
@@ -79,8 +85,7 @@ def write_segment(folder: Path, snap: Snapshot, *, scored: bool) -> SegmentRecor
         "sorted": blob.array(array("i", sorted(range(len(names)), key=names.__getitem__)), "i"),
         "texts": text_ref,
         "text_offsets": blob.array(text_offsets, "q"),
-        # The texts are zlib blocks of TEXT_BLOCK bytes (see _texts); text_offsets count uncompressed bytes.
-        "text_blocks": {"size": _texts.TEXT_BLOCK, "bytes": total[0], "offsets": blob.array(block_offsets, "q")},
+        "text_blocks": packed,
         "chars": blob.array(src.chars, "q"),
         "fingerprints": fp_ref,
         "fingerprint_offsets": blob.array(fp_offsets, "q"),

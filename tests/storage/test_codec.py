@@ -139,7 +139,8 @@ def test_large_data_file_is_not_hashed_at_load_but_verify_catches_damage(tmp_pat
 
 def test_damaged_text_in_an_unchecked_file_fails_clearly_when_read(tmp_path, monkeypatch):
     monkeypatch.setattr(_segments, "BLOCK_SIZE", 0)  # no block checksums: the decoder's own checks
-    monkeypatch.setattr(_texts, "LEVEL", 0)
+    monkeypatch.setattr(_texts, "COMPRESS", True)
+    monkeypatch.setattr(_texts, "LEVEL", 0)  # stored blocks: the text is findable, zlib's checksum still guards it
     monkeypatch.setattr(_texts, "TEXT_BLOCK", 64)  # the damage spoils the blocks holding fox.txt only
     build().save(tmp_path)
     (path,) = tmp_path.glob("data-*.bin")
@@ -204,6 +205,7 @@ def test_read_gives_typed_values_for_every_version():
 
 
 def test_stored_texts_are_compressed_in_blocks_and_read_back_exactly(tmp_path, monkeypatch):
+    monkeypatch.setattr(_texts, "COMPRESS", True)
     monkeypatch.setattr(_texts, "TEXT_BLOCK", 64)  # texts span several blocks, blocks hold several texts
     texts = {f"t{i}.txt": f"word{i} " * (i * 7 % 40) + "Ünïcödé \udcff end" for i in range(30)}
     build(texts).save(tmp_path)

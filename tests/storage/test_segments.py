@@ -66,10 +66,11 @@ op = st.one_of(
 
 
 @settings(max_examples=80, deadline=None)
-@given(st.lists(st.tuples(name, text), max_size=6), st.lists(op, max_size=24))
-def test_any_history_of_commits_searches_as_one_fresh_build(tmp_path_factory, first, ops):
+@given(st.lists(st.tuples(name, text), max_size=6), st.lists(op, max_size=24), st.booleans())
+def test_any_history_of_commits_searches_as_one_fresh_build(tmp_path_factory, first, ops, compress):
     policy = Policy(merge_factor=2, full_share=0.6, full_below=0)
     saved, _segments.POLICY = _segments.POLICY, policy
+    was, _texts.COMPRESS, _texts.TEXT_BLOCK = _texts.COMPRESS, compress, 32  # texts across blocks
     try:
         folder = tmp_path_factory.mktemp("seg")
         live: dict[str, str] = {}
@@ -105,8 +106,11 @@ def test_any_history_of_commits_searches_as_one_fresh_build(tmp_path_factory, fi
                 named = {s["file"] for s in commit(folder)["segments"]}
                 assert named <= {p.name for p in folder.glob("data-*.bin")}
             same_as_fresh(kb, live)
+        for source, body in live.items():
+            assert kb.source_text(source) == body
     finally:
         _segments.POLICY = saved
+        _texts.COMPRESS, _texts.TEXT_BLOCK = was, 4 * 1024
 
 
 def test_a_commit_writes_only_the_new_segment_and_marks(tmp_path, segmented):
