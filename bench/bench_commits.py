@@ -17,6 +17,7 @@ tantivy (one thread, ``en_stem``, text stored, an ``id`` field for deletes)
 does the same: open, add a document, commit; open, delete one, commit.
 
     python bench/bench_commits.py [--commits 20] [--max-chunks N] [--before /work/main]
+    python bench/bench_commits.py --crash 100   # kill -9 during commits and merges
 """
 
 from __future__ import annotations
@@ -132,13 +133,71 @@ def median(values: list[float]) -> float:
     return values[len(values) // 2]
 
 
+COMMITTER = """
+import sys
+sys.path.insert(0, {root!r})
+from clanker_rag import KnowledgeBase
+from clanker_rag._storage import _segments
+_segments.POLICY = _segments.Policy(merge_factor=2, full_share=0.5, full_below=0)
+kb = KnowledgeBase.load({folder!r})
+print("ready", flush=True)
+i = 0
+while True:
+    i += 1
+    kb.add_text("generation " + str(i) + " " + "filler words " * 50, "gen" + str(i % 7) + ".txt")
+    if i % 3 == 0:
+        kb.remove("gen" + str((i + 2) % 7) + ".txt")
+    kb.optimize() if i % 11 == 0 else kb.save()
+"""
+
+
+def crash(runs: int) -> None:
+    """kill -9 a process that commits, merges and optimizes in a loop, ``runs`` times at random moments."""
+    import random
+    import signal
+
+    from clanker_rag import KnowledgeBase
+
+    folder = tempfile.mkdtemp(prefix="bench-crash-")
+    kb = KnowledgeBase(chunk_size=8, stride=4)
+    for i in range(30):
+        kb.add_text(f"base text number {i} alpha beta gamma", f"base{i}.txt")
+    kb.save(folder)
+    rng = random.Random(0)
+    corrupt = 0
+    script = COMMITTER.format(root=str(ROOT), folder=folder)
+    for _ in range(runs):
+        proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
+        assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
+        time.sleep(rng.uniform(0.0, 0.6))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        proc.stdout.close()
+        try:
+            loaded = KnowledgeBase.load(folder)
+            loaded.verify()
+            assert {f"base{i}.txt" for i in range(30)} <= set(loaded.sources())
+            for source in loaded.sources():
+                loaded.source_text(source)
+        except Exception as exc:
+            corrupt += 1
+            print(f"corrupt: {exc}")
+    shutil.rmtree(folder, ignore_errors=True)
+    print(f"kill -9 during commits, merges and optimize: {runs} runs, {corrupt} corrupt")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--commits", type=int, default=20)
     parser.add_argument("--max-chunks", type=int, default=0)
     parser.add_argument("--before", default="/work/main", help="tree of the code before (empty: skip)")
+    parser.add_argument("--crash", type=int, default=0, help="only the kill -9 loop, this many runs")
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.crash:
+        sys.path.insert(0, str(ROOT))
+        crash(args.crash)
+        return
     if args.child:
         step, folder, arg, max_chunks = args.child
         print(json.dumps(child(step, folder, arg, int(max_chunks))))
