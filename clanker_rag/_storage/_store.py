@@ -1,4 +1,8 @@
-"""The on-disk index: a JSON manifest and one data file inside an index folder.
+"""The on-disk index: a JSON manifest and its data files inside an index folder.
+
+Since format 4 the manifest is a commit point naming segment files
+(:mod:`._segments`); what follows describes the manifest and data file as
+formats 2 and 3 laid them out, and the atomic writes every format uses.
 
 Layout of ``<folder>/index.json``::
 
