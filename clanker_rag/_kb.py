@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import heapq
 import json
 import logging
@@ -11,7 +10,6 @@ from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from itertools import accumulate, chain, repeat
 from operator import attrgetter
 from pathlib import Path
@@ -19,18 +17,19 @@ from typing import TYPE_CHECKING, Any
 
 from ._engine import _collection
 from ._engine._collection import CollectionStats
+from ._engine._commits import Commits, replay
 from ._engine._counting import CountedChunk, CountedTexts, TermIds, span_counts
-from ._engine._index import InvertedIndex, TermExplanation
-from ._engine._scoring import BM25
-from ._engine._sources import ChunkDocs, ChunkTable, Doc, LoadedSources
-from ._exceptions import ClankerRagError, ConfigError, IndexFormatError, IndexLockedError, IndexWriteError
+from ._engine._index import InvertedIndex
+from ._engine._scoring import BM25, Explanation
+from ._engine._sources import ChunkDocs, ChunkTable, Doc, LoadedSources, source_fingerprint
+from ._exceptions import ConfigError, IndexFormatError, IndexLockedError
 from ._gc_pause import collector_paused
-from ._storage import _codec, _store
+from ._storage import _codec, _segments, _store, _writer
 from ._storage._lock import IndexLock
 from ._text._analysis import Analyzer
 from ._text._chunking import Chunker
 from ._types import Hit, metadata_matches, source_matches
-from ._validate import check_metadata, text_items
+from ._validate import check_metadata, check_sections, text_items
 
 if TYPE_CHECKING:
     from ._ingest._run import IngestReport
@@ -51,26 +50,6 @@ def default_index_path() -> Path:
         if (candidate / _store.INDEX_FILE).is_file():
             return candidate
     return here.parent / "data" / "kb"
-
-
-@dataclass(frozen=True, slots=True)
-class Explanation:
-    """Why a hit scored what it did: ``sum(t.contribution for t in terms) == score``."""
-
-    score: float
-    terms: list[TermExplanation]
-    n_docs: int
-    avgdl: float
-    dl: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "score": self.score,
-            "n_docs": self.n_docs,
-            "avgdl": self.avgdl,
-            "dl": self.dl,
-            "terms": [t.to_dict() for t in self.terms],
-        }
 
 
 class KnowledgeBase:
@@ -133,7 +112,15 @@ class KnowledgeBase:
         # (Ctrl-C, an error): a source may be indexed in part under its whole
         # text's fingerprint, so save() refuses rather than persist it.
         self._torn = False
-        self._data_file: _store.DataFile | None = None  # the data file a load mapped
+        # The data files a load mapped (one a segment), held open.
+        self._data_files: list[_store.DataFile] = []
+        # The commit (format 4) this knowledge base was loaded from or last
+        # saved as, and what changed since (no segments: none yet).
+        self._commits = Commits([], 0)
+        # A load's sources deleted from its first segment (by number) and those
+        # of the later segments, until something needs every source by name.
+        self._hidden: set[int] = set()
+        self._extra_docs: dict[str, Doc] = {}
 
     @property
     def _docs(self) -> dict[str, Doc]:
@@ -141,11 +128,39 @@ class KnowledgeBase:
         if docs is None:
             assert self._loaded is not None
             loaded = self._loaded.everything()
+            if self._hidden:
+                hidden = self._hidden
+                loaded = [doc for i, doc in enumerate(loaded) if i not in hidden]
             docs = dict(zip(map(attrgetter("source"), loaded), loaded))
-            if len(docs) != len(loaded):
+            n = len(docs) + len(self._extra_docs)
+            docs.update(self._extra_docs)
+            if len(docs) != len(loaded) + len(self._extra_docs) or len(docs) != n:
                 raise IndexFormatError(f"{self._path}: the index names a source twice")
+            self._extra_docs = {}
             self._doc_map = docs
         return docs
+
+    def _doc_named(self, source: str, *, pop: bool = False) -> Doc | None:
+        """The source's :class:`Doc` (taken out with ``pop``), found in a loaded commit's
+        sorted names when it can be: an add or a remove then makes no other ``Doc``."""
+        names = self._commits.segments[0].names if self._commits.segments else None
+        if self._doc_map is not None or names is None or self._loaded is None:
+            return self._docs.pop(source, None) if pop else self._docs.get(source)
+        doc = self._extra_docs.pop(source, None) if pop else self._extra_docs.get(source)
+        if doc is None:
+            number = names.find(source)
+            if number is None or number in self._hidden:
+                return None
+            doc = self._loaded.doc(number)
+            if pop:
+                self._hidden.add(number)
+        return doc
+
+    def _put_doc(self, doc: Doc) -> None:
+        if self._doc_map is None:
+            self._extra_docs[doc.source] = doc
+        else:
+            self._doc_map[doc.source] = doc
 
     # -- construction ----------------------------------------------------------
     @classmethod
@@ -170,24 +185,16 @@ class KnowledgeBase:
         return self._index.gen
 
     @property
+    def segments(self) -> int:
+        """How many segments the commit this was loaded from or last saved as holds (0: none)."""
+        return len(self._commits.segments)
+
+    @property
     def path(self) -> Path | None:
         """The folder this knowledge base was loaded from or last saved to."""
         return self._path
 
     # -- adding and removing -----------------------------------------------------
-    def _fingerprint(self, text: str, metadata: Mapping[str, Any], sections: object, content: str | None) -> str:
-        # ``content`` (a hash of what the text was read from) stands in for
-        # the text, which then needs no second pass of hashing.
-        if content is None:
-            h = hashlib.sha256(text.encode("utf-8", "surrogatepass"))
-        else:
-            h = hashlib.sha256(b"content\0" + content.encode("utf-8", "surrogatepass"))
-        if metadata:
-            h.update(b"\0" + json.dumps(metadata, sort_keys=True, ensure_ascii=True).encode("ascii"))
-        if sections is not None:
-            h.update(b"\1" + repr(sections).encode("utf-8", "surrogatepass"))
-        return h.hexdigest()[:32]
-
     def add_text(
         self,
         text: str,
@@ -270,6 +277,7 @@ class KnowledgeBase:
         edges = list(accumulate(per_text, initial=first))  # each text's first chunk id, and the end
         for doc, start, end in zip(docs, edges, edges[1:]):
             self._docs[doc.source] = doc
+            self._commits.added(doc)
             cids = doc.own_cids
             assert isinstance(cids, list)
             cids.extend(range(start, end))
@@ -281,7 +289,7 @@ class KnowledgeBase:
         """Whether the data file this index was loaded from was changed in place
         since (internal): reading its mapped pages could then crash the
         process, so a server loads the folder again first (see ``_serve/_follow.py``)."""
-        return self._data_file is not None and self._data_file.rewritten()
+        return any(f.rewritten() for f in self._data_files)
 
     def is_intact(self) -> bool:
         """Whether every change so far ran to its end (internal): False once an
@@ -339,12 +347,13 @@ class KnowledgeBase:
         chunks yet); False, changing nothing, when the same text and metadata
         are indexed."""
         source = doc.source
-        old = self._docs.get(source)
+        old = self._doc_named(source)
         if old is not None:
             if old.fingerprint == doc.fingerprint:
                 return False
             self.remove(source)
-        self._docs[source] = doc
+        self._put_doc(doc)
+        self._commits.added(doc)
         self._changes += 1
         return True
 
@@ -368,30 +377,9 @@ class KnowledgeBase:
                 json.dumps(meta, allow_nan=False)
             except (TypeError, ValueError) as exc:
                 raise ConfigError(f"metadata of {source!r} must be JSON-serialisable: {exc}") from None
-        checked = self._check_sections(sections, len(text), source) if sections is not None else None
-        fingerprint = self._fingerprint(text, meta, checked, content)
+        checked = check_sections(sections, len(text), source) if sections is not None else None
+        fingerprint = source_fingerprint(text, meta, checked, content)
         return Doc(source, text, meta, fingerprint, own_cids=[]), checked
-
-    @staticmethod
-    def _check_sections(
-        sections: Sequence[tuple[int, int, str | None]], n: int, source: str
-    ) -> list[tuple[int, int, str | None]]:
-        out = []
-        pos = 0
-        for sec in sections:
-            try:
-                start, end, label = sec
-            except (TypeError, ValueError):
-                raise ConfigError(f"{source}: a section must be (start, end, label), got {sec!r}") from None
-            if not (isinstance(start, int) and isinstance(end, int) and pos <= start <= end <= n):
-                raise ConfigError(
-                    f"{source}: section {sec!r} is out of order or outside the text (0..{n}, previous end {pos})"
-                )
-            if label is not None and not isinstance(label, str):
-                raise ConfigError(f"{source}: section label must be str or None, got {label!r}")
-            out.append((start, end, label))
-            pos = end
-        return out
 
     def add_texts(
         self, items: Iterable[tuple[str, str] | tuple[str, str, Mapping[str, Any] | None]], *, jobs: int | None = None
@@ -420,10 +408,16 @@ class KnowledgeBase:
 
     def remove(self, source: str) -> int:
         """Remove every chunk of ``source``; returns how many (0 if unknown)."""
-        doc = self._docs.pop(source, None)
+        doc = self._doc_named(source, pop=True)
         if doc is None:
             return 0
         self._changes += 1
+        self._commits.dropped(doc)
+        return self._drop(doc)
+
+    def _drop(self, doc: Doc) -> int:
+        """Take ``doc``'s chunks out of the postings, the statistics and the chunk table."""
+        source = doc.source
         index = self._index
         try:
             for cid in doc.cids:
@@ -667,8 +661,15 @@ class KnowledgeBase:
             f"clanker_rag {_version()}",
         )
 
-    def save(self, path: str | os.PathLike[str] | None = None, *, overwrite: bool = False) -> Path:
+    def save(self, path: str | os.PathLike[str] | None = None, *, overwrite: bool = False, merge: bool = True) -> Path:
         """Atomically write the index to folder ``path`` (default: where it came from).
+
+        Into the folder it was loaded from or last saved to, a save is a
+        commit: it writes the sources added since as one new segment and the
+        removed ones as deletion marks, then a new commit point
+        (docs/index-format.md); with ``merge`` (the default) it also runs the
+        merges the policy asks for (see ``_storage/_segments.py``).  Elsewhere
+        it writes the whole index as one segment.
 
         Refuses (``IndexLockedError``) to overwrite an index that another
         process saved since this one was loaded, rather than drop its
@@ -676,6 +677,13 @@ class KnowledgeBase:
         (``ConfigError``) to replace an index this knowledge base was not
         loaded from or saved to, unless ``overwrite=True``.
         """
+        return self._save(path, overwrite, "auto" if merge else "append")
+
+    def optimize(self, path: str | os.PathLike[str] | None = None) -> Path:
+        """:meth:`save` with every segment merged into one (deleted chunks reclaimed)."""
+        return self._save(path, False, "full")
+
+    def _save(self, path: str | os.PathLike[str] | None, overwrite: bool, mode: str) -> Path:
         if path is None:
             if self._path is None:
                 raise ConfigError("save() needs a path: this knowledge base was never loaded or saved")
@@ -688,7 +696,7 @@ class KnowledgeBase:
             raise ConfigError(f"{folder}: an index path must be a folder")
         # The same folder under another spelling (absolute, "x/../i", a
         # symlink) must count as the same, or the checks below are bypassed.
-        ours = self._path is not None and _same_folder(self._path, folder)
+        ours = self._path is not None and _store.same_folder(self._path, folder)
         own_lock = ours and self._lock is not None and self._lock.held
         if self._torn:
             raise IndexFormatError(
@@ -697,11 +705,13 @@ class KnowledgeBase:
             )
         lock = self._lock if own_lock else IndexLock(folder)
         assert lock is not None
-        with _writing(folder):
-            self._save_locked(folder, lock, ours, own_lock, overwrite)
+        with _store.writing(folder):
+            self._save_locked(folder, lock, ours, own_lock, overwrite, mode)
         return folder
 
-    def _save_locked(self, folder: Path, lock: IndexLock, ours: bool, own_lock: bool, overwrite: bool) -> None:
+    def _save_locked(
+        self, folder: Path, lock: IndexLock, ours: bool, own_lock: bool, overwrite: bool, mode: str
+    ) -> None:
         lock.acquire()
         try:
             on_disk = _store.read_revision(folder)
@@ -715,12 +725,32 @@ class KnowledgeBase:
                     f"{folder}: already holds an index that this knowledge base was not loaded from; "
                     "saving would replace its documents (load it and add to it, or pass overwrite=True)"
                 )
-            self._revision = _codec.write(folder, self._snapshot())
+            if ours and on_disk is not None and self._commits.segments and mode != "full":
+                settings = {
+                    "created_by": f"clanker_rag {_version()}",
+                    "analyzer": self.analyzer.settings(),
+                    "bm25": self.bm25.settings(),
+                    "chunking": self.chunker.settings(),
+                }
+                self._revision = self._commits.commit(
+                    folder, settings, self._chunks, self._index, merge=mode == "auto",
+                    whole=lambda: self._write_whole(folder),
+                )  # fmt: skip
+            else:
+                self._revision = self._write_whole(folder)
             self._path = folder
             self._saved_changes = self._changes
         finally:
             if not own_lock:
                 lock.release()
+
+    def _write_whole(self, folder: Path) -> str:
+        """Write everything as one scored segment (a full save, or a merge of every segment)."""
+        keep = _segments.committed_files(folder)
+        revision, record = _writer.write(folder, self._snapshot(), keep)
+        self._commits.reset([_codec.open_segment(folder, record, str(folder))], len(self._chunks))
+        self._index.touched.clear()
+        return revision
 
     def would_replace(self, path: str | os.PathLike[str]) -> bool:
         """Whether folder ``path`` holds an index this knowledge base was not loaded from or saved to.
@@ -729,7 +759,7 @@ class KnowledgeBase:
         ingest asks this up front, before it reads a file.
         """
         folder = Path(path)
-        if self._path is not None and _same_folder(self._path, folder):
+        if self._path is not None and _store.same_folder(self._path, folder):
             return False
         return folder.is_dir() and _store.read_revision(folder) is not None
 
@@ -747,12 +777,25 @@ class KnowledgeBase:
         where = str(folder / _store.INDEX_FILE if folder.is_dir() else folder)
         # Loading creates a few hundred thousand objects and no cycles.
         with collector_paused():
-            snap, revision = _codec.read(folder)
-            kb = cls._from_snapshot(snap, where, analyzer)
+            opened = _codec.read(folder)
+            first = opened.segments[0]
+            kb = cls._from_snapshot(first.snap, where, analyzer)
+            if first.record is not None and first.record.deleted:
+                loaded = kb._loaded
+                assert loaded is not None
+                for number in first.record.deleted:
+                    kb._drop(loaded.doc(number))
+                    kb._hidden.add(number)
+            for seg in opened.segments[1:]:
+                replay(seg, kb._chunks, kb._index, kb._put_doc)
+            kb._index.settled = kb._index.gen
         kb._path = folder if folder.is_dir() else folder.parent
-        kb._data_file = snap.data_file
-        kb._revision = revision
+        kb._data_files = [f for f in (seg.snap.data_file for seg in opened.segments) if f is not None]
+        kb._revision = opened.revision
         kb._saved_changes = kb._changes
+        if opened.version >= _segments.COMMIT_VERSION:
+            kb._commits.reset(opened.segments, len(kb._chunks))
+            kb._index.touched.clear()
         return kb
 
     def verify(self) -> None:
@@ -834,7 +877,7 @@ class KnowledgeBase:
         """
         folder = Path(path)
         lock = IndexLock(folder, timeout=timeout)
-        with _writing(folder):
+        with _store.writing(folder):
             lock.acquire()
         try:
             if (folder / _store.INDEX_FILE).exists():
@@ -848,32 +891,6 @@ class KnowledgeBase:
                 kb.save(folder)
         finally:
             lock.release()
-
-
-@contextmanager
-def _writing(folder: Path) -> Iterator[None]:
-    """An ``OSError`` while writing the index in ``folder`` (a read-only folder,
-    a full disk) as one :class:`IndexWriteError`: saves are atomic, so the
-    index already there is unchanged, and the message says so."""
-    try:
-        yield
-    except ClankerRagError:
-        raise
-    except OSError as exc:
-        reason = exc.strerror or str(exc)
-        raise IndexWriteError(
-            exc.errno, f"cannot write the index ({reason}); the index there is unchanged", exc.filename or str(folder)
-        ) from exc
-
-
-def _same_folder(a: Path, b: Path) -> bool:
-    """Whether ``a`` and ``b`` name the same folder (same device and inode when both exist)."""
-    if a == b:
-        return True
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return os.path.realpath(a) == os.path.realpath(b)
 
 
 def _version() -> str:

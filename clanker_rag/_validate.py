@@ -52,3 +52,25 @@ def _checked(items: Iterable[Any]) -> Iterator[tuple[str, str, Mapping[str, Any]
                 f"add_texts(): an item must be (text, source) or (text, source, metadata), got {short(item)}"
             )
         yield (item[0], item[1], item[2] if len(item) == 3 else None)
+
+
+def check_sections(
+    sections: Sequence[tuple[int, int, str | None]], n: int, source: str
+) -> list[tuple[int, int, str | None]]:
+    """``sections`` of a text of ``n`` characters, checked: ordered ``(start, end, label)`` spans inside it."""
+    out = []
+    pos = 0
+    for sec in sections:
+        try:
+            start, end, label = sec
+        except (TypeError, ValueError):
+            raise ConfigError(f"{source}: a section must be (start, end, label), got {sec!r}") from None
+        if not (isinstance(start, int) and isinstance(end, int) and pos <= start <= end <= n):
+            raise ConfigError(
+                f"{source}: section {sec!r} is out of order or outside the text (0..{n}, previous end {pos})"
+            )
+        if label is not None and not isinstance(label, str):
+            raise ConfigError(f"{source}: section label must be str or None, got {label!r}")
+        out.append((start, end, label))
+        pos = end
+    return out

@@ -13,6 +13,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from . import _whole_index
 from ._terminal import one_line, printable
 
 if TYPE_CHECKING:
@@ -181,6 +182,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("sources", nargs="+", metavar="SOURCE", help="source names or globs ('drafts/*')")
     p.set_defaults(func=_cmd_rm)
 
+    p = command("optimize", "merge the index's segments into one, reclaiming removed chunks")
+    p.set_defaults(func=_cmd_optimize)
+
     p = command("eval", "evaluate retrieval on a BEIR-layout data set", kb=False)
     p.add_argument(
         "dataset",
@@ -257,19 +261,19 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("dest", metavar="DEST", help="the folder to write it to")
         if name == "backup":
             p.add_argument("--overwrite", action="store_true", help="replace an index already in DEST")
-        p.set_defaults(func=_cmd_copy, restore=name == "restore")
+        p.set_defaults(func=_whole_index.cmd_copy, restore=name == "restore")
 
     p = command("list", "list the named knowledge bases", kb=False)
     p.add_argument("--json", action="store_true", help="print JSON")
-    p.set_defaults(func=_cmd_list)
+    p.set_defaults(func=_whole_index.cmd_list)
 
     p = command("create", "create an empty named knowledge base", kb=False)
     p.add_argument("name", metavar="NAME", help="1-64 letters, digits, '.', '_' or '-'")
-    p.set_defaults(func=_cmd_create)
+    p.set_defaults(func=_whole_index.cmd_create)
 
     p = command("delete", "delete a named knowledge base", kb=False)
     p.add_argument("name", metavar="NAME", help="a name 'clanker-rag list' shows")
-    p.set_defaults(func=_cmd_delete)
+    p.set_defaults(func=_whole_index.cmd_delete)
     return parser
 
 
@@ -701,6 +705,19 @@ def _cmd_rm(args: argparse.Namespace) -> int:
     return 1 if missing else 0
 
 
+def _cmd_optimize(args: argparse.Namespace) -> int:
+    from .._kb import KnowledgeBase
+
+    path = _target(args, write=True)
+    if not (path / "index.json").is_file():
+        raise _CliError(f"{path}: no index there")
+    with KnowledgeBase.edit(path) as kb:
+        before = kb.segments
+        kb.optimize()
+    print(f"optimized {path}: {before} segment{'s' * (before != 1)} -> 1, {len(kb)} chunks")
+    return 0
+
+
 # -- eval ------------------------------------------------------------------------------------------------
 
 
@@ -846,52 +863,6 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
     kb = _load(args)
     return run_demo(kb, question=args.question, max_tokens=args.max_tokens, color=args.color)
-
-
-# -- named knowledge bases -------------------------------------------------------------------------------------
-
-
-def _cmd_list(args: argparse.Namespace) -> int:
-    import json
-    import time
-
-    from . import _named_kbs
-
-    infos = _named_kbs.list_kbs()
-    if args.json:
-        print(json.dumps([{"name": i.name, "path": str(i.path), "bytes": i.size, "modified": i.mtime} for i in infos]))
-        return 0
-    if not infos:
-        print(f"no knowledge bases in {_named_kbs.data_home()} (create one: clanker-rag create NAME)", file=sys.stderr)
-        return 0
-    width = max(len(i.name) for i in infos)
-    for i in infos:
-        stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime(i.mtime))
-        print(f"{i.name:<{width}}  {i.size / 1e6:8.2f} MB  {stamp}  {i.path}")
-    return 0
-
-
-def _cmd_copy(args: argparse.Namespace) -> int:
-    from ._backup import run
-
-    print(one_line(run(args.src, args.dest, restore=args.restore, overwrite=getattr(args, "overwrite", False))))
-    return 0
-
-
-def _cmd_create(args: argparse.Namespace) -> int:
-    from . import _named_kbs
-
-    path = _named_kbs.create_kb(args.name)
-    print(f"created {args.name!r} at {path}; add documents with: clanker-rag ingest PATH --kb {args.name}")
-    return 0
-
-
-def _cmd_delete(args: argparse.Namespace) -> int:
-    from . import _named_kbs
-
-    path = _named_kbs.delete_kb(args.name)
-    print(f"deleted {args.name!r} ({path})")
-    return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -27,7 +27,8 @@ from itertools import repeat
 from operator import add, mul
 
 from .._exceptions import ConfigError
-from .._storage._codec import Ints, lengths_of
+from .._storage._codec import Ints
+from .._storage._lists import lengths_of
 from ._index import SEED, InvertedIndex
 from ._pruning import Plan, above, best_of, essential_slices, probe
 from ._scoring import TermExplanation, impact_order, length_norm, norm_values, tf_weight, tf_weights

@@ -37,23 +37,15 @@ from operator import is_, mul, ne
 from typing import Any
 
 from .._exceptions import IndexFormatError
-from .._storage._codec import (
-    Floats,
-    Ints,
-    Postings,
-    TermList,
-    copy_array,
-    lengths_of,
-    order_offsets_of,
-    walk_postings,
-    without_empty_lists,
-)
-from .._storage._impact_tables import DENSE_SLOT_BYTES, Built, StoredTables, TableCache, build_table
+from .._storage._codec import Floats, Ints, PostingChecks, Postings, TermList, copy_array
+from .._storage._impact_tables import DENSE_SLOT_BYTES, Built, StoredTables, Table, TableCache, build_table
 from .._storage._impact_tables import lookup as saved_lookup
+from .._storage._lists import lengths_of, order_offsets_of, walk_postings, without_empty_lists
 from ._bulk_impacts import impacts_and_orders, pack_pending
 from ._pruning import Plan, above, best_of, essential_slices, full_scores, merge_cost, probe, term_at_a_time
 from ._scoring import BM25, TermExplanation, norm_values, tf_weights
 from ._scoring import impact_order as _impact_order
+from ._vocab import Pending, Vocabulary
 
 __all__ = ["InvertedIndex", "TermExplanation"]
 
@@ -107,36 +99,12 @@ def _ordered_length(length: int) -> int:
     return length if length > ORDER_MIN else 0
 
 
-class _Pending(dict[int, list[int]]):
-    __slots__ = ()
-
-    def __missing__(self, tid: int) -> list[int]:
-        pending: list[int] = []
-        self[tid] = pending
-        return pending
-
-
-class _Vocab(dict[str, int]):
-    __slots__ = ("_index",)
-
-    def __init__(self, index: InvertedIndex) -> None:
-        super().__init__()
-        self._index = index
-
-    def __missing__(self, term: str) -> int:
-        tid = self._index.saved_id(term)
-        if tid is None:
-            return self._index._new_term(term)
-        self[term] = tid
-        return tid
-
-
 class InvertedIndex:
     """Postings and statistics for chunks identified by non-negative int ids."""
 
     def __init__(self, bm25: BM25) -> None:
         self.bm25 = bm25
-        self.vocab: dict[str, int] = _Vocab(self)
+        self.vocab: dict[str, int] = Vocabulary(self.saved_id, self._new_term)
         # A loaded format 3 index keeps its terms in the data file (TermList);
         # ``vocab`` then fills in as terms are looked up.
         self.terms: list[str] | TermList = []
@@ -149,10 +117,17 @@ class InvertedIndex:
         self._n_buffered = 0
         self._buffers_gen = -1
         self._check_chunks: tuple[int, str] | None = None
+        self._checks: PostingChecks | None = None  # a big segment's: run before a list is first read
+        self._order_checks: PostingChecks | None = None
         # Largest impact of each list; -1.0: not computed yet.
         self.maxes: array[float] = array("f")
         self.imp_gen: list[int] = []
-        self.pending: dict[int, list[int]] = _Pending()
+        self.pending: dict[int, list[int]] = Pending()
+        # Terms whose pending postings were folded into their lists since the
+        # last commit: with ``pending``, the terms a commit's new segment holds.
+        self.touched: set[int] = set()
+        # A load's generation (no add expected to follow): stale orders sort on first use in it.
+        self.settled = -1
         self.dl: array[int] = array("i")
         self.n_docs = 0
         self.total_len = 0
@@ -179,6 +154,7 @@ class InvertedIndex:
         # tid -> candidates looked up by binary search so far: a table pays
         # for itself once they pass a share of the list (like a ski rental).
         self._probed: dict[int, int] = {}
+        self._restamps: dict[int, tuple[int, Table]] = {}  # tid -> (generation, saved slots, new impacts)
 
     # -- building -------------------------------------------------------------
     def _new_term(self, term: str) -> int:
@@ -254,6 +230,7 @@ class InvertedIndex:
             index.maxes = copy_array("f", postings.maxes)
         if postings.order_offsets is not None and postings.positions is not None:
             index.attach_orders(postings.order_offsets, postings.positions)
+        index._checks = index._order_checks = postings.checks
         if postings.tables is not None:
             index._stored = (StoredTables(postings.tables, where), index.gen)
         return index
@@ -312,6 +289,7 @@ class InvertedIndex:
         (its ends suffice: lists are sorted), so a damaged index fails clearly.
         """
         self._check_chunks = (n_chunks, where) if n_chunks is not None else None
+        self._checks = None
         self._buffers = (memoryview(docs), memoryview(tfs), memoryview(imps), memoryview(offsets))
         n = len(offsets) - 1
         self._n_buffered = n
@@ -329,7 +307,12 @@ class InvertedIndex:
             self.docs[tid], self.tfs[tid], self.imps[tid] = d0, array("I"), array("f")
             return d0
         mv_d, mv_t, mv_i, offsets = self._buffers
+        checks = self._checks  # (the offsets were checked at load)
         a, b = offsets[tid], offsets[tid + 1]
+        if checks is not None:
+            checks.chunks(a, b)
+            checks.tfs(a, b)
+            checks.impacts(a, b)
         d = mv_d[a:b]
         if self._check_chunks is not None and d and (d[0] < 0 or d[-1] >= self._check_chunks[0]):
             raise IndexFormatError(f"{self._check_chunks[1]}: a posting points at a chunk that does not exist")
@@ -358,6 +341,7 @@ class InvertedIndex:
             docs = self._cut(tid)
         if tid in self.pending:
             pending = self.pending.pop(tid)
+            self.touched.add(tid)
             docs, tfs = self._owned(tid)
             docs.fromlist(pending[0::2])
             tfs.fromlist(pending[1::2])
@@ -486,6 +470,9 @@ class InvertedIndex:
             if bufs is not None and self.docs[tid] is None and tid < self._n_buffered and tid not in pending:
                 mv_d, mv_t, _, offsets = bufs
                 a, b = offsets[tid], offsets[tid + 1]
+                if self._checks is not None:
+                    self._checks.chunks(a, b)
+                    self._checks.tfs(a, b)
                 docs.frombytes(memoryview(mv_d[a:b]).cast("B"))
                 tfs.frombytes(memoryview(mv_t[a:b]).cast("B"))
                 lengths.append(b - a)
@@ -504,6 +491,7 @@ class InvertedIndex:
     def _freeze(self) -> None:
         """Pack a fresh build into the loaded-index layout in a few C-level passes
         (see :func:`pack_pending`): the same values as :meth:`impacts` term by term."""
+        self.touched.update(self.pending)
         packed = pack_pending(  # empties self.pending
             self.pending, len(self.terms), self.bm25, self.n_docs, self._length_norms(), self.dl, self.avgdl, ORDER_MIN
         )
@@ -553,6 +541,10 @@ class InvertedIndex:
         assert self._buffers is not None and buf is not None
         docs, tfs, imps, offsets = self._buffers
         positions, order_offsets, _ = buf
+        checks = self._checks
+        if checks is not None and self._order_checks is checks:  # a save copies them whole: check them whole
+            for check, part in zip(checks, (offsets, docs, tfs, imps, order_offsets, positions)):
+                check(0, len(part))
         lengths = array("q", lengths_of(offsets))
         order_lengths = array("q", lengths_of(order_offsets))
         if any(map(ne, order_lengths, map(_ordered_length, lengths))):
@@ -581,6 +573,7 @@ class InvertedIndex:
         """Adopt impact orders (see :meth:`order`) for the current generation:
         term ``t``'s is ``positions[offsets[t]:offsets[t + 1]]`` (empty: none saved)."""
         self._order_buffer = (memoryview(positions), memoryview(offsets), self.gen)
+        self._order_checks = None
 
     def _order_ready(self, tid: int) -> bool:
         """Whether the term's impact order is at hand, or worth sorting now.
@@ -599,7 +592,7 @@ class InvertedIndex:
         if self._known_order(tid, gen, len(docs)) is not None:
             return True
         never_sorted = tid not in self._orders and not self._saved_order(tid)
-        if never_sorted or self._order_wanted.get(tid) == gen:
+        if never_sorted or self._order_wanted.get(tid) == gen or gen == self.settled:
             return True
         self._order_wanted[tid] = gen
         return False
@@ -617,6 +610,8 @@ class InvertedIndex:
         if buf is None or buf[2] != gen or not self._saved_order(tid):
             return None
         start = buf[1][tid]
+        if self._order_checks is not None:
+            self._order_checks.positions(start, start + length)
         # Read in place.  Not range-checked here: the checksum vouches for
         # it, and a bad position fails loudly (IndexError), never silently.
         order = buf[0][start : start + length]
@@ -635,7 +630,12 @@ class InvertedIndex:
         gen = self.imp_gen[tid]
         order = self._known_order(tid, gen, len(docs))
         if order is None:
-            order = _impact_order(self._imp(tid))
+            # A list unchanged since load keeps most of its saved order: a hint, used when still exact.
+            buf = self._order_buffer
+            hint = None
+            if buf is not None and not isinstance(self.docs[tid], array) and self._saved_order(tid):
+                hint = buf[0][buf[1][tid] : buf[1][tid + 1]]
+            order = _impact_order(self._imp(tid), hint)
             self._orders[tid] = (gen, order)
         return order
 
@@ -680,7 +680,8 @@ class InvertedIndex:
             docs = self.fold(tid)
             n = len(self.dl)
             table, size = build_table(docs, imps, n, len(docs) * DENSE_SHARE >= n)
-            budget = TABLE_BYTES if self._stored is None else TABLE_BYTES_BESIDE_SAVED
+            stored = self._stored
+            budget = TABLE_BYTES if stored is None or stored[1] != self.gen else TABLE_BYTES_BESIDE_SAVED
             self._table_cache.put(tid, self.imp_gen[tid], table, size, budget)
         return table
 
@@ -688,8 +689,13 @@ class InvertedIndex:
         """The term's contribution to each of ``cands`` (0.0 where absent)."""
         docs = self.fold(tid)
         stored = self._stored
-        if stored is not None and stored[1] == self.imp_gen[tid] == self.gen:
+        if stored is not None and (stored[1] == self.imp_gen[tid] == self.gen or not isinstance(docs, array)):
             saved = stored[0].table(tid, len(docs))
+            if saved is not None and stored[1] != self.gen:
+                # Stale impacts, but a list unchanged since load keeps its slots: new impacts behind them.
+                slots = saved[1]
+                ok = slots is not None and max(cands, default=0) < len(slots)
+                saved = self._restamped(tid, slots) if ok and slots is not None else None
             if saved is not None:
                 found = saved_lookup(saved, cands)
                 return found if w == 1.0 else map(mul, found, repeat(w))
@@ -715,6 +721,15 @@ class InvertedIndex:
         )
         # w * 0.0 is 0.0 and w * impact is what the other paths add, bit for bit.
         return vals if w == 1.0 else map(mul, vals, repeat(w))
+
+    def _restamped(self, tid: int, slots: Ints) -> Table:
+        """A saved slot table's slots with the term's current impacts behind them (0.0 in front)."""
+        found = self._restamps.get(tid)
+        if found is None or found[0] != self.gen:
+            imps = array("f", [0.0])
+            imps.frombytes(memoryview(self.impacts(tid)[0]).cast("B"))
+            found = self._restamps[tid] = (self.gen, (imps, slots))
+        return found[1]
 
     def top_k(
         self, weights: Mapping[int, float], k: int, allowed: Container[int] | None = None

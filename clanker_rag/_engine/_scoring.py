@@ -45,8 +45,8 @@ import math
 from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from itertools import chain, pairwise, repeat
-from operator import add, mul, truediv
+from itertools import chain, compress, islice, pairwise, repeat, starmap
+from operator import add, eq, ge, lt, mul, truediv
 from typing import Any
 
 from .._exceptions import ConfigError
@@ -54,6 +54,7 @@ from .._exceptions import ConfigError
 __all__ = [
     "BM25",
     "VARIANTS",
+    "Explanation",
     "TermExplanation",
     "bulk_impacts",
     "idf",
@@ -170,9 +171,31 @@ def tf_weights(
     return [tf_weight(bm.variant, tf, norm, k1, b, delta, dls[d], avgdl) for d, tf, norm in zip(docs, tfs, norms)]
 
 
-def impact_order(imps: Sequence[float]) -> array[int]:
-    """Positions by decreasing impact; ties keep increasing position (the sort is stable)."""
+def impact_order(imps: Sequence[float], hint: Sequence[int] | None = None) -> array[int]:
+    """Positions by decreasing impact; ties keep increasing position (the sort is stable).
+
+    ``hint``, a likely answer (the order saved for the same list under other
+    statistics), is returned when it is exactly that order: checking costs a
+    pass, sorting a sort.
+    """
+    if (
+        hint is not None
+        and len(hint) == len(imps)
+        and (not hint or (min(hint) >= 0 and max(hint) < len(imps)))
+        and _is_order(imps, hint)
+    ):
+        return array("i", hint)
     return array("i", sorted(range(len(imps)), key=imps.__getitem__, reverse=True))
+
+
+def _is_order(imps: Sequence[float], order: Sequence[int]) -> bool:
+    """Whether ``order`` (n positions in ``0 .. n - 1``) is ``imps``'s impact order: values never
+    rise, and equal neighbours have rising positions (so no position repeats)."""
+    vals = list(map(imps.__getitem__, order))
+    if not all(map(ge, vals, islice(vals, 1, None))):
+        return False
+    ties = compress(zip(order, islice(order, 1, None)), map(eq, vals, islice(vals, 1, None)))
+    return all(starmap(lt, ties))
 
 
 def bulk_impacts(
@@ -250,3 +273,23 @@ def _check_range(name: str, value: object, low: float, high: float) -> None:
     ):
         upper = "inf" if high == math.inf else f"{high:g}"
         raise ConfigError(f"{name}={value!r} is out of range: expected a finite number in [{low:g}, {upper}]")
+
+
+@dataclass(frozen=True, slots=True)
+class Explanation:
+    """Why a hit scored what it did: ``sum(t.contribution for t in terms) == score``."""
+
+    score: float
+    terms: list[TermExplanation]
+    n_docs: int
+    avgdl: float
+    dl: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "score": self.score,
+            "n_docs": self.n_docs,
+            "avgdl": self.avgdl,
+            "dl": self.dl,
+            "terms": [t.to_dict() for t in self.terms],
+        }

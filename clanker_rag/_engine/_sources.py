@@ -11,9 +11,11 @@ makes them all at once, as the load used to.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from array import array
 from bisect import bisect_right
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import chain, repeat
 from operator import sub
 from typing import Any, NamedTuple
@@ -299,3 +301,18 @@ class ChunkTable:
         doc = self.doc[cid]
         assert doc is not None
         return doc.text[self.start[cid] : self.end[cid]]
+
+
+def source_fingerprint(text: str, metadata: Mapping[str, Any], sections: object, content: str | None) -> str:
+    """The fingerprint a source is stored under: its text (or what it was read from), metadata and sections."""
+    # ``content`` (a hash of what the text was read from) stands in for
+    # the text, which then needs no second pass of hashing.
+    if content is None:
+        h = hashlib.sha256(text.encode("utf-8", "surrogatepass"))
+    else:
+        h = hashlib.sha256(b"content\0" + content.encode("utf-8", "surrogatepass"))
+    if metadata:
+        h.update(b"\0" + json.dumps(metadata, sort_keys=True, ensure_ascii=True).encode("ascii"))
+    if sections is not None:
+        h.update(b"\1" + repr(sections).encode("utf-8", "surrogatepass"))
+    return h.hexdigest()[:32]

@@ -1,9 +1,11 @@
 """Following an index folder that other processes save: the proxy's and the MCP server's reload.
 
 A long-running server holds one loaded :class:`KnowledgeBase`; an
-``ingest`` in another process replaces the folder's index file atomically.
-:class:`IndexFollower` notices that by the file's modification time and size
-(cheap: one ``stat``) and loads the new index.  A load that fails (a broken
+``ingest`` or a commit in another process replaces the folder's commit point
+(``index.json``) atomically.  :class:`IndexFollower` notices that by the
+file's modification time, size and revision (cheap: one ``stat`` and the
+first bytes of the file) and loads the new commit, which costs what the
+commits since the last merge hold, not the index size.  A load that fails (a broken
 file written by someone else) is logged and retried at the next look, and
 the caller keeps serving what it has: a server never goes down, or goes
 empty, because of another process's write.
@@ -24,15 +26,18 @@ __all__ = ["IndexFollower"]
 
 logger = logging.getLogger(__name__)
 
-Stamp = tuple[int, int]
+Stamp = tuple[int, int, str | None]
 
 
 def _stamp(file: Path) -> Stamp | None:
+    # The revision too: a commit point is small, and two commits within the
+    # clock's resolution can leave the same time and size.
     try:
         st = file.stat()
-    except OSError:
+        revision = _store.read_revision(file.parent)
+    except (OSError, ClankerRagError):
         return None
-    return (st.st_mtime_ns, st.st_size)
+    return (st.st_mtime_ns, st.st_size, revision)
 
 
 class IndexFollower:

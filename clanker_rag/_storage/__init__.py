@@ -1,9 +1,13 @@
 """Storage: the index's bytes on disk.
 
-Job: the on-disk format as typed values (``_codec``: manifest, data file,
-format versions), atomic checksummed saves and mapped loads (``_store``), the
-inter-process writer lock (``_lock``), and the impact lookup tables a save
-writes and a query builds (``_impact_tables``).
+Job: the on-disk format as typed values (``_codec``: what a load reads, every
+format version), what a save writes (``_writer``: a whole index, a segment of
+what changed, a commit point, merges on disk), format 4's segments, commit
+points, block checksums and merge policy (``_segments``), atomic checksummed
+writes and mapped loads (``_store``), the inter-process writer lock
+(``_lock``), the impact lookup tables a save writes and a query builds
+(``_impact_tables``), compressed stored texts (``_texts``) and the save walk
+over posting lists (``_lists``).
 
 May import: the package's leaves.  Must not import: the engine, the
 knowledge base or anything above; storage knows bytes and typed columns,

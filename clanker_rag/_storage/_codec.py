@@ -24,20 +24,26 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import accumulate, compress, pairwise, repeat
-from operator import floordiv, gt, le, sub
+from itertools import accumulate, pairwise, repeat
+from operator import gt, le
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol, Union, cast
+from typing import Any, NamedTuple, Union, cast
 
 from .._exceptions import IndexFormatError
-from . import _store
-from ._impact_tables import LookupTables, TableParts, build_tables, check_tables
+from . import _segments, _store
+from ._impact_tables import LookupTables, check_tables
+from ._segments import BlockCheck, PartCheck, SegmentRecord
+from ._texts import BlockTexts
 
 __all__ = [
     "ChunkColumns",
     "Floats",
     "Ints",
+    "NameIndex",
+    "Opened",
+    "PostingChecks",
     "Postings",
+    "Segment",
     "Snapshot",
     "SourceColumns",
     "SourceNames",
@@ -46,9 +52,7 @@ __all__ = [
     "TermList",
     "copy_array",
     "read",
-    "walk_postings",
-    "without_empty_lists",
-    "write",
+    "open_segment",
 ]
 
 # A packed array: an array of our own, or a cast of the mapped data file.
@@ -84,6 +88,22 @@ class Postings(NamedTuple):
     positions: Ints | None
     # Format 3 since 0.9 (absent in older files): see _tables.
     tables: LookupTables | None = None
+    # False: a format 4 segment after the first holds no impacts, maxes or
+    # orders (its lists are scored with the whole commit's statistics at load).
+    scored: bool = True
+    # A big segment's block checks, run before a list or an order is first read.
+    checks: PostingChecks | None = None
+
+
+class PostingChecks(NamedTuple):
+    """Block checks of a segment's posting parts, by item (see ``_segments.BlockCheck``)."""
+
+    offsets: PartCheck
+    chunks: PartCheck
+    tfs: PartCheck
+    impacts: PartCheck
+    order_offsets: PartCheck
+    positions: PartCheck
 
 
 class ChunkColumns(NamedTuple):
@@ -118,7 +138,10 @@ class _Pread:
         self.base = base
 
     def __call__(self, offset: int, length: int) -> bytes:
-        data = os.pread(self._file.fd, length, self.base + offset)
+        return self.absolute(self.base + offset, length)
+
+    def absolute(self, offset: int, length: int) -> bytes:
+        data = os.pread(self._file.fd, length, offset)
         if len(data) != length:
             raise IndexFormatError(f"{self._file.path}: truncated since it was loaded")
         return data
@@ -128,7 +151,7 @@ class SourceStore:
     """Source texts and fingerprints still in the data file, decoded on demand
     (UTF-8, back to back, with ``n + 1`` offsets each)."""
 
-    __slots__ = ("_fp_offsets", "_fps", "_offsets", "_pread", "_texts", "chars", "where")
+    __slots__ = ("_blocks", "_fp_offsets", "_fps", "_offsets", "_pread", "_texts", "_unpack", "chars", "where")
 
     def __init__(
         self,
@@ -139,7 +162,12 @@ class SourceStore:
         chars: Ints,
         where: str,
         pread: _Pread | None = None,
+        blocks: tuple[BlockCheck, int, int] | None = None,
+        unpack: BlockTexts | None = None,
     ) -> None:
+        # (block checks, where the texts and the fingerprints start in the file)
+        self._blocks = blocks
+        self._unpack = unpack  # compressed texts (format 4): ranges decompressed from their blocks
         self._texts = texts
         self._offsets = offsets
         self._fps = fps
@@ -153,8 +181,13 @@ class SourceStore:
 
     def raw(self, i: int) -> bytes | memoryview:
         a, b = self._offsets[i], self._offsets[i + 1]
-        if self._pread is not None:
-            return self._pread(a, b - a)
+        if self._unpack is not None:
+            return self._unpack(a, b)
+        blocks, pread = self._blocks, self._pread
+        if blocks is not None:
+            blocks[0].check(blocks[1] + a, blocks[1] + b, None if pread is None else pread.absolute)
+        if pread is not None:
+            return pread(a, b - a)
         return self._texts[a:b]
 
     def text(self, i: int) -> str:
@@ -168,7 +201,10 @@ class SourceStore:
         return text
 
     def fingerprint(self, i: int) -> str:
-        return str(self._fps[self._fp_offsets[i] : self._fp_offsets[i + 1]], "utf-8", "surrogatepass")
+        a, b = self._fp_offsets[i], self._fp_offsets[i + 1]
+        if self._blocks is not None:
+            self._blocks[0].check(self._blocks[2] + a, self._blocks[2] + b)
+        return str(self._fps[a:b], "utf-8", "surrogatepass")
 
 
 class SourceNames:
@@ -180,12 +216,13 @@ class SourceNames:
     strings.  A name that is not valid UTF-8 fails when it is decoded.
     """
 
-    __slots__ = ("_blob", "_offsets", "where")
+    __slots__ = ("_blob", "_check", "_offsets", "where")
 
-    def __init__(self, blob: memoryview, offsets: Ints, where: str) -> None:
+    def __init__(self, blob: memoryview, offsets: Ints, where: str, check: PartCheck | None = None) -> None:
         self._blob = blob
         self._offsets = offsets
         self.where = where
+        self._check = check  # a big segment's block checks of the names, by byte
 
     def __len__(self) -> int:
         return len(self._offsets) - 1
@@ -193,12 +230,17 @@ class SourceNames:
     def __getitem__(self, i: int) -> str:
         if not 0 <= i < len(self):
             raise IndexError(f"source {i} does not exist")
+        a, b = self._offsets[i], self._offsets[i + 1]
+        if self._check is not None:
+            self._check(a, b)
         try:
-            return str(self._blob[self._offsets[i] : self._offsets[i + 1]], "utf-8", "surrogatepass")
+            return str(self._blob[a:b], "utf-8", "surrogatepass")
         except UnicodeDecodeError as exc:
             raise IndexFormatError(f"{self.where}: not valid UTF-8 ({exc})") from None
 
     def __iter__(self) -> Iterator[str]:
+        if self._check is not None:
+            self._check(0, len(self._blob))
         return iter(_strings(self._blob, self._offsets, self.where))
 
 
@@ -239,6 +281,46 @@ class Snapshot(NamedTuple):
     created_by: str = ""
     # The data file a load mapped, held open (None for a snapshot to save).
     data_file: _store.DataFile | None = None
+    # Format 4: the segment's block checksums, checked as its parts are first read.
+    blocks: BlockCheck | None = None
+
+
+class NameIndex:
+    """A segment's source numbers by name: ``find`` is a binary search that decodes about 18 names."""
+
+    __slots__ = ("_names", "_sorted")
+
+    def __init__(self, names: Sequence[str] | SourceNames, sorted_numbers: Ints) -> None:
+        self._names = names
+        self._sorted = sorted_numbers
+
+    def __len__(self) -> int:
+        return len(self._sorted)
+
+    def __getitem__(self, rank: int) -> str:
+        return self._names[self._sorted[rank]]
+
+    def find(self, name: str) -> int | None:
+        i = bisect_left(self, name)
+        if i < len(self) and self[i] == name:
+            return self._sorted[i]
+        return None
+
+
+class Segment(NamedTuple):
+    """One segment of an opened index: its contents, the commit's record of it, its names."""
+
+    snap: Snapshot
+    record: SegmentRecord | None  # None: a format 1-3 index, one segment without a record
+    names: NameIndex | None
+
+
+class Opened(NamedTuple):
+    """An index as a load reads it: its segments in chunk order, the revision, the format version."""
+
+    segments: list[Segment]
+    revision: str
+    version: int
 
 
 class TermDictionary:
@@ -253,25 +335,43 @@ class TermDictionary:
     against 48 ms with 64 and 67 ms with none.
     """
 
-    __slots__ = ("_fence", "_fences", "_offsets", "_sorted", "_text")
+    __slots__ = ("_checks", "_fence", "_fences", "_offsets", "_sorted", "_text")
 
-    def __init__(self, text: memoryview, offsets: Ints, sorted_ids: Ints, fence: int = 1024) -> None:
+    def __init__(
+        self,
+        text: memoryview,
+        offsets: Ints,
+        sorted_ids: Ints,
+        fence: int = 1024,
+        checks: tuple[PartCheck, PartCheck, PartCheck] | None = None,
+    ) -> None:
         self._fence = fence
         self._text = text
         self._offsets = offsets
         self._sorted = sorted_ids
         self._fences: list[str] | None = None
+        # A big segment's block checks of the text, offsets and sorted ids, by item.
+        self._checks = checks
 
     def __len__(self) -> int:
         return len(self._sorted)
 
     def term(self, tid: int) -> str:
+        if self._checks is not None:
+            self._check_whole()
         offsets = self._offsets
         return str(self._text[offsets[tid] : offsets[tid + 1]], "utf-8", "surrogatepass")
 
     def __getitem__(self, rank: int) -> str:
         """The ``rank``-th term in sorted order (what :func:`bisect_left` reads)."""
         return self.term(self._sorted[rank])
+
+    def _check_whole(self) -> None:
+        # Checked whole on first use (O(terms), once): a search decodes terms all over it.
+        assert self._checks is not None
+        for check, part in zip(self._checks, (self._text, self._offsets, self._sorted)):
+            check(0, len(part))
+        self._checks = None
 
     def check(self, where: str) -> None:
         """The O(1) checks: offsets and ids agree in number and reach the text's end.
@@ -324,120 +424,77 @@ class TermList:
         return self.saved.find(term)
 
 
-# -- writing -------------------------------------------------------------------
-
-
-def write(folder: str | Path, snap: Snapshot) -> str:
-    """Atomically write ``snap`` as format 3 into ``folder``; returns the new revision."""
-    blob = _store.Blob()
-    src = snap.sources
-    texts = src.texts
-    text_items: Iterable[str | bytes | memoryview] = (
-        map(texts.raw, range(len(texts))) if isinstance(texts, SourceStore) else texts
-    )
-    fps = src.fingerprints
-    fp_items = map(fps.fingerprint, range(len(fps))) if isinstance(fps, SourceStore) else fps
-    text_ref, text_offsets = blob.run(map(_utf8, text_items))
-    name_ref, name_offsets = blob.run(map(_utf8, src.names))
-    fp_ref, fp_offsets = blob.run(map(_utf8, fp_items))
-    firsts = first_chunks(snap.chunks.source, len(src.names))
-    sources = {
-        "count": len(src.names),
-        "names": name_ref,
-        "name_offsets": blob.array(name_offsets, "q"),
-        "texts": text_ref,
-        "text_offsets": blob.array(text_offsets, "q"),
-        "chars": blob.array(src.chars, "q"),
-        "fingerprints": fp_ref,
-        "fingerprint_offsets": blob.array(fp_offsets, "q"),
-        "first_chunks": None if firsts is None else blob.array(firsts, "q"),
-        # Sparse: most sources of a big index have none.
-        "metadata": {str(i): meta for i, meta in enumerate(src.metadata) if meta},
-    }
-    cols = snap.chunks
-    post = snap.postings
-    n_terms = len(post.terms)
-    terms = list(post.terms)
-    encoded = [t.encode("utf-8", "surrogatepass") for t in terms]
-    term_offsets = array("q", accumulate(map(len, encoded), initial=0))
-    sorted_ids = array("i", sorted(range(n_terms), key=terms.__getitem__))
-    assert post.maxes is not None and post.order_offsets is not None and post.positions is not None
-    body = {
-        "created_by": snap.created_by,
-        "analyzer": snap.analyzer,
-        "bm25": snap.bm25,
-        "chunking": snap.chunking,
-        "stats": {"chunks": len(cols.source), "total_length": snap.total_length, "terms": n_terms},
-        "sources": sources,
-        "chunks": {
-            "source": blob.array(cols.source, "i"),
-            "index": blob.array(cols.ordinal, "i"),
-            "start": blob.array(cols.start, "q"),
-            "end": blob.array(cols.end, "q"),
-            "start_line": blob.array(cols.start_line, "i"),
-            "end_line": blob.array(cols.end_line, "i"),
-            "length": blob.array(cols.length, "i"),
-            "section": cols.section,
-        },
-        "dictionary": {
-            "text": blob.add(b"".join(encoded)),
-            "offsets": blob.array(term_offsets, "q"),
-            "sorted": blob.array(sorted_ids, "i"),
-        },
-        "postings": {
-            "offsets": blob.array(post.offsets, "q"),
-            "chunks": blob.array(post.chunks, "i"),
-            "tfs": blob.array(post.tfs, "I"),
-            "impacts": blob.array(post.impacts, "f"),
-            "maxes": blob.array(post.maxes, "f"),
-        },
-        "orders": {"offsets": blob.array(post.order_offsets, "q"), "positions": blob.array(post.positions, "i")},
-        "tables": _write_tables(blob, build_tables(post.offsets, post.chunks, post.impacts, len(cols.source))),
-    }
-    return _store.write_index(folder, body, blob)
-
-
-def _bytes_of(arrays: Iterable[array[Any]]) -> Iterator[memoryview]:
-    return (memoryview(a).cast("B") for a in arrays)
-
-
-def _write_tables(blob: _store.Blob, parts: TableParts) -> dict[str, Any]:
-    impacts_ref, byte_offsets = blob.run(_bytes_of(parts.slot_impacts))
-    return {
-        "dense_terms": blob.array(parts.dense_terms, "i"),
-        "dense": blob.run(_bytes_of(parts.dense))[0],
-        "slot_terms": blob.array(parts.slot_terms, "i"),
-        "slots": blob.run(_bytes_of(parts.slots))[0],
-        "slot_impacts": impacts_ref,
-        "slot_offsets": blob.array(array("q", map(floordiv, byte_offsets, repeat(4))), "q"),
-    }
-
-
-def _utf8(value: str | bytes | memoryview) -> bytes | memoryview:
-    # surrogatepass: a text decoded with surrogateescape round-trips too.
-    return value.encode("utf-8", "surrogatepass") if isinstance(value, str) else value
-
-
 # -- reading -------------------------------------------------------------------
 
 
-def read(folder: str | Path) -> tuple[Snapshot, str]:
-    """Read and check ``folder``'s index (any format version); returns ``(snapshot, revision)``."""
+def read(folder: str | Path) -> Opened:
+    """Read and check ``folder``'s index (any format version)."""
     path = Path(folder)
     where = str(path / _store.INDEX_FILE if path.is_dir() else path)
-    manifest = _store.read_index(path)
+    for attempt in range(_READ_ATTEMPTS):
+        manifest = _store.read_index(path)
+        try:
+            if manifest.version >= 4:
+                try:
+                    return Opened(_read_commit(manifest.body, path if path.is_dir() else path.parent, where),
+                                  manifest.revision, manifest.version)  # fmt: skip
+                except FileNotFoundError as exc:
+                    # A writer replaced the commit and dropped its files between our reads: read the new one.
+                    if attempt + 1 < _READ_ATTEMPTS:
+                        continue
+                    raise IndexFormatError(f"{exc.filename}: the index's data file is missing") from None
+            if manifest.version == 3:
+                snap = _read_v3(manifest.body, manifest.data, where, manifest.data_file)
+            else:
+                snap = _read_v2(manifest.body, manifest.data, where)
+            _check(snap, where)
+            snap = snap._replace(data_file=manifest.data_file)
+        except IndexFormatError:
+            raise
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+            raise IndexFormatError(f"{where}: malformed index ({type(exc).__name__}: {exc})") from None
+        return Opened([Segment(snap, None, None)], manifest.revision, manifest.version)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+_READ_ATTEMPTS = 3
+
+
+def _read_commit(body: dict[str, Any], folder: Path, where: str) -> list[Segment]:
+    records = body["segments"]
+    if not isinstance(records, list) or not records:
+        raise IndexFormatError(f"{where}: the commit names no segment")
+    out = []
+    for i, value in enumerate(records):
+        seg = open_segment(folder, _segments.SegmentRecord.from_json(value, where), where, first=i == 0)
+        snap = seg.snap
+        if snap.analyzer != body["analyzer"] or snap.bm25 != body["bm25"] or snap.chunking != body["chunking"]:
+            raise IndexFormatError(f"{where}: segment {i} was written with other settings than its commit")
+        out.append(seg)
+    return out
+
+
+def open_segment(folder: Path, record: SegmentRecord, where: str, *, first: bool = False) -> Segment:
+    """Map and check one segment a commit names (FileNotFoundError when it is gone)."""
+    opened = _segments.read_segment(folder, record, where)
+    seg_where = str(opened.path)
     try:
-        if manifest.version >= 3:
-            snap = _read_v3(manifest.body, manifest.data, where, manifest.data_file)
-        else:
-            snap = _read_v2(manifest.body, manifest.data, where)
-        _check(snap, where)
-        snap = snap._replace(data_file=manifest.data_file)
+        snap = _read_v3(opened.body, opened.data, seg_where, opened.file, opened.blocks)
+        snap = snap._replace(data_file=opened.file)
+        if first and not snap.postings.scored:
+            raise IndexFormatError(f"{seg_where}: the first segment of a commit holds no impacts")
+        _check(snap, seg_where)
+        if len(snap.chunks.source) != record.chunks or len(snap.sources.chars) != record.sources:
+            raise IndexFormatError(f"{seg_where}: holds other counts than its commit record")
+        src = opened.body["sources"]
+        names = NameIndex(snap.sources.names, _view(src["sorted"], opened.data, "i", f"{seg_where}: sources.sorted"))
     except IndexFormatError:
         raise
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
-        raise IndexFormatError(f"{where}: malformed index ({type(exc).__name__}: {exc})") from None
-    return snap, manifest.revision
+        raise IndexFormatError(f"{seg_where}: malformed segment ({type(exc).__name__}: {exc})") from None
+    if len(names) != record.sources or (record.deleted and snap.sources.first_chunks is None):
+        raise IndexFormatError(f"{seg_where}: the source table does not match its commit record")
+    return Segment(snap, record, names)
 
 
 def _view(ref: Any, data: memoryview | None, typecode: str, where: str) -> Any:
@@ -463,10 +520,18 @@ def _strings(blob: memoryview, offsets: Ints, where: str) -> list[str]:
 
 
 def _sources_v3(
-    body: dict[str, Any], data: memoryview | None, where: str, opened: _store.DataFile | None
+    body: dict[str, Any],
+    data: memoryview | None,
+    where: str,
+    opened: _store.DataFile | None,
+    blocks: BlockCheck | None = None,
 ) -> SourceColumns:
     src = body["sources"]
     n = src["count"]
+    if blocks is not None:  # the parts read whole at load: O(sources)
+        for name in ("name_offsets", "text_offsets", "fingerprint_offsets", "chars", "first_chunks", "sorted"):
+            if src.get(name) is not None:
+                blocks.check(src[name][0], src[name][0] + src[name][1])
 
     def column(name: str, typecode: str) -> Any:
         return _view(src[name], data, typecode, f"{where}: sources.{name}")
@@ -480,16 +545,34 @@ def _sources_v3(
     name_blob = _store.data_range(src["names"], data, f"{where}: sources.names")
     fp_blob = _store.data_range(src["fingerprints"], data, f"{where}: sources.fingerprints")
     text_blob = _store.data_range(src["texts"], data, f"{where}: sources.texts")
-    names = SourceNames(name_blob, offsets("name_offsets", len(name_blob)), f"{where}: sources.names")
+    pread = _Pread(opened, src["texts"][0]) if opened is not None and hasattr(os, "pread") else None
+    packed = src.get("text_blocks")
+    unpack = None
+    if packed is not None:
+        unpack = BlockTexts(
+            _compressed_reader(text_blob, src["texts"][0], pread, blocks),
+            _view(packed["offsets"], data, "q", f"{where}: sources.text_blocks"),
+            packed["size"],
+            packed["bytes"],
+            f"{where}: sources.texts",
+        )
+    names = SourceNames(
+        name_blob,
+        offsets("name_offsets", len(name_blob)),
+        f"{where}: sources.names",
+        None if blocks is None else blocks.part(src["names"]),
+    )
     chars = column("chars", "q")
     store = SourceStore(
         text_blob,
-        offsets("text_offsets", len(text_blob)),
+        offsets("text_offsets", len(text_blob) if packed is None else packed["bytes"]),
         fp_blob,
         offsets("fingerprint_offsets", len(fp_blob)),
         chars,
         f"{where}: sources",
-        _Pread(opened, src["texts"][0]) if opened is not None and hasattr(os, "pread") else None,
+        pread,
+        None if blocks is None else (blocks, src["texts"][0], src["fingerprints"][0]),
+        unpack,
     )
     firsts = None if src.get("first_chunks") is None else column("first_chunks", "q")
     metadata: list[dict[str, Any] | None] = [None] * n
@@ -500,6 +583,20 @@ def _sources_v3(
     if len(chars) != n:
         raise IndexFormatError(f"{where}: the source table is inconsistent")
     return SourceColumns(names, store, chars, metadata, store, firsts)
+
+
+def _compressed_reader(
+    blob: memoryview, base: int, pread: _Pread | None, blocks: BlockCheck | None
+) -> Callable[[int, int], bytes | memoryview]:
+    """Reads ``length`` bytes at ``offset`` of a compressed texts part (by ``pread`` when it can:
+    see :class:`_Pread`), its blocks checked first."""
+
+    def read(offset: int, length: int) -> bytes | memoryview:
+        if blocks is not None:
+            blocks.check(base + offset, base + offset + length, None if pread is None else pread.absolute)
+        return blob[offset : offset + length] if pread is None else pread(offset, length)
+
+    return read
 
 
 def _sources_v2(body: dict[str, Any], data: memoryview | None, where: str) -> SourceColumns:
@@ -532,48 +629,110 @@ def _chunk_columns(cols: dict[str, Any], read: Callable[[Any, str, str], Any]) -
     )
 
 
-def _read_v3(body: dict[str, Any], data: memoryview | None, where: str, opened: _store.DataFile | None) -> Snapshot:
+def _read_v3(
+    body: dict[str, Any],
+    data: memoryview | None,
+    where: str,
+    opened: _store.DataFile | None,
+    blocks: BlockCheck | None = None,
+) -> Snapshot:
     cols = body["chunks"]
 
     def view(value: Any, typecode: str, name: str) -> Any:
         return _view(value, data, typecode, f"{where}: {name}")
 
+    post = body["postings"]
+    tables = body.get("tables")
+    if blocks is not None:  # the parts read whole at load: O(chunks + terms)
+        parts = [*(v for k, v in cols.items() if k != "section"), post.get("maxes"), post["offsets"]]
+        for ref in [*parts, body.get("orders", {}).get("offsets")]:
+            if ref is not None:
+                blocks.check(ref[0], ref[0] + ref[1])
+        if tables is not None:
+            for name in ("dense_terms", "slot_terms"):
+                blocks.check(tables[name][0], tables[name][0] + tables[name][1])
     chunks = _chunk_columns(cols, view)
     d = body["dictionary"]
     dictionary = TermDictionary(
         _store.data_range(d["text"], data, f"{where}: dictionary.text"),
         view(d["offsets"], "q", "dictionary.offsets"),
         view(d["sorted"], "i", "dictionary.sorted"),
+        checks=None
+        if blocks is None
+        else (blocks.part(d["text"]), blocks.part(d["offsets"], 8), blocks.part(d["sorted"], 4)),
     )
     dictionary.check(where)
-    post = body["postings"]
-    orders = body["orders"]
-    postings = Postings(
-        TermList(dictionary, []),
-        view(post["offsets"], "q", "postings.offsets"),
-        view(post["chunks"], "i", "postings.chunks"),
-        view(post["tfs"], "I", "postings.tfs"),
-        view(post["impacts"], "f", "postings.impacts"),
-        view(post["maxes"], "f", "postings.maxes"),
-        view(orders["offsets"], "q", "orders.offsets"),
-        view(orders["positions"], "i", "orders.positions"),
-        _read_tables(body.get("tables"), body["stats"]["chunks"], view),
-    )
+    if post.get("impacts") is None:  # a format 4 segment after the first: term frequencies only
+        postings = Postings(
+            TermList(dictionary, []),
+            view(post["offsets"], "q", "postings.offsets"),
+            view(post["chunks"], "i", "postings.chunks"),
+            view(post["tfs"], "I", "postings.tfs"),
+            array("f"),
+            None,
+            None,
+            None,
+            scored=False,
+            checks=None
+            if blocks is None
+            else PostingChecks(
+                blocks.part(post["offsets"], 8),
+                blocks.part(post["chunks"], 4),
+                blocks.part(post["tfs"], 4),
+                blocks.part([0, 0]),
+                blocks.part([0, 0]),
+                blocks.part([0, 0]),
+            ),
+        )
+    else:
+        orders = body["orders"]
+        postings = Postings(
+            TermList(dictionary, []),
+            view(post["offsets"], "q", "postings.offsets"),
+            view(post["chunks"], "i", "postings.chunks"),
+            view(post["tfs"], "I", "postings.tfs"),
+            view(post["impacts"], "f", "postings.impacts"),
+            view(post["maxes"], "f", "postings.maxes"),
+            view(orders["offsets"], "q", "orders.offsets"),
+            view(orders["positions"], "i", "orders.positions"),
+            _read_tables(tables, body["stats"]["chunks"], view, blocks),
+            checks=None
+            if blocks is None
+            else PostingChecks(
+                blocks.part(post["offsets"], 8),
+                blocks.part(post["chunks"], 4),
+                blocks.part(post["tfs"], 4),
+                blocks.part(post["impacts"], 4),
+                blocks.part(orders["offsets"], 8),
+                blocks.part(orders["positions"], 4),
+            ),
+        )
     return Snapshot(
         body["analyzer"],
         body["bm25"],
         body["chunking"],
-        _sources_v3(body, data, where, opened),
+        _sources_v3(body, data, where, opened, blocks),
         chunks,
         postings,
         body["stats"]["total_length"],
         body.get("created_by", ""),
+        blocks=blocks,
     )
 
 
-def _read_tables(tables: Any, n_chunks: int, view: Callable[[Any, str, str], Any]) -> LookupTables | None:
+def _read_tables(
+    tables: Any, n_chunks: int, view: Callable[[Any, str, str], Any], blocks: BlockCheck | None
+) -> LookupTables | None:
     if tables is None:  # saved before tables existed
         return None
+    checks = None
+    if blocks is not None:
+        checks = (
+            blocks.part(tables["dense"], 4),
+            blocks.part(tables["slots"], 2),
+            blocks.part(tables["slot_impacts"], 4),
+            blocks.part(tables["slot_offsets"], 8),
+        )
     return LookupTables(
         n_chunks,
         view(tables["dense_terms"], "i", "tables.dense_terms"),
@@ -582,6 +741,7 @@ def _read_tables(tables: Any, n_chunks: int, view: Callable[[Any, str, str], Any
         view(tables["slots"], "H", "tables.slots"),
         view(tables["slot_impacts"], "f", "tables.slot_impacts"),
         view(tables["slot_offsets"], "q", "tables.slot_offsets"),
+        checks,
     )
 
 
@@ -666,7 +826,8 @@ def _check(snap: Snapshot, where: str) -> None:
     if (
         len(offsets) != n_terms + 1
         or offsets[0] != 0
-        or not len(post.chunks) == len(post.tfs) == len(post.impacts) == offsets[n_terms]
+        or not len(post.chunks) == len(post.tfs) == offsets[n_terms]
+        or (post.scored and len(post.impacts) != offsets[n_terms])
         or (post.maxes is not None and len(post.maxes) != n_terms)
     ):
         raise IndexFormatError(f"{where}: postings tables have inconsistent lengths")
@@ -678,84 +839,3 @@ def _check(snap: Snapshot, where: str) -> None:
         if post.tables.n_chunks != n:
             raise IndexFormatError(f"{where}: lookup tables are for another number of chunks")
         check_tables(post.tables, n_terms, where)
-
-
-class PostingLists(Protocol):
-    """What :func:`walk_postings` reads of an index, list by list."""
-
-    @property
-    def terms(self) -> Sequence[str] | TermList: ...
-    def fold(self, tid: int) -> Ints: ...
-    def order(self, tid: int) -> Ints | None: ...
-    def tfs_of(self, tid: int) -> Ints: ...
-    def impacts(self, tid: int) -> tuple[Floats, float]: ...
-
-
-def walk_postings(lists: PostingLists, renumber: list[int] | None = None) -> Postings:
-    """Every non-empty list of ``lists``, term by term, packed as a save writes
-    them (the slow path, when an index's packed buffers are not current).
-    ``renumber`` maps chunk ids to their saved ids (when chunks were removed)."""
-    terms: list[str] = []
-    lengths, p_docs, p_tfs, o_lengths, o_positions = array("q"), array("i"), array("I"), array("q"), array("i")
-    p_imps: array[float] = array("f")
-    p_maxes: array[float] = array("f")
-    for tid, term in enumerate(lists.terms):
-        docs = lists.fold(tid)
-        if not docs:
-            continue
-        order = lists.order(tid)
-        # Positions within the list: the renumbering keeps chunk order.
-        o_lengths.append(0 if order is None else len(order))
-        if order is not None:
-            o_positions.frombytes(memoryview(order).cast("B"))
-        terms.append(term)
-        lengths.append(len(docs))
-        if renumber is None:
-            p_docs.frombytes(memoryview(docs).cast("B"))
-        else:
-            p_docs.extend(map(renumber.__getitem__, docs))
-        p_tfs.frombytes(memoryview(lists.tfs_of(tid)).cast("B"))
-        imps, top = lists.impacts(tid)
-        p_imps.frombytes(memoryview(imps).cast("B"))
-        p_maxes.append(top)
-    return Postings(
-        terms,
-        array("q", accumulate(lengths, initial=0)),
-        p_docs,
-        p_tfs,
-        p_imps,
-        p_maxes,
-        array("q", accumulate(o_lengths, initial=0)),
-        o_positions,
-    )
-
-
-def without_empty_lists(post: Postings, lengths: Sequence[int], order_lengths: Sequence[int]) -> Postings:
-    """``post`` without the terms whose lists are empty, the rest numbered densely
-    (what a save writes after removals emptied some lists)."""
-    assert post.maxes is not None
-    return post._replace(
-        terms=list(compress(post.terms, lengths)),
-        offsets=array("q", accumulate(filter(None, lengths), initial=0)),
-        maxes=array("f", compress(post.maxes, lengths)),
-        order_offsets=array("q", accumulate(compress(order_lengths, lengths), initial=0)),
-    )
-
-
-def order_offsets_of(lengths: Iterable[int], order_min: int) -> array[int]:
-    """Order offsets for lists of ``lengths`` where every list longer than ``order_min`` has an order."""
-    return array("q", accumulate(map(_if_longer, lengths, repeat(order_min)), initial=0))
-
-
-def _if_longer(length: int, order_min: int) -> int:
-    return length if length > order_min else 0
-
-
-def lengths_of(offsets: Ints) -> Iterator[int]:
-    """List lengths from their offsets."""
-    return map(sub, offsets[1:], offsets[:-1])
-
-
-def kept(values: Iterable[int], lengths: Sequence[int]) -> Iterator[int]:
-    """``values`` of the terms whose lists are not empty."""
-    return compress(values, lengths)

@@ -70,6 +70,8 @@ _consume: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend
 
 Ints = Union["array[int]", "memoryview[int]"]
 Floats = Union["array[float]", "memoryview[float]"]
+# Checks items a .. b - 1 of a part against its segment's block checksums.
+Check = Callable[[int, int], None]
 
 
 class LookupTables(NamedTuple):
@@ -88,6 +90,8 @@ class LookupTables(NamedTuple):
     slots: Ints
     slot_impacts: Floats
     slot_offsets: Ints
+    # A big segment's block checks of dense, slots, slot_impacts and slot_offsets, by item.
+    checks: tuple[Check, Check, Check, Check] | None = None
 
 
 def _little(values: array[Any]) -> array[Any]:
@@ -177,14 +181,22 @@ class StoredTables:
         if found is not None:
             return found
         t, n = self._tables, self._tables.n_chunks
+        checks = t.checks
         i = self._dense.get(tid)
         if i is not None:
+            if checks is not None:
+                checks[0](i * n, (i + 1) * n)
             found = (t.dense[i * n : (i + 1) * n], None)
         else:
             i = self._slot.get(tid)
             if i is None:
                 return None
+            if checks is not None:
+                checks[3](i, i + 2)
             a, b = t.slot_offsets[i], t.slot_offsets[i + 1]
+            if checks is not None:
+                checks[2](a, b)
+                checks[1](i * n, (i + 1) * n)
             if b - a != length + 1:
                 raise IndexFormatError(f"{self._where}: a lookup table does not match its posting list")
             found = (t.slot_impacts[a:b], t.slots[i * n : (i + 1) * n])

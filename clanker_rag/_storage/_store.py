@@ -1,4 +1,8 @@
-"""The on-disk index: a JSON manifest and one data file inside an index folder.
+"""The on-disk index: a JSON manifest and its data files inside an index folder.
+
+Since format 4 the manifest is a commit point naming segment files
+(:mod:`._segments`); what follows describes the manifest and data file as
+formats 2 and 3 laid them out, and the atomic writes every format uses.
 
 Layout of ``<folder>/index.json``::
 
@@ -51,37 +55,44 @@ import stat
 import sys
 import weakref
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from .._exceptions import IndexFormatError
+from .._exceptions import ClankerRagError, IndexFormatError, IndexWriteError
 
 __all__ = [
+    "DATA_NAME",
     "FORMAT_VERSION",
     "INDEX_FILE",
+    "LITTLE",
     "VERIFY_AT_LOAD",
     "Blob",
     "DataFile",
     "Manifest",
     "data_range",
     "fsync_dir",
+    "map_file",
     "read_index",
+    "same_folder",
     "text",
     "unpack",
     "verify_data",
     "write_bytes_atomic",
     "write_index",
+    "writing",
 ]
 
 FORMAT_NAME = "clanker-rag-index"
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 # Data files up to this size are hashed at load (see the module docstring).
 VERIFY_AT_LOAD = 64 * 1024 * 1024
 _ALIGN = 8
 INDEX_FILE = "index.json"
 _BODY_KEY = '"body":'
-_DATA_NAME = re.compile(r"data-[0-9a-f]{32}\.bin")
+DATA_NAME = re.compile(r"data-[0-9a-f]{32}\.bin")
+LITTLE = sys.byteorder == "little"
 # Temporary files write_atomic leaves when a save is killed mid-write.
 _STALE_TMP = re.compile(r"\.(data-[0-9a-f]{32}\.bin|index\.json)\.\d+\.[0-9a-f]+\.tmp")
 _READ_ATTEMPTS = 10  # each retry follows a save that replaced the index meanwhile
@@ -188,11 +199,20 @@ def unpack(value: Any, typecode: str, where: str, blob: memoryview | None = None
     return values
 
 
-def write_index(folder: str | os.PathLike[str], body: dict[str, Any], blob: Blob | None = None) -> str:
+def write_index(
+    folder: str | os.PathLike[str],
+    body: dict[str, Any],
+    blob: Blob | None = None,
+    *,
+    version: int = 3,
+    keep: Iterable[str] = (),
+) -> str:
     """Atomically write ``body`` (and its data file) as the folder's index; returns the new revision.
 
     The caller holds the folder's writer lock, so any temporary file of ours
-    found here belongs to a save that was killed: it is removed first.
+    found here belongs to a save that was killed: it is removed first.  Data
+    files other than the new one and ``keep`` are deleted once the manifest
+    is in place.
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -212,15 +232,16 @@ def write_index(folder: str | os.PathLike[str], body: dict[str, Any], blob: Blob
     digest = hashlib.sha256(body_text.encode("ascii")).hexdigest()
     revision = secrets.token_hex(8)
     head = json.dumps(
-        {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, "revision": revision, "sha256": digest},
+        {"format": FORMAT_NAME, "format_version": version, "revision": revision, "sha256": digest},
         separators=(",", ":"),
     )
     # Written piece by piece: the body can be hundreds of MB, no need to copy it.
     pieces = (head[:-1], "," + _BODY_KEY, body_text, "}\n")
     write_atomic(folder / INDEX_FILE, [p.encode("ascii") for p in pieces])
     fsync_dir(folder)
+    kept = set(keep)
     for stale in folder.glob("data-*.bin"):
-        if stale.name != data_name and _DATA_NAME.fullmatch(stale.name):
+        if stale.name != data_name and stale.name not in kept and DATA_NAME.fullmatch(stale.name):
             stale.unlink(missing_ok=True)
     return revision
 
@@ -346,21 +367,21 @@ def read_index(folder: str | os.PathLike[str]) -> Manifest:
     folder = Path(folder)
     target = folder / INDEX_FILE if folder.is_dir() else folder
     for attempt in range(_READ_ATTEMPTS):
-        body, revision, version = _read_manifest(target)
+        body, revision, version = read_manifest(target)
         record = body.get("data")
         if record is None:
             return Manifest(body, revision, version, None)
         if (
             not isinstance(record, dict)
             or not isinstance(record.get("file"), str)
-            or not _DATA_NAME.fullmatch(record["file"])
+            or not DATA_NAME.fullmatch(record["file"])
             or not isinstance(record.get("size"), int)
             or not isinstance(record.get("sha256"), str)
         ):
             raise IndexFormatError(f"{target}: the data file record is malformed")
         path = target.parent / record["file"]
         try:
-            data, opened = _map(path)
+            data, opened = map_file(path)
         except FileNotFoundError:
             # A writer may have replaced the index between our two reads: read the new manifest.
             if attempt + 1 < _READ_ATTEMPTS:
@@ -376,7 +397,7 @@ def read_index(folder: str | os.PathLike[str]) -> Manifest:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _map(path: Path) -> tuple[memoryview, DataFile]:
+def map_file(path: Path) -> tuple[memoryview, DataFile]:
     """The file's bytes, mapped read-only (an empty file cannot be mapped: it is
     read), and the file held open; anything but a regular file is refused, as
     by :func:`read_regular`."""
@@ -395,21 +416,29 @@ def verify_data(folder: str | os.PathLike[str]) -> None:
     """Hash the whole data file of ``folder``'s index against its manifest (raises IndexFormatError)."""
     folder = Path(folder)
     target = folder / INDEX_FILE if folder.is_dir() else folder
-    body, _, _ = _read_manifest(target)
+    body, _, _ = read_manifest(target)
+    segments = body.get("segments")
+    if isinstance(segments, list):  # format 4: every segment the commit names
+        for seg in segments:
+            _verify_file(target.parent / str(seg.get("file")), seg.get("sha256"))
+        return
     record = body.get("data")
     if not isinstance(record, dict):
         return
-    path = target.parent / str(record.get("file"))
+    _verify_file(target.parent / str(record.get("file")), record.get("sha256"))
+
+
+def _verify_file(path: Path, expected: Any) -> None:
     h = hashlib.sha256()
     try:
-        h.update(_map(path)[0])
+        h.update(map_file(path)[0])
     except OSError as exc:
         raise IndexFormatError(f"{path}: cannot read the index's data file ({exc.strerror or exc})") from None
-    if h.hexdigest() != record.get("sha256"):
+    if h.hexdigest() != expected:
         raise IndexFormatError(f"{path}: checksum mismatch: the data file was modified or damaged after saving")
 
 
-def _read_manifest(target: Path) -> tuple[dict[str, Any], str, int]:
+def read_manifest(target: Path) -> tuple[dict[str, Any], str, int]:
     try:
         data = read_regular(target, cap=MAX_MANIFEST_BYTES)
     except FileNotFoundError:
@@ -448,3 +477,29 @@ def _read_manifest(target: Path) -> tuple[dict[str, Any], str, int]:
         if hashlib.sha256(canon.encode("ascii")).hexdigest() != expected:
             raise IndexFormatError(f"{target}: checksum mismatch: the index was modified or damaged after it was saved")
     return body, str(doc.get("revision", "")), version
+
+
+@contextmanager
+def writing(folder: Path) -> Iterator[None]:
+    """An ``OSError`` while writing the index in ``folder`` (a read-only folder,
+    a full disk) as one :class:`IndexWriteError`: saves are atomic, so the
+    index already there is unchanged, and the message says so."""
+    try:
+        yield
+    except ClankerRagError:
+        raise
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise IndexWriteError(
+            exc.errno, f"cannot write the index ({reason}); the index there is unchanged", exc.filename or str(folder)
+        ) from exc
+
+
+def same_folder(a: Path, b: Path) -> bool:
+    """Whether ``a`` and ``b`` name the same folder (same device and inode when both exist)."""
+    if a == b:
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b)

@@ -241,6 +241,32 @@ def test_rm(index: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert_one_line_error(code, err, "no source 'guide/ports.md'")
 
 
+def test_optimize_merges_the_commits_into_one_segment(
+    index: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from clanker_rag._storage import _segments
+
+    monkeypatch.setattr(_segments, "POLICY", _segments.Policy(full_below=0, full_share=1.0))
+    before = {s: KnowledgeBase.load(index).source_text(s) for s in KnowledgeBase.load(index).sources()}
+    assert run(capsys, "rm", "guide/ports.md", "--index", str(index))[0] == 0
+    with KnowledgeBase.edit(index) as kb:
+        kb.add_text("a note on ports and cooking", "notes/new.txt")
+    assert KnowledgeBase.load(index).segments == 2
+    code, out, _ = run(capsys, "optimize", "--index", str(index))
+    assert code == 0 and "2 segments -> 1" in out
+    merged = KnowledgeBase.load(index)
+    assert merged.segments == 1 and "guide/ports.md" not in merged.sources()
+    del before["guide/ports.md"]
+    assert {s: merged.source_text(s) for s in merged.sources()} == {
+        **before,
+        "notes/new.txt": "a note on ports and cooking",
+    }
+    body = json.loads((index / "index.json").read_text())["body"]
+    assert body["segments"][0]["deleted"] == []
+    code, _, err = run(capsys, "optimize", "--index", str(index / "nothing"))
+    assert_one_line_error(code, err, "no index there")
+
+
 # -- named knowledge bases ------------------------------------------------------------------------------
 
 

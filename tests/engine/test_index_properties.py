@@ -218,9 +218,9 @@ def test_a_search_right_after_an_add_does_not_sort_impact_orders(monkeypatch):
     sorted_terms: list[int] = []
     real = index_module._impact_order  # type: ignore[attr-defined]
 
-    def spy(imps):
+    def spy(imps, hint=None):
         sorted_terms.append(len(imps))
-        return real(imps)
+        return real(imps, hint)
 
     monkeypatch.setattr(index_module, "_impact_order", spy)
     assert ranked(kb, "alpha beta w3", 5) == exhaustive(kb, "alpha beta w3", 5)

@@ -65,3 +65,28 @@ def test_cheap_essentials_leave_out_less_than_theta(terms, theta):
     # Greedy: no essential term could also be left out within theta.
     spent = sum(plan[i][0] for i in left_out)
     assert all(above(spent + plan[i][0]) >= theta * (1 - 1e-12) for i in essential)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.sampled_from([0.0, 0.5, 1.0, 1.5, 2.0, 3.25]), max_size=40),
+    st.randoms(use_true_random=False),
+    st.sampled_from(["true", "shuffled", "swapped", "repeated", "short"]),
+)
+def test_an_impact_order_hint_is_used_only_when_it_is_the_order(imps, rnd, kind):
+    from array import array
+
+    from clanker_rag._engine._scoring import impact_order
+
+    want = array("i", sorted(range(len(imps)), key=imps.__getitem__, reverse=True))
+    hint = list(want)
+    if kind == "shuffled":
+        rnd.shuffle(hint)
+    elif kind == "swapped" and len(hint) > 1:
+        i = rnd.randrange(len(hint) - 1)
+        hint[i], hint[i + 1] = hint[i + 1], hint[i]  # a tie in the wrong order, or a rise
+    elif kind == "repeated" and len(hint) > 1:
+        hint[-1] = hint[0]
+    elif kind == "short":
+        hint = hint[:-1]
+    assert impact_order(imps, hint) == want

@@ -6,7 +6,7 @@ import pytest
 
 from clanker_rag import IndexFormatError, KnowledgeBase
 from clanker_rag._engine._sources import ChunkDocs, LoadedSources
-from clanker_rag._storage import _store
+from clanker_rag._storage import _segments, _store
 from clanker_rag._storage._codec import SourceColumns
 
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "lambda", "omicron"]
@@ -84,7 +84,13 @@ def damaged(tmp_path, monkeypatch, old, new):
     return KnowledgeBase.load(tmp_path)
 
 
+def unchecked(monkeypatch):
+    """Segments written without block checksums: damage is then found by the decoders' own checks."""
+    monkeypatch.setattr(_segments, "BLOCK_SIZE", 0)
+
+
 def test_a_damaged_name_fails_clearly_when_it_is_decoded(tmp_path, monkeypatch):
+    unchecked(monkeypatch)
     build(texts(12)).save(tmp_path)
     kb = damaged(tmp_path, monkeypatch, b"docs/s07.txt", b"docs/s\xff\xfe.txt")
     assert [h.source for h in kb.search("uniq3", 1)] == ["docs/s03.txt"]
@@ -95,6 +101,7 @@ def test_a_damaged_name_fails_clearly_when_it_is_decoded(tmp_path, monkeypatch):
 
 
 def test_a_source_named_twice_is_still_refused(tmp_path, monkeypatch):
+    unchecked(monkeypatch)
     build(texts(12)).save(tmp_path)
     kb = damaged(tmp_path, monkeypatch, b"docs/s07.txt", b"docs/s08.txt")
     with pytest.raises(IndexFormatError, match="names a source twice"):

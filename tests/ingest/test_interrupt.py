@@ -162,8 +162,10 @@ def test_ctrl_c_to_the_process_group_at_any_moment_then_a_rerun_equals_a_clean_i
         time.sleep(took * share)
         os.killpg(proc.pid, signal.SIGINT)
         _, err = proc.communicate(timeout=300)
-        assert proc.returncode in (0, 130), err.decode()
-        interrupted += proc.returncode == 130
+        # 130: the CLI caught the interrupt; -SIGINT: it landed while the interpreter was still
+        # importing, before the CLI's handler, and Python exits as killed by it (nothing written yet).
+        assert proc.returncode in (0, 130, -signal.SIGINT), err.decode()
+        interrupted += proc.returncode != 0
         if (index / "index.json").exists():
             whole_sources(index, clean)
         proc = ingest_command(tree, index)

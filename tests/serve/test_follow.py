@@ -85,3 +85,25 @@ def test_check_every_spaces_the_looks(tmp_path: Path, monkeypatch: pytest.Monkey
 def test_negative_check_every_is_refused_naming_the_value(tmp_path: Path, bad: float) -> None:
     with pytest.raises(ConfigError, match=repr(bad)):
         IndexFollower(tmp_path, check_every=bad)
+
+
+def test_every_cheap_commit_is_seen_even_within_the_clocks_resolution(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from clanker_rag._storage import _segments
+
+    monkeypatch.setattr(_segments, "POLICY", _segments.Policy(full_below=0, full_share=1.0))
+    folder = tmp_path / "kb"
+    _save(folder, *(f"filler text number {i}" for i in range(20)))
+    follower = IndexFollower(folder)
+    writer = KnowledgeBase.load(folder)
+    for i, word in enumerate(["apricot", "blueberry", "currant"]):
+        st = (folder / "index.json").stat()
+        writer.add_text(f"{word} written by an agent", f"n{i}.md")
+        writer.save()
+        assert writer.segments > 1  # a commit, not a rewrite
+        # As if the new commit point had the old one's time (same size: one digit changes).
+        os.utime(folder / "index.json", ns=(st.st_atime_ns, st.st_mtime_ns))
+        fresh = follower.fresh()
+        assert fresh is not None and [h.source for h in fresh.search(word, 3)] == [f"n{i}.md"]
+        assert follower.fresh() is None

@@ -1,4 +1,4 @@
-"""Format 3: read in place from the mapped data file, the term dictionary, lazy texts, old formats."""
+"""Formats 3 and 4: read in place from mapped data files, the term dictionary, lazy texts, old formats."""
 
 import json
 import mmap
@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from clanker_rag import IndexFormatError, KnowledgeBase
-from clanker_rag._storage import _store
+from clanker_rag._storage import _segments, _store, _texts
 from clanker_rag._storage._codec import TermDictionary, read
 
 DATA = Path(__file__).parents[1] / "data"
@@ -38,11 +38,13 @@ def ranked(kb, query, k=10):
 QUERIES = ["lazy fox", "café résumé", "parse header", "alpha kappa mu", "escaped byte", "nothing here at all"]
 
 
-def test_saved_index_is_format_3_and_read_in_place(tmp_path):
+def test_saved_index_is_format_4_and_read_in_place(tmp_path):
     build().save(tmp_path)
     manifest = json.loads((tmp_path / "index.json").read_text())
-    assert manifest["format_version"] == 3
+    assert manifest["format_version"] == 4
     assert "terms" not in manifest["body"]  # the vocabulary lives in the data file
+    (segment,) = manifest["body"]["segments"]  # a fresh save writes one segment
+    assert segment["chunks"] == len(build()) and segment["deleted"] == []
     kb = KnowledgeBase.load(tmp_path)
     index = kb._index
     # The postings are views of the mapped data file, not copies.
@@ -78,15 +80,21 @@ def test_resaving_a_loaded_index_over_itself_keeps_every_text(tmp_path):
     build().save(tmp_path)
     kb = KnowledgeBase.load(tmp_path)
     kb.add_text("one more text", "more.txt")
-    kb.save()  # copies the mapped texts into a new data file, then drops the old one
+    kb.save()  # a small index is written whole: the mapped texts are copied into a new data file
     again = KnowledgeBase.load(tmp_path)
     for source, text in TEXTS.items():
         assert again.source_text(source) == text
-    assert len(list(tmp_path.glob("data-*.bin"))) == 1
+    # The replaced commit's file stays one commit longer (for readers that just read it), then goes.
+    assert len(list(tmp_path.glob("data-*.bin"))) == 2
+    again.add_text("and one more", "more2.txt")
+    again.save()
+    assert len(list(tmp_path.glob("data-*.bin"))) == 2
+    named = {s["file"] for s in json.loads((tmp_path / "index.json").read_text())["body"]["segments"]}
+    assert len(named) == 1 and named < {p.name for p in tmp_path.glob("data-*.bin")}
 
 
 @pytest.mark.parametrize("version", [1, 2, 3])
-def test_every_format_fixture_loads_and_saves_as_format_3(tmp_path, version):
+def test_every_format_fixture_loads_and_saves_as_format_4(tmp_path, version):
     # tests/data/index_v<N> were written by format_version N and are never rewritten.
     shutil.copytree(FIXTURES[version], tmp_path / "old")
     kb = KnowledgeBase.load(tmp_path / "old")
@@ -95,7 +103,7 @@ def test_every_format_fixture_loads_and_saves_as_format_3(tmp_path, version):
     assert kb.source_metadata("greek.txt") == {"n": 1}
     kb.save(tmp_path / "new")
     again = KnowledgeBase.load(tmp_path / "new")
-    assert json.loads((tmp_path / "new" / "index.json").read_text())["format_version"] == 3
+    assert json.loads((tmp_path / "new" / "index.json").read_text())["format_version"] == 4
     assert again.sources() == kb.sources()
     for q in ["lazy dog", "kappa", "echo w3 pad", "quick brown"]:
         assert ranked(again, q) == ranked(kb, q)
@@ -110,6 +118,8 @@ def test_v3_fixture_matches_the_v2_fixture_it_was_converted_from(tmp_path):
 
 
 def test_large_data_file_is_not_hashed_at_load_but_verify_catches_damage(tmp_path, monkeypatch):
+    monkeypatch.setattr(_segments, "BLOCK_SIZE", 0)  # no block checksums (see test_segments.py for them)
+    monkeypatch.setattr(_texts, "LEVEL", 0)  # texts stored in zlib blocks uncompressed: findable below
     build().save(tmp_path)
     (path,) = tmp_path.glob("data-*.bin")
     data = path.read_bytes()
@@ -128,16 +138,20 @@ def test_large_data_file_is_not_hashed_at_load_but_verify_catches_damage(tmp_pat
         KnowledgeBase.load(tmp_path)
 
 
-def test_damaged_text_in_an_unhashed_file_fails_clearly_when_read(tmp_path, monkeypatch):
+def test_damaged_text_in_an_unchecked_file_fails_clearly_when_read(tmp_path, monkeypatch):
+    monkeypatch.setattr(_segments, "BLOCK_SIZE", 0)  # no block checksums: the decoder's own checks
+    monkeypatch.setattr(_texts, "COMPRESS", True)
+    monkeypatch.setattr(_texts, "LEVEL", 0)  # stored blocks: the text is findable, zlib's checksum still guards it
+    monkeypatch.setattr(_texts, "TEXT_BLOCK", 64)  # the damage spoils the blocks holding fox.txt only
     build().save(tmp_path)
     (path,) = tmp_path.glob("data-*.bin")
     data = path.read_bytes()
     path.write_bytes(data.replace(b"quick brown fox", b"quick \xff\xfe\xfd\xfc\xfb fox"))
     monkeypatch.setattr(_store, "VERIFY_AT_LOAD", 0)
     kb = KnowledgeBase.load(tmp_path)
-    with pytest.raises(IndexFormatError, match="not valid UTF-8"):
+    with pytest.raises(IndexFormatError, match="does not decompress"):  # zlib's own checksum
         kb.source_text("fox.txt")
-    assert kb.source_text("greek.txt") == TEXTS["greek.txt"]
+    assert kb.source_text("code.py") == TEXTS["code.py"]
 
 
 def test_verify_needs_a_saved_index():
@@ -181,9 +195,25 @@ def test_term_dictionary_finds_exactly_its_terms(terms, probes, fence):
 
 def test_read_gives_typed_values_for_every_version():
     for version, folder in FIXTURES.items():
-        snap, revision = read(folder)
-        assert revision
+        opened = read(folder)
+        assert opened.revision and opened.version == version
+        ((snap, record, _),) = opened.segments
+        assert record is None  # formats 1-3 are one segment without a commit record
         n_terms = len(snap.postings.terms)
         assert len(snap.postings.offsets) == n_terms + 1
         assert snap.postings.offsets[n_terms] == len(snap.postings.chunks), version
         assert len(snap.chunks.source) == len(snap.chunks.length)
+
+
+def test_stored_texts_are_compressed_in_blocks_and_read_back_exactly(tmp_path, monkeypatch):
+    monkeypatch.setattr(_texts, "COMPRESS", True)
+    monkeypatch.setattr(_texts, "TEXT_BLOCK", 64)  # texts span several blocks, blocks hold several texts
+    texts = {f"t{i}.txt": f"word{i} " * (i * 7 % 40) + "Ünïcödé \udcff end" for i in range(30)}
+    build(texts).save(tmp_path)
+    (path,) = tmp_path.glob("data-*.bin")
+    assert b"word3 word3 word3" not in path.read_bytes()  # compressed
+    kb = KnowledgeBase.load(tmp_path)
+    for source, text in sorted(texts.items(), reverse=True):
+        assert kb.source_text(source) == text
+    for hit in kb.search("word7 end", 30):
+        assert hit.text == texts[hit.source][hit.start : hit.end]

@@ -30,20 +30,22 @@ def test_a_load_survives_its_data_file_being_replaced_right_after_it_is_mapped(
 ) -> None:
     folder = tmp_path / "index"
     saved(folder)
-    real = _store.read_index
+    real = _store.map_file
+    mapped: list[Path] = []
 
-    def then_a_save_deletes_it(path: object) -> _store.Manifest:
-        manifest = real(path)  # type: ignore[arg-type]
-        # What another process's save does to the old data file.
-        (gone,) = folder.glob("data-*.bin")
-        gone.unlink()
-        return manifest
+    def then_a_save_deletes_it(path: Path) -> tuple[memoryview, _store.DataFile]:
+        opened = real(path)
+        # What another process's save does to the old data file, right after this load mapped it.
+        path.unlink()
+        mapped.append(path)
+        return opened
 
-    monkeypatch.setattr(_store, "read_index", then_a_save_deletes_it)
+    monkeypatch.setattr(_store, "map_file", then_a_save_deletes_it)
     kb = KnowledgeBase.load(folder)
     hits = kb.search("topic3 document 10", 3)
     assert hits and all("topic3" in hit.text or "10" in hit.text for hit in hits)
     assert kb.source_text("s010.txt") == "document 10 about topic3 and some words"
+    assert mapped and not any(p.exists() for p in mapped), "the data file was not deleted under the load"
 
 
 def test_loads_and_searches_never_fail_while_another_process_edits_and_saves(tmp_path: Path) -> None:
@@ -111,7 +113,7 @@ def resign(folder: Path, change: object) -> None:
     [
         lambda b: b.update(analyzer=[]),
         lambda b: b["analyzer"].pop("cjk_bigrams"),
-        lambda b: b["analyzer"].update(stopwords=1),
+        lambda b: b["analyzer"].update(stopwords="1"),
         lambda b: b["analyzer"].update(stopwords=[1]),
         lambda b: b["analyzer"].update(type="nonsense"),
         lambda b: b.update(chunking=[180, 90]),

@@ -51,7 +51,7 @@ def data_file(folder):
 
 
 @pytest.mark.parametrize("which", ["manifest", "data"])
-@pytest.mark.parametrize("cut", [0.0, 0.3, 0.9, 0.999])
+@pytest.mark.parametrize("cut", [0.0, 0.3, 0.9, 0.99])
 def test_truncated_file_names_file_and_problem(tmp_path, cut, which):
     small_kb().save(tmp_path)
     path = tmp_path / "index.json" if which == "manifest" else data_file(tmp_path)
@@ -67,14 +67,17 @@ def test_tampered_manifest_is_refused(tmp_path):
     small_kb().save(tmp_path)
     path = tmp_path / "index.json"
     text = path.read_text()
-    assert '"n":1' in text
-    path.write_text(text.replace('"n":1', '"n":2'))
+    assert '"segments":1' in text
+    path.write_text(text.replace('"segments":1', '"segments":2'))
     with pytest.raises(IndexFormatError, match="checksum mismatch") as info:
         KnowledgeBase.load(tmp_path)
     assert str(path) in str(info.value)
 
 
-def test_tampered_data_file_is_refused(tmp_path):
+def test_tampered_data_file_is_refused(tmp_path, monkeypatch):
+    from clanker_rag._storage import _texts
+
+    monkeypatch.setattr(_texts, "LEVEL", 0)  # texts stored uncompressed, so the test can find one
     small_kb().save(tmp_path)
     path = data_file(tmp_path)
     data = path.read_bytes()
@@ -102,8 +105,37 @@ def test_data_file_is_named_by_content_and_old_ones_go(tmp_path):
     assert data_file(tmp_path) == first  # same content, same file
     kb.add_text("new words entirely", "new.txt")
     kb.save(tmp_path)
-    assert data_file(tmp_path) != first and not first.exists()
-    assert KnowledgeBase.load(tmp_path).sources() == ["fox.txt", "greek.txt", "new.txt"]
+    # The replaced commit's file is kept one commit longer, for readers that had just read it.
+    assert first.exists() and len(list(tmp_path.glob("data-*.bin"))) == 2
+    kb.add_text("more words", "more.txt")
+    kb.save(tmp_path)
+    assert not first.exists() and len(list(tmp_path.glob("data-*.bin"))) == 2
+    assert KnowledgeBase.load(tmp_path).sources() == ["fox.txt", "greek.txt", "more.txt", "new.txt"]
+
+
+def rewrite_segment(folder, edit_body=None, edit_data=None):
+    """Change the (only) segment's body or bytes and fix every checksum, as a careful forger would."""
+    import hashlib
+
+    path = folder / "index.json"
+    doc = json.loads(path.read_text())
+    (record,) = doc["body"]["segments"]
+    seg = folder / record["file"]
+    data = bytearray(seg.read_bytes())
+    off, length = record["body"]
+    body = json.loads(data[off : off + length])
+    if edit_body is not None:
+        edit_body(body)
+    if edit_data is not None:
+        edit_data(body, data)
+    text = json.dumps(body, ensure_ascii=True, separators=(",", ":")).encode()
+    data[off:] = text
+    seg.write_bytes(data)
+    record.update(body=[off, len(text)], body_sha256=hashlib.sha256(text).hexdigest(), size=len(data))
+    record["sha256"] = hashlib.sha256(data).hexdigest()
+    body_text = json.dumps(doc["body"], ensure_ascii=True, separators=(",", ":"))
+    doc["sha256"] = hashlib.sha256(body_text.encode()).hexdigest()
+    path.write_text(json.dumps(doc))
 
 
 def test_newer_format_version_is_refused(tmp_path):
@@ -127,15 +159,13 @@ def test_garbage_and_foreign_json_are_refused(tmp_path):
 
 
 def test_inconsistent_body_is_refused_even_with_a_valid_checksum(tmp_path):
-    import hashlib
 
     small_kb().save(tmp_path)
-    path = tmp_path / "index.json"
-    doc = json.loads(path.read_text())
-    doc["body"]["postings"]["offsets"][1] -= 8  # one term fewer than the dictionary holds
-    body_text = json.dumps(doc["body"], ensure_ascii=True, separators=(",", ":"))
-    doc["sha256"] = hashlib.sha256(body_text.encode()).hexdigest()
-    path.write_text(json.dumps(doc))
+
+    def one_term_fewer(body):  # than the dictionary holds
+        body["postings"]["offsets"][1] -= 8
+
+    rewrite_segment(tmp_path, one_term_fewer)
     with pytest.raises(IndexFormatError, match="inconsistent"):
         KnowledgeBase.load(tmp_path)
 
@@ -292,22 +322,18 @@ def test_format_2_fixture_still_loads_with_its_impact_orders(tmp_path):
 
 
 def test_posting_beyond_the_chunk_table_fails_clearly(tmp_path):
-    import hashlib
     from array import array
 
     small_kb().save(tmp_path)
-    path = tmp_path / "index.json"
-    doc = json.loads(path.read_text())
-    data = bytearray(data_file(tmp_path).read_bytes())
-    start, size = doc["body"]["postings"]["chunks"]
-    chunks = array("i", data[start : start + size])
-    chunks[-1] = 10_000  # a chunk id that does not exist
-    data[start : start + size] = chunks.tobytes()
-    data_file(tmp_path).write_bytes(data)
-    doc["body"]["data"]["sha256"] = hashlib.sha256(data).hexdigest()
-    body_text = json.dumps(doc["body"], ensure_ascii=True, separators=(",", ":"))
-    doc["sha256"] = hashlib.sha256(body_text.encode()).hexdigest()
-    path.write_text(json.dumps(doc))
+
+    def bad_chunk(body, data):
+        start, size = body["postings"]["chunks"]
+        chunks = array("i", data[start : start + size])
+        chunks[-1] = 10_000  # a chunk id that does not exist
+        data[start : start + size] = chunks.tobytes()
+        body.pop("blocks")  # as a segment written before block checksums
+
+    rewrite_segment(tmp_path, edit_data=bad_chunk)
     kb = KnowledgeBase.load(tmp_path)
     terms = kb._index.terms
     last_term = terms[len(terms) - 1]  # its list ends the chunk ids

@@ -1,0 +1,55 @@
+"""Commands on whole indexes.
+
+The named knowledge bases (``list``, ``create``, ``delete``) and safe copies
+(``backup``, ``restore``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ._terminal import one_line
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    import json
+    import time
+
+    from . import _named_kbs
+
+    infos = _named_kbs.list_kbs()
+    if args.json:
+        print(json.dumps([{"name": i.name, "path": str(i.path), "bytes": i.size, "modified": i.mtime} for i in infos]))
+        return 0
+    if not infos:
+        print(f"no knowledge bases in {_named_kbs.data_home()} (create one: clanker-rag create NAME)", file=sys.stderr)
+        return 0
+    width = max(len(i.name) for i in infos)
+    for i in infos:
+        stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime(i.mtime))
+        print(f"{i.name:<{width}}  {i.size / 1e6:8.2f} MB  {stamp}  {i.path}")
+    return 0
+
+
+def cmd_copy(args: argparse.Namespace) -> int:
+    from ._backup import run
+
+    print(one_line(run(args.src, args.dest, restore=args.restore, overwrite=getattr(args, "overwrite", False))))
+    return 0
+
+
+def cmd_create(args: argparse.Namespace) -> int:
+    from . import _named_kbs
+
+    path = _named_kbs.create_kb(args.name)
+    print(f"created {args.name!r} at {path}; add documents with: clanker-rag ingest PATH --kb {args.name}")
+    return 0
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    from . import _named_kbs
+
+    path = _named_kbs.delete_kb(args.name)
+    print(f"deleted {args.name!r} ({path})")
+    return 0

@@ -1,0 +1,169 @@
+"""What a knowledge base committed, and what changed since: a cheap save's bookkeeping.
+
+A knowledge base loaded from (or saved as) a format 4 commit keeps its
+:class:`Commits`: the segments of that commit, the first chunk id added since
+(``committed``), the sources added since and the names of committed sources
+removed since.  A commit (:meth:`Commits.commit`) then writes the added
+sources as one new segment (term frequencies only), marks the removed ones
+deleted in the segment that holds them (found by name, newest segment
+first, so merges never need the knowledge base to renumber anything), runs
+the merges the policy asks for, and writes the new commit point.  A load
+replays every segment after the first into the index (:func:`replay`).
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Callable, Sequence
+from itertools import chain, repeat
+from pathlib import Path
+from typing import Any
+
+from .._storage import _codec, _segments, _writer
+from ._index import InvertedIndex
+from ._replay import add_lists, postings_since
+from ._sources import ChunkTable, Doc
+
+__all__ = ["Commits", "replay"]
+
+
+class Commits:
+    """The commit a knowledge base holds and its changes since (see the module docstring)."""
+
+    __slots__ = ("committed", "new_docs", "removed", "segments")
+
+    def __init__(self, segments: list[_codec.Segment], committed: int) -> None:
+        self.segments = segments
+        self.committed = committed
+        self.new_docs: dict[str, Doc] = {}
+        self.removed: set[str] = set()
+
+    def added(self, doc: Doc) -> None:
+        self.new_docs[doc.source] = doc
+
+    def dropped(self, doc: Doc) -> None:
+        """``doc`` was removed: forgotten if added since the commit, else marked for deletion."""
+        if self.new_docs.get(doc.source) is doc:
+            del self.new_docs[doc.source]
+        else:
+            self.removed.add(doc.source)
+
+    def commit(
+        self, folder: Path, settings: dict[str, Any], ct: ChunkTable, index: InvertedIndex, *, merge: bool,
+        whole: Callable[[], str],
+    ) -> str:  # fmt: skip
+        """Write the changes as a commit into ``folder``; returns the revision.  When the policy
+        asks for a full merge, ``whole()`` writes everything as one segment instead."""
+        segs = list(self.segments)
+        deleted = [set(seg.record.deleted if seg.record is not None else ()) for seg in segs]
+        for name in self.removed:
+            for i in reversed(range(len(segs))):
+                names = segs[i].names
+                number = None if names is None else names.find(name)
+                if number is not None and number not in deleted[i]:
+                    deleted[i].add(number)
+                    break
+        records = [_marked(seg, gone) for seg, gone in zip(segs, deleted)]
+        new = self._new_segment(settings, ct, index)
+        live = [r.live_chunks for r in records] + ([len(new.chunks.source)] if new is not None else [])
+        dead = sum(r.deleted_chunks for r in records)
+        plan = _segments.plan_merges(live, dead) if merge else _segments.MergePlan(False, [])
+        if plan.full:
+            return whole()
+        keep = [r.file for r in records]  # the replaced commit's files, kept one commit longer
+        if new is not None:
+            records.append(_writer.write_segment(folder, new, scored=False))
+            segs.append(_codec.open_segment(folder, records[-1], str(folder)))
+        segs = [seg._replace(record=rec) for seg, rec in zip(segs, records)]
+        for first, last in reversed(plan.runs):
+            merged = _writer.write_segment(folder, _writer.merge_segments(segs[first:last]), scored=False)
+            segs[first:last] = [_codec.open_segment(folder, merged, str(folder))]
+        revision = _writer.commit(folder, settings, [seg.record for seg in segs if seg.record is not None], keep)
+        self.reset(segs, len(ct))
+        index.touched.clear()
+        return revision
+
+    def reset(self, segments: list[_codec.Segment], committed: int) -> None:
+        """Everything up to chunk ``committed`` is now in the commit of ``segments``."""
+        self.segments = segments
+        self.committed = committed
+        self.new_docs = {}
+        self.removed = set()
+
+    def _new_segment(self, settings: dict[str, Any], ct: ChunkTable, index: InvertedIndex) -> _codec.Snapshot | None:
+        """The sources added since the commit, as an unscored segment (None: there are none)."""
+        if not self.new_docs:
+            return None
+        docs = sorted(self.new_docs.values(), key=lambda doc: doc.cids[0] if doc.cids else -1)
+        cids = [cid for doc in docs for cid in doc.cids]
+        chunks = _codec.ChunkColumns(
+            array("i", chain.from_iterable(repeat(i, len(doc.cids)) for i, doc in enumerate(docs))),
+            array("i", map(ct.index.__getitem__, cids)),
+            array("q", map(ct.start.__getitem__, cids)),
+            array("q", map(ct.end.__getitem__, cids)),
+            array("i", map(ct.start_line.__getitem__, cids)),
+            array("i", map(ct.end_line.__getitem__, cids)),
+            array("i", map(index.dl.__getitem__, cids)),
+            list(map(ct.section.__getitem__, cids)),
+        )
+        sources = _codec.SourceColumns(
+            [doc.source for doc in docs],
+            [doc.stored for doc in docs],
+            array("q", [doc.chars for doc in docs]),
+            [doc.metadata for doc in docs],
+            [doc.fingerprint for doc in docs],
+        )
+        postings = postings_since(index, self.committed, dict(zip(cids, range(len(cids)))))
+        return _codec.Snapshot(
+            settings["analyzer"], settings["bm25"], settings["chunking"], sources, chunks, postings,
+            sum(chunks.length), settings["created_by"],
+        )  # fmt: skip
+
+
+def _marked(seg: _codec.Segment, deleted: set[int]) -> _segments.SegmentRecord:
+    """``seg``'s record with ``deleted`` as its deletion marks."""
+    assert seg.record is not None
+    if set(seg.record.deleted) == deleted:
+        return seg.record
+    firsts = seg.snap.sources.first_chunks
+    assert firsts is not None  # saves always write them
+    gone = sum(firsts[n + 1] - firsts[n] for n in deleted)
+    return seg.record._replace(deleted=tuple(sorted(deleted)), deleted_chunks=gone)
+
+
+def replay(seg: _codec.Segment, ct: ChunkTable, index: InvertedIndex, put: Callable[[Doc], None]) -> None:
+    """Add a loaded segment after the first: its live sources (each given to ``put``), chunks and postings."""
+    snap = seg.snap
+    src, cols = snap.sources, snap.chunks
+    firsts = src.first_chunks
+    assert firsts is not None and seg.record is not None  # checked by open_segment
+    deleted = set(seg.record.deleted)
+    texts, fps = src.texts, src.fingerprints
+    renumber = array("i", repeat(-1, len(cols.source)))
+    live: list[int] = []
+    per_chunk: list[Doc] = []
+    for number in range(len(src.chars)):
+        if number in deleted:
+            continue
+        run = range(firsts[number], firsts[number + 1])
+        start = len(ct) + len(live)
+        doc = Doc(
+            src.names[number],
+            texts.text(number) if isinstance(texts, _codec.SourceStore) else str(texts[number]),
+            src.metadata[number],
+            fps.fingerprint(number) if isinstance(fps, _codec.SourceStore) else fps[number],
+            own_cids=list(range(start, start + len(run))),
+        )
+        for new, old in enumerate(run, start):
+            renumber[old] = new
+        live.extend(run)
+        per_chunk.extend(repeat(doc, len(run)))
+        put(doc)
+    bounds = array("q")
+    for old in live:
+        bounds.extend((cols.start[old], cols.end[old], cols.start_line[old], cols.end_line[old]))
+    ct.extend(per_chunk, map(cols.ordinal.__getitem__, live), bounds, map(cols.section.__getitem__, live))
+    post = snap.postings
+    tids = index.ids_of(list(post.terms))
+    dls: Sequence[int] = array("i", map(cols.length.__getitem__, live))
+    add_lists(index, dls, tids, post.offsets, post.chunks, post.tfs, renumber)

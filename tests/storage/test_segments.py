@@ -1,0 +1,315 @@
+"""Format 4: segments, commit points, deletion marks, merges, and readers that keep working."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from clanker_rag import Analyzer, IndexFormatError, KnowledgeBase
+from clanker_rag._storage import _segments, _store, _texts
+from clanker_rag._storage._segments import MergePlan, Policy, plan_merges
+
+ROOT = Path(__file__).resolve().parents[2]
+VOCAB = [f"t{i}" for i in range(12)]
+plain = Analyzer(stopwords=False, stemmer=None, split_identifiers=False)
+QUERIES = ["t0", "t1 t2", "t3 t3 t4", "t5 t6 t7 t8", "t9 t10 t11 t0", "zz"]
+
+
+@pytest.fixture
+def segmented(monkeypatch):
+    """Cheap commits even for tiny indexes, and merges after two segments of a level."""
+    monkeypatch.setattr(_segments, "POLICY", Policy(merge_factor=2, full_share=0.6, full_below=0))
+
+
+def commit(folder: Path) -> dict[str, Any]:
+    body: dict[str, Any] = json.loads((folder / "index.json").read_text())["body"]
+    return body
+
+
+def ranked(kb: KnowledgeBase, q: str) -> list[tuple[str, int, float, str]]:
+    return [(h.source, h.chunk_index, h.score, h.text) for h in kb.search(q, 100)]
+
+
+def fresh_build(live: dict[str, str]) -> KnowledgeBase:
+    kb = KnowledgeBase(chunk_size=4, stride=2, analyzer=plain)
+    for source, text in live.items():
+        kb.add_text(text, source)
+    return kb
+
+
+def same_as_fresh(kb: KnowledgeBase, live: dict[str, str]) -> None:
+    fresh = fresh_build(live)
+    assert len(kb) == len(fresh) and kb.sources() == fresh.sources()
+    assert kb._index.total_len == fresh._index.total_len
+    for term in VOCAB:
+        assert kb._index.df(term) == fresh._index.df(term)
+    for q in QUERIES:
+        # Same chunks, same scores bit for bit, same order (ties by chunk id: the order of adding).
+        assert ranked(kb, q) == ranked(fresh, q)
+
+
+text = st.lists(st.sampled_from(VOCAB), max_size=14).map(" ".join)
+name = st.sampled_from([f"s{i}" for i in range(8)])
+op = st.one_of(
+    st.tuples(st.just("add"), name, text),
+    st.tuples(st.just("remove"), name, st.just("")),
+    st.tuples(st.sampled_from(["save", "load", "optimize", "save-no-merge"]), st.just(""), st.just("")),
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(name, text), max_size=6), st.lists(op, max_size=24), st.booleans())
+def test_any_history_of_commits_searches_as_one_fresh_build(tmp_path_factory, first, ops, compress):
+    policy = Policy(merge_factor=2, full_share=0.6, full_below=0)
+    saved, _segments.POLICY = _segments.POLICY, policy
+    was, _texts.COMPRESS, _texts.TEXT_BLOCK = _texts.COMPRESS, compress, 32  # texts across blocks
+    try:
+        folder = tmp_path_factory.mktemp("seg")
+        live: dict[str, str] = {}
+        kb = KnowledgeBase(chunk_size=4, stride=2, analyzer=plain)
+        for source, body in first:
+            kb.add_text(body, source)
+            if live.get(source) != body:
+                live.pop(source, None)
+                live[source] = body
+        kb.save(folder)
+        on_disk = dict(live)
+        for kind, source, body in ops:
+            if kind == "add":
+                kb.add_text(body, source)
+                if live.get(source) != body:  # the same text again changes nothing
+                    live.pop(source, None)
+                    live[source] = body
+            elif kind == "remove":
+                kb.remove(source)
+                live.pop(source, None)
+            elif kind == "load":
+                kb = KnowledgeBase.load(folder, analyzer=plain)
+                live = dict(on_disk)
+            else:
+                if kind == "optimize":
+                    kb.optimize()
+                    assert len(commit(folder)["segments"]) == 1
+                else:
+                    kb.save(merge=kind == "save")
+                on_disk = dict(live)
+                again = KnowledgeBase.load(folder, analyzer=plain)
+                same_as_fresh(again, on_disk)
+                named = {s["file"] for s in commit(folder)["segments"]}
+                assert named <= {p.name for p in folder.glob("data-*.bin")}
+            same_as_fresh(kb, live)
+        for source, body in live.items():
+            assert kb.source_text(source) == body
+    finally:
+        _segments.POLICY = saved
+        _texts.COMPRESS, _texts.TEXT_BLOCK = was, 4 * 1024
+
+
+def test_a_commit_writes_only_the_new_segment_and_marks(tmp_path, segmented):
+    kb = fresh_build({f"s{i}": " ".join(VOCAB[i % 5 : i % 5 + 6]) for i in range(30)})
+    kb.save(tmp_path)
+    (base,) = tmp_path.glob("data-*.bin")
+    before = base.read_bytes()
+    loaded = KnowledgeBase.load(tmp_path, analyzer=plain)
+    loaded.add_text("t1 t2 t3 a brand new note", "note.md")
+    loaded.remove("s3")
+    loaded.save()
+    body = commit(tmp_path)
+    first, second = body["segments"]
+    assert first["file"] == base.name and base.read_bytes() == before  # never rewritten
+    assert first["deleted"] == [3] and first["deleted_chunks"] > 0
+    assert second["chunks"] == len(list(loaded.chunks("note.md"))) and second["sources"] == 1
+    assert (tmp_path / second["file"]).stat().st_size < base.stat().st_size
+    # A removal alone writes no segment: only the commit point changes.
+    again = KnowledgeBase.load(tmp_path, analyzer=plain)
+    again.remove("s4")
+    again.save(merge=False)
+    assert [s["file"] for s in commit(tmp_path)["segments"]] == [first["file"], second["file"]]
+    assert commit(tmp_path)["segments"][0]["deleted"] == [3, 4]
+    assert "s4" not in KnowledgeBase.load(tmp_path, analyzer=plain).sources()
+
+
+def test_merges_bound_the_segment_count_and_reclaim_deletions(tmp_path, segmented):
+    kb = fresh_build({f"s{i}": "t0 t1 t2 t3 t4 t5 t6 t7" for i in range(40)})
+    kb.save(tmp_path)
+    counts = []
+    for i in range(12):
+        kb = KnowledgeBase.load(tmp_path, analyzer=plain)
+        kb.add_text(f"t{i % 12} note {i}", f"n{i}")
+        kb.save()
+        counts.append(len(commit(tmp_path)["segments"]))
+    assert max(counts) <= 4  # merge_factor 2: about one segment per level
+    kb = KnowledgeBase.load(tmp_path, analyzer=plain)
+    for i in range(12):
+        kb.remove(f"n{i}")
+    kb.save()
+    assert all(s["deleted_chunks"] == 0 for s in commit(tmp_path)["segments"]) or len(commit(tmp_path)["segments"]) == 1
+    kb.optimize()
+    (only,) = commit(tmp_path)["segments"]
+    assert only["deleted"] == [] and only["chunks"] == len(kb)
+
+
+def test_merge_policy():
+    p = Policy(merge_factor=3, full_share=0.5, full_below=10)
+    assert plan_merges([5], 0, p) == MergePlan(False, [])
+    assert plan_merges([5, 1], 0, p).full  # under full_below chunks: write it whole
+    assert plan_merges([100, 120], 0, p).full  # the tail passed full_share of the index
+    assert plan_merges([100, 1, 1], 50, p).full  # deletions count too
+    assert plan_merges([100, 1, 1], 0, p) == MergePlan(False, [])
+    assert plan_merges([100, 1, 1, 1], 0, p) == MergePlan(False, [(1, 4)])
+    # A merged run merges again with its level's neighbours, adjacent runs only.
+    assert plan_merges([1000, 9, 9, 3, 3, 3], 0, p) == MergePlan(False, [(1, 6)])
+    assert plan_merges([1000, 30, 3, 3], 0, p) == MergePlan(False, [])
+
+
+def test_a_reader_keeps_its_commit_while_writers_move_on(tmp_path, segmented):
+    kb = fresh_build({f"s{i}": "t0 t1 t2 t3" for i in range(20)})
+    kb.save(tmp_path)
+    reader = KnowledgeBase.load(tmp_path, analyzer=plain)
+    want = ranked(reader, "t0 t1")
+    writer = KnowledgeBase.load(tmp_path, analyzer=plain)
+    for i in range(4):  # past the one-commit grace: the reader's files are deleted
+        writer.add_text(f"t0 t{i} extra", f"x{i}")
+        writer.optimize()
+    assert ranked(reader, "t0 t1") == want  # mapped and open: unlinked files still read
+    assert all(reader.source_text(f"s{i}") == "t0 t1 t2 t3" for i in range(20))
+    assert len(KnowledgeBase.load(tmp_path, analyzer=plain)) == len(reader) + 4
+
+
+def test_damage_in_a_segment_is_a_clear_error(tmp_path, segmented, monkeypatch):
+    kb = fresh_build({f"s{i}": "t0 t1 t2 t3" for i in range(20)})
+    kb.save(tmp_path)
+    kb.add_text("t5 t6 quite new", "new.md")
+    kb.save()
+    second = tmp_path / commit(tmp_path)["segments"][1]["file"]
+    data = bytearray(second.read_bytes())
+    data[10] ^= 0x40
+    second.write_bytes(data)
+    with pytest.raises(IndexFormatError, match="checksum mismatch") as info:
+        KnowledgeBase.load(tmp_path, analyzer=plain)
+    assert str(second) in str(info.value)
+    second.unlink()
+    with pytest.raises(IndexFormatError, match="data file is missing"):
+        KnowledgeBase.load(tmp_path, analyzer=plain)
+
+
+def test_flipped_bit_in_a_large_segment_fails_when_its_block_is_read(tmp_path, monkeypatch):
+    monkeypatch.setattr(_segments, "BLOCK_SIZE", 256)
+    kb = fresh_build({f"s{i}": " ".join(VOCAB[i % 7 :]) + f" w{i}" for i in range(300)})
+    kb.save(tmp_path)
+    monkeypatch.setattr(_store, "VERIFY_AT_LOAD", 0)  # as if it were large: not hashed at load
+    (path,) = tmp_path.glob("data-*.bin")
+    body = json.loads(path.read_bytes()[slice(*_body_range(tmp_path))])
+    start, size = body["postings"]["tfs"]
+    data = bytearray(path.read_bytes())
+    data[start + size - 2] ^= 0x01  # a term frequency near the end of the lists
+    path.write_bytes(data)
+    loaded = KnowledgeBase.load(tmp_path, analyzer=plain)  # loads: the block is not read yet
+    with pytest.raises(IndexFormatError, match="checksum mismatch in block"):
+        for term in [*VOCAB, *(f"w{i}" for i in range(300))]:
+            loaded.search(term)
+    with pytest.raises(IndexFormatError, match="checksum mismatch"):
+        loaded.verify()
+
+
+def _body_range(folder: Path) -> tuple[int, int]:
+    (seg,) = commit(folder)["segments"]
+    off, length = seg["body"]
+    return off, off + length
+
+
+COMMITTER = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, {root!r})
+    from clanker_rag import KnowledgeBase
+    from clanker_rag._storage import _segments
+    _segments.POLICY = _segments.Policy(merge_factor=2, full_share=0.5, full_below=0)
+    kb = KnowledgeBase.load({folder!r})
+    print("ready", flush=True)
+    i = 0
+    while True:
+        i += 1
+        kb.add_text("generation " + str(i) + " " + "filler words " * 50, "gen" + str(i % 7) + ".txt")
+        if i % 3 == 0:
+            kb.remove("gen" + str((i + 2) % 7) + ".txt")
+        if i % 11 == 0:
+            kb.optimize()
+        else:
+            kb.save()
+    """
+)
+
+
+def test_kill_during_commits_and_merges_leaves_a_whole_commit(tmp_path):
+    kb = KnowledgeBase(chunk_size=8, stride=4)
+    for i in range(30):
+        kb.add_text(f"base text number {i} alpha beta gamma", f"base{i}.txt")
+    kb.save(tmp_path)
+    script = COMMITTER.format(root=str(ROOT), folder=str(tmp_path))
+    for delay in (0.05, 0.15, 0.3, 0.45, 0.6, 0.9):
+        proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
+        assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
+        time.sleep(delay)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        proc.stdout.close()
+        loaded = KnowledgeBase.load(tmp_path)  # must never raise
+        loaded.verify()
+        assert {f"base{i}.txt" for i in range(30)} <= set(loaded.sources())
+        for source in loaded.sources():
+            assert loaded.source_text(source) is not None
+
+
+def test_flipped_bit_in_a_stored_text_fails_when_it_is_read(tmp_path, monkeypatch):
+    monkeypatch.setattr(_segments, "BLOCK_SIZE", 256)
+    monkeypatch.setattr(_texts, "LEVEL", 0)  # the text findable in the file
+    kb = fresh_build({f"s{i}": f"t{i % 12} " + "filler " * 60 + f"mark{i}" for i in range(40)})
+    kb.save(tmp_path)
+    monkeypatch.setattr(_store, "VERIFY_AT_LOAD", 0)
+    (path,) = tmp_path.glob("data-*.bin")
+    data = bytearray(path.read_bytes())
+    at = data.index(b"mark17")
+    data[at] ^= 0x20  # "Mark17": still valid UTF-8 of the same length, so only the checksum can tell
+    path.write_bytes(data)
+    loaded = KnowledgeBase.load(tmp_path, analyzer=plain)
+    assert loaded.source_text("s3") is not None  # other blocks read fine
+    with pytest.raises(IndexFormatError, match="checksum mismatch in block"):
+        loaded.source_text("s17")
+
+
+def test_saved_tables_and_orders_serve_a_load_with_later_segments_exactly(tmp_path, segmented, monkeypatch):
+    from clanker_rag._engine import _index
+    from clanker_rag._storage import _impact_tables
+
+    # Every list gets a saved order and a saved table (slot or dense), so a stale load reuses them.
+    monkeypatch.setattr(_impact_tables, "STORED_MIN", 1)
+    monkeypatch.setattr(_impact_tables, "STORED_SHARE", 10_000)
+    monkeypatch.setattr(_index, "ORDER_MIN", 2)
+    live = {f"s{i}": " ".join(VOCAB[j] for j in range(12) if (i * 7 + j * 3) % 5 < 3) for i in range(60)}
+    fresh_build(live).save(tmp_path)
+    kb = KnowledgeBase.load(tmp_path, analyzer=plain)
+    kb.add_text("t0 t1 t1 t5 t11 and more", "late.md")
+    kb.remove("s7")
+    kb.save()
+    live.pop("s7")
+    live["late.md"] = "t0 t1 t1 t5 t11 and more"
+    again = KnowledgeBase.load(tmp_path, analyzer=plain)
+    assert again.segments == 2
+    queries = [" ".join(VOCAB[j] for j in range(12) if (q >> j) & 1) for q in range(1, 400, 7)]
+    fresh = fresh_build(live)
+    for q in queries:
+        assert ranked(again, q)[:5] == ranked(fresh, q)[:5]
+    for q in queries:  # again: now from the restamped tables and kept orders
+        assert [(h.source, h.score) for h in again.search(q, 3)] == [(h.source, h.score) for h in fresh.search(q, 3)]
+    assert again._index._restamps, "saved slot tables were used under the new statistics"
