@@ -25,6 +25,8 @@ working.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 __all__ = [
     "BackendError",
     "ClankerRagError",
@@ -72,3 +74,17 @@ class BackendError(ClankerRagError):
 
 class RetrievalTimeoutError(ClankerRagError, TimeoutError):
     """Retrieval did not finish within the controller's timeout."""
+
+
+def install_hint(extra: str) -> str:
+    """The pip command that installs ``extra`` for this copy of the package, ready to paste.
+
+    clanker-rag is installed from a clone (``pip install -e .``), where
+    ``pip install 'clanker-rag[X]'`` finds no such package on a registry: from
+    a checkout the hint names the checkout's own folder, which works from any
+    working directory.
+    """
+    root = Path(__file__).resolve().parent.parent
+    if (root / "pyproject.toml").is_file() and (root / "clanker_rag").is_dir():
+        return f"pip install -e '{root}[{extra}]'"
+    return f"pip install 'clanker-rag[{extra}]'"

@@ -66,6 +66,7 @@ from ._exceptions import (
     IngestError,
     MissingExtraError,
     RetrievalTimeoutError,
+    install_hint,
 )
 from ._ingest._run import IngestReport, Progress, ProgressHook
 from ._kb import Explanation, KnowledgeBase
@@ -96,7 +97,7 @@ _STARTED: dict[int, Any] = {}
 # The lost-worker timeout before the first of them started (see connect).
 _LOST_WORKER_KEY = "distributed.deploy.lost-worker-timeout"
 _LOST_WORKER: list[Any] = []
-_INSTALL_HINT = "the Dask cluster needs the dask extra: pip install 'clanker-rag[dask]'"
+_INSTALL_HINT = f"the Dask cluster needs the dask extra: {install_hint('dask')}"
 
 
 def require_dask() -> None:

@@ -1,5 +1,6 @@
 import importlib
 import pkgutil
+from pathlib import Path
 
 import clanker_rag
 
@@ -37,3 +38,12 @@ def test_private_modules_import_without_optional_deps():
     for info in pkgutil.walk_packages(clanker_rag.__path__, "clanker_rag."):
         if info.name != "clanker_rag.__main__":
             importlib.import_module(info.name)
+
+
+def test_install_hints_name_this_checkout() -> None:
+    """A missing extra's hint is a line that works pasted anywhere: from a clone it installs the clone's own extra."""
+    from clanker_rag._exceptions import install_hint
+
+    checkout = Path(__file__).resolve().parents[1]
+    assert (checkout / "pyproject.toml").is_file()
+    assert install_hint("mcp") == f"pip install -e '{checkout}[mcp]'"

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from .._exceptions import ConfigError, MissingExtraError
+from .._exceptions import ConfigError, MissingExtraError, install_hint
 from .._types import HitLike
 
 __all__ = ["ModelKind", "dot_all", "encode", "load_model", "model_id", "passage_text"]
@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 
 ModelKind = Literal["auto", "bi", "cross"]
 
-_INSTALL = "pip install 'clanker-rag[rerank]'"
+_INSTALL = install_hint("rerank")
 
 
 def _sentence_transformers() -> Any:

@@ -12,7 +12,7 @@ import math
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from .._exceptions import ConfigError, MissingExtraError
+from .._exceptions import ConfigError, MissingExtraError, install_hint
 from .._stream._generate import RequestStats, Token
 
 __all__ = ["LlamaCppPythonBackend"]
@@ -22,9 +22,7 @@ def _import_llama_cpp() -> Any:
     try:
         import llama_cpp
     except ImportError as exc:
-        raise MissingExtraError(
-            "LlamaCppPythonBackend needs llama-cpp-python: pip install 'clanker-rag[llama-cpp]'"
-        ) from exc
+        raise MissingExtraError(f"LlamaCppPythonBackend needs llama-cpp-python: {install_hint('llama-cpp')}") from exc
     return llama_cpp
 
 

@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from .._exceptions import ConfigError, MissingExtraError
+from .._exceptions import ConfigError, MissingExtraError, install_hint
 from .._stream._generate import RequestStats, Token
 
 __all__ = ["TransformersBackend"]
@@ -33,7 +33,7 @@ def _import_torch() -> Any:
         import transformers  # noqa: F401 - checked here so the error names the extra
     except ImportError as exc:
         raise MissingExtraError(
-            "TransformersBackend needs torch and transformers: pip install 'clanker-rag[transformers]'"
+            f"TransformersBackend needs torch and transformers: {install_hint('transformers')}"
         ) from exc
     return torch
 

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .._exceptions import ClankerRagError, ConfigError, MissingExtraError
+from .._exceptions import ClankerRagError, ConfigError, MissingExtraError, install_hint
 from .._kb import KnowledgeBase
 from .._serve._access import TOKEN_ENV, bearer_ok, token_from_env
 from .._serve._follow import IndexFollower
@@ -49,7 +49,7 @@ DEFAULT_PORT = 8766
 RESOURCE_PREFIX = "clanker-rag://source/"
 MAX_SHOW_CHARS = 100_000
 MAX_PATH_CHARS = 4096  # PATH_MAX on Linux: no longer path names a file
-_INSTALL = "the MCP server needs the mcp package: pip install 'clanker-rag[mcp]'"
+_INSTALL = f"the MCP server needs the mcp package: {install_hint('mcp')}"
 _LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 _T = TypeVar("_T")

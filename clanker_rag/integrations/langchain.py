@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from .._exceptions import MissingExtraError
+from .._exceptions import MissingExtraError, install_hint
 from .._stream._blocks import neutralize
 from ._adapters import (
     check_flag,
@@ -37,7 +37,7 @@ try:
     from langchain_core.retrievers import BaseRetriever
 except ImportError:
     raise MissingExtraError(
-        "clanker_rag.integrations.langchain needs langchain-core: pip install 'clanker-rag[langchain]'"
+        f"clanker_rag.integrations.langchain needs langchain-core: {install_hint('langchain')}"
     ) from None
 
 __all__ = ["KnowledgeBaseRetriever"]

@@ -21,7 +21,7 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
-from .._exceptions import MissingExtraError
+from .._exceptions import MissingExtraError, install_hint
 from .._stream._blocks import neutralize
 from .._types import Retriever
 from ._adapters import (
@@ -41,7 +41,7 @@ try:
     from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 except ImportError:
     raise MissingExtraError(
-        "clanker_rag.integrations.llama_index needs llama-index-core: pip install 'clanker-rag[llama-index]'"
+        f"clanker_rag.integrations.llama_index needs llama-index-core: {install_hint('llama-index')}"
     ) from None
 
 __all__ = ["KnowledgeBaseRetriever"]

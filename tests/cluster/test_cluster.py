@@ -400,7 +400,7 @@ def test_missing_extra_gives_the_install_line():
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
-    hint = "the Dask cluster needs the dask extra: pip install 'clanker-rag[dask]'"
+    hint = f"the Dask cluster needs the dask extra: pip install -e '{ROOT}[dask]'"
     assert out.strip() == f"{MissingExtraError.__name__} {hint}"
 
 

@@ -576,7 +576,7 @@ def test_pdf_pages_with_or_without_the_extra(tmp_path: Path, kb: KnowledgeBase) 
     try:
         import pypdf  # noqa: F401
     except ImportError:
-        assert "pip install 'clanker-rag[pdf]'" in skipped_reason(report, "paper.pdf")
+        assert f"pip install -e '{ROOT}[pdf]'" in skipped_reason(report, "paper.pdf")
         return
     assert report.added == ["paper.pdf"]
     hit = kb.search("flamingos")[0]
@@ -587,7 +587,7 @@ def test_pdf_without_extra_names_the_extra(tmp_path: Path, kb: KnowledgeBase, mo
     monkeypatch.setitem(sys.modules, "pypdf", None)  # makes "import pypdf" fail
     write(tmp_path, "paper.pdf", b"%PDF-1.4\n%...\n")
     report = ingest(kb, tmp_path)
-    assert "pip install 'clanker-rag[pdf]'" in skipped_reason(report, "paper.pdf")
+    assert f"pip install -e '{ROOT}[pdf]'" in skipped_reason(report, "paper.pdf")
 
 
 # ------------------------------------------------------------ re-ingest

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import re
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +21,8 @@ from langchain_core.runnables import RunnableLambda, RunnablePassthrough
 
 from clanker_rag import ConfigError, KnowledgeBase, MissingExtraError
 from clanker_rag.integrations.langchain import KnowledgeBaseRetriever
+
+CHECKOUT = Path(__file__).resolve().parents[2]  # the clone the tests run from: install hints name it
 
 
 @pytest.fixture(scope="module")
@@ -163,5 +167,7 @@ def test_inside_an_lcel_chain(kb: KnowledgeBase) -> None:
 def test_missing_langchain_is_one_line(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "langchain_core.retrievers", None)
     monkeypatch.delitem(sys.modules, "clanker_rag.integrations.langchain")
-    with pytest.raises(MissingExtraError, match=r"^[^\n]*pip install 'clanker-rag\[langchain\]'$"):
+    with pytest.raises(
+        MissingExtraError, match=r"^[^\n]*" + re.escape(f"pip install -e '{CHECKOUT}[langchain]'") + "$"
+    ):
         importlib.import_module("clanker_rag.integrations.langchain")

@@ -2,6 +2,7 @@ import math
 import subprocess
 import sys
 import types
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ DOCS = {
     "b.md": "Report of the bakery: bread and dough output doubled this report period.",
     "c.md": "Report: the feline population of the shelter, kittens and cats adopted.",
 }
+CHECKOUT = Path(__file__).resolve().parents[2]  # the clone the tests run from: install hints name it
 
 
 def make_kb() -> KnowledgeBase:
@@ -32,7 +34,7 @@ def test_missing_extra_is_one_clear_line(monkeypatch):
     with pytest.raises(MissingExtraError) as info:
         reranker.score("q", ["text"])
     message = str(info.value)
-    assert "pip install 'clanker-rag[rerank]'" in message
+    assert f"pip install -e '{CHECKOUT}[rerank]'" in message
     assert "\n" not in message
     assert isinstance(info.value, ImportError)
 
@@ -50,7 +52,7 @@ def test_missing_extra_from_the_command_line_has_no_traceback():
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
-    assert proc.stdout.strip().endswith("pip install 'clanker-rag[rerank]'")
+    assert proc.stdout.strip().endswith(f"pip install -e '{CHECKOUT}[rerank]'")
     assert "Traceback" not in proc.stderr
 
 

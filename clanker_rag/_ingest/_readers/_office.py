@@ -12,6 +12,7 @@ import re
 import zipfile
 from xml.etree import ElementTree
 
+from ..._exceptions import install_hint
 from ._base import Reader, Section, SkipFile
 from ._sections import heading_sections
 
@@ -22,7 +23,7 @@ def _pdf(data: bytes) -> tuple[str, list[Section]]:
     try:
         import pypdf  # type: ignore[import-not-found,unused-ignore]
     except ImportError as exc:
-        raise SkipFile("PDF needs the optional extra: pip install 'clanker-rag[pdf]'") from exc
+        raise SkipFile(f"PDF needs the optional extra: {install_hint('pdf')}") from exc
     try:
         reader = pypdf.PdfReader(io.BytesIO(data))
         if reader.is_encrypted:
