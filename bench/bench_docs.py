@@ -98,7 +98,9 @@ def load(collections: Sequence[str]) -> list[Item]:
             if line.strip():
                 obj = json.loads(line)
                 if obj["collection"] in collections:
-                    items.append(Item(obj["id"], obj["collection"], obj["kind"], obj["question"], tuple(obj["answers"])))
+                    items.append(
+                        Item(obj["id"], obj["collection"], obj["kind"], obj["question"], tuple(obj["answers"]))
+                    )
     if OWN in collections:
         # The test half only: the tune half has been used to decide defaults before.
         items += [Item(qa.id, OWN, kind_of(qa.question), qa.question, qa.answers) for qa in load_own(split="test")]
@@ -289,7 +291,8 @@ def rows(records: Sequence[Record], key: str) -> dict[str, dict[str, float]]:
 
 
 def print_rows(title: str, table: dict[str, dict[str, float]]) -> None:
-    print(f"{title:<10} {'n':>3} {'top3':>5} {'inj':>5} {'inj|top3':>9} {'answer':>7} {'base':>5} {'med s':>6} {'p95 s':>6}")
+    cols = ("n", "top3", "inj", "inj|top3", "answer", "base", "med s", "p95 s")
+    print(f"{title:<10} " + " ".join(f"{c:>{w}}" for c, w in zip(cols, (3, 5, 5, 9, 7, 5, 6, 6))))
     for group, r in table.items():
         line = f"{group:<10} {r['n']:>3.0f} {r['top3']:>5.0f} {r['injected']:>5.0f} {r['injected_of_top3']:>9.0%}"
         if "correct" in r:
@@ -330,7 +333,11 @@ def main() -> int:
                     answer(kbs[item.collection], item, server.url, rec)
     for rec in records:
         if rec.correct is None:
-            rec.failure = None if rec.injected else ("retrieval miss" if not rec.top3 else "not injected")
+            rec.failure = (
+                None
+                if rec.injected
+                else ("retrieval miss" if not rec.top3 else "wrong window" if rec.passage else "wrong passage")
+            )
     if args.verbose:
         for rec in records:
             mark = "ok " if (rec.correct if rec.correct is not None else rec.injected) else "BAD"

@@ -109,6 +109,8 @@ def test_completions_stream_injects_context_for_the_question(start: Any) -> None
     block = sent[len(prompt) :]
     assert "<context>" in block and "</context>" in block
     assert "[1] docs/server.md" in block and "port 7341" in block
+    # ... and after the passages the prompt's question and answer cue again, so a base model answers.
+    assert block.endswith(f"</context>\n{prompt}")
     assert req["body"]["stream"] is True
     assert "</tool>" in req["body"]["stop"]
 
