@@ -120,8 +120,8 @@ def _block_after(text: str, lines: list[tuple[int, int]], i: int) -> tuple[int, 
 def attached(text: str, start: int, end: int, budget: int) -> tuple[int, int]:
     """``[start, end)`` widened to what it introduces and what it defines, in whole lines, within ``budget``.
 
-    A span ending in a colon, or a line naming what follows (a directive or
-    heading), takes the block after it (the code, the list, the indented
+    A span ending in a colon (or in a paragraph ending in one), or a line
+    naming what follows (a directive or heading), takes the block after it (the code, the list, the indented
     body) up to the last whole line that fits; a span that opens a
     directive's body takes the directive line before it when it fits.
     """
@@ -129,6 +129,16 @@ def attached(text: str, start: int, end: int, budget: int) -> tuple[int, int]:
     if not lines:
         return start, end
     first, last = _line_of(lines, start), _line_of(lines, end)
+    # The rest of the sentence's paragraph, when the paragraph ends in a colon: "... will be
+    # imported. ::" and its literal block belong to every sentence of that paragraph.
+    para = last
+    while para + 1 < len(lines) and text[lines[para + 1][0] : lines[para + 1][1]].strip():
+        if is_head(text, lines, para + 1) or _ITEM_RE.match(text, *lines[para + 1]):
+            break
+        para += 1
+    lead_in = text[lines[para][0] : lines[para][1]].rstrip().endswith(":")
+    if para > last and lead_in and lines[para][1] - start <= budget:
+        end, last = lines[para][1], para
     tail = text[start:end].rstrip()
     if tail.endswith(":") or is_head(text, lines, last) or is_head(text, lines, first):
         block = _block_after(text, lines, last)

@@ -120,3 +120,15 @@ def test_the_window_always_holds_the_sentence_and_stays_in_the_text(text: str, a
     a, b = attached(text, start, end, budget)
     assert 0 <= a <= start <= end <= b <= len(text)
     assert b - a <= max(budget, end - start) or (a, b) == (start, end) or b == end
+
+
+def test_a_sentence_of_a_paragraph_ending_in_a_colon_takes_its_block() -> None:
+    text = (
+        "To explore the data, start a shell with the shell command. The app\n"
+        "instance will be imported. ::\n\n    $ tool shell\n    >>>\n\nMore prose.\n"
+    )
+    start, end = span_of(text, "To explore the data, start a shell with the shell command.")
+    a, b = attached(text, start, end, 400)
+    assert text[a:b].startswith("To explore") and text[a:b].endswith(">>>")
+    # The paragraph and its block do not fit: the sentence alone.
+    assert attached(text, start, end, 70) == (start, end)
