@@ -137,8 +137,8 @@ def attached(text: str, start: int, end: int, budget: int) -> tuple[int, int]:
             break
         para += 1
     lead_in = text[lines[para][0] : lines[para][1]].rstrip().endswith(":")
-    if para > last and lead_in and lines[para][1] - start <= budget:
-        end, last = lines[para][1], para
+    if lead_in and lines[para][1] - start <= budget:
+        end, last = max(end, lines[para][1]), para
     tail = text[start:end].rstrip()
     if tail.endswith(":") or is_head(text, lines, last) or is_head(text, lines, first):
         block = _block_after(text, lines, last)
