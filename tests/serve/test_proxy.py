@@ -16,6 +16,7 @@ import pytest
 from _fake_upstream import FakeUpstream, Reply, prompt_text
 
 from clanker_rag._kb import KnowledgeBase
+from clanker_rag._serve._handler import restated_question
 from clanker_rag._serve._proxy import ProxyServer, SharedRetriever, make_server, redact
 
 openai = pytest.importorskip(
@@ -500,3 +501,17 @@ def test_shared_retriever_reloads_after_another_process_saves(tmp_path: Path) ->
         kb.add_text("bananas are yellow", "b.md")
     time.sleep(0.01)
     assert [h.source for h in shared.search("bananas", 3)] == ["b.md"]
+
+
+@pytest.mark.parametrize(
+    ("prompt", "tail"),
+    [
+        ("Context here.\nQ: What port?\nA:", "Q: What port?\nA:"),
+        ("What port?\n", "What port?\n"),
+        ("Q: What port? Say it.\nA: ", "Q: What port? Say it.\nA: "),
+        ("Write a haiku.\n", ""),
+        ("Q: Why?\n" + "x\n" * 400, ""),  # a long tail is not repeated
+    ],
+)
+def test_restated_question_is_the_prompt_from_its_last_question(prompt: str, tail: str) -> None:
+    assert restated_question(prompt) == tail

@@ -549,3 +549,25 @@ def test_bad_configuration_is_rejected() -> None:
         RagController(kb, flare="sideways")  # type: ignore[arg-type]
     with pytest.raises(ConfigError):
         RagController(object())  # type: ignore[arg-type]
+
+
+def test_after_question_follows_only_the_block_for_the_prompt_s_own_question() -> None:
+    kb = KnowledgeBase(chunk_size=None)
+    kb.add_text("The server listens on port 7341.", "docs/server.md")
+    kb.add_text("Workers start 4 threads each.", "docs/workers.md")
+    prompts: list[str] = []
+    replies = iter(["How many threads do workers start? ", " done"])
+
+    def generate(prompt: str, stop: Sequence[str]) -> Iterator[str]:
+        prompts.append(prompt)
+        return iter([next(replies, "")])
+
+    ctl = RagController(kb, k=1, questions=True, tools=False, after_block="AB:", after_question="Q: port?\nA:")
+    events = list(ctl.events(generate, "Q: Which port does the server use?\nA:"))
+    blocks = [ev for ev in events if isinstance(ev, InjectEvent)]
+    assert len(blocks) == 2
+    # The up-front block is followed by the prompt's question again; a block the model's own question
+    # triggered mid-answer by the usual after_block text.
+    assert prompts[0].endswith("</context>\nQ: port?\nA:")
+    assert prompts[1].endswith("</context>\nAB:")
+    assert blocks[0].passages[0].source == "docs/server.md" and "7341" in blocks[0].passages[0].text
