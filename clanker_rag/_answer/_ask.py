@@ -43,7 +43,8 @@ logger = logging.getLogger(__name__)
 
 # The mode base models are asked in: measured best by bench/bench_answers.py.
 BASE_MODE = "both"
-# Per passage and per block: measured with bench/bench_answers.py (RESULTS.md).
+# Per passage and per block: measured with bench/bench_answers.py (RESULTS.md); k=1 against k=3 (the
+# grammar copying from all three) decided again on click and flask with bench/bench_docs.py: 23 vs 19 of 46.
 ANSWER_K = 1
 ANSWER_BLOCK_CHARS = 700
 ANSWER_TOOL_QUERY = "first"
@@ -53,11 +54,13 @@ ANSWER_SENTENCE = True
 ANSWER_TYPES = True
 # The sentence keeps the block its colon introduces and the definition it belongs to, within this
 # many characters (None: the sentence alone); release notes go after the passages that explain.
+# Decided on click and flask (bench/bench_docs.py, injected text: 21 -> 23 of 40 in the top 3; 240-480 alike).
 ANSWER_ATTACH_CHARS: int | None = 320
 ANSWER_CHANGELOG_LAST = True
-# The passage shown is the one of the top ANSWER_PICK whose best sentence answers best.
+# The passage shown is the one of the top ANSWER_PICK whose best sentence answers best: 2 or 3
+# injected no more answers than rank order on click and flask, so rank order stands.
 ANSWER_PICK = 1
-# Answers after a block limited to the block's words (llama.cpp grammar, _copying).
+# Answers after a block limited to the injected passages' words (llama.cpp grammar, _grammars).
 ANSWER_COPY = True
 # ... and to hold a block word of the type the question asks for, when the block has one.
 ANSWER_TYPED_COPY = True
