@@ -126,17 +126,17 @@ class ProxyConfig:
         self.upstream = base.url
 
 
-# At most this much of a completion prompt's end is said again after its question's block.
+# At most this much of a completion prompt's end goes after its question's block.
 _RESTATE_CHARS = 600
 
 
 def restated_question(prompt: str) -> str:
-    """What a completion prompt says again after the block injected for its question.
+    """The end of a completion prompt that the block injected for its question goes before.
 
     The prompt's lines from the last one holding a question mark to its end
-    ("Q: What port?\nA:"): after the passages the model reads the question
-    and its answer cue again, as it did before them.  Empty when the prompt
-    asks nothing, or when that tail is longer than :data:`_RESTATE_CHARS`.
+    ("Q: What port?\nA:"): the model reads the passages, then the question
+    and its answer cue.  Empty when the prompt asks nothing, or when that
+    tail is longer than :data:`_RESTATE_CHARS` (the block then follows the prompt).
     """
     lines = prompt.splitlines(keepends=True)
     for i in range(len(lines) - 1, -1, -1):
@@ -564,8 +564,8 @@ class _Handler(BaseHTTPRequestHandler):
             block_chars=cfg.block_chars,
             show_blocks=cfg.show_blocks,
             stop=as_stops(body.get("stop")),
-            # A completion prompt's question and answer cue, again after its block.
-            after_question=restated_question(str(body["prompt"])) if kind == "completions" else None,
+            # A completion prompt's block goes before its question and answer cue.
+            question_tail=restated_question(str(body["prompt"])) if kind == "completions" else None,
         )
         prompt = "" if kind == "chat" else str(body["prompt"])
         question = (self._question(kind, body) or "") if kind == "chat" else None

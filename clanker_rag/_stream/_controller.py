@@ -390,9 +390,12 @@ class _ControllerTurn:
             text = self._release_held()
             if text:
                 events.append(TextEvent(text))
-        # Before anything is generated the block follows the prompt's own question.
-        after = ctl.after_question if ctl.after_question is not None and not self.gen else ctl.after_block
-        self._append(block.text + after)
+        tail = ctl.question_tail
+        if tail and not self.gen and self.prompt.endswith(tail):
+            # Nothing generated yet: the block goes before the prompt's question and answer cue.
+            self.prompt = self.prompt[: len(self.prompt) - len(tail)] + block.text + tail
+        else:
+            self._append(block.text + ctl.after_block)
         events.append(InjectEvent.of(block, trig.kind, trig.query))
         self._new_sentence()
         self.prev_char = ""
@@ -487,11 +490,11 @@ class RagController:
     ("port 8080" for "which port does the proxy use?"); the question keeps
     retrieval on topic.  ``after_block`` is text the model reads after every
     block (not shown, not scanned): a few-shot prompt's ``"Answer:"`` starts
-    a base model's answer right after the passages.  ``after_question``, when
-    given, replaces it after the block injected for the prompt's own question
-    before anything is generated: a completion prompt ending "Q: ...?\nA:"
-    gets its question and answer cue again after the passages, or a base
-    model reads the block as the end of its answer and writes nothing.
+    a base model's answer right after the passages.  ``question_tail``, when
+    the prompt ends with it, is where the block for the prompt's own question
+    goes instead (before anything is generated): a completion prompt ending
+    "Q: ...?\nA:" reads the passages, then its question and answer cue; a
+    block after "A:" is read by a base model as the end of its answer.
     """
 
     def __init__(
@@ -518,7 +521,7 @@ class RagController:
         stop: Sequence[str] = (),
         tool_query: Literal["model", "merge", "fuse", "first"] = "model",
         after_block: str = "",
-        after_question: str | None = None,
+        question_tail: str | None = None,
     ) -> None:
         if not callable(getattr(retriever, "search", None)):
             raise ConfigError("retriever must have a search(query, k) method")
@@ -557,7 +560,7 @@ class RagController:
             raise ConfigError(f"tool_query must be 'model', 'merge', 'fuse' or 'first', got {tool_query!r}")
         self.tool_query = tool_query
         self.after_block = after_block
-        self.after_question = after_question
+        self.question_tail = question_tail
         names = set(self.handlers)
         if tools:
             names.add("retrieve")

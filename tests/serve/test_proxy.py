@@ -105,13 +105,11 @@ def test_completions_stream_injects_context_for_the_question(start: Any) -> None
     assert text == " It listens on port 7341."
     [req] = up.requests
     sent = req["body"]["prompt"]
-    # The upstream saw the original prompt, then the block: a prefix a prompt cache can reuse.
-    assert sent.startswith(prompt)
-    block = sent[len(prompt) :]
-    assert "<context>" in block and "</context>" in block
+    # The block sits before the prompt's question and answer cue: a base model reads the passages, then
+    # the question, and answers (after "Answer:" a block reads as the end of the answer).
+    assert sent.endswith("</context>\n" + prompt) and sent.startswith("\n<context>\n")
+    block = sent[: -len(prompt)]
     assert "[1] docs/server.md" in block and "port 7341" in block
-    # ... and after the passages the prompt's question and answer cue again, so a base model answers.
-    assert block.endswith(f"</context>\n{prompt}")
     assert req["body"]["stream"] is True
     assert "</tool>" in req["body"]["stop"]
 
