@@ -96,6 +96,8 @@ def ask(url: str, kb: KnowledgeBase, qa: QA, mode: str, args: argparse.Namespace
         focus_chars=focus,
         sentence=args.sentence,
         answer_types=args.answer_types,
+        # The copying grammar reads each block's passages as the controller hands them over.
+        on_block=backend.observe if isinstance(backend, CopyingBackend) else None,
     )
     started = time.perf_counter()
     parts: list[str] = []

@@ -58,13 +58,36 @@ _HEADS: dict[str, str] = {
     **dict.fromkeys(["option", "flag", "switch", "argument"], FLAG),
     **dict.fromkeys(["error", "exception", "warning"], ERROR),
     **dict.fromkeys(["file", "filename", "directory", "folder"], FILE),
-    **dict.fromkeys(["class", "function", "method"], IDENT),
+    # The things API documentation names: the answer is a name written as code.
+    **dict.fromkeys(
+        [
+            "class",
+            "function",
+            "method",
+            "decorator",
+            "parameter",
+            "setting",
+            "attribute",
+            "signal",
+            "loader",
+            "helper",
+            "extension",
+            "middleware",
+            "converter",
+            "filter",
+            "key",
+            "keyword",
+        ],
+        IDENT,
+    ),
 }
 _NOUN = "(" + "|".join(_HEADS) + r")(?:s|es)?\b"
 # "what is the", then at most two modifiers, then the noun; a second cue noun right after it is
 # the compound's head ("file size" asks for a size).
 _LEAD = r"\b(?:what|which) (?:(?:is|are|was|were) (?:the |a |an )?)?(?:[\w-]+ ){0,2}?"
 _HEAD_RE = re.compile(_LEAD + _NOUN + "(?: " + _NOUN + ")?")
+# "How do I ..." asks for something to write: a call, a keyword argument, an option.
+_HOWTO_RE = re.compile(r"^(?:how (?:do|can|should|would) (?:i|you|we)|how to)\b")
 _CUES: dict[str, re.Pattern[str]] = {
     NUMBER: re.compile(
         r"\bhow (?:many|much|long|big|large|small|often|far|old|high|low|deep|wide)\b"
@@ -82,8 +105,12 @@ _SHAPES: dict[str, re.Pattern[str]] = {
     # name.ext, a dotfile (".lock", ".gitignore") or a path
     FILE: re.compile(r"[\w-]+\.[a-z][a-z0-9]{0,4}\b(?!\()|(?:^|[\s`'\"(])\.[a-z][\w.-]*|\w/\w"),
     ENV: re.compile(r"\$?\b[A-Z][A-Z0-9]*_[A-Z0-9_]+\b"),
-    # a CamelCase name of two humps or more ("KnowledgeBase"), or a call ("retrieve(")
-    IDENT: re.compile(r"\b[A-Z][a-z0-9]+[A-Z]\w*|\b[A-Za-z_]\w*\("),
+    # a CamelCase name of two humps or more ("KnowledgeBase"), a call ("retrieve("), a snake_case
+    # or dotted lower-case name ("show_default", "loop.index"), a keyword argument ("lazy=True")
+    IDENT: re.compile(
+        r"\b[A-Z][a-z0-9]+[A-Z]\w*|\b[A-Za-z_]\w*\(|\b[a-z][a-z0-9]*_[a-z0-9_]*[a-z0-9]\b"
+        r"|(?<![/\w.])[a-z_]\w*\.[a-z_]\w*[a-z0-9]\b(?![./\w])|\b[a-z_]\w*=\S"
+    ),
 }
 
 
@@ -94,6 +121,8 @@ def expected_types(question: str) -> frozenset[str]:
     head = head_noun(text)
     if head:
         found.add(_HEADS[head])
+    elif not found and _HOWTO_RE.match(text):
+        found.update((IDENT, FLAG))
     return frozenset(found)
 
 

@@ -28,13 +28,23 @@ from ._grammars import LEAD_WORDS, CopyingBackend
 from ._prompts import ANSWER_LABEL, CHAT_PROMPT, STOP, after_block, base_prompt
 from ._repetition import repeats_at_end
 
-__all__ = ["BASE_MODE", "ServerInfo", "answer_controller", "answer_text", "ask_events", "copying", "probe_server"]
+__all__ = [
+    "BASE_MODE",
+    "ServerInfo",
+    "answer_controller",
+    "answer_text",
+    "ask_events",
+    "base_model_events",
+    "copying",
+    "probe_server",
+]
 
 logger = logging.getLogger(__name__)
 
 # The mode base models are asked in: measured best by bench/bench_answers.py.
 BASE_MODE = "both"
-# Per passage and per block: measured with bench/bench_answers.py (RESULTS.md).
+# Per passage and per block: measured with bench/bench_answers.py (RESULTS.md); k=1 against k=3 (the
+# grammar copying from all three) decided again on click and flask with bench/bench_docs.py: 23 vs 19 of 46.
 ANSWER_K = 1
 ANSWER_BLOCK_CHARS = 700
 ANSWER_TOOL_QUERY = "first"
@@ -42,7 +52,15 @@ ANSWER_FOCUS_CHARS = 200
 ANSWER_SENTENCE = True
 # The sentence chosen prefers one holding the kind of token the question asks for (_answer_types).
 ANSWER_TYPED_SENTENCE = True
-# Answers after a block limited to the block's words (llama.cpp grammar, _grammars).
+# The sentence keeps the block its colon introduces and the definition it belongs to, within this
+# many characters (None: the sentence alone); release notes go after the passages that explain.
+# Decided on click and flask (bench/bench_docs.py, injected text: 21 -> 23 of 40 in the top 3; 240-480 alike).
+ANSWER_ATTACH_CHARS: int | None = 320
+ANSWER_CHANGELOG_LAST = True
+# The passage shown is the one of the top ANSWER_PICK whose best sentence answers best: 2 or 3
+# injected no more answers than rank order on click and flask, so rank order stands.
+ANSWER_PICK = 1
+# Answers after a block limited to the injected passages' words (llama.cpp grammar, _grammars).
 ANSWER_COPY = True
 # ... and to hold a block word of the type the question asks for, when the block has one.
 ANSWER_TYPED_COPY = True
@@ -117,6 +135,9 @@ def answer_controller(
     focus_chars: int | None = ANSWER_FOCUS_CHARS,
     sentence: bool = ANSWER_SENTENCE,
     answer_types: bool = ANSWER_TYPED_SENTENCE,
+    attach_chars: int | None = ANSWER_ATTACH_CHARS,
+    changelog_last: bool = ANSWER_CHANGELOG_LAST,
+    pick: int = ANSWER_PICK,
     stop: Sequence[str] = STOP,
     **options: Any,
 ) -> RagController:
@@ -127,7 +148,15 @@ def answer_controller(
     ``options`` (``min_score``, ``show_blocks``...) go to the controller as they are.
     """
     if focus_chars is not None:
-        retriever = FocusedRetriever(retriever, budget=focus_chars, sentence=sentence, answer_types=answer_types)
+        retriever = FocusedRetriever(
+            retriever,
+            budget=focus_chars,
+            sentence=sentence,
+            answer_types=answer_types,
+            attach=attach_chars,
+            changelog_last=changelog_last,
+            pick=pick,
+        )
     return RagController(
         retriever,
         k=k,
@@ -190,6 +219,39 @@ def answer_text(events: Iterable[StreamEvent], loop_after_words: int = LOOP_AFTE
             close()
 
 
+def base_model_events(
+    retriever: Retriever,
+    question: str,
+    generate: Callable[..., Iterator[Any]],
+    *,
+    llama_cpp: bool,
+    mode: str = BASE_MODE,
+    asked: str | None = None,
+    history: Sequence[tuple[str, str]] = (),
+    system: str = "",
+    k: int = ANSWER_K,
+    stop: Sequence[str] = STOP,
+    **options: Any,
+) -> Iterator[StreamEvent]:
+    """A base model's answer to ``question``: the one answering path of ``ask``, ``demo`` and ``serve``.
+
+    The few-shot prompt of ``mode`` (``asked``, the question as the prompt
+    shows it, defaults to ``question``; ``history`` and ``system`` as in
+    :func:`~clanker_rag._answer._prompts.base_prompt`), the controller of
+    :func:`answer_controller`, and on llama.cpp (``llama_cpp``: its
+    completions take a GBNF grammar) answers held to the injected passages'
+    words (:func:`copying`; the controller hands it each block's passages).
+    ``generate`` is called as ``generate(prompt, stop)``, or with
+    ``options=`` under the grammar.  The events have the answer label
+    stripped and end when the answer loops (:func:`answer_text`).
+    """
+    backend: Callable[..., Iterator[Any]] = copying(generate, question) if llama_cpp else generate
+    observe = backend.observe if isinstance(backend, CopyingBackend) else None
+    ctl = answer_controller(retriever, mode, question=question, k=k, stop=stop, on_block=observe, **options)
+    prompt = base_prompt(asked if asked is not None else question, mode, history=history, system=system)
+    return answer_text(ctl.events(backend, prompt, question=question))
+
+
 def ask_events(
     retriever: Retriever,
     question: str,
@@ -205,24 +267,29 @@ def ask_events(
 
     ``api="auto"`` probes the server: a base model (no usable chat template)
     gets the few-shot prompt of :data:`BASE_MODE` through llama.cpp's native
-    ``/completion`` (or ``/v1/completions`` elsewhere); anything else gets a
-    chat request.  ``"completions"`` and ``"chat"`` force one.
+    ``/completion`` (or ``/v1/completions`` elsewhere), by
+    :func:`base_model_events`; anything else gets a chat request.
+    ``"completions"`` forces the first; ``"chat"`` the second, except on a
+    server that says its model has no chat template: that is logged as a
+    warning and answered with completions.
     """
     from ..backends import ChatBackend, CompletionsBackend, LlamaCppBackend
 
     base = base_url.rstrip("/")
     base = base[:-3] if base.endswith("/v1") else base
-    info = probe_server(base) if api == "auto" else None
+    info = probe_server(base) if api in ("auto", "chat") else None
+    if api == "chat" and info is not None and info.base_model:
+        # Its chat template would be ChatML the model has never seen: it streams "<|im_end|>" as text.
+        logger.warning("the model at %s has no chat template of its own: asking with completions instead of chat", base)
     raw = api == "completions" or (info is not None and info.base_model)
     if not raw:
         ctl = RagController(retriever, k=k or 3, questions=True, tools=True)
         chat = ChatBackend(base, model, max_tokens=max_tokens, api_key=api_key)
         return ctl.events(chat, CHAT_PROMPT.format(question=question), question=question)
-    backend: LlamaCppBackend | CompletionsBackend | CopyingBackend
-    if info is not None and info.llama_cpp:
-        llama = LlamaCppBackend(base, n_predict=max_tokens, temperature=0.0, cache_prompt=True, api_key=api_key)
-        backend = copying(llama, question)
+    llama_cpp = info is not None and info.llama_cpp
+    generate: Callable[..., Iterator[Any]]
+    if llama_cpp:
+        generate = LlamaCppBackend(base, n_predict=max_tokens, temperature=0.0, cache_prompt=True, api_key=api_key)
     else:
-        backend = CompletionsBackend(base, model, max_tokens=max_tokens, temperature=0.0, api_key=api_key)
-    ctl = answer_controller(retriever, BASE_MODE, question=question, k=k or ANSWER_K)
-    return answer_text(ctl.events(backend, base_prompt(question, BASE_MODE), question=question))
+        generate = CompletionsBackend(base, model, max_tokens=max_tokens, temperature=0.0, api_key=api_key)
+    return base_model_events(retriever, question, generate, llama_cpp=llama_cpp, k=k or ANSWER_K)

@@ -24,6 +24,7 @@ from .._exceptions import ConfigError
 from .._text._analysis import Analyzer
 from .._types import Hit, HitLike, Retriever
 from ._answer_types import expected_types, types_in
+from ._windows import attached, body_owner, is_changelog
 
 __all__ = ["FocusedRetriever", "focus_hit", "focus_sentence"]
 
@@ -160,12 +161,80 @@ def _lead_ins(text: str, spans: Sequence[tuple[int, int]]) -> dict[int, int]:
     return out
 
 
+def _unit_terms(
+    text: str,
+    spans: Sequence[tuple[int, int]],
+    terms: set[str],
+    analyzer: Callable[[str], list[str]],
+    budget: int,
+    expected: frozenset[str],
+    attach: int | None,
+) -> list[set[str]]:
+    """The query terms (and answer-type marks) each sentence of ``text`` counts; see :func:`focus_sentence`."""
+    # Only what would be shown counts: a long sentence is scored on its first ``budget`` characters.
+    unit_terms = [terms.intersection(analyzer(text[a : min(b, a + budget)])) for a, b in spans]
+    for k, lead in _lead_ins(text, spans).items():
+        # "BM25 is scored with:", a code block, "with k1 = 1.2.": the fact ends a sentence its
+        # lead-in began, so it is about the lead-in's words too.
+        unit_terms[k] |= unit_terms[lead]
+    if attach is not None:
+        for found, (a, _) in zip(unit_terms, spans):
+            owner = body_owner(text, a)
+            if owner is not None:
+                # "Default: None" under ".. data:: NAME" is about NAME.
+                found |= terms.intersection(analyzer(text[owner[0] : owner[1]]))
+    if expected:
+        # The answer's type is one more query term, held by the sentences with a token of that type.
+        for found, (a, b) in zip(unit_terms, spans):
+            found.update(_TYPE_MARK + kind for kind in expected & types_in(text[a : min(b, a + budget)]))
+    return unit_terms
+
+
+def _weights(unit_terms: Sequence[set[str]]) -> dict[str, float]:
+    """A term weighs more the fewer units hold it; an answer-type mark weighs :data:`_TYPE_WEIGHT` times more."""
+    held: dict[str, int] = {}
+    for found in unit_terms:
+        for term in found:
+            held[term] = held.get(term, 0) + 1
+    weight = {term: math.log(1.0 + len(unit_terms) / count) for term, count in held.items()}
+    for term in weight:
+        if term.startswith(_TYPE_MARK):
+            weight[term] *= _TYPE_WEIGHT
+    return weight
+
+
+def best_passage(
+    hits: Sequence[HitLike],
+    terms: set[str],
+    analyzer: Callable[[str], list[str]],
+    budget: int,
+    expected: frozenset[str] = frozenset(),
+    attach: int | None = None,
+) -> int:
+    """The index of the hit whose best sentence answers best, weighing terms over all the hits' sentences.
+
+    The search ranked whole chunks; the block shows one sentence.  The chunk
+    that ranks first often owes its score to a heading or to repeating the
+    question's words across several lines, while a lower one holds the one
+    sentence (or the lead-in and its code) that has them together.  Ties go
+    to the higher-ranked hit.
+    """
+    per_hit = []
+    for hit in hits:
+        spans = _sentences(hit.text) or [(0, len(hit.text))]
+        per_hit.append(_unit_terms(hit.text, spans, terms, analyzer, budget, expected, attach))
+    weight = _weights([found for units in per_hit for found in units])
+    scores = [max((sum(weight[t] for t in found) for found in units), default=0.0) for units in per_hit]
+    return max(range(len(hits)), key=lambda i: (scores[i], -i)) if hits else 0
+
+
 def focus_sentence(
     hit: HitLike,
     terms: set[str],
     analyzer: Callable[[str], list[str]],
     budget: int,
     expected: frozenset[str] = frozenset(),
+    attach: int | None = None,
 ) -> HitLike:
     """``hit`` cut to its one sentence (or line, or table row) holding the most query-term weight.
 
@@ -175,6 +244,12 @@ def focus_sentence(
     than ``budget`` keeps its start.  Prose resumed after a code block ("the
     score is:", a formula, "with k1 = 1.2") also counts the query terms of the
     sentence that led into the code (:func:`_lead_ins`).
+
+    With ``attach`` (a budget in characters), the sentence keeps what it
+    needs around it (:func:`~clanker_rag._answer._windows.attached`): the code
+    block or list its colon introduces, the body of the heading or directive
+    it is, the directive line whose body it opens; and a sentence in a
+    directive's body counts the directive line's query terms too.
 
     The sentence comes back on one line (each whitespace run made one
     space), so its ``text`` is the slice ``start:end`` of the document up to
@@ -186,28 +261,14 @@ def focus_sentence(
         return hit
     if not spans:
         return hit
-    # Only what would be shown counts: a long sentence is scored on its first ``budget`` characters.
-    unit_terms = [terms.intersection(analyzer(text[a : min(b, a + budget)])) for a, b in spans]
-    for k, lead in _lead_ins(text, spans).items():
-        # "BM25 is scored with:", a code block, "with k1 = 1.2.": the fact ends a sentence its
-        # lead-in began, so it is about the lead-in's words too.
-        unit_terms[k] |= unit_terms[lead]
-    if expected:
-        # The answer's type is one more query term, held by the sentences with a token of that type.
-        for found, (a, b) in zip(unit_terms, spans):
-            found.update(_TYPE_MARK + kind for kind in expected & types_in(text[a : min(b, a + budget)]))
-    held: dict[str, int] = {}
-    for found in unit_terms:
-        for term in found:
-            held[term] = held.get(term, 0) + 1
-    weight = {term: math.log(1.0 + len(spans) / count) for term, count in held.items()}
-    for term in weight:
-        if term.startswith(_TYPE_MARK):
-            weight[term] *= _TYPE_WEIGHT
+    unit_terms = _unit_terms(text, spans, terms, analyzer, budget, expected, attach)
+    weight = _weights(unit_terms)
     scores = [sum(weight[t] for t in found) for found in unit_terms]
     best = max(range(len(spans)), key=lambda i: (scores[i], -i))
     start, end = spans[best]
     end = min(end, start + budget)
+    if attach is not None:
+        start, end = attached(text, start, end, max(attach, end - start))
     first = text.count("\n", 0, start)
     out = _window(hit, start, end, first, first + text.count("\n", start, end))
     # One line: a model copying a wrapped sentence stops at its first line break.
@@ -252,10 +313,16 @@ class FocusedRetriever:
         analyzer: Callable[[str], list[str]] | None = None,
         sentence: bool = False,
         answer_types: bool = False,
+        attach: int | None = None,
+        changelog_last: bool = False,
+        pick: int = 1,
     ) -> None:
         if budget < 40:
             raise ConfigError(f"budget must be >= 40 characters, got {budget}")
         self.sentence = sentence
+        self.attach = attach
+        self.changelog_last = changelog_last
+        self.pick = pick
         self.answer_types = answer_types
         self.retriever = retriever
         self.budget = budget
@@ -264,11 +331,18 @@ class FocusedRetriever:
 
     def search(self, query: str, k: int = 10, **kwargs: object) -> list[HitLike]:
         hits = self.retriever.search(query, k, **kwargs)
+        if self.changelog_last:
+            # Release notes name every feature once, in passing: they go after the passages that explain.
+            notes = [is_changelog(h.source, h.text) for h in hits]
+            hits = [h for h, n in zip(hits, notes) if not n] + [h for h, n in zip(hits, notes) if n]
         terms = set(self.analyzer(query))
         if not self.sentence:
             return [focus_hit(hit, terms, self.analyzer, self.budget) for hit in hits]
         expected = expected_types(query) if self.answer_types else frozenset()
-        out = [focus_sentence(hit, terms, self.analyzer, self.budget, expected) for hit in hits]
+        if self.pick > 1 and len(hits) > 1:
+            first = best_passage(hits[: self.pick], terms, self.analyzer, self.budget, expected, self.attach)
+            hits = [hits[first], *hits[:first], *hits[first + 1 :]]
+        out = [focus_sentence(hit, terms, self.analyzer, self.budget, expected, self.attach) for hit in hits]
         if expected:
             # A passage whose best sentence holds no token of the asked-for type (and a query
             # term) cannot answer; the ones that can go first, each group in rank order.

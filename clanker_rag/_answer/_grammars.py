@@ -4,10 +4,11 @@ A 270M base model given the right line still garbles it about one time in
 three: it writes "10M" for "10 MiB", a run of zeros, or a word from the
 prompt's examples.  llama.cpp's ``/completion`` takes a GBNF ``grammar`` that
 limits what it may sample; :func:`copy_grammar` allows only whitespace-split
-words of the last injected block and of the question, joined by single
-spaces, on one line.  :class:`CopyingBackend` wraps a llama.cpp backend and
-sends that grammar with every request whose prompt ends with the answer label
-after a block, and :data:`TOOL_GRAMMAR` (one closed retrieve call) with every
+words of the passages injected in the turn, joined by single spaces, on one
+line.  :class:`CopyingBackend` wraps a llama.cpp backend; the controller
+hands it each injected block as a typed value (``on_block``, the passages as
+shown), and it sends that grammar with every request whose prompt ends with
+the answer label after a block, and :data:`TOOL_GRAMMAR` (one closed retrieve call) with every
 request that ends with the search label; every other request goes out
 unchanged.
 
@@ -17,36 +18,26 @@ server's prompt cache) is exactly the one the model would get without it.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
+from .._stream._controller import InjectEvent
 from .._text._analysis import Analyzer
 from ._answer_types import expected_types, head_noun, types_in
 from ._prompts import ANSWER_LABEL, SEARCH_LABEL
 
-__all__ = ["LEAD_WORDS", "TOOL_GRAMMAR", "CopyingBackend", "closest_typed", "copy_grammar", "last_block"]
+__all__ = ["LEAD_WORDS", "TOOL_GRAMMAR", "CopyingBackend", "closest_typed", "copy_grammar"]
 
 # After the search label the model may only write one closed retrieve call:
 # left free, it sometimes writes a source line and never closes the tag.
 TOOL_GRAMMAR = 'root ::= " <tool name=\\"retrieve\\">" [^<>\\n]{1,100} "</tool>"\n'
 
-_BLOCK_RE = re.compile(r"<(context|result)>\n(.*?)</\1>", re.S)
-_HEADER_RE = re.compile(r"^\[\d+\] \S+$")
-_MAX_WORDS = 40
+# The prompt's examples answer in at most ten words; a longer answer is a copy running on.
+_MAX_WORDS = 24
 # Words an answer may write before the typed word it must hold: a short lead, as in the
 # prompt's examples ("The server listens on port 6120"); a model looping on a table row's
 # other cells reaches the asked-for token within it.
 LEAD_WORDS = 8
-
-
-def last_block(prompt: str) -> str | None:
-    """The passage text of the prompt's last ``<context>``/``<result>`` block, source lines dropped."""
-    found = list(_BLOCK_RE.finditer(prompt))
-    if not found:
-        return None
-    lines = found[-1].group(2).splitlines()
-    return "\n".join(line for line in lines if not _HEADER_RE.match(line.strip()))
 
 
 def _literal(word: str) -> str:
@@ -108,7 +99,7 @@ def copy_grammar(
     expected: frozenset[str] = frozenset(),
     analyzer: Callable[[str], list[str]] | None = None,
 ) -> str:
-    """A GBNF grammar: one line of up to 40 words taken from ``passage`` or ``question``.
+    """A GBNF grammar: one line of up to 24 words taken from ``passage`` (or ``question`` if it has none).
 
     Each word is allowed as written and without its trailing punctuation
     (so "8765." may end a sentence and "8765" sit inside one).  With
@@ -119,7 +110,9 @@ def copy_grammar(
     with the row's error name alone.
     """
     words: dict[str, None] = {}
-    for text in (passage, question):
+    # The question's own words only when the passage has none: free to use them, a small model
+    # echoes the question ("How do I X" answered "I X") instead of copying the answer.
+    for text in (passage,) if passage.split() else (question,):
         for word in text.split():
             words.update(dict.fromkeys(_forms(word)))
     if not words:
@@ -136,10 +129,12 @@ def copy_grammar(
 
 
 class CopyingBackend:
-    """A llama.cpp backend whose answers after a block copy words of that block (see the module doc).
+    """A llama.cpp backend whose answers after a block copy words of the turn's passages (see the module doc).
 
-    ``typed=True`` also makes an answer hold a block word of the type the
-    question asks for, when the block has one (:func:`copy_grammar`).
+    Pass :meth:`observe` to the controller as ``on_block``: each injected
+    block's passages, as shown, become words an answer may use.
+    ``typed=True`` also makes an answer hold a passage word of the type the
+    question asks for, when the passages have one (:func:`copy_grammar`).
 
     ``inner`` is called as ``inner(prompt, stop, options=...)``: the
     :class:`~clanker_rag.backends.LlamaCppBackend` signature.
@@ -150,13 +145,17 @@ class CopyingBackend:
         self.question = question
         self.expected = expected_types(question) if typed else frozenset()
         self.analyzer = Analyzer()
+        self.passages: list[str] = []
+
+    def observe(self, event: InjectEvent) -> None:
+        """Remember the passages an injected block shows (a note shows none)."""
+        self.passages.extend(p.text for p in event.passages)
 
     def __call__(self, prompt: str, stop: Sequence[str] = ()) -> Iterator[Any]:
         options: Mapping[str, Any] | None = None
         if prompt.rstrip(" ").endswith(SEARCH_LABEL):
             options = {"grammar": TOOL_GRAMMAR}
-        elif prompt.rstrip(" ").endswith(ANSWER_LABEL):
-            passage = last_block(prompt)
-            if passage is not None:
-                options = {"grammar": copy_grammar(passage, self.question, self.expected, self.analyzer)}
+        elif prompt.rstrip(" ").endswith(ANSWER_LABEL) and self.passages:
+            passage = "\n".join(self.passages)
+            options = {"grammar": copy_grammar(passage, self.question, self.expected, self.analyzer)}
         return self.inner(prompt, stop, options=options)

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .._exceptions import ConfigError
+from .._stream._blocks import BlockBuilder, BlockTag, Passage
 
 __all__ = [
     "ANSWER_LABEL",
@@ -112,11 +113,10 @@ EXAMPLES = (
 )
 
 
-def _block(tag: str, example: Example) -> str:
-    # The same bytes RagController writes for one passage, so the model sees
-    # its examples and the real blocks in one layout.
+def _block(tag: BlockTag, example: Example) -> str:
+    # Built by the controller's own builder, so the model sees its examples and the real blocks in one layout.
     start, end = example.lines
-    return f"\n<{tag}>\n[1] {example.source}:{start}-{end}\n{example.passage}\n</{tag}>\n"
+    return BlockBuilder().build_passages(tag, [Passage(example.source, example.passage, start, end)]).text
 
 
 def after_block(question: str) -> str:

@@ -203,8 +203,7 @@ def run_demo(
     err: TextIO | None = None,
 ) -> int:
     """Run the demo; returns the exit code."""
-    from .._answer._ask import answer_controller, answer_text
-    from .._answer._prompts import base_prompt
+    from .._answer._ask import base_model_events
     from ..backends import LlamaCppBackend
 
     out = out or sys.stdout
@@ -213,14 +212,12 @@ def run_demo(
     question = " ".join((question or DEMO_QUESTION).split())
     with LlamaServerProcess(binary, model, err=err) as server:
         backend = LlamaCppBackend(server.url, n_predict=max_tokens, temperature=0.0, cache_prompt=True)
-        # The few-shot prompt and controller settings of `ask` for base models, in the
-        # model-driven mode: the model writes the retrieve call itself.
-        ctl = answer_controller(retriever, "tools", question=question)
         _progress(f"question: {question}", err)
         err.write("\n")
         err.flush()
         started = time.monotonic()
-        events = answer_text(ctl.events(backend, base_prompt(question, "tools"), question=question))
+        # `ask`'s answering path for a base model on llama.cpp: the same prompt, passages and grammar.
+        events = base_model_events(retriever, question, backend, llama_cpp=True)
         counts = render_events(events, out=out, err=err, color=color)
         stats = backend.last_stats
         cached = f", {stats.cached_tokens} prompt tokens reused from the cache" if stats and stats.cached_tokens else ""

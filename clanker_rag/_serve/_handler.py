@@ -21,13 +21,13 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Generator, Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from .._answer._ask import answer_controller, answer_text, copying, probe_server
-from .._answer._prompts import STOP, base_prompt
+from .._answer._ask import base_model_events, probe_server
+from .._answer._prompts import STOP
 from .._exceptions import ConfigError
 from .._sse import DONE, encode_event
 from .._stream._blocks import DEFAULT_BLOCK_CHARS, BlockBuilder, last_question, squash_ws
@@ -150,6 +150,26 @@ class ProxyConfig:
         BlockBuilder(self.block_chars)  # the same check as the controller's
         self.base = base
         self.upstream = base.url
+
+
+# At most this much of a completion prompt's end goes after its question's block.
+_RESTATE_CHARS = 600
+
+
+def restated_question(prompt: str) -> str:
+    """The end of a completion prompt that the block injected for its question goes before.
+
+    The prompt's lines from the last one holding a question mark to its end
+    ("Q: What port?\nA:"): the model reads the passages, then the question
+    and its answer cue.  Empty when the prompt asks nothing, or when that
+    tail is longer than :data:`_RESTATE_CHARS` (the block then follows the prompt).
+    """
+    lines = prompt.splitlines(keepends=True)
+    for i in range(len(lines) - 1, -1, -1):
+        if "?" in lines[i]:
+            tail = "".join(lines[i:])
+            return tail if len(tail) <= _RESTATE_CHARS else ""
+    return ""
 
 
 def _nests_deeper(obj: object, limit: int) -> bool:
@@ -613,6 +633,8 @@ class _Handler(BaseHTTPRequestHandler):
             block_chars=cfg.block_chars,
             show_blocks=cfg.show_blocks,
             stop=as_stops(body.get("stop")),
+            # A completion prompt's block goes before its question and answer cue.
+            question_tail=restated_question(str(body["prompt"])) if kind == "completions" else None,
         )
         prompt = "" if kind == "chat" else str(body["prompt"])
         question = (self._question(kind, body) or "") if kind == "chat" else None
@@ -627,28 +649,27 @@ class _Handler(BaseHTTPRequestHandler):
             (cfg.questions, cfg.tools), "none"
         )
         question = _question_of(chat.question)
-        prompt = base_prompt(chat.question, mode, history=chat.history, system=chat.system)
         # The rendered prompt replaces the messages; sampling settings pass through as they are.
         payload = {key: value for key, value in body.items() if key not in ("messages", "stop")}
-        payload["prompt"] = prompt
         turn = UpstreamTurn("completions", payload, self.server.upstream, self._upstream_headers(json_body=True))
-        ctl = answer_controller(
+        # `ask`'s answering path: on llama.cpp, answers copy the injected passages' words.
+        events = base_model_events(
             self.server.retriever,
-            mode,
-            question=question,
+            question,
+            turn.generate,
+            llama_cpp=self.server.llama_cpp,
+            mode=mode,
+            asked=chat.question,
+            history=chat.history,
+            system=chat.system,
             stop=(*STOP, *as_stops(body.get("stop"))),
             min_score=cfg.min_score,
             retrieval_timeout=cfg.retrieval_timeout,
             show_blocks=cfg.show_blocks,
         )
-        generate: Callable[..., Iterator[Any]] = turn.generate
-        if self.server.llama_cpp:
-            # As `ask` does: llama.cpp limits each answer after a block to the block's words.
-            generate = copying(turn.generate, question)
-        inner = ctl.events(generate, prompt, question=question)
-        assert isinstance(inner, Generator)
-        # The visible answer without the prompt's "Answer:" label.
-        return self._respond("chat", turn, answer_text(inner), inner)
+        assert isinstance(events, Generator)
+        # The visible answer without the prompt's "Answer:" label; closing it closes the controller.
+        return self._respond("chat", turn, events, events)
 
     def _respond(
         self, kind: str, turn: UpstreamTurn, events: Iterator[StreamEvent], controller: Generator[StreamEvent]

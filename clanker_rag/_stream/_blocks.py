@@ -35,6 +35,7 @@ from .._types import HitLike
 __all__ = [
     "DEFAULT_BLOCK_CHARS",
     "MIN_BLOCK_CHARS",
+    "Block",
     "BlockBuilder",
     "BlockTag",
     "Passage",
@@ -312,6 +313,21 @@ class Passage:
 
 
 @dataclass(frozen=True, slots=True)
+class Block:
+    """One block as the model reads it: ``text`` is its bytes, ``passages`` what it shows of each hit.
+
+    Each passage's ``text`` is exactly what the block holds of it
+    (neutralised, cut to the budget), so code that needs the shown words
+    (the copying grammar) reads them here instead of parsing ``text``.
+    """
+
+    tag: BlockTag
+    text: str
+    passages: tuple[Passage, ...] = ()
+    note: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class BlockBuilder:
     """Formats the blocks of one controller or proxy; ``budget`` caps each block's characters.
 
@@ -328,13 +344,21 @@ class BlockBuilder:
             raise ConfigError(f"block_chars must be an integer >= {MIN_BLOCK_CHARS}, got {self.budget!r}")
 
     def block(self, tag: BlockTag, hits: Sequence[HitLike] = (), note: str | None = None) -> str:
-        return self.passages_block(tag, [Passage.of(hit) for hit in hits], note)
+        return self.build(tag, hits, note).text
+
+    def build(self, tag: BlockTag, hits: Sequence[HitLike] = (), note: str | None = None) -> Block:
+        """The block of ``hits`` as a typed value (see :class:`Block`)."""
+        return self.build_passages(tag, [Passage.of(hit) for hit in hits], note)
 
     def passages_block(self, tag: BlockTag, passages: Sequence[Passage], note: str | None = None) -> str:
+        return self.build_passages(tag, passages, note).text
+
+    def build_passages(self, tag: BlockTag, passages: Sequence[Passage], note: str | None = None) -> Block:
         head = f"\n<{tag}>\n"
         tail = f"</{tag}>\n"
         room_total = self.budget - len(head) - len(tail)
         parts: list[str] = []
+        shown: list[Passage] = []
         used = 0
         if note is not None:
             parts.append(neutralize(note)[: max(room_total - 1, 0)] + "\n")
@@ -348,5 +372,6 @@ class BlockBuilder:
             if len(text) > room:
                 text = text[: room - 1].rstrip() + "\u2026"
             parts.append(header + text + "\n")
+            shown.append(Passage(passage.source, text, passage.start_line, passage.end_line))
             used += len(parts[-1])
-        return head + "".join(parts) + tail
+        return Block(tag, head + "".join(parts) + tail, tuple(shown), note)

@@ -51,7 +51,16 @@ from typing import Any, Literal
 from .._exceptions import ConfigError, RetrievalTimeoutError
 from .._retrieval._fusion import hit_key, reciprocal_rank_fusion
 from .._types import HitLike, Retriever
-from ._blocks import BlockBuilder, is_question_sentence, last_question, neutralize, norm_query, squash_ws
+from ._blocks import (
+    Block,
+    BlockBuilder,
+    Passage,
+    is_question_sentence,
+    last_question,
+    neutralize,
+    norm_query,
+    squash_ws,
+)
 from ._generate import AsyncGenerateFn, GenerateFn, Piece, piece_parts
 from ._scanner import TagScanner, ToolCall
 
@@ -90,12 +99,21 @@ class RetrieveEvent:
 
 @dataclass(frozen=True, slots=True)
 class InjectEvent:
-    """A block was added to the turn. ``tag`` is ``"result"`` or ``"context"``."""
+    """A block was added to the turn. ``tag`` is ``"result"`` or ``"context"``.
+
+    ``block`` is the text the model reads; ``passages`` what it shows of each
+    hit (:class:`~clanker_rag._stream._blocks.Block`), empty for a note.
+    """
 
     block: str
     tag: str
     kind: str
     query: str
+    passages: tuple[Passage, ...] = ()
+
+    @classmethod
+    def of(cls, block: Block, kind: str, query: str) -> InjectEvent:
+        return cls(block.text, block.tag, kind, query, block.passages)
 
 
 StreamEvent = TextEvent | RetrieveEvent | InjectEvent
@@ -323,7 +341,7 @@ class _ControllerTurn:
                 self._append("</tool>")
             if call.name != "retrieve":
                 body = self._run_handler(call)
-                block = ctl.blocks.block("result", note=body)
+                block = ctl.blocks.build("result", note=body)
             elif hits is None:
                 note = (
                     "Empty query."
@@ -332,7 +350,7 @@ class _ControllerTurn:
                     if self.injections >= ctl.max_injections
                     else "Already retrieved above."
                 )
-                block = ctl.blocks.block("result", note=note)
+                block = ctl.blocks.build("result", note=note)
             elif not fresh:
                 note = (
                     f"Retrieval failed: {error}."
@@ -341,12 +359,12 @@ class _ControllerTurn:
                     if hits
                     else "No relevant passages found."
                 )
-                block = ctl.blocks.block("result", note=note)
+                block = ctl.blocks.build("result", note=note)
             else:
-                block = ctl.blocks.block("result", fresh)
+                block = ctl.blocks.build("result", fresh)
             self._commit(fresh, hits is not None)
-            self._append(block + ctl.after_block)
-            events.append(InjectEvent(block, "result", trig.kind, trig.query))
+            self._append(block.text + ctl.after_block)
+            events.append(InjectEvent.of(block, trig.kind, trig.query))
             self.prev_char = ""
             resume = self.resumable and self.resumes < ctl.max_injections * 2 + 2
             if resume:
@@ -362,7 +380,7 @@ class _ControllerTurn:
             self._new_sentence()
             return events, False
 
-        block = ctl.blocks.block("context", fresh)
+        block = ctl.blocks.build("context", fresh)
         self._commit(fresh, True)
         rewind = trig.kind == "flare" and self.hold
         if rewind:
@@ -373,8 +391,13 @@ class _ControllerTurn:
             text = self._release_held()
             if text:
                 events.append(TextEvent(text))
-        self._append(block + ctl.after_block)
-        events.append(InjectEvent(block, "context", trig.kind, trig.query))
+        tail = ctl.question_tail
+        if tail and not self.gen and self.prompt.endswith(tail):
+            # Nothing generated yet: the block goes before the prompt's question and answer cue.
+            self.prompt = self.prompt[: len(self.prompt) - len(tail)] + block.text + tail
+        else:
+            self._append(block.text + ctl.after_block)
+        events.append(InjectEvent.of(block, trig.kind, trig.query))
         self._new_sentence()
         self.prev_char = ""
         resume = self.resumable
@@ -462,7 +485,10 @@ class RagController:
     passages are all dropped injects nothing).
 
     ``handlers`` maps other tool names to ``fn(payload) -> str``; their output
-    is injected as a ``<result>`` block.  ``query_rewriter`` turns one query
+    is injected as a ``<result>`` block.  ``on_inject(text)`` and
+    ``on_block(event)`` are called with each injected block before the
+    generation resumes; the event carries the passages as shown (typed), so a
+    backend that answers from them never parses the prompt.  ``query_rewriter`` turns one query
     into several; each is retrieved and the lists are fused by reciprocal rank.
 
     ``tool_query`` says what a tool call searches for: ``"model"`` the
@@ -475,7 +501,11 @@ class RagController:
     ("port 8080" for "which port does the proxy use?"); the question keeps
     retrieval on topic.  ``after_block`` is text the model reads after every
     block (not shown, not scanned): a few-shot prompt's ``"Answer:"`` starts
-    a base model's answer right after the passages.
+    a base model's answer right after the passages.  ``question_tail``, when
+    the prompt ends with it, is where the block for the prompt's own question
+    goes instead (before anything is generated): a completion prompt ending
+    "Q: ...?\nA:" reads the passages, then its question and answer cue; a
+    block after "A:" is read by a base model as the end of its answer.
     """
 
     def __init__(
@@ -496,11 +526,13 @@ class RagController:
         handlers: Mapping[str, Callable[[str], str]] | None = None,
         on_retrieve: Callable[[str, Sequence[HitLike]], None] | None = None,
         on_inject: Callable[[str], None] | None = None,
+        on_block: Callable[[InjectEvent], None] | None = None,
         show_blocks: bool = True,
         max_payload: int = 1000,
         stop: Sequence[str] = (),
         tool_query: Literal["model", "merge", "fuse", "first"] = "model",
         after_block: str = "",
+        question_tail: str | None = None,
     ) -> None:
         if not callable(getattr(retriever, "search", None)):
             raise ConfigError("retriever must have a search(query, k) method")
@@ -532,12 +564,14 @@ class RagController:
         self.handlers: dict[str, Callable[[str], str]] = {name.lower(): fn for name, fn in (handlers or {}).items()}
         self.on_retrieve = on_retrieve
         self.on_inject = on_inject
+        self.on_block = on_block
         self.show_blocks = show_blocks
         self.max_payload = max_payload
         if tool_query not in ("model", "merge", "fuse", "first"):
             raise ConfigError(f"tool_query must be 'model', 'merge', 'fuse' or 'first', got {tool_query!r}")
         self.tool_query = tool_query
         self.after_block = after_block
+        self.question_tail = question_tail
         names = set(self.handlers)
         if tools:
             names.add("retrieve")
@@ -584,10 +618,13 @@ class RagController:
         return RetrieveEvent(trig.query, tuple(hits), trig.kind, seconds, error)
 
     def _injected(self, events: list[StreamEvent]) -> list[StreamEvent]:
-        if self.on_inject is not None:
-            for ev in events:
-                if isinstance(ev, InjectEvent):
+        for ev in events:
+            if isinstance(ev, InjectEvent):
+                if self.on_inject is not None:
                     self.on_inject(ev.block)
+                if self.on_block is not None:
+                    # Before the generation resumes: a backend reads the passages it is to answer from.
+                    self.on_block(ev)
         return events
 
     # -- the drivers ----------------------------------------------------------------------

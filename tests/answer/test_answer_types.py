@@ -11,6 +11,8 @@ from clanker_rag._answer._answer_types import ANSWER_TYPES, expected_types, head
 from clanker_rag._answer._focusing import FocusedRetriever, focus_sentence
 from clanker_rag._answer._grammars import CopyingBackend, closest_typed, copy_grammar
 from clanker_rag._answer._prompts import ANSWER_LABEL
+from clanker_rag._stream._blocks import BlockBuilder
+from clanker_rag._stream._controller import InjectEvent
 from clanker_rag._text._analysis import Analyzer
 from clanker_rag._types import Hit
 
@@ -25,6 +27,10 @@ from clanker_rag._types import Hit
         ("What is the default maximum file size?", {"number"}),
         ("Which class do all errors derive from?", {"identifier"}),
         ("Which function returns the passages?", {"identifier"}),
+        ("Which decorator adds the option?", {"identifier"}),
+        ("How do I hide the input?", {"identifier", "flag"}),
+        ("How do I keep sources whose files were deleted?", {"identifier", "flag"}),
+        ("How many workers can I start?", {"number"}),
         ("Which exception is raised for a bad path?", {"error"}),
         ("Which file holds the settings?", {"file"}),
         ("Which environment variable sets the key?", {"env"}),
@@ -53,6 +59,11 @@ def test_expected_types(question: str, expected: set[str]) -> None:
         ("derives from `KnowledgeBase`:", "identifier", True),
         ("call retrieve(query) first", "identifier", True),
         ("a Word and an ID here", "identifier", False),
+        ("pass show_default=True", "identifier", True),
+        ("the loop.index variable", "identifier", True),
+        ("see palletsprojects.com/p/jinja for more", "identifier", False),
+        ("the end.next sentence", "identifier", True),
+        ("a well_known term", "identifier", True),
     ],
 )
 def test_types_in(text: str, kind: str, held: bool) -> None:
@@ -133,8 +144,10 @@ def test_typed_copy_grammar_requires_a_word_of_the_type() -> None:
 @pytest.mark.parametrize("typed", [False, True])
 def test_copying_backend_sends_the_typed_grammar_when_asked(typed: bool) -> None:
     inner = Recorder()
-    block = "Question: x\n<context>\n[1] a.md:1-1\nport 8765\n</context>\nQuestion: x\n"
-    list(CopyingBackend(inner, "Which port?", typed=typed)(block + ANSWER_LABEL))
+    block = BlockBuilder().build("context", [Hit("port 8765", "a.md", 1.0)])
+    backend = CopyingBackend(inner, "Which port?", typed=typed)
+    backend.observe(InjectEvent.of(block, "question", "x"))
+    list(backend(f"Question: x{block.text}Question: x\n{ANSWER_LABEL}"))
     [options] = inner.calls
     assert options is not None
     assert ('typed ::= "8765"' in options["grammar"]) == typed

@@ -8,8 +8,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from clanker_rag._answer._focusing import FocusedRetriever, _lead_ins, _sentences, focus_sentence
-from clanker_rag._answer._grammars import TOOL_GRAMMAR, CopyingBackend, copy_grammar, last_block
+from clanker_rag._answer._grammars import TOOL_GRAMMAR, CopyingBackend, copy_grammar
 from clanker_rag._answer._prompts import ANSWER_LABEL, SEARCH_LABEL
+from clanker_rag._kb import KnowledgeBase
+from clanker_rag._stream._blocks import BlockBuilder
+from clanker_rag._stream._controller import InjectEvent, RagController
 from clanker_rag._text._analysis import Analyzer
 from clanker_rag._types import Hit
 
@@ -91,29 +94,54 @@ def test_focused_retriever_sentence_mode_checks_budget_and_cuts() -> None:
     assert hit.text == "Alpha beta gamma."
 
 
-def test_copy_grammar_lists_passage_and_question_words() -> None:
+def test_copy_grammar_lists_passage_words_not_the_question_s() -> None:
     grammar = copy_grammar('listens on port 8765. "quoted" back\\slash', "Which port?")
     assert grammar.startswith('root ::= " " word')
-    for literal in ('"8765."', '"8765"', '"\\"quoted\\""', '"back\\\\slash"', '"Which"', '"port?"'):
+    for literal in ('"8765."', '"8765"', '"\\"quoted\\""', '"back\\\\slash"', '"port"'):
         assert literal in grammar
-    assert '"Ctrl-C"' not in grammar
-
-
-def test_last_block_drops_source_lines() -> None:
-    prompt = "Q\n<context>\n[1] a.md:1-2\nfirst\n</context>\nQ\n<result>\n[1] docs/b.md:3-4\nsecond line\n</result>\n"
-    assert last_block(prompt) == "second line"
-    assert last_block("no block here") is None
+    # Free to write the question's words, a small model echoes the question instead of answering.
+    assert '"Which"' not in grammar and '"Ctrl-C"' not in grammar
+    # A passage without words: the question's are all there is.
+    assert '"Which"' in copy_grammar("  ", "Which port?")
 
 
 def test_copying_backend_constrains_answers_after_a_block_and_tool_calls_only() -> None:
     inner = Recorder()
     backend = CopyingBackend(inner, "Which port?")
-    block = "Question: x\n<context>\n[1] a.md:1-1\nport 8765\n</context>\nQuestion: x\n"
-    list(backend(block + ANSWER_LABEL))
+    list(backend("Question: x\n" + ANSWER_LABEL))  # no block yet: nothing to copy from
+    block = BlockBuilder().build("context", [Hit("port 8765", "a.md", 1.0)])
+    backend.observe(InjectEvent.of(block, "question", "x"))
+    backend.observe(InjectEvent.of(BlockBuilder().build("result", note="No new passages."), "tool", "x"))
+    list(backend(f"Question: x{block.text}Question: x\n{ANSWER_LABEL}"))
     list(backend("Question: x\n" + SEARCH_LABEL))
-    list(backend("Question: x\n" + ANSWER_LABEL))  # no block: nothing to copy from
-    list(backend(block + "free text"))
+    list(backend(block.text + "free text"))
     first, second, third, fourth = inner.calls
-    assert first is not None and '"8765"' in first["grammar"] and '"Which"' in first["grammar"]
-    assert second == {"grammar": TOOL_GRAMMAR}
-    assert third is None and fourth is None
+    assert first is None
+    assert second is not None and '"8765"' in second["grammar"] and '"Which"' not in second["grammar"]
+    assert third == {"grammar": TOOL_GRAMMAR}
+    assert fourth is None
+
+
+def test_copying_grammar_takes_every_passage_of_the_turn() -> None:
+    inner = Recorder()
+    backend = CopyingBackend(inner, "Which port?")
+    builder = BlockBuilder()
+    backend.observe(InjectEvent.of(builder.build("context", [Hit("port 8765", "a.md", 1.0)]), "question", "q"))
+    two = [Hit("--port flag", "b.md", 1.0), Hit("default 7000", "c.md", 0.5)]
+    backend.observe(InjectEvent.of(builder.build("result", two), "tool", "q"))
+    list(backend("..." + ANSWER_LABEL))
+    [options] = inner.calls
+    assert options is not None
+    assert all(f'"{word}"' in options["grammar"] for word in ("8765", "--port", "7000"))
+
+
+def test_the_controller_hands_the_copying_backend_each_block_before_resuming() -> None:
+    kb = KnowledgeBase(chunk_size=None)
+    kb.add_text("The server listens on port 8765 by default.", "docs/server.md")
+    inner = Recorder()
+    backend = CopyingBackend(inner, "Which port does the server use?")
+    ctl = RagController(kb, k=1, questions=True, tools=False, after_block=ANSWER_LABEL, on_block=backend.observe)
+    events = list(ctl.events(backend, "Question: Which port does the server use?\n"))
+    assert [type(ev).__name__ for ev in events][:2] == ["RetrieveEvent", "InjectEvent"]
+    [options] = inner.calls
+    assert options is not None and '"8765"' in options["grammar"]

@@ -515,3 +515,21 @@ def test_subprocess_serve(index: Path) -> None:
         assert "guide/ports.md" in up.requests[0]["body"]["prompt"]
     assert served.code == 0
     assert "stopped" in served.rest and "Traceback" not in served.rest
+
+
+def test_ask_chat_on_a_model_without_a_chat_template_says_so_and_uses_completions(
+    index: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # llama.cpp serving a base model: no template of its own (ChatML would be streamed back as text).
+    with FakeUpstream(lambda path, body: Reply(["port 7341"]), props={"chat_template": ""}) as up:
+        code, _, err = run(
+            capsys, "ask", "Which port does the server listen on?", "--index", str(index),
+            "--base-url", up.url, "--chat", "--no-blocks",
+        )  # fmt: skip
+    assert "no chat template" in err and "completions" in err
+    # The few-shot prompt went to llama.cpp's native completion endpoint, never to chat (the fake
+    # answers it in the OpenAI shape, which the native reader refuses: that is the one error line).
+    paths = [r["path"] for r in up.requests]
+    assert paths == ["/props", "/completion"], paths
+    assert "Answer:" in up.requests[1]["body"]["prompt"]
+    assert code == 1 and "/completion answered without content" in err

@@ -16,6 +16,7 @@ import pytest
 from _fake_upstream import FakeUpstream, Reply, prompt_text
 
 from clanker_rag._kb import KnowledgeBase
+from clanker_rag._serve._handler import restated_question
 from clanker_rag._serve._proxy import ProxyServer, SharedRetriever, make_server, redact
 
 if TYPE_CHECKING:
@@ -107,10 +108,10 @@ def test_completions_stream_injects_context_for_the_question(start: Any) -> None
     assert text == " It listens on port 7341."
     [req] = up.requests
     sent = req["body"]["prompt"]
-    # The upstream saw the original prompt, then the block: a prefix a prompt cache can reuse.
-    assert sent.startswith(prompt)
-    block = sent[len(prompt) :]
-    assert "<context>" in block and "</context>" in block
+    # The block sits before the prompt's question and answer cue: a base model reads the passages, then
+    # the question, and answers (after "Answer:" a block reads as the end of the answer).
+    assert sent.endswith("</context>\n" + prompt) and sent.startswith("\n<context>\n")
+    block = sent[: -len(prompt)]
     assert "[1] docs/server.md" in block and "port 7341" in block
     assert req["body"]["stream"] is True
     assert "</tool>" in req["body"]["stop"]
@@ -501,3 +502,17 @@ def test_shared_retriever_reloads_after_another_process_saves(tmp_path: Path) ->
         kb.add_text("bananas are yellow", "b.md")
     time.sleep(0.01)
     assert [h.source for h in shared.search("bananas", 3)] == ["b.md"]
+
+
+@pytest.mark.parametrize(
+    ("prompt", "tail"),
+    [
+        ("Context here.\nQ: What port?\nA:", "Q: What port?\nA:"),
+        ("What port?\n", "What port?\n"),
+        ("Q: What port? Say it.\nA: ", "Q: What port? Say it.\nA: "),
+        ("Write a haiku.\n", ""),
+        ("Q: Why?\n" + "x\n" * 400, ""),  # a long tail is not repeated
+    ],
+)
+def test_restated_question_is_the_prompt_from_its_last_question(prompt: str, tail: str) -> None:
+    assert restated_question(prompt) == tail

@@ -131,3 +131,24 @@ def test_client_disconnect_stops_the_generation(llama: LlamaServer, kb: Knowledg
             assert answer.choices
         else:
             assert busy is False
+
+
+# Completion prompts a user sends a base model, each ending in its question or its answer cue.
+PROMPTS = (
+    "Q: What port does the clanker server listen on?\nA:",
+    "Question: What port does the clanker server listen on?\nAnswer:",
+    "What port does the clanker server listen on?\n",
+    "Q: Which license is clanker released under?\nA:",
+    "Q: Which Python version does clanker require?\nA:",
+)
+
+
+def test_completions_with_an_injected_block_answer_on_the_base_model(llama: LlamaServer, kb: KnowledgeBase) -> None:
+    # issue 30: the block after "A:" made the base model answer '' five times in seven.
+    with running(kb, llama.url, tools=False) as (_, client):
+        outs = [client.completions.create(model="g", prompt=p, temperature=0, max_tokens=24) for p in PROMPTS]
+    for prompt, out in zip(PROMPTS, outs):
+        ext = (out.model_extra or {})["clanker_rag"]
+        assert ext["injections"] == 1, prompt
+        assert out.choices[0].text.strip(), f"empty answer to {prompt!r}"
+    assert "7341" in outs[0].choices[0].text

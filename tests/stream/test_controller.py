@@ -585,3 +585,28 @@ def test_bad_configuration_is_rejected() -> None:
         RagController(kb, flare="sideways")  # type: ignore[arg-type]
     with pytest.raises(ConfigError):
         RagController(object())  # type: ignore[arg-type]
+
+
+def test_question_tail_puts_only_the_up_front_block_before_the_prompt_s_question() -> None:
+    kb = KnowledgeBase(chunk_size=None)
+    kb.add_text("The server listens on port 7341.", "docs/server.md")
+    kb.add_text("Workers start 4 threads each.", "docs/workers.md")
+    prompts: list[str] = []
+    replies = iter(["How many threads do workers start? ", " done"])
+
+    def generate(prompt: str, stop: Sequence[str]) -> Iterator[str]:
+        prompts.append(prompt)
+        return iter([next(replies, "")])
+
+    tail = "Q: Which port does the server use?\nA:"
+    ctl = RagController(kb, k=1, questions=True, tools=False, after_block="AB:", question_tail=tail)
+    events = list(ctl.events(generate, "Intro.\n" + tail))
+    blocks = [ev for ev in events if isinstance(ev, InjectEvent)]
+    assert len(blocks) == 2
+    # The up-front block sits between the prompt's head and its question; a block the model's own
+    # question triggered mid-answer follows the answer, with the usual after_block text.
+    assert prompts[0].startswith("Intro.\n\n<context>\n[1] docs/server.md") and prompts[0].endswith(
+        "</context>\n" + tail
+    )
+    assert prompts[1].startswith(prompts[0]) and prompts[1].endswith("</context>\nAB:")
+    assert blocks[0].passages[0].source == "docs/server.md" and "7341" in blocks[0].passages[0].text

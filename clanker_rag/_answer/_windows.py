@@ -1,0 +1,167 @@
+"""What a chosen sentence needs around it to answer: the block it introduces, the name it defines.
+
+Documentation often states a fact in two pieces.  A sentence ending in a
+colon ("To change the names, pass a context setting:") introduces the code
+block or list that holds the answer; a definition (a reStructuredText
+directive such as ``.. data:: NAME``, a Markdown or reStructuredText
+heading) names a thing and its indented body says what it is and what its
+default is.  The sentence that repeats a question's words is the lead-in or
+the name; the answer is in the other piece.
+
+:func:`body_owner` says which definition line a position sits under, so
+the body's sentences can count the defined name's words;
+:func:`attached` widens a sentence's span to the block it introduces and to
+the definition line it belongs to, in whole lines, within a budget.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["attached", "body_owner", "is_changelog"]
+
+# A reStructuredText directive or a Markdown heading: a line that names what follows.
+_HEAD_RE = re.compile(r"[ \t]*(?:\.\. [\w:-]+::|#{1,6} )")
+# Lines between a lead-in and its block that carry no content: directives (".. code-block:: python"), their options.
+_SKIP_RE = re.compile(r"[ \t]*(?:\.\. [\w:-]+::.*$|:[\w -]+:(?:[ \t].*)?$)")
+_UNDERLINE_RE = re.compile(r"[ \t]*([=\-~^\"'`#*+])\1{2,}[ \t]*$")
+_ITEM_RE = re.compile(r"[ \t]*(?:[-*+] |\d+[.)] )")
+_FENCE_RE = re.compile(r"[ \t]*(?:```|~~~)")
+# Names and headings of release notes: they mention every feature in passing and answer nothing.
+_CHANGELOG_NAME_RE = re.compile(r"(?:^|/)(?:change(?:s|log)|history|news|release[-_ ]?notes)[^/]*$", re.I)
+_VERSION_HEAD_RE = re.compile(r"^(?:#+ )?(?:Version|Release) \d+\.\d+", re.M)
+
+
+def _lines(text: str) -> list[tuple[int, int]]:
+    """[start, end) of each line of ``text`` (without its line break)."""
+    out, at = [], 0
+    for line in text.splitlines(keepends=True):
+        out.append((at, at + len(line.rstrip("\r\n"))))
+        at += len(line)
+    return out
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" \t"))
+
+
+def _line_of(lines: list[tuple[int, int]], pos: int) -> int:
+    for i, (_, b) in enumerate(lines):
+        if pos <= b:
+            return i
+    return len(lines) - 1
+
+
+def is_head(text: str, lines: list[tuple[int, int]], i: int) -> bool:
+    """Whether line ``i`` names what follows: a directive, a heading, a line over an underline."""
+    a, b = lines[i]
+    if _HEAD_RE.match(text, a, b):
+        return True
+    if i + 1 < len(lines):
+        na, nb = lines[i + 1]
+        return bool(text[a:b].strip()) and _UNDERLINE_RE.fullmatch(text, na, nb) is not None
+    return False
+
+
+def body_owner(text: str, pos: int) -> tuple[int, int] | None:
+    """The directive line (start, end) whose indented body holds ``pos``, if any."""
+    lines = _lines(text)
+    if not lines:
+        return None
+    i = _line_of(lines, pos)
+    a, b = lines[i]
+    if not text[a:b].strip():
+        return None
+    depth = _indent(text[a:b])
+    for j in range(i - 1, -1, -1):
+        ja, jb = lines[j]
+        line = text[ja:jb]
+        if not line.strip():
+            continue
+        if _indent(line) < depth:
+            return (ja, jb) if _HEAD_RE.match(line) and line.lstrip().startswith("..") else None
+    return None
+
+
+def _block_after(text: str, lines: list[tuple[int, int]], i: int) -> tuple[int, int] | None:
+    """The first content line and the end of the block that line ``i`` introduces, or None when nothing follows."""
+    n = len(lines)
+    j = i + 1
+    if j < n and _UNDERLINE_RE.fullmatch(text, *lines[j]):
+        j += 1
+    lead = _indent(text[lines[i][0] : lines[i][1]])
+    while j < n and (not text[lines[j][0] : lines[j][1]].strip() or _SKIP_RE.match(text, *lines[j])):
+        j += 1
+    if j >= n:
+        return None
+    first = text[lines[j][0] : lines[j][1]]
+    if _FENCE_RE.match(first):
+        for k in range(j + 1, n):
+            if _FENCE_RE.match(text, *lines[k]):
+                return j + 1, lines[k][1]
+        return j + 1, lines[-1][1]
+    base = _indent(first)
+    item = _ITEM_RE.match(first) is not None
+    end = lines[j][1]
+    k = j + 1
+    while k < n:
+        line = text[lines[k][0] : lines[k][1]]
+        if line.strip():
+            deeper = _indent(line) > base or (_indent(line) == base and base > lead)
+            if not (deeper or (item and _indent(line) == base and _ITEM_RE.match(line))):
+                break
+            end = lines[k][1]
+        elif not item and base <= lead:
+            break  # a prose paragraph ends at its blank line
+        k += 1
+    return j, end
+
+
+def attached(text: str, start: int, end: int, budget: int) -> tuple[int, int]:
+    """``[start, end)`` widened to what it introduces and what it defines, in whole lines, within ``budget``.
+
+    A span ending in a colon (or in a paragraph ending in one), or a line
+    naming what follows (a directive or heading), takes the block after it (the code, the list, the indented
+    body) up to the last whole line that fits; a span that opens a
+    directive's body takes the directive line before it when it fits.
+    """
+    lines = _lines(text)
+    if not lines:
+        return start, end
+    first, last = _line_of(lines, start), _line_of(lines, end)
+    # The rest of the sentence's paragraph, when the paragraph ends in a colon: "... will be
+    # imported. ::" and its literal block belong to every sentence of that paragraph.
+    para = last
+    while para + 1 < len(lines) and text[lines[para + 1][0] : lines[para + 1][1]].strip():
+        if is_head(text, lines, para + 1) or _ITEM_RE.match(text, *lines[para + 1]):
+            break
+        para += 1
+    lead_in = text[lines[para][0] : lines[para][1]].rstrip().endswith(":")
+    if lead_in and lines[para][1] - start <= budget:
+        end, last = max(end, lines[para][1]), para
+    tail = text[start:end].rstrip()
+    if tail.endswith(":") or is_head(text, lines, last) or is_head(text, lines, first):
+        block = _block_after(text, lines, last)
+        if block is not None:
+            content, after = block
+            # Whole lines that fit, and at least the block's first content line (not only a
+            # ".. code-block::" line): a code block or list is never cut mid-line.
+            stop = end
+            for a, b in lines[last + 1 :]:
+                if b > after or b - start > budget:
+                    break
+                if text[a:b].strip():
+                    stop = b
+            if stop >= lines[content][1]:
+                end = max(end, stop)
+    owner = body_owner(text, start)
+    if owner is not None:
+        head = owner[0] + _indent(text[owner[0] : owner[1]])
+        if end - head <= budget:
+            start = head
+    return start, end
+
+
+def is_changelog(source: str, text: str = "") -> bool:
+    """Whether a passage comes from release notes (by its source name, or a "Version 1.2" heading in it)."""
+    return _CHANGELOG_NAME_RE.search(source) is not None or _VERSION_HEAD_RE.search(text) is not None
