@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from _dask_threads import stop_offload_thread
 from _trees import write
 from conftest import _alive, _child_pids
 
@@ -43,9 +44,7 @@ def client():
     assert not cluster_processes(before), "the cluster left processes running"
     # distributed keeps one offload thread for the process's life once used; other tests decide
     # how to start worker processes by whether threads run (clanker_rag._ingest._parallel), so stop it.
-    from distributed.utils import _offload_executor
-
-    _offload_executor.shutdown(wait=True)
+    stop_offload_thread()
     left = [t.name for t in threading.enumerate() if t not in threads_before and t.is_alive()]
     assert not left, f"the cluster left threads running: {left}"
 

@@ -11,6 +11,7 @@ import time
 
 import pytest
 from _dask_procs import cluster, env
+from _dask_threads import stop_offload_thread
 from _trees import write
 
 pytest.importorskip("distributed", reason="the dask extra (distributed) is not installed")
@@ -27,9 +28,7 @@ def no_dask_threads_after():
     """distributed keeps one offload thread for the process's life once a client ran here; other tests
     decide how to start worker processes by whether threads run (clanker_rag._ingest._parallel)."""
     yield
-    from distributed.utils import _offload_executor
-
-    _offload_executor.shutdown(wait=True)
+    stop_offload_thread()
 
 
 @pytest.fixture(scope="module")
