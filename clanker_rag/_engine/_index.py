@@ -1,4 +1,4 @@
-"""The inverted index: postings, cached BM25 impacts and exact top-k search.
+"""The inverted index: postings and cached BM25 impacts, and the accessors the search reads.
 
 Each term has three parallel arrays: chunk ids (ascending), term frequencies,
 and *impacts*, the term's precomputed BM25 contribution to each chunk stored
@@ -6,19 +6,9 @@ as float32.  Impacts depend on the collection statistics (``N`` and
 ``avgdl``), so they carry the generation they were computed for and are
 recomputed lazily, one term at a time, after the collection changes: statistics
 stay exact under any sequence of adds and removes, and nothing is rebuilt.
-
-Search is exact top-k in two stages.  Every list longer than ``ORDER_MIN``
-also keeps its positions sorted by impact.  A query first runs the threshold
-algorithm of Fagin, Lotem and Naor in batches: the chunks among the best few
-impacts of each term are scored in full, and their k-th best score is a
-floor for the answer; a chunk never seen can only gain the impact at the
-cut from each term.  When that bound is already below the floor, the answer
-is found; otherwise MaxScore over those bounds names the few chunks still in
-the running (prefixes of the essential terms' orders), or, when they would
-be too many, term-at-a-time scoring with MaxScore pruning finishes the job,
-starting from the floor.  Scores are always summed in the same term order,
-so the ranking equals exhaustive scoring bit for bit (property tests check
-it).
+Lists longer than ``ORDER_MIN`` also keep their positions sorted by impact,
+and long lists keep lookup tables (impact by chunk id); the exact top-k
+search over these accessors is :mod:`._search`.
 
 The hot loops are written as ``map``/``zip``/``dict`` pipelines over builtin
 callables so that CPython runs them without executing Python bytecode per
@@ -27,7 +17,6 @@ posting; that is the whole trick behind the speed.
 
 from __future__ import annotations
 
-import heapq
 from array import array
 from bisect import bisect_left
 from collections import deque
@@ -41,8 +30,9 @@ from .._storage._codec import Floats, Ints, PostingChecks, Postings, TermList, c
 from .._storage._impact_tables import DENSE_SLOT_BYTES, Built, StoredTables, Table, TableCache, build_table
 from .._storage._impact_tables import lookup as saved_lookup
 from .._storage._lists import lengths_of, order_offsets_of, walk_postings, without_empty_lists
+from . import _search
 from ._bulk_impacts import impacts_and_orders, pack_pending
-from ._pruning import Plan, above, best_of, essential_slices, full_scores, merge_cost, probe, term_at_a_time
+from ._pruning import probe
 from ._scoring import BM25, TermExplanation, norm_values, tf_weights
 from ._scoring import impact_order as _impact_order
 from ._vocab import Pending, Vocabulary
@@ -57,17 +47,14 @@ _consume: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend
 # (a fresh int per posting, e.g. ``id << 32 | tf``, costs a cache miss each).
 # Lists longer than ORDER_MIN also keep their positions sorted by impact
 # (largest first), so the chunks where a term contributes at least some value
-# are a prefix found by binary search.  A query first scores the SEED best
-# chunks of each term in full; the k-th best of those is a lower bound on the
-# final threshold, and only the chunks that could still beat it are scored
-# (see top_k).  Terms at least TABLE_MIN long keep a lookup table once a
+# are a prefix found by binary search (see _search).  Terms at least
+# TABLE_MIN long keep a lookup table once a
 # query needs many of their impacts: a least-recently-used cache of at most
 # TABLE_BYTES in all.  A term in at least 1/DENSE_SHARE of the chunks gets a
 # dense float32 array indexed by chunk id (4 bytes a slot, and indexing it is
 # faster than a dict lookup); a rarer one a {chunk id: impact} dict (about 90
 # bytes an entry with its float).
 ORDER_MIN = 32
-SEED = 8
 TABLE_MIN = 256
 TABLE_BYTES = 96_000_000
 # Beside tables saved with the index (see _tables) only shorter lists need
@@ -77,18 +64,8 @@ TABLE_BYTES_BESIDE_SAVED = 16_000_000
 DENSE_SHARE = 16
 # A term's table is built once its binary-searched candidates pass 1/PROBE_SHARE
 # of its list (a binary search over an array costs about as much as putting 20
-# to 40 postings in a table, and the table serves later queries too);
-# candidates scored one by one may cost 1/BUDGET_SHARE of the postings that
-# term-at-a-time scoring would merge instead.  With saved tables a lookup is
-# one subscript: at 225k chunks 1 ran 4.9 % fewer instructions than 2
-# (callgrind, 500 cold queries; 4/16 for SEED and ESSENTIAL_SHARE 1 did not
-# help), and without them 1 and 4 were within noise of 2 (eighth session).
+# to 40 postings in a table, and the table serves later queries too).
 PROBE_SHARE = 24
-BUDGET_SHARE = 1
-# The essential-union path runs when its lists hold under 1/ESSENTIAL_SHARE of
-# the postings term-at-a-time would merge: each candidate is then looked up
-# in every list, a few times the cost of merging a posting.
-ESSENTIAL_SHARE = 2
 # Measured with bench_scale.py: at 30k chunks (120 kB dense tables) building
 # them eagerly is 4% faster; at 225k chunks (900 kB) waiting for three times
 # the candidates gives 9-12% more cold queries/s, with the same answers.
@@ -575,7 +552,7 @@ class InvertedIndex:
         self._order_buffer = (memoryview(positions), memoryview(offsets), self.gen)
         self._order_checks = None
 
-    def _order_ready(self, tid: int) -> bool:
+    def order_ready(self, tid: int) -> bool:
         """Whether the term's impact order is at hand, or worth sorting now.
 
         An order made stale by adds since it was sorted is sorted again on
@@ -635,26 +612,28 @@ class InvertedIndex:
             hint = None
             if buf is not None and not isinstance(self.docs[tid], array) and self._saved_order(tid):
                 hint = buf[0][buf[1][tid] : buf[1][tid + 1]]
-            order = _impact_order(self._imp(tid), hint)
+            order = _impact_order(self.imps_of(tid), hint)
             self._orders[tid] = (gen, order)
         return order
 
-    # -- search ----------------------------------------------------------------
-    def _plan(self, weights: Mapping[int, float]) -> Plan:
-        plan = []
-        for tid, w in weights.items():
-            if w <= 0 or not self.fold(tid):
-                continue
-            _, mx = self.impacts(tid)
-            plan.append((mx * w, tid, w))
-        # Largest upper bound first; the term itself breaks ties, so the order,
-        # and so the floating-point sum, is the same for pruned and exhaustive
-        # scoring and for any history of adds and removes.
-        terms = self.terms
-        plan.sort(key=lambda item: (-item[0], terms[item[1]]))
-        return plan
+    # -- search (see _search) ----------------------------------------------------
+    def top_k(
+        self, weights: Mapping[int, float], k: int, allowed: Container[int] | None = None
+    ) -> list[tuple[int, float]]:
+        """The ``k`` best ``(chunk id, score)`` pairs, best first, ties by lower id (exact)."""
+        return _search.top_k(self, weights, k, allowed)
 
-    def _imp(self, tid: int) -> Floats:
+    def score_all(self, weights: Mapping[int, float]) -> dict[int, float]:
+        """Exhaustive scores of every matching chunk (the reference for tests)."""
+        return _search.score_all(self, weights)
+
+    def explain(self, weights: Mapping[int, float], cid: int) -> tuple[float, list[TermExplanation]]:
+        """Per-term breakdown of chunk ``cid``'s score; the parts sum to the score exactly."""
+        return _search.explain(self, weights, cid)
+
+    # -- what the search reads -------------------------------------------------
+    def imps_of(self, tid: int) -> Floats:
+        """The term's impacts as last computed (current after :meth:`impacts`)."""
         imps = self.imps[tid]
         assert imps is not None
         return imps
@@ -668,8 +647,9 @@ class InvertedIndex:
         assert tfs is not None
         return tfs
 
-    def _contribs(self, tid: int, w: float) -> Iterable[float]:
-        imps = self._imp(tid)
+    def contributions(self, tid: int, w: float) -> Iterable[float]:
+        """``w`` times each impact, beside :meth:`fold`'s chunk ids."""
+        imps = self.imps_of(tid)
         return imps if w == 1.0 else map(mul, imps, repeat(w))
 
     def _table(self, tid: int) -> Built:
@@ -685,7 +665,7 @@ class InvertedIndex:
             self._table_cache.put(tid, self.imp_gen[tid], table, size, budget)
         return table
 
-    def _lookup(self, tid: int, w: float, cands: list[int]) -> Iterable[float]:
+    def lookup(self, tid: int, w: float, cands: list[int]) -> Iterable[float]:
         """The term's contribution to each of ``cands`` (0.0 where absent)."""
         docs = self.fold(tid)
         stored = self._stored
@@ -710,11 +690,11 @@ class InvertedIndex:
             if probed * share < len(docs):
                 # Few candidates so far: binary search beats building a table.
                 self._probed[tid] = probed
-                return probe(docs, self._imp(tid), w, cands)
+                return probe(docs, self.imps_of(tid), w, cands)
             if len(docs) >= TABLE_MIN:
                 table = self._table(tid)
             else:
-                local = dict(zip(docs, self._contribs(tid, w)))
+                local = dict(zip(docs, self.contributions(tid, w)))
                 return map(local.get, cands, repeat(0.0))
         vals: Iterable[float] = (
             map(table.__getitem__, cands) if isinstance(table, array) else map(table.get, cands, repeat(0.0))
@@ -730,149 +710,3 @@ class InvertedIndex:
             imps.frombytes(memoryview(self.impacts(tid)[0]).cast("B"))
             found = self._restamps[tid] = (self.gen, (imps, slots))
         return found[1]
-
-    def top_k(
-        self, weights: Mapping[int, float], k: int, allowed: Container[int] | None = None
-    ) -> list[tuple[int, float]]:
-        """The ``k`` best ``(chunk id, score)`` pairs, best first, ties by lower id.
-
-        First a threshold: the ``SEED`` highest-impact chunks of every term
-        are scored in full, and the k-th best of them, ``theta``, can only
-        rise.  A chunk not yet seen then needs at least ``theta - (what the
-        other terms can still give it)`` from some term (MaxScore's essential
-        terms), and the chunks meeting that are a prefix of each term's impact
-        order; they are scored in full when few (see :meth:`_seed`).  When
-        they are too many, term-at-a-time scoring runs instead, starting from
-        ``theta``.
-        """
-        plan = self._plan(weights)
-        if k <= 0 or not plan:
-            return []
-        theta = 0.0
-        total_len = sum(len(self.fold(tid)) for _, tid, _ in plan)
-        if total_len > 4 * max(SEED, k) and all([self._order_ready(tid) for _, tid, _ in plan]):
-            seeded = self._seed(plan, k, allowed, total_len)
-            if seeded is not None:
-                found, theta = seeded
-                if found is not None:
-                    return found
-        return self._term_at_a_time(plan, k, allowed, theta)
-
-    def _seed(
-        self, plan: Plan, k: int, allowed: Container[int] | None, total_len: int
-    ) -> tuple[list[tuple[int, float]] | None, float] | None:
-        """``(top k or None, theta)`` from the terms' best chunks, or None.
-
-        The threshold algorithm of Fagin, Lotem and Naor, in batches: the
-        pool is every chunk within ``depth`` of the top of some term's impact
-        order, scored in full, and a chunk outside it gets at most ``edge``
-        (the impact at ``depth``) from each term.  When the k-th best pool
-        score ``theta`` beats the sum of the edges, the pool's best are the
-        answer.  Otherwise the chunks that could still beat ``theta`` are in
-        prefixes of the essential terms' orders (MaxScore, over the edges);
-        when they are fewer than the postings term-at-a-time would merge,
-        they are scored too, else the pool deepens while that stays cheaper.
-        """
-        depth = max(SEED, k)
-        lookup = self._lookup
-        pool: set[int] = set()
-        cands: list[int] = []
-        scores: list[float] = []
-        bounds = [ub for ub, _, _ in plan]
-        lengths = [len(self.fold(tid)) for _, tid, _ in plan]
-        theta = 0.0
-        # Terms whose whole list was in the pool by the last round: a chunk
-        # new to it gets exactly 0.0 from them, so they are not looked up.
-        inside: set[int] = set()
-        while True:
-            new: set[int] = set()
-            edges: list[float] = []
-            now_inside: set[int] = set()
-            for i, (_, tid, w) in enumerate(plan):
-                docs = self.fold(tid)
-                order = self.order(tid)
-                if order is None or depth >= len(order):
-                    new.update(docs)
-                    edges.append(0.0)
-                    now_inside.add(i)
-                else:
-                    new.update(map(docs.__getitem__, order[:depth]))
-                    edges.append(self._imp(tid)[order[depth]] * w)
-            new.difference_update(pool)
-            pool.update(new)
-            # Chunks new to the pool lie below the last depth everywhere:
-            # the last edges bound what each term gives them.
-            more, more_scores = full_scores(
-                plan, list(new if allowed is None else filter(allowed.__contains__, new)), theta, bounds, inside, lookup
-            )
-            cands.extend(more)
-            scores.extend(more_scores)
-            if len(cands) >= k:
-                theta = max(theta, heapq.nlargest(k, scores)[-1])
-            if not any(edges) or (theta > 0.0 and above(sum(edges)) < theta):
-                return best_of(cands, scores, k, theta), theta
-            budget = (merge_cost(plan, lengths, theta) if theta > 0.0 else total_len) // BUDGET_SHARE
-            deeper = 3 * depth * len(plan)  # at most this many chunks join the pool next round
-            if theta > 0.0:
-                ranges, n_fresh = essential_slices(plan, edges, depth, theta, self._order, self._imp)
-                if n_fresh <= deeper or (n_fresh <= budget and len(pool) + deeper > budget):
-                    fresh: set[int] = set()
-                    for tid, lo, hi in ranges:
-                        fresh.update(map(self.fold(tid).__getitem__, self._order(tid)[lo:hi]))
-                    fresh.difference_update(pool)
-                    if allowed is not None:
-                        fresh = set(filter(allowed.__contains__, fresh))
-                    more, more_scores = full_scores(plan, list(fresh), theta, edges, now_inside, lookup)
-                    cands.extend(more)
-                    scores.extend(more_scores)
-                    return best_of(cands, scores, k, theta), theta
-            if len(pool) + deeper > budget:
-                return (None, theta) if theta > 0.0 else None
-            bounds, inside = edges, now_inside
-            depth *= 4
-
-    def _order(self, tid: int) -> Ints:
-        order = self.order(tid)
-        assert order is not None  # edges are 0.0 for lists without an order
-        return order
-
-    def _term_at_a_time(
-        self, plan: Plan, k: int, allowed: Container[int] | None, theta0: float
-    ) -> list[tuple[int, float]]:
-        return term_at_a_time(plan, k, allowed, theta0, self.fold, self._contribs, self._lookup, ESSENTIAL_SHARE)
-
-    def score_all(self, weights: Mapping[int, float]) -> dict[int, float]:
-        """Exhaustive scores of every matching chunk (the reference for tests)."""
-        acc: dict[int, float] = {}
-        for _, tid, w in self._plan(weights):
-            for d, c in zip(self.fold(tid), self._contribs(tid, w)):
-                acc[d] = acc.get(d, 0.0) + c
-        return acc
-
-    def explain(self, weights: Mapping[int, float], cid: int) -> tuple[float, list[TermExplanation]]:
-        """Per-term breakdown of chunk ``cid``'s score; the parts sum to the score exactly."""
-        score = 0.0
-        parts = []
-        dl = self.dl[cid] if cid < len(self.dl) else 0
-        for _, tid, w in self._plan(weights):
-            docs = self.fold(tid)
-            i = bisect_left(docs, cid)
-            if i >= len(docs) or docs[i] != cid:
-                continue
-            imp = self._imp(tid)[i]
-            contribution = imp if w == 1.0 else imp * w
-            score = score + contribution
-            parts.append(
-                TermExplanation.of(
-                    self.bm25,
-                    self.terms[tid],
-                    w,
-                    self._tf(tid)[i],
-                    len(docs),
-                    self.n_docs,
-                    dl,
-                    self.avgdl,
-                    contribution,
-                )
-            )
-        return score, parts

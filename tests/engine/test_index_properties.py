@@ -147,11 +147,17 @@ def test_threshold_search_equals_exhaustive(texts, q, k, seed, order_min, table_
     # Shrink the thresholds so impact orders, seeding rounds and tables all
     # run on small random corpora.
     import clanker_rag._engine._index as index_module
+    import clanker_rag._engine._search as search_module
 
-    names = ("SEED", "ORDER_MIN", "TABLE_MIN", "DENSE_SHARE")
-    old = [getattr(index_module, name) for name in names]
-    for name, value in zip(names, (seed, order_min, table_min, dense_share)):
-        setattr(index_module, name, value)
+    places = (
+        (search_module, "SEED"),
+        (index_module, "ORDER_MIN"),
+        (index_module, "TABLE_MIN"),
+        (index_module, "DENSE_SHARE"),
+    )
+    old = [getattr(module, name) for module, name in places]
+    for (module, name), value in zip(places, (seed, order_min, table_min, dense_share)):
+        setattr(module, name, value)
     try:
         frozen = build(texts)
         frozen._index.refresh()  # the bulk path computes every order at once
@@ -169,8 +175,8 @@ def test_threshold_search_equals_exhaustive(texts, q, k, seed, order_min, table_
         assert ranked(kb, q, k) == exhaustive(kb, q, k)
         assert ranked(kb, q, k) == exhaustive(kb, q, k)
     finally:
-        for name, value in zip(names, old):
-            setattr(index_module, name, value)
+        for (module, name), value in zip(places, old):
+            setattr(module, name, value)
 
 
 @settings(max_examples=100, deadline=None)
@@ -238,13 +244,14 @@ def test_lookup_tables_stay_within_their_budget(monkeypatch):
     import random
 
     import clanker_rag._engine._index as index_module
+    import clanker_rag._engine._search as search_module
 
     monkeypatch.setattr(index_module, "TABLE_MIN", 1)
     monkeypatch.setattr(index_module, "TABLE_BYTES", 60 * 90)
     monkeypatch.setattr(index_module, "DENSE_SHARE", 5)  # words in a fifth of the texts: both kinds
     monkeypatch.setattr(index_module, "PROBE_SHARE", 1)  # build a table on first use
     monkeypatch.setattr(index_module, "ORDER_MIN", 2)
-    monkeypatch.setattr(index_module, "SEED", 2)
+    monkeypatch.setattr(search_module, "SEED", 2)
     rng = random.Random(5)
     words = [f"w{i}" for i in range(30)]
     texts = [" ".join(rng.choices(words, k=rng.randint(3, 12))) for _ in range(150)]
@@ -366,18 +373,13 @@ def test_term_at_a_time_from_a_threshold_equals_exhaustive(texts, q, k, share_of
     # score; any such threshold must give the exhaustive top k.  On corpora
     # this small seeding rarely gives up, so the threshold is set here.
     # ESSENTIAL_SHARE 0 always scores the essential lists' union, 10**9 never.
-    import clanker_rag._engine._index as index_module
+    from clanker_rag._engine._search import plan_of, term_at_a_time
 
     kb = build(texts)
     index = kb._index
-    plan = index._plan(kb._query_weights(q))
+    plan = plan_of(index, kb._query_weights(q))
     scores = sorted(index.score_all(kb._query_weights(q)).values(), reverse=True)
     theta0 = scores[k - 1] * share_of_kth if len(scores) >= k else 0.0
-    old = index_module.ESSENTIAL_SHARE
-    index_module.ESSENTIAL_SHARE = essential_share
-    try:
-        got = index._term_at_a_time(plan, k, None, theta0)
-    finally:
-        index_module.ESSENTIAL_SHARE = old
+    got = term_at_a_time(index, plan, k, None, theta0, essential_share)
     want = sorted(index.score_all(kb._query_weights(q)).items(), key=lambda item: (-item[1], item[0]))[:k]
     assert got == want
