@@ -26,12 +26,13 @@ from operator import is_, mul, ne
 from typing import Any
 
 from .._exceptions import IndexFormatError
-from .._storage._codec import Floats, Ints, PostingChecks, Postings, TermList, copy_array
+from .._storage._codec import Floats, Ints, Postings, TermList, copy_array
 from .._storage._impact_tables import DENSE_SLOT_BYTES, Built, StoredTables, Table, TableCache, build_table
 from .._storage._impact_tables import lookup as saved_lookup
 from .._storage._lists import lengths_of, order_offsets_of, walk_postings, without_empty_lists
 from . import _search
 from ._bulk_impacts import impacts_and_orders, pack_pending
+from ._packed_lists import PackedLists, PackedOrders
 from ._pruning import probe
 from ._scoring import BM25, TermExplanation, norm_values, tf_weights
 from ._scoring import impact_order as _impact_order
@@ -85,17 +86,14 @@ class InvertedIndex:
         # A loaded format 3 index keeps its terms in the data file (TermList);
         # ``vocab`` then fills in as terms are looked up.
         self.terms: list[str] | TermList = []
-        # None: not yet cut out of the loaded buffers (see attach_buffers).
+        # None: not yet cut out of the packed lists (see _adopt_lists).
         # A view of the buffers until the list changes, then an array of its own.
         self.docs: list[Ints | None] = []
         self.tfs: list[Ints | None] = []
         self.imps: list[Floats | None] = []
-        self._buffers: tuple[Ints, Ints, Floats, Ints] | None = None
-        self._n_buffered = 0
-        self._buffers_gen = -1
-        self._check_chunks: tuple[int, str] | None = None
-        self._checks: PostingChecks | None = None  # a big segment's: run before a list is first read
-        self._order_checks: PostingChecks | None = None
+        # The packed lists (mapped at load, or packed by a bulk pass) and their impact orders.
+        self.packed_lists: PackedLists | None = None
+        self.packed_orders: PackedOrders | None = None
         # Largest impact of each list; -1.0: not computed yet.
         self.maxes: array[float] = array("f")
         self.imp_gen: list[int] = []
@@ -120,8 +118,6 @@ class InvertedIndex:
         # generation, so a search right after each add (an agent's memory
         # loop) does not pay for sorting lists the next add makes stale again.
         self._order_wanted: dict[int, int] = {}
-        # (positions, per-term offsets into them, the generation they are for)
-        self._order_buffer: tuple[Ints, Ints, int] | None = None
         # Tables built at query time: one C-level lookup per candidate
         # instead of a binary search.
         self._table_cache = TableCache()
@@ -200,14 +196,23 @@ class InvertedIndex:
             index.vocab.update(zip(index.terms, range(len(index.terms))))
             if len(index.vocab) != len(index.terms):
                 raise IndexFormatError(f"{where}: duplicate terms in the vocabulary")
-        index.attach_buffers(
-            postings.offsets, postings.chunks, postings.tfs, postings.impacts, n_chunks=index.n_docs, where=where
+        checks = postings.checks
+        index._adopt_lists(
+            PackedLists(
+                postings.offsets,
+                postings.chunks,
+                postings.tfs,
+                postings.impacts,
+                index.gen,
+                n_chunks=index.n_docs,
+                where=where,
+                checks=checks,
+            )
         )
         if postings.maxes is not None:
             index.maxes = copy_array("f", postings.maxes)
         if postings.order_offsets is not None and postings.positions is not None:
-            index.attach_orders(postings.order_offsets, postings.positions)
-        index._checks = index._order_checks = postings.checks
+            index.packed_orders = PackedOrders(postings.order_offsets, postings.positions, index.gen, checks=checks)
         if postings.tables is not None:
             index._stored = (StoredTables(postings.tables, where), index.gen)
         return index
@@ -249,29 +254,11 @@ class InvertedIndex:
         self.total_len += sum(dls)
         self.gen += n
 
-    def attach_buffers(
-        self,
-        offsets: Ints,
-        docs: Ints,
-        tfs: Ints,
-        imps: Floats,
-        *,
-        n_chunks: int | None = None,
-        where: str = "index",
-    ) -> None:
-        """Adopt packed postings (term ``t``'s list is ``[offsets[t], offsets[t + 1])``).
-
-        Each term's lists are views of them until changed (see :meth:`_owned`).
-        With ``n_chunks``, each list is checked against it when first used
-        (its ends suffice: lists are sorted), so a damaged index fails clearly.
-        """
-        self._check_chunks = (n_chunks, where) if n_chunks is not None else None
-        self._checks = None
-        self._buffers = (memoryview(docs), memoryview(tfs), memoryview(imps), memoryview(offsets))
-        n = len(offsets) - 1
-        self._n_buffered = n
-        self._buffers_gen = self.gen
-        self._stored = None  # tables of the buffers replaced, if any
+    def _adopt_lists(self, lists: PackedLists) -> None:
+        """Read every term's lists from ``lists`` (views until changed, see :meth:`_owned`)."""
+        self.packed_lists = lists
+        self._stored = None  # tables of the lists replaced, if any
+        n = lists.n_terms
         self.docs = [None] * n
         self.tfs = [None] * n
         self.imps = [None] * n
@@ -279,21 +266,13 @@ class InvertedIndex:
         self.imp_gen = [self.gen] * n
 
     def _cut(self, tid: int) -> Ints:
-        if self._buffers is None or tid >= self._n_buffered:
+        lists = self.packed_lists
+        if lists is None or not lists.holds(tid):
             d0: array[int] = array("i")
             self.docs[tid], self.tfs[tid], self.imps[tid] = d0, array("I"), array("f")
             return d0
-        mv_d, mv_t, mv_i, offsets = self._buffers
-        checks = self._checks  # (the offsets were checked at load)
-        a, b = offsets[tid], offsets[tid + 1]
-        if checks is not None:
-            checks.chunks(a, b)
-            checks.tfs(a, b)
-            checks.impacts(a, b)
-        d = mv_d[a:b]
-        if self._check_chunks is not None and d and (d[0] < 0 or d[-1] >= self._check_chunks[0]):
-            raise IndexFormatError(f"{self._check_chunks[1]}: a posting points at a chunk that does not exist")
-        self.docs[tid], self.tfs[tid], self.imps[tid] = d, mv_t[a:b], mv_i[a:b]
+        d, self.tfs[tid], self.imps[tid] = lists.cut(tid)
+        self.docs[tid] = d
         return d
 
     def _owned(self, tid: int) -> tuple[array[int], array[int]]:
@@ -423,7 +402,7 @@ class InvertedIndex:
 
     def refresh(self) -> None:
         """Bring every term's impacts and impact order up to date (before a save)."""
-        if self._buffers is None and self.docs.count(None) == len(self.docs):
+        if self.packed_lists is None and self.docs.count(None) == len(self.docs):
             self._freeze()
             return
         if self._packed_current():
@@ -441,29 +420,20 @@ class InvertedIndex:
         """Repack every list (loaded buffers, cut arrays, pending postings) and
         recompute all impacts and orders in bulk, as :meth:`_freeze` does."""
         docs, tfs, lengths = array("i"), array("I"), array("i")
-        bufs = self._buffers
+        lists = self.packed_lists
         pending = self.pending
         for tid in range(len(self.terms)):
-            if bufs is not None and self.docs[tid] is None and tid < self._n_buffered and tid not in pending:
-                mv_d, mv_t, _, offsets = bufs
-                a, b = offsets[tid], offsets[tid + 1]
-                if self._checks is not None:
-                    self._checks.chunks(a, b)
-                    self._checks.tfs(a, b)
-                docs.frombytes(memoryview(mv_d[a:b]).cast("B"))
-                tfs.frombytes(memoryview(mv_t[a:b]).cast("B"))
-                lengths.append(b - a)
+            if lists is not None and self.docs[tid] is None and lists.holds(tid) and tid not in pending:
+                raw_docs, raw_tfs = lists.raw(tid)
+                docs.frombytes(raw_docs)
+                tfs.frombytes(raw_tfs)
+                lengths.append(len(raw_docs) // docs.itemsize)
             else:
                 d = self.fold(tid)
                 docs.frombytes(memoryview(d).cast("B"))
                 tfs.frombytes(memoryview(self._tf(tid)).cast("B"))
                 lengths.append(len(d))
         self._pack(lengths, docs, tfs)
-
-    def _lengths(self) -> Iterable[int]:
-        if self._buffers is None:
-            return map(len, map(self.fold, range(len(self.terms))))
-        return lengths_of(self._buffers[3])
 
     def _freeze(self) -> None:
         """Pack a fresh build into the loaded-index layout in a few C-level passes
@@ -489,19 +459,19 @@ class InvertedIndex:
         self, lengths: array[int], docs: array[int], tfs: array[int], imps: array[float], positions: Ints
     ) -> None:
         """Adopt packed lists with their impacts and orders (all laid end to end) as the buffers."""
-        self.attach_buffers(array("q", accumulate(lengths, initial=0)), docs, tfs, imps)
-        self.attach_orders(order_offsets_of(lengths, ORDER_MIN), positions)
+        self._adopt_lists(PackedLists(array("q", accumulate(lengths, initial=0)), docs, tfs, imps, self.gen))
+        self.packed_orders = PackedOrders(order_offsets_of(lengths, ORDER_MIN), positions, self.gen)
 
     def _packed_current(self) -> bool:
         """Whether the packed buffers and orders still hold every list as it is."""
-        buf = self._order_buffer
+        lists, orders = self.packed_lists, self.packed_orders
         return not (
-            self._buffers is None
-            or self._buffers_gen != self.gen
-            or self._n_buffered != len(self.terms)
+            lists is None
+            or lists.gen != self.gen
+            or lists.n_terms != len(self.terms)
             or self.pending
-            or buf is None
-            or buf[2] != self.gen
+            or orders is None
+            or orders.gen != self.gen
         )
 
     def packed(self) -> Postings | None:
@@ -514,12 +484,12 @@ class InvertedIndex:
         """
         if not self._packed_current():
             return None
-        buf = self._order_buffer
-        assert self._buffers is not None and buf is not None
-        docs, tfs, imps, offsets = self._buffers
-        positions, order_offsets, _ = buf
-        checks = self._checks
-        if checks is not None and self._order_checks is checks:  # a save copies them whole: check them whole
+        lists, orders = self.packed_lists, self.packed_orders
+        assert lists is not None and orders is not None
+        docs, tfs, imps, offsets = lists.docs, lists.tfs, lists.imps, lists.offsets
+        positions, order_offsets = orders.positions, orders.offsets
+        checks = lists.checks
+        if checks is not None and orders.checks is checks:  # a save copies them whole: check them whole
             for check, part in zip(checks, (offsets, docs, tfs, imps, order_offsets, positions)):
                 check(0, len(part))
         lengths = array("q", lengths_of(offsets))
@@ -546,12 +516,6 @@ class InvertedIndex:
             return packed._replace(chunks=array("i", map(renumber.__getitem__, packed.chunks)))
         return walk_postings(self, renumber)
 
-    def attach_orders(self, offsets: Ints, positions: Ints) -> None:
-        """Adopt impact orders (see :meth:`order`) for the current generation:
-        term ``t``'s is ``positions[offsets[t]:offsets[t + 1]]`` (empty: none saved)."""
-        self._order_buffer = (memoryview(positions), memoryview(offsets), self.gen)
-        self._order_checks = None
-
     def order_ready(self, tid: int) -> bool:
         """Whether the term's impact order is at hand, or worth sorting now.
 
@@ -575,23 +539,18 @@ class InvertedIndex:
         return False
 
     def _saved_order(self, tid: int) -> bool:
-        buf = self._order_buffer
-        return buf is not None and tid + 1 < len(buf[1]) and buf[1][tid + 1] > buf[1][tid]
+        orders = self.packed_orders
+        return orders is not None and orders.has(tid)
 
     def _known_order(self, tid: int, gen: int, length: int) -> Ints | None:
         """The term's order for impact generation ``gen``, cached or saved, else None."""
         cached = self._orders.get(tid)
         if cached is not None and cached[0] == gen:
             return cached[1]
-        buf = self._order_buffer
-        if buf is None or buf[2] != gen or not self._saved_order(tid):
+        orders = self.packed_orders
+        if orders is None or orders.gen != gen or not orders.has(tid):
             return None
-        start = buf[1][tid]
-        if self._order_checks is not None:
-            self._order_checks.positions(start, start + length)
-        # Read in place.  Not range-checked here: the checksum vouches for
-        # it, and a bad position fails loudly (IndexError), never silently.
-        order = buf[0][start : start + length]
+        order = orders.read(tid, length)
         self._orders[tid] = (gen, order)
         return order
 
@@ -608,10 +567,10 @@ class InvertedIndex:
         order = self._known_order(tid, gen, len(docs))
         if order is None:
             # A list unchanged since load keeps most of its saved order: a hint, used when still exact.
-            buf = self._order_buffer
+            orders = self.packed_orders
             hint = None
-            if buf is not None and not isinstance(self.docs[tid], array) and self._saved_order(tid):
-                hint = buf[0][buf[1][tid] : buf[1][tid + 1]]
+            if orders is not None and not isinstance(self.docs[tid], array) and orders.has(tid):
+                hint = orders.hint(tid)
             order = _impact_order(self.imps_of(tid), hint)
             self._orders[tid] = (gen, order)
         return order

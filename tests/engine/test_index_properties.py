@@ -184,7 +184,7 @@ def test_threshold_search_equals_exhaustive(texts, q, k, seed, order_min, table_
 def test_bulk_freeze_equals_term_by_term_impacts(texts, variant):
     packed = build(texts, variant)
     packed._index.refresh()  # a fresh build is packed in one pass
-    assert packed._index._buffers is not None or not packed._index.terms
+    assert packed._index.packed_lists is not None or not packed._index.terms
     one_by_one = build(texts, variant)
     for tid in range(len(one_by_one._index.terms)):
         one_by_one._index.impacts(tid)  # term by term
