@@ -27,13 +27,12 @@ from typing import Any
 
 from .._exceptions import IndexFormatError
 from .._storage._codec import Floats, Ints, Postings, TermList, copy_array
-from .._storage._impact_tables import DENSE_SLOT_BYTES, Built, StoredTables, Table, TableCache, build_table
-from .._storage._impact_tables import lookup as saved_lookup
+from .._storage._impact_tables import StoredTables
 from .._storage._lists import lengths_of, order_offsets_of, walk_postings, without_empty_lists
 from . import _search
 from ._bulk_impacts import impacts_and_orders, pack_pending
+from ._lookups import ImpactLookups, TermImpacts
 from ._packed_lists import PackedLists, PackedOrders
-from ._pruning import probe
 from ._scoring import BM25, TermExplanation, norm_values, tf_weights
 from ._scoring import impact_order as _impact_order
 from ._vocab import Pending, Vocabulary
@@ -48,29 +47,8 @@ _consume: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend
 # (a fresh int per posting, e.g. ``id << 32 | tf``, costs a cache miss each).
 # Lists longer than ORDER_MIN also keep their positions sorted by impact
 # (largest first), so the chunks where a term contributes at least some value
-# are a prefix found by binary search (see _search).  Terms at least
-# TABLE_MIN long keep a lookup table once a
-# query needs many of their impacts: a least-recently-used cache of at most
-# TABLE_BYTES in all.  A term in at least 1/DENSE_SHARE of the chunks gets a
-# dense float32 array indexed by chunk id (4 bytes a slot, and indexing it is
-# faster than a dict lookup); a rarer one a {chunk id: impact} dict (about 90
-# bytes an entry with its float).
+# are a prefix found by binary search (see _search).
 ORDER_MIN = 32
-TABLE_MIN = 256
-TABLE_BYTES = 96_000_000
-# Beside tables saved with the index (see _tables) only shorter lists need
-# built ones: at 225k chunks a sixth of the budget held them, with the same
-# cold queries/s and 14 MB less memory.
-TABLE_BYTES_BESIDE_SAVED = 16_000_000
-DENSE_SHARE = 16
-# A term's table is built once its binary-searched candidates pass 1/PROBE_SHARE
-# of its list (a binary search over an array costs about as much as putting 20
-# to 40 postings in a table, and the table serves later queries too).
-PROBE_SHARE = 24
-# Measured with bench_scale.py: at 30k chunks (120 kB dense tables) building
-# them eagerly is 4% faster; at 225k chunks (900 kB) waiting for three times
-# the candidates gives 9-12% more cold queries/s, with the same answers.
-CACHED_TABLE_BYTES = 256_000
 
 
 def _ordered_length(length: int) -> int:
@@ -118,16 +96,8 @@ class InvertedIndex:
         # generation, so a search right after each add (an agent's memory
         # loop) does not pay for sorting lists the next add makes stale again.
         self._order_wanted: dict[int, int] = {}
-        # Tables built at query time: one C-level lookup per candidate
-        # instead of a binary search.
-        self._table_cache = TableCache()
-        # Tables saved with the index (see _tables) and the impact generation
-        # they hold: a term uses its table while its impacts are still that one.
-        self._stored: tuple[StoredTables, int] | None = None
-        # tid -> candidates looked up by binary search so far: a table pays
-        # for itself once they pass a share of the list (like a ski rental).
-        self._probed: dict[int, int] = {}
-        self._restamps: dict[int, tuple[int, Table]] = {}  # tid -> (generation, saved slots, new impacts)
+        # Saved and built lookup tables, and the probes that decide when to build one.
+        self.lookups = ImpactLookups()
 
     # -- building -------------------------------------------------------------
     def _new_term(self, term: str) -> int:
@@ -214,7 +184,7 @@ class InvertedIndex:
         if postings.order_offsets is not None and postings.positions is not None:
             index.packed_orders = PackedOrders(postings.order_offsets, postings.positions, index.gen, checks=checks)
         if postings.tables is not None:
-            index._stored = (StoredTables(postings.tables, where), index.gen)
+            index.lookups.use_saved(StoredTables(postings.tables, where), index.gen)
         return index
 
     def add(self, cid: int, counts: Mapping[int, int]) -> int:
@@ -257,7 +227,7 @@ class InvertedIndex:
     def _adopt_lists(self, lists: PackedLists) -> None:
         """Read every term's lists from ``lists`` (views until changed, see :meth:`_owned`)."""
         self.packed_lists = lists
-        self._stored = None  # tables of the lists replaced, if any
+        self.lookups.use_saved(None, self.gen)  # tables of the lists replaced, if any
         n = lists.n_terms
         self.docs = [None] * n
         self.tfs = [None] * n
@@ -611,61 +581,9 @@ class InvertedIndex:
         imps = self.imps_of(tid)
         return imps if w == 1.0 else map(mul, imps, repeat(w))
 
-    def _table(self, tid: int) -> Built:
-        """The term's impacts by chunk id, cached: a dense array or a dict."""
-        table = self._table_cache.get(tid, self.imp_gen[tid])
-        if table is None:
-            imps, _ = self.impacts(tid)
-            docs = self.fold(tid)
-            n = len(self.dl)
-            table, size = build_table(docs, imps, n, len(docs) * DENSE_SHARE >= n)
-            stored = self._stored
-            budget = TABLE_BYTES if stored is None or stored[1] != self.gen else TABLE_BYTES_BESIDE_SAVED
-            self._table_cache.put(tid, self.imp_gen[tid], table, size, budget)
-        return table
-
     def lookup(self, tid: int, w: float, cands: list[int]) -> Iterable[float]:
         """The term's contribution to each of ``cands`` (0.0 where absent)."""
+        imps, _ = self.impacts(tid)
         docs = self.fold(tid)
-        stored = self._stored
-        if stored is not None and (stored[1] == self.imp_gen[tid] == self.gen or not isinstance(docs, array)):
-            saved = stored[0].table(tid, len(docs))
-            if saved is not None and stored[1] != self.gen:
-                # Stale impacts, but a list unchanged since load keeps its slots: new impacts behind them.
-                slots = saved[1]
-                ok = slots is not None and max(cands, default=0) < len(slots)
-                saved = self._restamped(tid, slots) if ok and slots is not None else None
-            if saved is not None:
-                found = saved_lookup(saved, cands)
-                return found if w == 1.0 else map(mul, found, repeat(w))
-        table = self._table_cache.get(tid, self.imp_gen[tid])
-        if table is None:
-            probed = self._probed.get(tid, 0) + len(cands)
-            share = PROBE_SHARE
-            if len(docs) * DENSE_SHARE >= len(self.dl) and len(self.dl) * DENSE_SLOT_BYTES > CACHED_TABLE_BYTES:
-                # A dense table larger than the CPU cache takes a cache miss
-                # per posting to fill: wait for three times the candidates.
-                share = max(1, share // 3)
-            if probed * share < len(docs):
-                # Few candidates so far: binary search beats building a table.
-                self._probed[tid] = probed
-                return probe(docs, self.imps_of(tid), w, cands)
-            if len(docs) >= TABLE_MIN:
-                table = self._table(tid)
-            else:
-                local = dict(zip(docs, self.contributions(tid, w)))
-                return map(local.get, cands, repeat(0.0))
-        vals: Iterable[float] = (
-            map(table.__getitem__, cands) if isinstance(table, array) else map(table.get, cands, repeat(0.0))
-        )
-        # w * 0.0 is 0.0 and w * impact is what the other paths add, bit for bit.
-        return vals if w == 1.0 else map(mul, vals, repeat(w))
-
-    def _restamped(self, tid: int, slots: Ints) -> Table:
-        """A saved slot table's slots with the term's current impacts behind them (0.0 in front)."""
-        found = self._restamps.get(tid)
-        if found is None or found[0] != self.gen:
-            imps = array("f", [0.0])
-            imps.frombytes(memoryview(self.impacts(tid)[0]).cast("B"))
-            found = self._restamps[tid] = (self.gen, (imps, slots))
-        return found[1]
+        term = TermImpacts(tid, docs, imps, isinstance(docs, array))
+        return self.lookups.lookup(term, w, cands, self.gen, len(self.dl))

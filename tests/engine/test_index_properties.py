@@ -147,13 +147,14 @@ def test_threshold_search_equals_exhaustive(texts, q, k, seed, order_min, table_
     # Shrink the thresholds so impact orders, seeding rounds and tables all
     # run on small random corpora.
     import clanker_rag._engine._index as index_module
+    import clanker_rag._engine._lookups as lookups_module
     import clanker_rag._engine._search as search_module
 
     places = (
         (search_module, "SEED"),
         (index_module, "ORDER_MIN"),
-        (index_module, "TABLE_MIN"),
-        (index_module, "DENSE_SHARE"),
+        (lookups_module, "TABLE_MIN"),
+        (lookups_module, "DENSE_SHARE"),
     )
     old = [getattr(module, name) for module, name in places]
     for (module, name), value in zip(places, (seed, order_min, table_min, dense_share)):
@@ -244,12 +245,13 @@ def test_lookup_tables_stay_within_their_budget(monkeypatch):
     import random
 
     import clanker_rag._engine._index as index_module
+    import clanker_rag._engine._lookups as lookups_module
     import clanker_rag._engine._search as search_module
 
-    monkeypatch.setattr(index_module, "TABLE_MIN", 1)
-    monkeypatch.setattr(index_module, "TABLE_BYTES", 60 * 90)
-    monkeypatch.setattr(index_module, "DENSE_SHARE", 5)  # words in a fifth of the texts: both kinds
-    monkeypatch.setattr(index_module, "PROBE_SHARE", 1)  # build a table on first use
+    monkeypatch.setattr(lookups_module, "TABLE_MIN", 1)
+    monkeypatch.setattr(lookups_module, "TABLE_BYTES", 60 * 90)
+    monkeypatch.setattr(lookups_module, "DENSE_SHARE", 5)  # words in a fifth of the texts: both kinds
+    monkeypatch.setattr(lookups_module, "PROBE_SHARE", 1)  # build a table on first use
     monkeypatch.setattr(index_module, "ORDER_MIN", 2)
     monkeypatch.setattr(search_module, "SEED", 2)
     rng = random.Random(5)
@@ -261,13 +263,13 @@ def test_lookup_tables_stay_within_their_budget(monkeypatch):
     for _ in range(40):
         q = " ".join(rng.sample(words, rng.randint(1, 4)))
         assert ranked(kb, q, 5) == exhaustive(kb, q, 5)
-        tables = index._table_cache.entries
+        tables = index.lookups.cache.entries
         assert tables, "lookups should have built tables"
-        assert index._table_cache.size == sum(size for _, _, size in tables.values())
+        assert index.lookups.cache.size == sum(size for _, _, size in tables.values())
         for _, table, size in tables.values():
             # A dense float32 array costs a slot per chunk, a dict an entry per posting.
             assert size >= (len(table) * 4 if isinstance(table, array) else len(table) * 90)
-        assert index._table_cache.size <= 60 * 90 or len(tables) == 1
+        assert index.lookups.cache.size <= 60 * 90 or len(tables) == 1
         kinds.update(type(table) for _, table, _ in tables.values())
     assert kinds == {array, dict}, "both kinds of table should have been used"
 
