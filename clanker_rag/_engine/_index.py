@@ -32,9 +32,9 @@ from .._storage._lists import lengths_of, order_offsets_of, walk_postings, witho
 from . import _search
 from ._bulk_impacts import impacts_and_orders, pack_pending
 from ._lookups import ImpactLookups, TermImpacts
+from ._orders import ImpactOrders
 from ._packed_lists import PackedLists, PackedOrders
 from ._scoring import BM25, TermExplanation, norm_values, tf_weights
-from ._scoring import impact_order as _impact_order
 from ._vocab import Pending, Vocabulary
 
 __all__ = ["InvertedIndex", "TermExplanation"]
@@ -71,7 +71,6 @@ class InvertedIndex:
         self.imps: list[Floats | None] = []
         # The packed lists (mapped at load, or packed by a bulk pass) and their impact orders.
         self.packed_lists: PackedLists | None = None
-        self.packed_orders: PackedOrders | None = None
         # Largest impact of each list; -1.0: not computed yet.
         self.maxes: array[float] = array("f")
         self.imp_gen: list[int] = []
@@ -89,13 +88,8 @@ class InvertedIndex:
         self._norms: list[float] = []
         # (generation, postings whose length norms were computed one by one in it)
         self._norm_work = (-1, 0)
-        # tid -> (impact generation it was computed for, positions by impact, largest first)
-        self._orders: dict[int, tuple[int, Ints]] = {}
-        # tid -> impact generation a search last found its order stale in: a
-        # stale order is sorted again on the term's second use in one
-        # generation, so a search right after each add (an agent's memory
-        # loop) does not pay for sorting lists the next add makes stale again.
-        self._order_wanted: dict[int, int] = {}
+        # Impact orders of the long lists: packed, sorted and cached, or wanted.
+        self.orders = ImpactOrders()
         # Saved and built lookup tables, and the probes that decide when to build one.
         self.lookups = ImpactLookups()
 
@@ -182,7 +176,7 @@ class InvertedIndex:
         if postings.maxes is not None:
             index.maxes = copy_array("f", postings.maxes)
         if postings.order_offsets is not None and postings.positions is not None:
-            index.packed_orders = PackedOrders(postings.order_offsets, postings.positions, index.gen, checks=checks)
+            index.orders.packed = PackedOrders(postings.order_offsets, postings.positions, index.gen, checks=checks)
         if postings.tables is not None:
             index.lookups.use_saved(StoredTables(postings.tables, where), index.gen)
         return index
@@ -430,11 +424,11 @@ class InvertedIndex:
     ) -> None:
         """Adopt packed lists with their impacts and orders (all laid end to end) as the buffers."""
         self._adopt_lists(PackedLists(array("q", accumulate(lengths, initial=0)), docs, tfs, imps, self.gen))
-        self.packed_orders = PackedOrders(order_offsets_of(lengths, ORDER_MIN), positions, self.gen)
+        self.orders.packed = PackedOrders(order_offsets_of(lengths, ORDER_MIN), positions, self.gen)
 
     def _packed_current(self) -> bool:
         """Whether the packed buffers and orders still hold every list as it is."""
-        lists, orders = self.packed_lists, self.packed_orders
+        lists, orders = self.packed_lists, self.orders.packed
         return not (
             lists is None
             or lists.gen != self.gen
@@ -454,7 +448,7 @@ class InvertedIndex:
         """
         if not self._packed_current():
             return None
-        lists, orders = self.packed_lists, self.packed_orders
+        lists, orders = self.packed_lists, self.orders.packed
         assert lists is not None and orders is not None
         docs, tfs, imps, offsets = lists.docs, lists.tfs, lists.imps, lists.offsets
         positions, order_offsets = orders.positions, orders.offsets
@@ -486,64 +480,26 @@ class InvertedIndex:
             return packed._replace(chunks=array("i", map(renumber.__getitem__, packed.chunks)))
         return walk_postings(self, renumber)
 
-    def order_ready(self, tid: int) -> bool:
-        """Whether the term's impact order is at hand, or worth sorting now.
-
-        An order made stale by adds since it was sorted is sorted again on
-        the term's second use in the current generation: the first search
-        returns False and scores term at a time.  A term that never had an
-        order (a fresh bulk ingest) is sorted on first use: its next search
-        will likely find it still current.
-        """
+    def _term(self, tid: int) -> TermImpacts:
+        """The term's lists with its impacts brought up to date."""
+        imps, _ = self.impacts(tid)
         docs = self.fold(tid)
-        if len(docs) <= ORDER_MIN:
-            return True
-        self.impacts(tid)
-        gen = self.imp_gen[tid]
-        if self._known_order(tid, gen, len(docs)) is not None:
-            return True
-        never_sorted = tid not in self._orders and not self._saved_order(tid)
-        if never_sorted or self._order_wanted.get(tid) == gen or gen == self.settled:
-            return True
-        self._order_wanted[tid] = gen
-        return False
+        return TermImpacts(tid, docs, imps, isinstance(docs, array))
 
-    def _saved_order(self, tid: int) -> bool:
-        orders = self.packed_orders
-        return orders is not None and orders.has(tid)
-
-    def _known_order(self, tid: int, gen: int, length: int) -> Ints | None:
-        """The term's order for impact generation ``gen``, cached or saved, else None."""
-        cached = self._orders.get(tid)
-        if cached is not None and cached[0] == gen:
-            return cached[1]
-        orders = self.packed_orders
-        if orders is None or orders.gen != gen or not orders.has(tid):
-            return None
-        order = orders.read(tid, length)
-        self._orders[tid] = (gen, order)
-        return order
+    def order_ready(self, tid: int) -> bool:
+        """Whether the term's impact order is at hand, or worth sorting now (see ``ImpactOrders.ready``)."""
+        if len(self.fold(tid)) <= ORDER_MIN:
+            return True
+        return self.orders.ready(self._term(tid), self.imp_gen[tid], self.settled)
 
     def order(self, tid: int) -> Ints | None:
         """Positions in the term's lists by decreasing impact (ties: lower position first).
 
         ``None`` for lists of at most ``ORDER_MIN`` postings.
         """
-        docs = self.fold(tid)
-        if len(docs) <= ORDER_MIN:
+        if len(self.fold(tid)) <= ORDER_MIN:
             return None
-        self.impacts(tid)
-        gen = self.imp_gen[tid]
-        order = self._known_order(tid, gen, len(docs))
-        if order is None:
-            # A list unchanged since load keeps most of its saved order: a hint, used when still exact.
-            orders = self.packed_orders
-            hint = None
-            if orders is not None and not isinstance(self.docs[tid], array) and orders.has(tid):
-                hint = orders.hint(tid)
-            order = _impact_order(self.imps_of(tid), hint)
-            self._orders[tid] = (gen, order)
-        return order
+        return self.orders.of(self._term(tid), self.imp_gen[tid])
 
     # -- search (see _search) ----------------------------------------------------
     def top_k(
@@ -583,7 +539,4 @@ class InvertedIndex:
 
     def lookup(self, tid: int, w: float, cands: list[int]) -> Iterable[float]:
         """The term's contribution to each of ``cands`` (0.0 where absent)."""
-        imps, _ = self.impacts(tid)
-        docs = self.fold(tid)
-        term = TermImpacts(tid, docs, imps, isinstance(docs, array))
-        return self.lookups.lookup(term, w, cands, self.gen, len(self.dl))
+        return self.lookups.lookup(self._term(tid), w, cands, self.gen, len(self.dl))

@@ -218,18 +218,19 @@ def test_norms_of_a_few_chunks_equal_the_whole_collections(texts, variant):
 
 def test_a_search_right_after_an_add_does_not_sort_impact_orders(monkeypatch):
     import clanker_rag._engine._index as index_module
+    import clanker_rag._engine._orders as orders_module
 
     monkeypatch.setattr(index_module, "ORDER_MIN", 2)
     texts = [f"alpha beta gamma w{i} w{i % 7}" for i in range(60)]
     kb = build(texts)
     sorted_terms: list[int] = []
-    real = index_module._impact_order  # type: ignore[attr-defined]
+    real = orders_module._impact_order  # type: ignore[attr-defined]
 
     def spy(imps, hint=None):
         sorted_terms.append(len(imps))
         return real(imps, hint)
 
-    monkeypatch.setattr(index_module, "_impact_order", spy)
+    monkeypatch.setattr(orders_module, "_impact_order", spy)
     assert ranked(kb, "alpha beta w3", 5) == exhaustive(kb, "alpha beta w3", 5)
     assert sorted_terms, "terms that never had an order are sorted on first use"
     sorted_terms.clear()
