@@ -28,12 +28,12 @@ from typing import Any
 from .._exceptions import IndexFormatError
 from .._storage._codec import Floats, Ints, Postings, TermList, copy_array
 from .._storage._impact_tables import StoredTables
-from .._storage._lists import lengths_of, order_offsets_of, walk_postings, without_empty_lists
+from .._storage._lists import order_offsets_of, walk_postings
 from . import _search
 from ._bulk_impacts import impacts_and_orders, pack_pending
 from ._lookups import ImpactLookups, TermImpacts
 from ._orders import ImpactOrders
-from ._packed_lists import PackedLists, PackedOrders
+from ._packed_lists import PackedLists, PackedOrders, packed_postings
 from ._scoring import BM25, TermExplanation, norm_values, tf_weights
 from ._vocab import Pending, Vocabulary
 
@@ -49,10 +49,6 @@ _consume: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend
 # (largest first), so the chunks where a term contributes at least some value
 # are a prefix found by binary search (see _search).
 ORDER_MIN = 32
-
-
-def _ordered_length(length: int) -> int:
-    return length if length > ORDER_MIN else 0
 
 
 class InvertedIndex:
@@ -450,23 +446,7 @@ class InvertedIndex:
             return None
         lists, orders = self.packed_lists, self.orders.packed
         assert lists is not None and orders is not None
-        docs, tfs, imps, offsets = lists.docs, lists.tfs, lists.imps, lists.offsets
-        positions, order_offsets = orders.positions, orders.offsets
-        checks = lists.checks
-        if checks is not None and orders.checks is checks:  # a save copies them whole: check them whole
-            for check, part in zip(checks, (offsets, docs, tfs, imps, order_offsets, positions)):
-                check(0, len(part))
-        lengths = array("q", lengths_of(offsets))
-        order_lengths = array("q", lengths_of(order_offsets))
-        if any(map(ne, order_lengths, map(_ordered_length, lengths))):
-            return None
-        maxes = self.maxes
-        if min(maxes, default=0.0) < 0:  # the maxima were not needed yet
-            for tid in [tid for tid, mx in enumerate(maxes) if mx < 0]:
-                a, b = offsets[tid], offsets[tid + 1]
-                maxes[tid] = max(imps[a:b]) if b > a else 0.0
-        packed = Postings(self.terms, offsets, docs, tfs, imps, maxes, order_offsets, positions)
-        return packed if all(lengths) else without_empty_lists(packed, lengths, order_lengths)
+        return packed_postings(self.terms, lists, orders, self.maxes, ORDER_MIN)
 
     def saved_postings(self, renumber: list[int] | None = None) -> Postings:
         """What a save writes (see :meth:`packed`), after a :meth:`refresh`:

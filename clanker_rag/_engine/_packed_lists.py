@@ -12,14 +12,16 @@ valid for the generation they were packed in, and a save can copy them whole.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterable
+from operator import ne
 from typing import NamedTuple
 
 from .._exceptions import IndexFormatError
-from .._storage._codec import Floats, Ints, PostingChecks
-from .._storage._lists import lengths_of
+from .._storage._codec import Floats, Ints, PostingChecks, Postings, TermList
+from .._storage._lists import lengths_of, without_empty_lists
 
-__all__ = ["PackedLists", "PackedOrders", "TermLists"]
+__all__ = ["PackedLists", "PackedOrders", "TermLists", "packed_postings"]
 
 
 class TermLists(NamedTuple):
@@ -124,3 +126,33 @@ class PackedOrders:
 
     def lengths(self) -> Iterable[int]:
         return lengths_of(self.offsets)
+
+
+def packed_postings(
+    terms: list[str] | TermList, lists: PackedLists, orders: PackedOrders, maxes: array[float], order_min: int
+) -> Postings | None:
+    """The postings as a save writes them, straight from the packed parts, or None.
+
+    Terms whose lists are empty are left out (the rest numbered densely), so
+    a save copies the parts whole instead of walking every term.  None when
+    some term's order does not match its list (``order_min``: the length a
+    list needs to be ordered).  Maxima not computed yet (``-1.0``) are
+    filled in ``maxes`` from the impacts.
+    """
+    docs, tfs, imps, offsets = lists.docs, lists.tfs, lists.imps, lists.offsets
+    positions, order_offsets = orders.positions, orders.offsets
+    checks = lists.checks
+    if checks is not None and orders.checks is checks:  # a save copies them whole: check them whole
+        for check, part in zip(checks, (offsets, docs, tfs, imps, order_offsets, positions)):
+            check(0, len(part))
+    lengths = array("q", lengths_of(offsets))
+    order_lengths = array("q", lengths_of(order_offsets))
+    ordered = (n if n > order_min else 0 for n in lengths)  # what each list's order must hold
+    if any(map(ne, order_lengths, ordered)):
+        return None
+    if min(maxes, default=0.0) < 0:  # the maxima were not needed yet
+        for tid in [tid for tid, mx in enumerate(maxes) if mx < 0]:
+            a, b = offsets[tid], offsets[tid + 1]
+            maxes[tid] = max(imps[a:b]) if b > a else 0.0
+    packed = Postings(terms, offsets, docs, tfs, imps, maxes, order_offsets, positions)
+    return packed if all(lengths) else without_empty_lists(packed, lengths, order_lengths)
