@@ -5,7 +5,7 @@ it: the builder of pending postings and lazily current impacts (``_index``),
 the frozen reader over packed or mapped lists (``_packed_lists``) and the
 pruned exact top-k over the index's accessors (``_search``, with a term's
 impacts at given chunks from ``_lookups`` and impact orders from
-``_orders``); BM25 and its
+``_orders``), the chunks' length norms (``_norms``); BM25 and its
 variants as small pure functions (``_scoring``), the pure bound helpers of
 the search (``_pruning``), the one definition of a chunk's term counts (``_counting``),
 the bulk impact pass of a fresh build (``_bulk_impacts``), scoring with a

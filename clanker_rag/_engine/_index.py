@@ -32,9 +32,10 @@ from .._storage._lists import order_offsets_of, walk_postings
 from . import _search
 from ._bulk_impacts import impacts_and_orders, pack_pending
 from ._lookups import ImpactLookups, TermImpacts
+from ._norms import LengthNorms
 from ._orders import ImpactOrders
 from ._packed_lists import PackedLists, PackedOrders, packed_postings
-from ._scoring import BM25, TermExplanation, norm_values, tf_weights
+from ._scoring import BM25, TermExplanation, tf_weights
 from ._vocab import Pending, Vocabulary
 
 __all__ = ["InvertedIndex", "TermExplanation"]
@@ -80,10 +81,7 @@ class InvertedIndex:
         self.n_docs = 0
         self.total_len = 0
         self.gen = 0
-        self._norms_gen = -1
-        self._norms: list[float] = []
-        # (generation, postings whose length norms were computed one by one in it)
-        self._norm_work = (-1, 0)
+        self.norms = LengthNorms(bm25)
         # Impact orders of the long lists: packed, sorted and cached, or wanted.
         self.orders = ImpactOrders()
         # Saved and built lookup tables, and the probes that decide when to build one.
@@ -315,30 +313,6 @@ class InvertedIndex:
         tid = self.term_id(term)
         return 0 if tid is None else len(self.fold(tid))
 
-    def _length_norms(self) -> list[float]:
-        if self._norms_gen != self.gen:
-            if self.avgdl > 0:
-                self._norms = list(norm_values(self.bm25, self.avgdl, self.dl))
-            else:
-                self._norms = [self.bm25.k1] * len(self.dl)
-            self._norms_gen = self.gen
-        return self._norms
-
-    def _norms_of(self, docs: Ints) -> list[float]:
-        """The length norms of ``docs``, bit for bit those of :meth:`_length_norms`.
-
-        A search right after an add needs fresh impacts for a few terms only:
-        their own chunks' norms cost less than every chunk's, until the lists
-        asking for them in this generation add up to half the collection.
-        """
-        if self._norms_gen != self.gen:
-            gen, work = self._norm_work
-            work = (work if gen == self.gen else 0) + len(docs)
-            self._norm_work = (self.gen, work)
-            if 2 * work < len(self.dl) and self.avgdl > 0:
-                return list(norm_values(self.bm25, self.avgdl, map(self.dl.__getitem__, docs)))
-        return list(map(self._length_norms().__getitem__, docs))
-
     def impacts(self, tid: int) -> tuple[Floats, float]:
         """The term's impacts (current generation) and their maximum."""
         docs = self.fold(tid)
@@ -353,7 +327,7 @@ class InvertedIndex:
         assert tfs is not None
         bm = self.bm25
         idf = bm.idf(self.n_docs, len(docs)) if docs else 0.0
-        weights = tf_weights(bm, tfs, self._norms_of(docs), docs, self.dl, self.avgdl)
+        weights = tf_weights(bm, tfs, self.norms.of(docs, self.gen, self.dl, self.avgdl), docs, self.dl, self.avgdl)
         imps = array("f", map(mul, repeat(idf), weights))
         self.imps[tid] = imps
         self.maxes[tid] = max(imps) if imps else 0.0
@@ -400,7 +374,14 @@ class InvertedIndex:
         (see :func:`pack_pending`): the same values as :meth:`impacts` term by term."""
         self.touched.update(self.pending)
         packed = pack_pending(  # empties self.pending
-            self.pending, len(self.terms), self.bm25, self.n_docs, self._length_norms(), self.dl, self.avgdl, ORDER_MIN
+            self.pending,
+            len(self.terms),
+            self.bm25,
+            self.n_docs,
+            self.norms.every(self.gen, self.dl, self.avgdl),
+            self.dl,
+            self.avgdl,
+            ORDER_MIN,
         )
         self._adopt(*packed)
 
@@ -409,7 +390,7 @@ class InvertedIndex:
         impacts and orders computed in a few C-level passes: the same values
         as :meth:`impacts` and :meth:`order` term by term (same operations in
         the same order)."""
-        norms = self._length_norms()
+        norms = self.norms.every(self.gen, self.dl, self.avgdl)
         imps, positions = impacts_and_orders(
             self.bm25, self.n_docs, lengths, tfs, docs, norms, self.dl, self.avgdl, ORDER_MIN
         )

@@ -199,20 +199,21 @@ def test_bulk_freeze_equals_term_by_term_impacts(texts, variant):
 @settings(max_examples=100, deadline=None)
 @given(corpus, variants)
 def test_norms_of_a_few_chunks_equal_the_whole_collections(texts, variant):
+    from clanker_rag._engine._norms import LengthNorms
+
     # After an add, a term's impacts may take its own chunks' length norms one
     # by one instead of every chunk's: they must be the same floats.
     kb = build(texts, variant)
     index = kb._index
     for i in range(6):  # rare terms, so some lists are short enough for the one-by-one path
         kb.add_text(f"pad{i} t1", f"pad{i}")
-    whole = index._length_norms()
+    whole = list(index.norms.every(index.gen, index.dl, index.avgdl))
     one_by_one = 0
     for tid in range(len(index.terms)):
         docs = index.fold(tid)
-        index._norms_gen = -1  # stale again, and no work done in this generation yet
-        index._norm_work = (-1, 0)
+        index.norms = LengthNorms(index.bm25)  # stale again, and no work done in this generation yet
         one_by_one += 2 * len(docs) < len(index.dl)
-        assert index._norms_of(docs) == [whole[d] for d in docs]
+        assert index.norms.of(docs, index.gen, index.dl, index.avgdl) == [whole[d] for d in docs]
     assert one_by_one
 
 
