@@ -443,8 +443,11 @@ class InvertedIndex:
 
     def _term(self, tid: int) -> TermImpacts:
         """The term's lists with its impacts brought up to date."""
-        imps, _ = self.impacts(tid)
         docs = self.fold(tid)
+        if self.imp_gen[tid] != self.gen:  # (a search's terms are current: no call on its path)
+            self.impacts(tid)
+        imps = self.imps[tid]
+        assert imps is not None
         return TermImpacts(tid, docs, imps, isinstance(docs, array))
 
     def order_ready(self, tid: int) -> bool:
