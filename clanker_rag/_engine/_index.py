@@ -62,7 +62,7 @@ class InvertedIndex:
         # ``vocab`` then fills in as terms are looked up.
         self.terms: list[str] | TermList = []
         # None: not yet cut out of the packed lists (see _adopt_lists).
-        # A view of the buffers until the list changes, then an array of its own.
+        # A view of the packed lists until the list changes, then an array of its own.
         self.docs: list[Ints | None] = []
         self.tfs: list[Ints | None] = []
         self.imps: list[Floats | None] = []
@@ -97,7 +97,7 @@ class InvertedIndex:
         self.vocab.update(zip(terms, range(tid, tid + n)))
         self.terms.extend(terms)
         # Arrays are created on first use (fold): most terms of a big build
-        # only ever live in the buffers that refresh() packs them into.
+        # only ever live in the packed lists that refresh() makes.
         for column in (self.docs, self.tfs, self.imps):
             column.extend(repeat(None, n))
         self.maxes.extend(repeat(0.0, n))
@@ -351,7 +351,7 @@ class InvertedIndex:
             self.order(tid)
 
     def _refreeze(self) -> None:
-        """Repack every list (loaded buffers, cut arrays, pending postings) and
+        """Repack every list (packed views, cut arrays, pending postings) and
         recompute all impacts and orders in bulk, as :meth:`_freeze` does."""
         docs, tfs, lengths = array("i"), array("I"), array("i")
         lists = self.packed_lists
@@ -386,7 +386,7 @@ class InvertedIndex:
         self._adopt(*packed)
 
     def _pack(self, lengths: array[int], docs: array[int], tfs: array[int]) -> None:
-        """Adopt ``docs``/``tfs`` (lists laid end to end) as the buffers, with
+        """Adopt ``docs``/``tfs`` (lists laid end to end) as the packed lists, with
         impacts and orders computed in a few C-level passes: the same values
         as :meth:`impacts` and :meth:`order` term by term (same operations in
         the same order)."""
@@ -399,12 +399,12 @@ class InvertedIndex:
     def _adopt(
         self, lengths: array[int], docs: array[int], tfs: array[int], imps: array[float], positions: Ints
     ) -> None:
-        """Adopt packed lists with their impacts and orders (all laid end to end) as the buffers."""
+        """Adopt packed lists with their impacts and orders (all laid end to end) as the packed lists."""
         self._adopt_lists(PackedLists(array("q", accumulate(lengths, initial=0)), docs, tfs, imps, self.gen))
         self.orders.packed = PackedOrders(order_offsets_of(lengths, ORDER_MIN), positions, self.gen)
 
     def _packed_current(self) -> bool:
-        """Whether the packed buffers and orders still hold every list as it is."""
+        """Whether the packed lists and orders still hold every list as it is."""
         lists, orders = self.packed_lists, self.orders.packed
         return not (
             lists is None
@@ -416,10 +416,10 @@ class InvertedIndex:
         )
 
     def packed(self) -> Postings | None:
-        """The postings as a save writes them, straight from the buffers, or None.
+        """The postings as a save writes them, straight from the packed lists, or None.
 
         Terms whose lists are empty are left out (the rest numbered densely),
-        when nothing changed since the buffers were packed (a bulk build, a
+        when nothing changed since the lists were packed (a bulk build, a
         load, a bulk refresh): a save then copies them whole instead of
         walking every term.  None when any list, statistic or order moved on.
         """
@@ -431,7 +431,7 @@ class InvertedIndex:
 
     def saved_postings(self, renumber: list[int] | None = None) -> Postings:
         """What a save writes (see :meth:`packed`), after a :meth:`refresh`:
-        the packed buffers when they are current, else a walk over every
+        the packed lists when they are current, else a walk over every
         term.  ``renumber`` maps chunk ids to their saved ids (when chunks
         were removed)."""
         packed = self.packed()
