@@ -1,8 +1,13 @@
 """The index engine: postings, BM25, exact top-k.
 
-Job: the inverted index (``_index``), BM25 and its variants as small pure
-functions (``_scoring``), the pruning helpers of the exact top-k search
-(``_pruning``), the one definition of a chunk's term counts (``_counting``),
+Job: the inverted index, split writer / reader / search as tantivy splits
+it: the builder of pending postings and lazily current impacts (``_index``),
+the frozen reader over packed or mapped lists (``_packed_lists``) and the
+pruned exact top-k over the index's accessors (``_search``, with a term's
+impacts at given chunks from ``_lookups`` and impact orders from
+``_orders``), the chunks' length norms (``_norms``); BM25 and its
+variants as small pure functions (``_scoring``), the pure bound helpers of
+the search (``_pruning``), the one definition of a chunk's term counts (``_counting``),
 the bulk impact pass of a fresh build (``_bulk_impacts``), scoring with a
 whole collection's statistics (``_collection``, the sharded index's hook),
 the chunk and source tables (``_sources``), the index's self-filling dicts

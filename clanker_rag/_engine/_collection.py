@@ -29,9 +29,10 @@ from operator import add, mul
 from .._exceptions import ConfigError
 from .._storage._codec import Ints
 from .._storage._lists import lengths_of
-from ._index import SEED, InvertedIndex
+from ._index import InvertedIndex
 from ._pruning import Plan, above, best_of, essential_slices, probe
 from ._scoring import TermExplanation, impact_order, length_norm, norm_values, tf_weight, tf_weights
+from ._search import SEED
 
 __all__ = ["CollectionStats", "explain_with_stats", "local_stats", "top_with_stats"]
 

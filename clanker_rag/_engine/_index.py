@@ -1,4 +1,4 @@
-"""The inverted index: postings, cached BM25 impacts and exact top-k search.
+"""The inverted index: postings and cached BM25 impacts, and the accessors the search reads.
 
 Each term has three parallel arrays: chunk ids (ascending), term frequencies,
 and *impacts*, the term's precomputed BM25 contribution to each chunk stored
@@ -6,19 +6,9 @@ as float32.  Impacts depend on the collection statistics (``N`` and
 ``avgdl``), so they carry the generation they were computed for and are
 recomputed lazily, one term at a time, after the collection changes: statistics
 stay exact under any sequence of adds and removes, and nothing is rebuilt.
-
-Search is exact top-k in two stages.  Every list longer than ``ORDER_MIN``
-also keeps its positions sorted by impact.  A query first runs the threshold
-algorithm of Fagin, Lotem and Naor in batches: the chunks among the best few
-impacts of each term are scored in full, and their k-th best score is a
-floor for the answer; a chunk never seen can only gain the impact at the
-cut from each term.  When that bound is already below the floor, the answer
-is found; otherwise MaxScore over those bounds names the few chunks still in
-the running (prefixes of the essential terms' orders), or, when they would
-be too many, term-at-a-time scoring with MaxScore pruning finishes the job,
-starting from the floor.  Scores are always summed in the same term order,
-so the ranking equals exhaustive scoring bit for bit (property tests check
-it).
+Lists longer than ``ORDER_MIN`` also keep their positions sorted by impact,
+and long lists keep lookup tables (impact by chunk id); the exact top-k
+search over these accessors is :mod:`._search`.
 
 The hot loops are written as ``map``/``zip``/``dict`` pipelines over builtin
 callables so that CPython runs them without executing Python bytecode per
@@ -27,7 +17,6 @@ posting; that is the whole trick behind the speed.
 
 from __future__ import annotations
 
-import heapq
 from array import array
 from bisect import bisect_left
 from collections import deque
@@ -37,14 +26,16 @@ from operator import is_, mul, ne
 from typing import Any
 
 from .._exceptions import IndexFormatError
-from .._storage._codec import Floats, Ints, PostingChecks, Postings, TermList, copy_array
-from .._storage._impact_tables import DENSE_SLOT_BYTES, Built, StoredTables, Table, TableCache, build_table
-from .._storage._impact_tables import lookup as saved_lookup
-from .._storage._lists import lengths_of, order_offsets_of, walk_postings, without_empty_lists
+from .._storage._codec import Floats, Ints, Postings, TermList, copy_array
+from .._storage._impact_tables import StoredTables
+from .._storage._lists import order_offsets_of, walk_postings
+from . import _search
 from ._bulk_impacts import impacts_and_orders, pack_pending
-from ._pruning import Plan, above, best_of, essential_slices, full_scores, merge_cost, probe, term_at_a_time
-from ._scoring import BM25, TermExplanation, norm_values, tf_weights
-from ._scoring import impact_order as _impact_order
+from ._lookups import ImpactLookups, TermImpacts
+from ._norms import LengthNorms
+from ._orders import ImpactOrders
+from ._packed_lists import PackedLists, PackedOrders, packed_postings
+from ._scoring import BM25, TermExplanation, tf_weights
 from ._vocab import Pending, Vocabulary
 
 __all__ = ["InvertedIndex", "TermExplanation"]
@@ -57,46 +48,8 @@ _consume: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend
 # (a fresh int per posting, e.g. ``id << 32 | tf``, costs a cache miss each).
 # Lists longer than ORDER_MIN also keep their positions sorted by impact
 # (largest first), so the chunks where a term contributes at least some value
-# are a prefix found by binary search.  A query first scores the SEED best
-# chunks of each term in full; the k-th best of those is a lower bound on the
-# final threshold, and only the chunks that could still beat it are scored
-# (see top_k).  Terms at least TABLE_MIN long keep a lookup table once a
-# query needs many of their impacts: a least-recently-used cache of at most
-# TABLE_BYTES in all.  A term in at least 1/DENSE_SHARE of the chunks gets a
-# dense float32 array indexed by chunk id (4 bytes a slot, and indexing it is
-# faster than a dict lookup); a rarer one a {chunk id: impact} dict (about 90
-# bytes an entry with its float).
+# are a prefix found by binary search (see _search).
 ORDER_MIN = 32
-SEED = 8
-TABLE_MIN = 256
-TABLE_BYTES = 96_000_000
-# Beside tables saved with the index (see _tables) only shorter lists need
-# built ones: at 225k chunks a sixth of the budget held them, with the same
-# cold queries/s and 14 MB less memory.
-TABLE_BYTES_BESIDE_SAVED = 16_000_000
-DENSE_SHARE = 16
-# A term's table is built once its binary-searched candidates pass 1/PROBE_SHARE
-# of its list (a binary search over an array costs about as much as putting 20
-# to 40 postings in a table, and the table serves later queries too);
-# candidates scored one by one may cost 1/BUDGET_SHARE of the postings that
-# term-at-a-time scoring would merge instead.  With saved tables a lookup is
-# one subscript: at 225k chunks 1 ran 4.9 % fewer instructions than 2
-# (callgrind, 500 cold queries; 4/16 for SEED and ESSENTIAL_SHARE 1 did not
-# help), and without them 1 and 4 were within noise of 2 (eighth session).
-PROBE_SHARE = 24
-BUDGET_SHARE = 1
-# The essential-union path runs when its lists hold under 1/ESSENTIAL_SHARE of
-# the postings term-at-a-time would merge: each candidate is then looked up
-# in every list, a few times the cost of merging a posting.
-ESSENTIAL_SHARE = 2
-# Measured with bench_scale.py: at 30k chunks (120 kB dense tables) building
-# them eagerly is 4% faster; at 225k chunks (900 kB) waiting for three times
-# the candidates gives 9-12% more cold queries/s, with the same answers.
-CACHED_TABLE_BYTES = 256_000
-
-
-def _ordered_length(length: int) -> int:
-    return length if length > ORDER_MIN else 0
 
 
 class InvertedIndex:
@@ -108,17 +61,13 @@ class InvertedIndex:
         # A loaded format 3 index keeps its terms in the data file (TermList);
         # ``vocab`` then fills in as terms are looked up.
         self.terms: list[str] | TermList = []
-        # None: not yet cut out of the loaded buffers (see attach_buffers).
-        # A view of the buffers until the list changes, then an array of its own.
+        # None: not yet cut out of the packed lists (see _adopt_lists).
+        # A view of the packed lists until the list changes, then an array of its own.
         self.docs: list[Ints | None] = []
         self.tfs: list[Ints | None] = []
         self.imps: list[Floats | None] = []
-        self._buffers: tuple[Ints, Ints, Floats, Ints] | None = None
-        self._n_buffered = 0
-        self._buffers_gen = -1
-        self._check_chunks: tuple[int, str] | None = None
-        self._checks: PostingChecks | None = None  # a big segment's: run before a list is first read
-        self._order_checks: PostingChecks | None = None
+        # The packed lists (mapped at load, or packed by a bulk pass) and their impact orders.
+        self.packed_lists: PackedLists | None = None
         # Largest impact of each list; -1.0: not computed yet.
         self.maxes: array[float] = array("f")
         self.imp_gen: list[int] = []
@@ -132,29 +81,11 @@ class InvertedIndex:
         self.n_docs = 0
         self.total_len = 0
         self.gen = 0
-        self._norms_gen = -1
-        self._norms: list[float] = []
-        # (generation, postings whose length norms were computed one by one in it)
-        self._norm_work = (-1, 0)
-        # tid -> (impact generation it was computed for, positions by impact, largest first)
-        self._orders: dict[int, tuple[int, Ints]] = {}
-        # tid -> impact generation a search last found its order stale in: a
-        # stale order is sorted again on the term's second use in one
-        # generation, so a search right after each add (an agent's memory
-        # loop) does not pay for sorting lists the next add makes stale again.
-        self._order_wanted: dict[int, int] = {}
-        # (positions, per-term offsets into them, the generation they are for)
-        self._order_buffer: tuple[Ints, Ints, int] | None = None
-        # Tables built at query time: one C-level lookup per candidate
-        # instead of a binary search.
-        self._table_cache = TableCache()
-        # Tables saved with the index (see _tables) and the impact generation
-        # they hold: a term uses its table while its impacts are still that one.
-        self._stored: tuple[StoredTables, int] | None = None
-        # tid -> candidates looked up by binary search so far: a table pays
-        # for itself once they pass a share of the list (like a ski rental).
-        self._probed: dict[int, int] = {}
-        self._restamps: dict[int, tuple[int, Table]] = {}  # tid -> (generation, saved slots, new impacts)
+        self.norms = LengthNorms(bm25)
+        # Impact orders of the long lists: packed, sorted and cached, or wanted.
+        self.orders = ImpactOrders()
+        # Saved and built lookup tables, and the probes that decide when to build one.
+        self.lookups = ImpactLookups()
 
     # -- building -------------------------------------------------------------
     def _new_term(self, term: str) -> int:
@@ -166,7 +97,7 @@ class InvertedIndex:
         self.vocab.update(zip(terms, range(tid, tid + n)))
         self.terms.extend(terms)
         # Arrays are created on first use (fold): most terms of a big build
-        # only ever live in the buffers that refresh() packs them into.
+        # only ever live in the packed lists that refresh() makes.
         for column in (self.docs, self.tfs, self.imps):
             column.extend(repeat(None, n))
         self.maxes.extend(repeat(0.0, n))
@@ -223,16 +154,25 @@ class InvertedIndex:
             index.vocab.update(zip(index.terms, range(len(index.terms))))
             if len(index.vocab) != len(index.terms):
                 raise IndexFormatError(f"{where}: duplicate terms in the vocabulary")
-        index.attach_buffers(
-            postings.offsets, postings.chunks, postings.tfs, postings.impacts, n_chunks=index.n_docs, where=where
+        checks = postings.checks
+        index._adopt_lists(
+            PackedLists(
+                postings.offsets,
+                postings.chunks,
+                postings.tfs,
+                postings.impacts,
+                index.gen,
+                n_chunks=index.n_docs,
+                where=where,
+                checks=checks,
+            )
         )
         if postings.maxes is not None:
             index.maxes = copy_array("f", postings.maxes)
         if postings.order_offsets is not None and postings.positions is not None:
-            index.attach_orders(postings.order_offsets, postings.positions)
-        index._checks = index._order_checks = postings.checks
+            index.orders.packed = PackedOrders(postings.order_offsets, postings.positions, index.gen, checks=checks)
         if postings.tables is not None:
-            index._stored = (StoredTables(postings.tables, where), index.gen)
+            index.lookups.use_saved(StoredTables(postings.tables, where), index.gen)
         return index
 
     def add(self, cid: int, counts: Mapping[int, int]) -> int:
@@ -272,29 +212,11 @@ class InvertedIndex:
         self.total_len += sum(dls)
         self.gen += n
 
-    def attach_buffers(
-        self,
-        offsets: Ints,
-        docs: Ints,
-        tfs: Ints,
-        imps: Floats,
-        *,
-        n_chunks: int | None = None,
-        where: str = "index",
-    ) -> None:
-        """Adopt packed postings (term ``t``'s list is ``[offsets[t], offsets[t + 1])``).
-
-        Each term's lists are views of them until changed (see :meth:`_owned`).
-        With ``n_chunks``, each list is checked against it when first used
-        (its ends suffice: lists are sorted), so a damaged index fails clearly.
-        """
-        self._check_chunks = (n_chunks, where) if n_chunks is not None else None
-        self._checks = None
-        self._buffers = (memoryview(docs), memoryview(tfs), memoryview(imps), memoryview(offsets))
-        n = len(offsets) - 1
-        self._n_buffered = n
-        self._buffers_gen = self.gen
-        self._stored = None  # tables of the buffers replaced, if any
+    def _adopt_lists(self, lists: PackedLists) -> None:
+        """Read every term's lists from ``lists`` (views until changed, see :meth:`_owned`)."""
+        self.packed_lists = lists
+        self.lookups.use_saved(None, self.gen)  # tables of the lists replaced, if any
+        n = lists.n_terms
         self.docs = [None] * n
         self.tfs = [None] * n
         self.imps = [None] * n
@@ -302,21 +224,13 @@ class InvertedIndex:
         self.imp_gen = [self.gen] * n
 
     def _cut(self, tid: int) -> Ints:
-        if self._buffers is None or tid >= self._n_buffered:
+        lists = self.packed_lists
+        if lists is None or not lists.holds(tid):
             d0: array[int] = array("i")
             self.docs[tid], self.tfs[tid], self.imps[tid] = d0, array("I"), array("f")
             return d0
-        mv_d, mv_t, mv_i, offsets = self._buffers
-        checks = self._checks  # (the offsets were checked at load)
-        a, b = offsets[tid], offsets[tid + 1]
-        if checks is not None:
-            checks.chunks(a, b)
-            checks.tfs(a, b)
-            checks.impacts(a, b)
-        d = mv_d[a:b]
-        if self._check_chunks is not None and d and (d[0] < 0 or d[-1] >= self._check_chunks[0]):
-            raise IndexFormatError(f"{self._check_chunks[1]}: a posting points at a chunk that does not exist")
-        self.docs[tid], self.tfs[tid], self.imps[tid] = d, mv_t[a:b], mv_i[a:b]
+        d, self.tfs[tid], self.imps[tid] = lists.cut(tid)
+        self.docs[tid] = d
         return d
 
     def _owned(self, tid: int) -> tuple[array[int], array[int]]:
@@ -399,30 +313,6 @@ class InvertedIndex:
         tid = self.term_id(term)
         return 0 if tid is None else len(self.fold(tid))
 
-    def _length_norms(self) -> list[float]:
-        if self._norms_gen != self.gen:
-            if self.avgdl > 0:
-                self._norms = list(norm_values(self.bm25, self.avgdl, self.dl))
-            else:
-                self._norms = [self.bm25.k1] * len(self.dl)
-            self._norms_gen = self.gen
-        return self._norms
-
-    def _norms_of(self, docs: Ints) -> list[float]:
-        """The length norms of ``docs``, bit for bit those of :meth:`_length_norms`.
-
-        A search right after an add needs fresh impacts for a few terms only:
-        their own chunks' norms cost less than every chunk's, until the lists
-        asking for them in this generation add up to half the collection.
-        """
-        if self._norms_gen != self.gen:
-            gen, work = self._norm_work
-            work = (work if gen == self.gen else 0) + len(docs)
-            self._norm_work = (self.gen, work)
-            if 2 * work < len(self.dl) and self.avgdl > 0:
-                return list(norm_values(self.bm25, self.avgdl, map(self.dl.__getitem__, docs)))
-        return list(map(self._length_norms().__getitem__, docs))
-
     def impacts(self, tid: int) -> tuple[Floats, float]:
         """The term's impacts (current generation) and their maximum."""
         docs = self.fold(tid)
@@ -437,7 +327,7 @@ class InvertedIndex:
         assert tfs is not None
         bm = self.bm25
         idf = bm.idf(self.n_docs, len(docs)) if docs else 0.0
-        weights = tf_weights(bm, tfs, self._norms_of(docs), docs, self.dl, self.avgdl)
+        weights = tf_weights(bm, tfs, self.norms.of(docs, self.gen, self.dl, self.avgdl), docs, self.dl, self.avgdl)
         imps = array("f", map(mul, repeat(idf), weights))
         self.imps[tid] = imps
         self.maxes[tid] = max(imps) if imps else 0.0
@@ -446,7 +336,7 @@ class InvertedIndex:
 
     def refresh(self) -> None:
         """Bring every term's impacts and impact order up to date (before a save)."""
-        if self._buffers is None and self.docs.count(None) == len(self.docs):
+        if self.packed_lists is None and self.docs.count(None) == len(self.docs):
             self._freeze()
             return
         if self._packed_current():
@@ -461,21 +351,17 @@ class InvertedIndex:
             self.order(tid)
 
     def _refreeze(self) -> None:
-        """Repack every list (loaded buffers, cut arrays, pending postings) and
+        """Repack every list (packed views, cut arrays, pending postings) and
         recompute all impacts and orders in bulk, as :meth:`_freeze` does."""
         docs, tfs, lengths = array("i"), array("I"), array("i")
-        bufs = self._buffers
+        lists = self.packed_lists
         pending = self.pending
         for tid in range(len(self.terms)):
-            if bufs is not None and self.docs[tid] is None and tid < self._n_buffered and tid not in pending:
-                mv_d, mv_t, _, offsets = bufs
-                a, b = offsets[tid], offsets[tid + 1]
-                if self._checks is not None:
-                    self._checks.chunks(a, b)
-                    self._checks.tfs(a, b)
-                docs.frombytes(memoryview(mv_d[a:b]).cast("B"))
-                tfs.frombytes(memoryview(mv_t[a:b]).cast("B"))
-                lengths.append(b - a)
+            if lists is not None and self.docs[tid] is None and lists.holds(tid) and tid not in pending:
+                raw_docs, raw_tfs = lists.raw(tid)
+                docs.frombytes(raw_docs)
+                tfs.frombytes(raw_tfs)
+                lengths.append(len(raw_docs) // docs.itemsize)
             else:
                 d = self.fold(tid)
                 docs.frombytes(memoryview(d).cast("B"))
@@ -483,26 +369,28 @@ class InvertedIndex:
                 lengths.append(len(d))
         self._pack(lengths, docs, tfs)
 
-    def _lengths(self) -> Iterable[int]:
-        if self._buffers is None:
-            return map(len, map(self.fold, range(len(self.terms))))
-        return lengths_of(self._buffers[3])
-
     def _freeze(self) -> None:
         """Pack a fresh build into the loaded-index layout in a few C-level passes
         (see :func:`pack_pending`): the same values as :meth:`impacts` term by term."""
         self.touched.update(self.pending)
         packed = pack_pending(  # empties self.pending
-            self.pending, len(self.terms), self.bm25, self.n_docs, self._length_norms(), self.dl, self.avgdl, ORDER_MIN
+            self.pending,
+            len(self.terms),
+            self.bm25,
+            self.n_docs,
+            self.norms.every(self.gen, self.dl, self.avgdl),
+            self.dl,
+            self.avgdl,
+            ORDER_MIN,
         )
         self._adopt(*packed)
 
     def _pack(self, lengths: array[int], docs: array[int], tfs: array[int]) -> None:
-        """Adopt ``docs``/``tfs`` (lists laid end to end) as the buffers, with
+        """Adopt ``docs``/``tfs`` (lists laid end to end) as the packed lists, with
         impacts and orders computed in a few C-level passes: the same values
         as :meth:`impacts` and :meth:`order` term by term (same operations in
         the same order)."""
-        norms = self._length_norms()
+        norms = self.norms.every(self.gen, self.dl, self.avgdl)
         imps, positions = impacts_and_orders(
             self.bm25, self.n_docs, lengths, tfs, docs, norms, self.dl, self.avgdl, ORDER_MIN
         )
@@ -511,55 +399,39 @@ class InvertedIndex:
     def _adopt(
         self, lengths: array[int], docs: array[int], tfs: array[int], imps: array[float], positions: Ints
     ) -> None:
-        """Adopt packed lists with their impacts and orders (all laid end to end) as the buffers."""
-        self.attach_buffers(array("q", accumulate(lengths, initial=0)), docs, tfs, imps)
-        self.attach_orders(order_offsets_of(lengths, ORDER_MIN), positions)
+        """Adopt packed lists with their impacts and orders (all laid end to end) as the packed lists."""
+        self._adopt_lists(PackedLists(array("q", accumulate(lengths, initial=0)), docs, tfs, imps, self.gen))
+        self.orders.packed = PackedOrders(order_offsets_of(lengths, ORDER_MIN), positions, self.gen)
 
     def _packed_current(self) -> bool:
-        """Whether the packed buffers and orders still hold every list as it is."""
-        buf = self._order_buffer
+        """Whether the packed lists and orders still hold every list as it is."""
+        lists, orders = self.packed_lists, self.orders.packed
         return not (
-            self._buffers is None
-            or self._buffers_gen != self.gen
-            or self._n_buffered != len(self.terms)
+            lists is None
+            or lists.gen != self.gen
+            or lists.n_terms != len(self.terms)
             or self.pending
-            or buf is None
-            or buf[2] != self.gen
+            or orders is None
+            or orders.gen != self.gen
         )
 
     def packed(self) -> Postings | None:
-        """The postings as a save writes them, straight from the buffers, or None.
+        """The postings as a save writes them, straight from the packed lists, or None.
 
         Terms whose lists are empty are left out (the rest numbered densely),
-        when nothing changed since the buffers were packed (a bulk build, a
+        when nothing changed since the lists were packed (a bulk build, a
         load, a bulk refresh): a save then copies them whole instead of
         walking every term.  None when any list, statistic or order moved on.
         """
         if not self._packed_current():
             return None
-        buf = self._order_buffer
-        assert self._buffers is not None and buf is not None
-        docs, tfs, imps, offsets = self._buffers
-        positions, order_offsets, _ = buf
-        checks = self._checks
-        if checks is not None and self._order_checks is checks:  # a save copies them whole: check them whole
-            for check, part in zip(checks, (offsets, docs, tfs, imps, order_offsets, positions)):
-                check(0, len(part))
-        lengths = array("q", lengths_of(offsets))
-        order_lengths = array("q", lengths_of(order_offsets))
-        if any(map(ne, order_lengths, map(_ordered_length, lengths))):
-            return None
-        maxes = self.maxes
-        if min(maxes, default=0.0) < 0:  # the maxima were not needed yet
-            for tid in [tid for tid, mx in enumerate(maxes) if mx < 0]:
-                a, b = offsets[tid], offsets[tid + 1]
-                maxes[tid] = max(imps[a:b]) if b > a else 0.0
-        packed = Postings(self.terms, offsets, docs, tfs, imps, maxes, order_offsets, positions)
-        return packed if all(lengths) else without_empty_lists(packed, lengths, order_lengths)
+        lists, orders = self.packed_lists, self.orders.packed
+        assert lists is not None and orders is not None
+        return packed_postings(self.terms, lists, orders, self.maxes, ORDER_MIN)
 
     def saved_postings(self, renumber: list[int] | None = None) -> Postings:
         """What a save writes (see :meth:`packed`), after a :meth:`refresh`:
-        the packed buffers when they are current, else a walk over every
+        the packed lists when they are current, else a walk over every
         term.  ``renumber`` maps chunk ids to their saved ids (when chunks
         were removed)."""
         packed = self.packed()
@@ -569,92 +441,48 @@ class InvertedIndex:
             return packed._replace(chunks=array("i", map(renumber.__getitem__, packed.chunks)))
         return walk_postings(self, renumber)
 
-    def attach_orders(self, offsets: Ints, positions: Ints) -> None:
-        """Adopt impact orders (see :meth:`order`) for the current generation:
-        term ``t``'s is ``positions[offsets[t]:offsets[t + 1]]`` (empty: none saved)."""
-        self._order_buffer = (memoryview(positions), memoryview(offsets), self.gen)
-        self._order_checks = None
-
-    def _order_ready(self, tid: int) -> bool:
-        """Whether the term's impact order is at hand, or worth sorting now.
-
-        An order made stale by adds since it was sorted is sorted again on
-        the term's second use in the current generation: the first search
-        returns False and scores term at a time.  A term that never had an
-        order (a fresh bulk ingest) is sorted on first use: its next search
-        will likely find it still current.
-        """
+    def _term(self, tid: int) -> TermImpacts:
+        """The term's lists with its impacts brought up to date."""
         docs = self.fold(tid)
-        if len(docs) <= ORDER_MIN:
-            return True
-        self.impacts(tid)
-        gen = self.imp_gen[tid]
-        if self._known_order(tid, gen, len(docs)) is not None:
-            return True
-        never_sorted = tid not in self._orders and not self._saved_order(tid)
-        if never_sorted or self._order_wanted.get(tid) == gen or gen == self.settled:
-            return True
-        self._order_wanted[tid] = gen
-        return False
+        if self.imp_gen[tid] != self.gen:  # (a search's terms are current: no call on its path)
+            self.impacts(tid)
+        imps = self.imps[tid]
+        assert imps is not None
+        return TermImpacts(tid, docs, imps, isinstance(docs, array))
 
-    def _saved_order(self, tid: int) -> bool:
-        buf = self._order_buffer
-        return buf is not None and tid + 1 < len(buf[1]) and buf[1][tid + 1] > buf[1][tid]
-
-    def _known_order(self, tid: int, gen: int, length: int) -> Ints | None:
-        """The term's order for impact generation ``gen``, cached or saved, else None."""
-        cached = self._orders.get(tid)
-        if cached is not None and cached[0] == gen:
-            return cached[1]
-        buf = self._order_buffer
-        if buf is None or buf[2] != gen or not self._saved_order(tid):
-            return None
-        start = buf[1][tid]
-        if self._order_checks is not None:
-            self._order_checks.positions(start, start + length)
-        # Read in place.  Not range-checked here: the checksum vouches for
-        # it, and a bad position fails loudly (IndexError), never silently.
-        order = buf[0][start : start + length]
-        self._orders[tid] = (gen, order)
-        return order
+    def order_ready(self, tid: int) -> bool:
+        """Whether the term's impact order is at hand, or worth sorting now (see ``ImpactOrders.ready``)."""
+        if len(self.fold(tid)) <= ORDER_MIN:
+            return True
+        return self.orders.ready(self._term(tid), self.imp_gen[tid], self.settled)
 
     def order(self, tid: int) -> Ints | None:
         """Positions in the term's lists by decreasing impact (ties: lower position first).
 
         ``None`` for lists of at most ``ORDER_MIN`` postings.
         """
-        docs = self.fold(tid)
-        if len(docs) <= ORDER_MIN:
+        if len(self.fold(tid)) <= ORDER_MIN:
             return None
-        self.impacts(tid)
-        gen = self.imp_gen[tid]
-        order = self._known_order(tid, gen, len(docs))
-        if order is None:
-            # A list unchanged since load keeps most of its saved order: a hint, used when still exact.
-            buf = self._order_buffer
-            hint = None
-            if buf is not None and not isinstance(self.docs[tid], array) and self._saved_order(tid):
-                hint = buf[0][buf[1][tid] : buf[1][tid + 1]]
-            order = _impact_order(self._imp(tid), hint)
-            self._orders[tid] = (gen, order)
-        return order
+        return self.orders.of(self._term(tid), self.imp_gen[tid])
 
-    # -- search ----------------------------------------------------------------
-    def _plan(self, weights: Mapping[int, float]) -> Plan:
-        plan = []
-        for tid, w in weights.items():
-            if w <= 0 or not self.fold(tid):
-                continue
-            _, mx = self.impacts(tid)
-            plan.append((mx * w, tid, w))
-        # Largest upper bound first; the term itself breaks ties, so the order,
-        # and so the floating-point sum, is the same for pruned and exhaustive
-        # scoring and for any history of adds and removes.
-        terms = self.terms
-        plan.sort(key=lambda item: (-item[0], terms[item[1]]))
-        return plan
+    # -- search (see _search) ----------------------------------------------------
+    def top_k(
+        self, weights: Mapping[int, float], k: int, allowed: Container[int] | None = None
+    ) -> list[tuple[int, float]]:
+        """The ``k`` best ``(chunk id, score)`` pairs, best first, ties by lower id (exact)."""
+        return _search.top_k(self, weights, k, allowed)
 
-    def _imp(self, tid: int) -> Floats:
+    def score_all(self, weights: Mapping[int, float]) -> dict[int, float]:
+        """Exhaustive scores of every matching chunk (the reference for tests)."""
+        return _search.score_all(self, weights)
+
+    def explain(self, weights: Mapping[int, float], cid: int) -> tuple[float, list[TermExplanation]]:
+        """Per-term breakdown of chunk ``cid``'s score; the parts sum to the score exactly."""
+        return _search.explain(self, weights, cid)
+
+    # -- what the search reads -------------------------------------------------
+    def imps_of(self, tid: int) -> Floats:
+        """The term's impacts as last computed (current after :meth:`impacts`)."""
         imps = self.imps[tid]
         assert imps is not None
         return imps
@@ -668,211 +496,11 @@ class InvertedIndex:
         assert tfs is not None
         return tfs
 
-    def _contribs(self, tid: int, w: float) -> Iterable[float]:
-        imps = self._imp(tid)
+    def contributions(self, tid: int, w: float) -> Iterable[float]:
+        """``w`` times each impact, beside :meth:`fold`'s chunk ids."""
+        imps = self.imps_of(tid)
         return imps if w == 1.0 else map(mul, imps, repeat(w))
 
-    def _table(self, tid: int) -> Built:
-        """The term's impacts by chunk id, cached: a dense array or a dict."""
-        table = self._table_cache.get(tid, self.imp_gen[tid])
-        if table is None:
-            imps, _ = self.impacts(tid)
-            docs = self.fold(tid)
-            n = len(self.dl)
-            table, size = build_table(docs, imps, n, len(docs) * DENSE_SHARE >= n)
-            stored = self._stored
-            budget = TABLE_BYTES if stored is None or stored[1] != self.gen else TABLE_BYTES_BESIDE_SAVED
-            self._table_cache.put(tid, self.imp_gen[tid], table, size, budget)
-        return table
-
-    def _lookup(self, tid: int, w: float, cands: list[int]) -> Iterable[float]:
+    def lookup(self, tid: int, w: float, cands: list[int]) -> Iterable[float]:
         """The term's contribution to each of ``cands`` (0.0 where absent)."""
-        docs = self.fold(tid)
-        stored = self._stored
-        if stored is not None and (stored[1] == self.imp_gen[tid] == self.gen or not isinstance(docs, array)):
-            saved = stored[0].table(tid, len(docs))
-            if saved is not None and stored[1] != self.gen:
-                # Stale impacts, but a list unchanged since load keeps its slots: new impacts behind them.
-                slots = saved[1]
-                ok = slots is not None and max(cands, default=0) < len(slots)
-                saved = self._restamped(tid, slots) if ok and slots is not None else None
-            if saved is not None:
-                found = saved_lookup(saved, cands)
-                return found if w == 1.0 else map(mul, found, repeat(w))
-        table = self._table_cache.get(tid, self.imp_gen[tid])
-        if table is None:
-            probed = self._probed.get(tid, 0) + len(cands)
-            share = PROBE_SHARE
-            if len(docs) * DENSE_SHARE >= len(self.dl) and len(self.dl) * DENSE_SLOT_BYTES > CACHED_TABLE_BYTES:
-                # A dense table larger than the CPU cache takes a cache miss
-                # per posting to fill: wait for three times the candidates.
-                share = max(1, share // 3)
-            if probed * share < len(docs):
-                # Few candidates so far: binary search beats building a table.
-                self._probed[tid] = probed
-                return probe(docs, self._imp(tid), w, cands)
-            if len(docs) >= TABLE_MIN:
-                table = self._table(tid)
-            else:
-                local = dict(zip(docs, self._contribs(tid, w)))
-                return map(local.get, cands, repeat(0.0))
-        vals: Iterable[float] = (
-            map(table.__getitem__, cands) if isinstance(table, array) else map(table.get, cands, repeat(0.0))
-        )
-        # w * 0.0 is 0.0 and w * impact is what the other paths add, bit for bit.
-        return vals if w == 1.0 else map(mul, vals, repeat(w))
-
-    def _restamped(self, tid: int, slots: Ints) -> Table:
-        """A saved slot table's slots with the term's current impacts behind them (0.0 in front)."""
-        found = self._restamps.get(tid)
-        if found is None or found[0] != self.gen:
-            imps = array("f", [0.0])
-            imps.frombytes(memoryview(self.impacts(tid)[0]).cast("B"))
-            found = self._restamps[tid] = (self.gen, (imps, slots))
-        return found[1]
-
-    def top_k(
-        self, weights: Mapping[int, float], k: int, allowed: Container[int] | None = None
-    ) -> list[tuple[int, float]]:
-        """The ``k`` best ``(chunk id, score)`` pairs, best first, ties by lower id.
-
-        First a threshold: the ``SEED`` highest-impact chunks of every term
-        are scored in full, and the k-th best of them, ``theta``, can only
-        rise.  A chunk not yet seen then needs at least ``theta - (what the
-        other terms can still give it)`` from some term (MaxScore's essential
-        terms), and the chunks meeting that are a prefix of each term's impact
-        order; they are scored in full when few (see :meth:`_seed`).  When
-        they are too many, term-at-a-time scoring runs instead, starting from
-        ``theta``.
-        """
-        plan = self._plan(weights)
-        if k <= 0 or not plan:
-            return []
-        theta = 0.0
-        total_len = sum(len(self.fold(tid)) for _, tid, _ in plan)
-        if total_len > 4 * max(SEED, k) and all([self._order_ready(tid) for _, tid, _ in plan]):
-            seeded = self._seed(plan, k, allowed, total_len)
-            if seeded is not None:
-                found, theta = seeded
-                if found is not None:
-                    return found
-        return self._term_at_a_time(plan, k, allowed, theta)
-
-    def _seed(
-        self, plan: Plan, k: int, allowed: Container[int] | None, total_len: int
-    ) -> tuple[list[tuple[int, float]] | None, float] | None:
-        """``(top k or None, theta)`` from the terms' best chunks, or None.
-
-        The threshold algorithm of Fagin, Lotem and Naor, in batches: the
-        pool is every chunk within ``depth`` of the top of some term's impact
-        order, scored in full, and a chunk outside it gets at most ``edge``
-        (the impact at ``depth``) from each term.  When the k-th best pool
-        score ``theta`` beats the sum of the edges, the pool's best are the
-        answer.  Otherwise the chunks that could still beat ``theta`` are in
-        prefixes of the essential terms' orders (MaxScore, over the edges);
-        when they are fewer than the postings term-at-a-time would merge,
-        they are scored too, else the pool deepens while that stays cheaper.
-        """
-        depth = max(SEED, k)
-        lookup = self._lookup
-        pool: set[int] = set()
-        cands: list[int] = []
-        scores: list[float] = []
-        bounds = [ub for ub, _, _ in plan]
-        lengths = [len(self.fold(tid)) for _, tid, _ in plan]
-        theta = 0.0
-        # Terms whose whole list was in the pool by the last round: a chunk
-        # new to it gets exactly 0.0 from them, so they are not looked up.
-        inside: set[int] = set()
-        while True:
-            new: set[int] = set()
-            edges: list[float] = []
-            now_inside: set[int] = set()
-            for i, (_, tid, w) in enumerate(plan):
-                docs = self.fold(tid)
-                order = self.order(tid)
-                if order is None or depth >= len(order):
-                    new.update(docs)
-                    edges.append(0.0)
-                    now_inside.add(i)
-                else:
-                    new.update(map(docs.__getitem__, order[:depth]))
-                    edges.append(self._imp(tid)[order[depth]] * w)
-            new.difference_update(pool)
-            pool.update(new)
-            # Chunks new to the pool lie below the last depth everywhere:
-            # the last edges bound what each term gives them.
-            more, more_scores = full_scores(
-                plan, list(new if allowed is None else filter(allowed.__contains__, new)), theta, bounds, inside, lookup
-            )
-            cands.extend(more)
-            scores.extend(more_scores)
-            if len(cands) >= k:
-                theta = max(theta, heapq.nlargest(k, scores)[-1])
-            if not any(edges) or (theta > 0.0 and above(sum(edges)) < theta):
-                return best_of(cands, scores, k, theta), theta
-            budget = (merge_cost(plan, lengths, theta) if theta > 0.0 else total_len) // BUDGET_SHARE
-            deeper = 3 * depth * len(plan)  # at most this many chunks join the pool next round
-            if theta > 0.0:
-                ranges, n_fresh = essential_slices(plan, edges, depth, theta, self._order, self._imp)
-                if n_fresh <= deeper or (n_fresh <= budget and len(pool) + deeper > budget):
-                    fresh: set[int] = set()
-                    for tid, lo, hi in ranges:
-                        fresh.update(map(self.fold(tid).__getitem__, self._order(tid)[lo:hi]))
-                    fresh.difference_update(pool)
-                    if allowed is not None:
-                        fresh = set(filter(allowed.__contains__, fresh))
-                    more, more_scores = full_scores(plan, list(fresh), theta, edges, now_inside, lookup)
-                    cands.extend(more)
-                    scores.extend(more_scores)
-                    return best_of(cands, scores, k, theta), theta
-            if len(pool) + deeper > budget:
-                return (None, theta) if theta > 0.0 else None
-            bounds, inside = edges, now_inside
-            depth *= 4
-
-    def _order(self, tid: int) -> Ints:
-        order = self.order(tid)
-        assert order is not None  # edges are 0.0 for lists without an order
-        return order
-
-    def _term_at_a_time(
-        self, plan: Plan, k: int, allowed: Container[int] | None, theta0: float
-    ) -> list[tuple[int, float]]:
-        return term_at_a_time(plan, k, allowed, theta0, self.fold, self._contribs, self._lookup, ESSENTIAL_SHARE)
-
-    def score_all(self, weights: Mapping[int, float]) -> dict[int, float]:
-        """Exhaustive scores of every matching chunk (the reference for tests)."""
-        acc: dict[int, float] = {}
-        for _, tid, w in self._plan(weights):
-            for d, c in zip(self.fold(tid), self._contribs(tid, w)):
-                acc[d] = acc.get(d, 0.0) + c
-        return acc
-
-    def explain(self, weights: Mapping[int, float], cid: int) -> tuple[float, list[TermExplanation]]:
-        """Per-term breakdown of chunk ``cid``'s score; the parts sum to the score exactly."""
-        score = 0.0
-        parts = []
-        dl = self.dl[cid] if cid < len(self.dl) else 0
-        for _, tid, w in self._plan(weights):
-            docs = self.fold(tid)
-            i = bisect_left(docs, cid)
-            if i >= len(docs) or docs[i] != cid:
-                continue
-            imp = self._imp(tid)[i]
-            contribution = imp if w == 1.0 else imp * w
-            score = score + contribution
-            parts.append(
-                TermExplanation.of(
-                    self.bm25,
-                    self.terms[tid],
-                    w,
-                    self._tf(tid)[i],
-                    len(docs),
-                    self.n_docs,
-                    dl,
-                    self.avgdl,
-                    contribution,
-                )
-            )
-        return score, parts
+        return self.lookups.lookup(self._term(tid), w, cands, self.gen, len(self.dl))

@@ -1,34 +1,29 @@
 """Pure helpers of the exact top-k search: bounds, MaxScore slices, probes.
 
 A query's *plan* is a list of ``(upper bound, term id, weight)``, largest
-bound first (see ``InvertedIndex._plan``); these functions work on it and on
-the per-term numbers the index hands them, so they hold no index state.
+bound first (see ``_search.plan_of``); these functions work on it and on
+per-term numbers, so they hold no index state (the scoring loops that read
+the index are in ``_search``).
 """
 
 from __future__ import annotations
 
-import heapq
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Container, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from itertools import compress, repeat
-from operator import add, eq, ge, mul
+from operator import eq, ge, mul
 
 __all__ = [
-    "Lookup",
     "Plan",
     "above",
     "best_of",
     "cheap_essentials",
     "essential_slices",
-    "full_scores",
     "merge_cost",
     "probe",
-    "term_at_a_time",
 ]
 
 Plan = list[tuple[float, int, float]]
-# (term id, weight, chunk ids) -> the weighted impact of the term in each (0.0 where absent).
-Lookup = Callable[[int, float, list[int]], Iterable[float]]
 # Relative and absolute slack on upper bounds: the pruned and the exhaustive
 # sums may round differently in the last bit.
 _UB_SLACK = 1e-9
@@ -127,104 +122,3 @@ def essential_slices(
         ranges.append((tid, depth, cut))
         count += cut - depth
     return ranges, count
-
-
-def full_scores(
-    plan: Plan, cands: list[int], theta: float, bounds: list[float], absent: Container[int], lookup: Lookup
-) -> tuple[list[int], list[float]]:
-    """Scores of ``cands`` summed in plan order.  With ``theta > 0``, a
-    chunk is dropped on the way once its partial score plus ``bounds``
-    (what each term left can still add to it) cannot reach ``theta``.
-
-    The terms at the plan positions in ``absent`` hold none of ``cands``:
-    they add exactly 0.0, which leaves a sum unchanged bit for bit, so they
-    are not looked up.
-    """
-    scores: list[float] | None = None
-    rest = sum(bounds)
-    last = len(plan) - 1
-    for i, ((_, tid, w), bound) in enumerate(zip(plan, bounds)):
-        if not cands:
-            break
-        rest -= bound
-        if i in absent:
-            continue
-        found = lookup(tid, w, cands)
-        # 0.0 + x is x, bit for bit, so the first term needs no addition.
-        scores = list(found) if scores is None else list(map(add, scores, found))
-        if theta > 0.0 and i < last:
-            # score + rest >= theta, with the slack on the side of keeping.
-            keep = list(map(ge, scores, repeat(theta - above(rest))))
-            if not all(keep):
-                cands = list(compress(cands, keep))
-                scores = list(compress(scores, keep))
-    if scores is None:
-        scores = [0.0] * len(cands)
-    return cands, scores
-
-
-def term_at_a_time(
-    plan: Plan,
-    k: int,
-    allowed: Container[int] | None,
-    theta0: float,
-    postings: Callable[[int], Sequence[int]],
-    contributions: Callable[[int, float], Iterable[float]],
-    lookup: Lookup,
-    essential_share: int,
-) -> list[tuple[int, float]]:
-    """Top ``k`` by term-at-a-time scoring with MaxScore pruning, from the floor ``theta0``.
-
-    ``postings(tid)`` is a term's sorted chunk ids and ``contributions(tid, w)``
-    its weighted impacts beside them.  With ``theta0 > 0`` and essential lists
-    holding under ``1/essential_share`` of what merging would visit, their
-    union is scored in full instead.
-    """
-    if theta0 > 0.0:
-        lengths = [len(postings(tid)) for _, tid, _ in plan]
-        essential = cheap_essentials(plan, lengths, theta0)
-        if sum(lengths[i] for i in essential) * essential_share < merge_cost(plan, lengths, theta0):
-            # Every chunk that can reach theta0 is in an essential list:
-            # score their union in full, in plan order (the same sum as
-            # every other path), instead of merging the long lists.
-            union: set[int] = set()
-            for i in essential:
-                union.update(postings(plan[i][1]))
-            cands = list(union if allowed is None else filter(allowed.__contains__, union))
-            bounds = [ub for ub, _, _ in plan]
-            cands, scores = full_scores(plan, cands, theta0, bounds, (), lookup)
-            return best_of(cands, scores, k, theta0)
-    remaining = [0.0] * len(plan)
-    total = 0.0
-    for i in range(len(plan) - 1, 0, -1):
-        total += plan[i][0]
-        remaining[i - 1] = above(total)
-    acc: dict[int, float] = {}
-    and_mode = False
-    seen_ub = 0.0
-    for i, (ub, tid, w) in enumerate(plan):
-        if not and_mode:
-            docs = postings(tid)
-            contribs = contributions(tid, w)
-            if acc:
-                contribs = map(add, map(acc.get, docs, repeat(0.0)), contribs)
-            pairs: Iterable[tuple[int, float]] = zip(docs, contribs)
-            if allowed is not None:
-                pairs = compress(pairs, map(allowed.__contains__, docs))
-            acc.update(pairs)
-        else:
-            # Only chunks already in acc can still reach theta: look them up.
-            cands = list(acc)
-            acc = dict(zip(cands, map(add, acc.values(), lookup(tid, w, cands))))
-        rest = remaining[i]
-        seen_ub += ub
-        if rest < theta0 or (len(acc) >= k and (and_mode or rest < seen_ub)):
-            theta = max(heapq.nlargest(k, acc.values())[-1], theta0) if len(acc) >= k else theta0
-            if rest < theta:
-                and_mode = True
-                acc = dict(compress(acc.items(), map(ge, map(add, acc.values(), repeat(rest)), repeat(theta))))
-    if len(acc) > k:
-        theta = heapq.nlargest(k, acc.values())[-1]
-        acc = dict(compress(acc.items(), map(ge, acc.values(), repeat(theta))))
-    best = sorted(acc.items(), key=lambda item: (-item[1], item[0]))
-    return best[:k]

@@ -20,7 +20,7 @@ from the mapped data file like the rest of the index:
 The values are the saved impacts themselves, so a table lookup adds exactly
 what a binary search would.  Tables describe the index as saved: after an
 add or a remove the statistics change, every impact is recomputed, and the
-index stops using them (see ``InvertedIndex._lookup``).
+index stops using them (see ``_engine._lookups``).
 """
 
 from __future__ import annotations

@@ -147,11 +147,18 @@ def test_threshold_search_equals_exhaustive(texts, q, k, seed, order_min, table_
     # Shrink the thresholds so impact orders, seeding rounds and tables all
     # run on small random corpora.
     import clanker_rag._engine._index as index_module
+    import clanker_rag._engine._lookups as lookups_module
+    import clanker_rag._engine._search as search_module
 
-    names = ("SEED", "ORDER_MIN", "TABLE_MIN", "DENSE_SHARE")
-    old = [getattr(index_module, name) for name in names]
-    for name, value in zip(names, (seed, order_min, table_min, dense_share)):
-        setattr(index_module, name, value)
+    places = (
+        (search_module, "SEED"),
+        (index_module, "ORDER_MIN"),
+        (lookups_module, "TABLE_MIN"),
+        (lookups_module, "DENSE_SHARE"),
+    )
+    old = [getattr(module, name) for module, name in places]
+    for (module, name), value in zip(places, (seed, order_min, table_min, dense_share)):
+        setattr(module, name, value)
     try:
         frozen = build(texts)
         frozen._index.refresh()  # the bulk path computes every order at once
@@ -169,8 +176,8 @@ def test_threshold_search_equals_exhaustive(texts, q, k, seed, order_min, table_
         assert ranked(kb, q, k) == exhaustive(kb, q, k)
         assert ranked(kb, q, k) == exhaustive(kb, q, k)
     finally:
-        for name, value in zip(names, old):
-            setattr(index_module, name, value)
+        for (module, name), value in zip(places, old):
+            setattr(module, name, value)
 
 
 @settings(max_examples=100, deadline=None)
@@ -178,7 +185,7 @@ def test_threshold_search_equals_exhaustive(texts, q, k, seed, order_min, table_
 def test_bulk_freeze_equals_term_by_term_impacts(texts, variant):
     packed = build(texts, variant)
     packed._index.refresh()  # a fresh build is packed in one pass
-    assert packed._index._buffers is not None or not packed._index.terms
+    assert packed._index.packed_lists is not None or not packed._index.terms
     one_by_one = build(texts, variant)
     for tid in range(len(one_by_one._index.terms)):
         one_by_one._index.impacts(tid)  # term by term
@@ -192,37 +199,39 @@ def test_bulk_freeze_equals_term_by_term_impacts(texts, variant):
 @settings(max_examples=100, deadline=None)
 @given(corpus, variants)
 def test_norms_of_a_few_chunks_equal_the_whole_collections(texts, variant):
+    from clanker_rag._engine._norms import LengthNorms
+
     # After an add, a term's impacts may take its own chunks' length norms one
     # by one instead of every chunk's: they must be the same floats.
     kb = build(texts, variant)
     index = kb._index
     for i in range(6):  # rare terms, so some lists are short enough for the one-by-one path
         kb.add_text(f"pad{i} t1", f"pad{i}")
-    whole = index._length_norms()
+    whole = list(index.norms.every(index.gen, index.dl, index.avgdl))
     one_by_one = 0
     for tid in range(len(index.terms)):
         docs = index.fold(tid)
-        index._norms_gen = -1  # stale again, and no work done in this generation yet
-        index._norm_work = (-1, 0)
+        index.norms = LengthNorms(index.bm25)  # stale again, and no work done in this generation yet
         one_by_one += 2 * len(docs) < len(index.dl)
-        assert index._norms_of(docs) == [whole[d] for d in docs]
+        assert index.norms.of(docs, index.gen, index.dl, index.avgdl) == [whole[d] for d in docs]
     assert one_by_one
 
 
 def test_a_search_right_after_an_add_does_not_sort_impact_orders(monkeypatch):
     import clanker_rag._engine._index as index_module
+    import clanker_rag._engine._orders as orders_module
 
     monkeypatch.setattr(index_module, "ORDER_MIN", 2)
     texts = [f"alpha beta gamma w{i} w{i % 7}" for i in range(60)]
     kb = build(texts)
     sorted_terms: list[int] = []
-    real = index_module._impact_order  # type: ignore[attr-defined]
+    real = orders_module._impact_order  # type: ignore[attr-defined]
 
     def spy(imps, hint=None):
         sorted_terms.append(len(imps))
         return real(imps, hint)
 
-    monkeypatch.setattr(index_module, "_impact_order", spy)
+    monkeypatch.setattr(orders_module, "_impact_order", spy)
     assert ranked(kb, "alpha beta w3", 5) == exhaustive(kb, "alpha beta w3", 5)
     assert sorted_terms, "terms that never had an order are sorted on first use"
     sorted_terms.clear()
@@ -238,13 +247,15 @@ def test_lookup_tables_stay_within_their_budget(monkeypatch):
     import random
 
     import clanker_rag._engine._index as index_module
+    import clanker_rag._engine._lookups as lookups_module
+    import clanker_rag._engine._search as search_module
 
-    monkeypatch.setattr(index_module, "TABLE_MIN", 1)
-    monkeypatch.setattr(index_module, "TABLE_BYTES", 60 * 90)
-    monkeypatch.setattr(index_module, "DENSE_SHARE", 5)  # words in a fifth of the texts: both kinds
-    monkeypatch.setattr(index_module, "PROBE_SHARE", 1)  # build a table on first use
+    monkeypatch.setattr(lookups_module, "TABLE_MIN", 1)
+    monkeypatch.setattr(lookups_module, "TABLE_BYTES", 60 * 90)
+    monkeypatch.setattr(lookups_module, "DENSE_SHARE", 5)  # words in a fifth of the texts: both kinds
+    monkeypatch.setattr(lookups_module, "PROBE_SHARE", 1)  # build a table on first use
     monkeypatch.setattr(index_module, "ORDER_MIN", 2)
-    monkeypatch.setattr(index_module, "SEED", 2)
+    monkeypatch.setattr(search_module, "SEED", 2)
     rng = random.Random(5)
     words = [f"w{i}" for i in range(30)]
     texts = [" ".join(rng.choices(words, k=rng.randint(3, 12))) for _ in range(150)]
@@ -254,13 +265,13 @@ def test_lookup_tables_stay_within_their_budget(monkeypatch):
     for _ in range(40):
         q = " ".join(rng.sample(words, rng.randint(1, 4)))
         assert ranked(kb, q, 5) == exhaustive(kb, q, 5)
-        tables = index._table_cache.entries
+        tables = index.lookups.cache.entries
         assert tables, "lookups should have built tables"
-        assert index._table_cache.size == sum(size for _, _, size in tables.values())
+        assert index.lookups.cache.size == sum(size for _, _, size in tables.values())
         for _, table, size in tables.values():
             # A dense float32 array costs a slot per chunk, a dict an entry per posting.
             assert size >= (len(table) * 4 if isinstance(table, array) else len(table) * 90)
-        assert index._table_cache.size <= 60 * 90 or len(tables) == 1
+        assert index.lookups.cache.size <= 60 * 90 or len(tables) == 1
         kinds.update(type(table) for _, table, _ in tables.values())
     assert kinds == {array, dict}, "both kinds of table should have been used"
 
@@ -366,18 +377,13 @@ def test_term_at_a_time_from_a_threshold_equals_exhaustive(texts, q, k, share_of
     # score; any such threshold must give the exhaustive top k.  On corpora
     # this small seeding rarely gives up, so the threshold is set here.
     # ESSENTIAL_SHARE 0 always scores the essential lists' union, 10**9 never.
-    import clanker_rag._engine._index as index_module
+    from clanker_rag._engine._search import plan_of, term_at_a_time
 
     kb = build(texts)
     index = kb._index
-    plan = index._plan(kb._query_weights(q))
+    plan = plan_of(index, kb._query_weights(q))
     scores = sorted(index.score_all(kb._query_weights(q)).values(), reverse=True)
     theta0 = scores[k - 1] * share_of_kth if len(scores) >= k else 0.0
-    old = index_module.ESSENTIAL_SHARE
-    index_module.ESSENTIAL_SHARE = essential_share
-    try:
-        got = index._term_at_a_time(plan, k, None, theta0)
-    finally:
-        index_module.ESSENTIAL_SHARE = old
+    got = term_at_a_time(index, plan, k, None, theta0, essential_share)
     want = sorted(index.score_all(kb._query_weights(q)).items(), key=lambda item: (-item[1], item[0]))[:k]
     assert got == want

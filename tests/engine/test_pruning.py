@@ -3,7 +3,8 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clanker_rag._engine._pruning import above, cheap_essentials, full_scores
+from clanker_rag._engine._pruning import above, cheap_essentials
+from clanker_rag._engine._search import full_scores
 
 impact = st.floats(0.01, 20.0, allow_nan=False, allow_infinity=False)
 # Each term: weight and {chunk id: impact}; the candidates are chunk ids 0..29.
@@ -22,15 +23,17 @@ def test_skipping_terms_without_the_candidates_keeps_every_score(terms, cand_set
     absent = {i for i, (_, tid, _) in enumerate(plan) if not cand_set & terms[tid][1].keys()}
     looked_up: list[int] = []
 
-    def lookup(tid, w, some):
-        looked_up.append(tid)
-        table = terms[tid][1]
-        return [table.get(c, 0.0) * w for c in some]
+    class Lists:  # the one accessor full_scores reads
+        @staticmethod
+        def lookup(tid, w, some):
+            looked_up.append(tid)
+            table = terms[tid][1]
+            return [table.get(c, 0.0) * w for c in some]
 
     bounds = [ub for ub, _, _ in plan]
-    skipped = full_scores(plan, list(cands), theta, bounds, absent, lookup)
+    skipped = full_scores(Lists(), plan, list(cands), theta, bounds, absent)  # type: ignore[arg-type]  # lookup only
     assert not {plan[i][1] for i in absent} & set(looked_up)
-    every = full_scores(plan, list(cands), theta, bounds, (), lookup)
+    every = full_scores(Lists(), plan, list(cands), theta, bounds, ())  # type: ignore[arg-type]
     # Pruning may keep a chunk below theta (the caller drops it); it never
     # loses one at or above it, and every score kept is the plain sum in
     # plan order, bit for bit.

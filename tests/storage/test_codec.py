@@ -48,8 +48,10 @@ def test_saved_index_is_format_4_and_read_in_place(tmp_path):
     kb = KnowledgeBase.load(tmp_path)
     index = kb._index
     # The postings are views of the mapped data file, not copies.
-    assert index._buffers is not None
-    assert all(isinstance(view, memoryview) and isinstance(view.obj, mmap.mmap) for view in index._buffers)
+    lists = index.packed_lists
+    assert lists is not None
+    views = (lists.docs, lists.tfs, lists.imps, lists.offsets)
+    assert all(isinstance(view, memoryview) and isinstance(view.obj, mmap.mmap) for view in views)
     fresh = build()
     for q in QUERIES:
         assert ranked(kb, q) == ranked(fresh, q)

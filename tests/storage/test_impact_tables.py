@@ -9,7 +9,7 @@ from engine.test_index_properties import VOCAB, build, corpus, exhaustive, query
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import clanker_rag._engine._index as index_module
+import clanker_rag._engine._lookups as lookups_module
 import clanker_rag._storage._impact_tables as tables_module
 from clanker_rag import IndexFormatError, KnowledgeBase
 from clanker_rag._engine._pruning import probe
@@ -45,18 +45,18 @@ def test_saved_tables_rank_exactly_as_exhaustive_scoring(tmp_path_factory, texts
     with tables_for_every_list(slot_limit):
         kb.save(folder)
     loaded = KnowledgeBase.load(folder)
-    assert loaded._index._stored is not None
+    assert loaded._index.lookups.saved is not None
     before = [ranked(kb, q, k) for q in queries]
     # Without its saved table, every lookup in a list would binary-search it.
-    saved = index_module.probe, index_module.PROBE_SHARE  # type: ignore[attr-defined]
-    index_module.probe, index_module.PROBE_SHARE = no_probes, 0  # type: ignore[attr-defined]
+    saved = lookups_module.probe, lookups_module.PROBE_SHARE  # type: ignore[attr-defined]
+    lookups_module.probe, lookups_module.PROBE_SHARE = no_probes, 0  # type: ignore[attr-defined]
     try:
         after = [ranked(loaded, q, k) for q in queries]
     finally:
-        index_module.probe, index_module.PROBE_SHARE = saved  # type: ignore[attr-defined]
+        lookups_module.probe, lookups_module.PROBE_SHARE = saved  # type: ignore[attr-defined]
     # Bit for bit the scores of the index before the save, and of exhaustive scoring.
     assert after == before == [exhaustive(loaded, q, k) for q in queries]
-    assert not loaded._index._table_cache.entries, "no table should be built where one was saved"
+    assert not loaded._index.lookups.cache.entries, "no table should be built where one was saved"
 
 
 def test_both_kinds_of_table_give_each_impact_and_zero_where_absent():
@@ -143,7 +143,7 @@ def test_tables_stop_serving_once_an_add_changes_the_statistics(tmp_path):
 
 def test_an_index_saved_before_tables_loads_and_searches(tmp_path):
     kb = KnowledgeBase.load(FIXTURE_V3)
-    assert kb._index._stored is None
+    assert kb._index.lookups.saved is None
     hits = kb.search("quick fox", k=3)
     assert hits
     kb.save(tmp_path / "again")  # a save writes the tables it lacked

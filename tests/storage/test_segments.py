@@ -312,4 +312,4 @@ def test_saved_tables_and_orders_serve_a_load_with_later_segments_exactly(tmp_pa
         assert ranked(again, q)[:5] == ranked(fresh, q)[:5]
     for q in queries:  # again: now from the restamped tables and kept orders
         assert [(h.source, h.score) for h in again.search(q, 3)] == [(h.source, h.score) for h in fresh.search(q, 3)]
-    assert again._index._restamps, "saved slot tables were used under the new statistics"
+    assert again._index.lookups.restamps, "saved slot tables were used under the new statistics"

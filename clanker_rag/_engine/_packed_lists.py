@@ -1,0 +1,158 @@
+"""The frozen reader: every term's lists laid end to end, read in place.
+
+A load maps the data file and hands its posting parts here; a bulk build or
+a bulk refresh packs its lists into the same layout.  Either way the parts
+never change: :class:`PackedLists` cuts one term's chunk ids, frequencies
+and impacts out of them as read-only views, running the segment's block
+checks (and the chunk-range check) the first time a list is read, and
+:class:`PackedOrders` does the same for the impact orders.  The index
+(``_index``) copies a list out before it changes it, so these readers stay
+valid for the generation they were packed in, and a save can copy them whole.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterable
+from operator import ne
+from typing import NamedTuple
+
+from .._exceptions import IndexFormatError
+from .._storage._codec import Floats, Ints, PostingChecks, Postings, TermList
+from .._storage._lists import lengths_of, without_empty_lists
+
+__all__ = ["PackedLists", "PackedOrders", "TermLists", "packed_postings"]
+
+
+class TermLists(NamedTuple):
+    """One term's postings: chunk ids (ascending), frequencies and impacts, side by side."""
+
+    docs: Ints
+    tfs: Ints
+    imps: Floats
+
+
+class PackedLists:
+    """Packed postings: term ``t``'s lists are ``[offsets[t], offsets[t + 1])`` of each part."""
+
+    __slots__ = ("checks", "docs", "gen", "imps", "n_chunks", "n_terms", "offsets", "tfs", "where")
+
+    def __init__(
+        self,
+        offsets: Ints,
+        docs: Ints,
+        tfs: Ints,
+        imps: Floats,
+        gen: int,
+        *,
+        n_chunks: int | None = None,
+        where: str = "index",
+        checks: PostingChecks | None = None,
+    ) -> None:
+        """``gen``: the index generation the lists (and impacts) are for.
+
+        With ``n_chunks``, each list is checked against it when first cut
+        (its ends suffice: lists are sorted), so a damaged index fails
+        clearly; ``checks`` are a big segment's block checks, run before a
+        list is first read (the offsets were checked at load).
+        """
+        self.docs: Ints = memoryview(docs)
+        self.tfs: Ints = memoryview(tfs)
+        self.imps: Floats = memoryview(imps)
+        self.offsets: Ints = memoryview(offsets)
+        self.n_terms = len(offsets) - 1
+        self.gen = gen
+        self.n_chunks = n_chunks
+        self.where = where
+        self.checks = checks
+
+    def holds(self, tid: int) -> bool:
+        return tid < self.n_terms
+
+    def cut(self, tid: int) -> TermLists:
+        """The term's lists as views, checked on the way."""
+        offsets, checks = self.offsets, self.checks
+        a, b = offsets[tid], offsets[tid + 1]
+        if checks is not None:
+            checks.chunks(a, b)
+            checks.tfs(a, b)
+            checks.impacts(a, b)
+        d = self.docs[a:b]
+        if self.n_chunks is not None and d and (d[0] < 0 or d[-1] >= self.n_chunks):
+            raise IndexFormatError(f"{self.where}: a posting points at a chunk that does not exist")
+        return TermLists(d, self.tfs[a:b], self.imps[a:b])
+
+    def raw(self, tid: int) -> tuple[memoryview, memoryview]:
+        """The bytes of the term's chunk ids and frequencies (checked), for a repack."""
+        offsets, checks = self.offsets, self.checks
+        a, b = offsets[tid], offsets[tid + 1]
+        if checks is not None:
+            checks.chunks(a, b)
+            checks.tfs(a, b)
+        return memoryview(self.docs[a:b]).cast("B"), memoryview(self.tfs[a:b]).cast("B")
+
+    def lengths(self) -> Iterable[int]:
+        return lengths_of(self.offsets)
+
+
+class PackedOrders:
+    """Packed impact orders: term ``t``'s is ``positions[offsets[t]:offsets[t + 1]]`` (empty: none saved)."""
+
+    __slots__ = ("checks", "gen", "offsets", "positions")
+
+    def __init__(self, offsets: Ints, positions: Ints, gen: int, *, checks: PostingChecks | None = None) -> None:
+        self.positions: Ints = memoryview(positions)
+        self.offsets: Ints = memoryview(offsets)
+        self.gen = gen
+        self.checks = checks
+
+    def has(self, tid: int) -> bool:
+        """Whether an order of the term is saved here."""
+        offsets = self.offsets
+        return tid + 1 < len(offsets) and offsets[tid + 1] > offsets[tid]
+
+    def read(self, tid: int, length: int) -> Ints:
+        """The term's saved order (a list of ``length`` postings), checked on the way."""
+        start = self.offsets[tid]
+        if self.checks is not None:
+            self.checks.positions(start, start + length)
+        # Read in place.  Not range-checked here: the checksum vouches for
+        # it, and a bad position fails loudly (IndexError), never silently.
+        return self.positions[start : start + length]
+
+    def hint(self, tid: int) -> Ints:
+        """The term's saved order as it is, for a list that may have changed since."""
+        return self.positions[self.offsets[tid] : self.offsets[tid + 1]]
+
+    def lengths(self) -> Iterable[int]:
+        return lengths_of(self.offsets)
+
+
+def packed_postings(
+    terms: list[str] | TermList, lists: PackedLists, orders: PackedOrders, maxes: array[float], order_min: int
+) -> Postings | None:
+    """The postings as a save writes them, straight from the packed parts, or None.
+
+    Terms whose lists are empty are left out (the rest numbered densely), so
+    a save copies the parts whole instead of walking every term.  None when
+    some term's order does not match its list (``order_min``: the length a
+    list needs to be ordered).  Maxima not computed yet (``-1.0``) are
+    filled in ``maxes`` from the impacts.
+    """
+    docs, tfs, imps, offsets = lists.docs, lists.tfs, lists.imps, lists.offsets
+    positions, order_offsets = orders.positions, orders.offsets
+    checks = lists.checks
+    if checks is not None and orders.checks is checks:  # a save copies them whole: check them whole
+        for check, part in zip(checks, (offsets, docs, tfs, imps, order_offsets, positions)):
+            check(0, len(part))
+    lengths = array("q", lengths_of(offsets))
+    order_lengths = array("q", lengths_of(order_offsets))
+    ordered = (n if n > order_min else 0 for n in lengths)  # what each list's order must hold
+    if any(map(ne, order_lengths, ordered)):
+        return None
+    if min(maxes, default=0.0) < 0:  # the maxima were not needed yet
+        for tid in [tid for tid, mx in enumerate(maxes) if mx < 0]:
+            a, b = offsets[tid], offsets[tid + 1]
+            maxes[tid] = max(imps[a:b]) if b > a else 0.0
+    packed = Postings(terms, offsets, docs, tfs, imps, maxes, order_offsets, positions)
+    return packed if all(lengths) else without_empty_lists(packed, lengths, order_lengths)
