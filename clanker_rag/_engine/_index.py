@@ -57,7 +57,7 @@ class InvertedIndex:
 
     def __init__(self, bm25: BM25) -> None:
         self.bm25 = bm25
-        self.vocab: dict[str, int] = Vocabulary(self.saved_id, self._new_term)
+        self.vocab: dict[str, int] = Vocabulary(self, InvertedIndex.saved_id, InvertedIndex._new_term)
         # A loaded format 3 index keeps its terms in the data file (TermList);
         # ``vocab`` then fills in as terms are looked up.
         self.terms: list[str] | TermList = []

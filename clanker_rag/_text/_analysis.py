@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import re
+import weakref
 from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -124,16 +125,21 @@ _MISSING = "\x00"  # not a word: marks a _word_cache miss
 class _TermCache(dict[str, tuple[str, ...]]):
     """Raw token -> analysed terms; ``__missing__`` keeps hits at C speed."""
 
-    __slots__ = ("_expand",)
+    __slots__ = ("_owner",)
 
-    def __init__(self, expand: Callable[[str], tuple[str, ...]]) -> None:
+    def __init__(self, owner: Analyzer) -> None:
         super().__init__()
-        self._expand = expand
+        # The owning analyser, held weakly: a bound method of it here would make every
+        # analyser (and the index holding it) a reference cycle.
+        self._owner = weakref.ref(owner)
 
     def __missing__(self, raw: str) -> tuple[str, ...]:
         if len(self) >= _MAX_CACHE:
             self.clear()
-        terms = self._expand(raw)
+        owner = self._owner()
+        if owner is None:
+            raise ReferenceError("the analyser this cache belongs to is gone")
+        terms = owner._expand(raw)
         self[raw] = terms
         return terms
 
@@ -182,7 +188,7 @@ class Analyzer:
         self.cjk_bigrams = bool(cjk_bigrams)
         self.custom = custom
         self._stem: Callable[[str], str] | None = porter2_stem if stemmer == "porter2" else None
-        self.cache = _TermCache(self._expand)
+        self.cache = _TermCache(self)
         self._word_cache: dict[str, str | None] = {}
         # Analyser version 1 also indexed the digit runs split out of an
         # identifier ("hunter2prod" -> "2"), which then matched every "page 2";

@@ -1,4 +1,7 @@
+import gc
 import math
+import os
+from pathlib import Path
 
 import pytest
 
@@ -160,3 +163,26 @@ def test_default_kb_and_retrieve():
     assert 1 <= len(passages) <= 4
     assert all(isinstance(p, str) and p for p in passages)
     assert clanker_rag.retrieve is retrieve
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts open descriptors through Linux's /proc/self/fd")
+def test_a_dropped_knowledge_base_closes_its_files_at_once(tmp_path: Path) -> None:
+    """No reference cycle keeps a loaded index (its mapped files, its open descriptors) until the cyclic GC runs:
+    a server that follows a folder committed every second would otherwise hold every old commit open."""
+    folder = tmp_path / "index"
+    kb = KnowledgeBase()
+    kb.add_text("alpha beta gamma " * 40, source="a")
+    kb.save(folder)
+
+    gc.collect()
+    gc.disable()
+    try:
+        before = len(os.listdir("/proc/self/fd"))
+        for i in range(20):
+            loaded = KnowledgeBase.load(folder)
+            assert loaded.search("beta", 1)
+            loaded.add_text(f"new words {i}", source=f"n{i}")
+            del loaded
+        assert len(os.listdir("/proc/self/fd")) == before
+    finally:
+        gc.enable()
