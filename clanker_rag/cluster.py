@@ -97,7 +97,6 @@ _STARTED: dict[int, Any] = {}
 # The lost-worker timeout before the first of them started (see connect).
 _LOST_WORKER_KEY = "distributed.deploy.lost-worker-timeout"
 _LOST_WORKER: list[Any] = []
-_INSTALL_HINT = f"the Dask cluster needs the dask extra: {install_hint('dask')}"
 
 
 def require_dask() -> None:
@@ -105,7 +104,7 @@ def require_dask() -> None:
     try:
         import distributed  # noqa: F401
     except ImportError:
-        raise MissingExtraError(_INSTALL_HINT) from None
+        raise MissingExtraError(f"the Dask cluster needs the dask extra: {install_hint('dask')}") from None
 
 
 def connect(

@@ -30,14 +30,14 @@ log = logging.getLogger(__name__)
 
 ModelKind = Literal["auto", "bi", "cross"]
 
-_INSTALL = install_hint("rerank")
-
 
 def _sentence_transformers() -> Any:
     try:
         import sentence_transformers
     except ImportError:
-        raise MissingExtraError(f"reranking and hybrid search need sentence-transformers: {_INSTALL}") from None
+        raise MissingExtraError(
+            f"reranking and hybrid search need sentence-transformers: {install_hint('rerank')}"
+        ) from None
     return sentence_transformers
 
 

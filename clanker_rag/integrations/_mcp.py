@@ -49,7 +49,6 @@ DEFAULT_PORT = 8766
 RESOURCE_PREFIX = "clanker-rag://source/"
 MAX_SHOW_CHARS = 100_000
 MAX_PATH_CHARS = 4096  # PATH_MAX on Linux: no longer path names a file
-_INSTALL = f"the MCP server needs the mcp package: {install_hint('mcp')}"
 _LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 _T = TypeVar("_T")
@@ -60,7 +59,7 @@ def require_sdk() -> None:
     try:
         import mcp.server.mcpserver  # noqa: F401
     except ImportError:
-        raise MissingExtraError(_INSTALL) from None
+        raise MissingExtraError(f"the MCP server needs the mcp package: {install_hint('mcp')}") from None
 
 
 def resource_uri(source: str) -> str:
