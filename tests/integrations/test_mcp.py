@@ -7,6 +7,7 @@ driven by the SDK's own client, over stdio and over streamable HTTP on
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -15,6 +16,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -228,12 +230,27 @@ def _announced_url(proc: subprocess.Popen[bytes], timeout: float = 30.0) -> str:
     return line.split(" at ")[1].split(";")[0]
 
 
-def test_http_transport_on_loopback(index: Path) -> None:
+@contextlib.contextmanager
+def _http_server(index: Path, **env: str) -> Iterator[str]:
+    """``clanker-rag mcp --transport http`` on a free loopback port: its URL, the process stopped after."""
     cmd = [sys.executable, "-m", "clanker_rag", "mcp", "--index", str(index), "--transport", "http", "--port", "0"]
-    proc = subprocess.Popen(cmd, env={**os.environ, **_env()}, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
-    seen: dict[str, Any] = {}  # call results, names, texts: each key's own type
+    proc = subprocess.Popen(cmd, env={**os.environ, **_env(), **env}, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
     try:
-        url = _announced_url(proc)
+        yield _announced_url(proc)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stderr:
+            proc.stderr.close()
+
+
+def test_http_transport_on_loopback(index: Path) -> None:
+    seen: dict[str, Any] = {}  # call results, names, texts: each key's own type
+    with _http_server(index) as url:
 
         async def run() -> None:
             with anyio.fail_after(60):
@@ -244,15 +261,6 @@ def test_http_transport_on_loopback(index: Path) -> None:
                     seen["bad"] = await session.call_tool("retrieve", {"query": "install", "k": 21})
 
         anyio.run(run)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if proc.stderr:
-            proc.stderr.close()
     assert seen["tools"] == ["retrieve", "search", "show", "stats"]
     assert "guide/install.md" in _text(seen["search"])
     assert seen["bad"].is_error and "k=21" in _text(seen["bad"]) and "1 to 20" in _text(seen["bad"])
@@ -262,9 +270,6 @@ def test_http_transport_with_a_token_requires_it(index: Path) -> None:
     import http.client
 
     token = "mcp-Token-42"
-    cmd = [sys.executable, "-m", "clanker_rag", "mcp", "--index", str(index), "--transport", "http", "--port", "0"]
-    env = {**os.environ, **_env(), "CLANKER_RAG_TOKEN": token}
-    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
     initialize = json.dumps(
         {
             "jsonrpc": "2.0",
@@ -278,8 +283,8 @@ def test_http_transport_with_a_token_requires_it(index: Path) -> None:
         }
     ).encode()
     statuses = {}
-    try:
-        port = int(_announced_url(proc).rsplit(":", 1)[1].split("/")[0])
+    with _http_server(index, CLANKER_RAG_TOKEN=token) as url:
+        port = int(url.rsplit(":", 1)[1].split("/")[0])
         for name, extra in {
             "none": {},
             "wrong": {"Authorization": "Bearer nope"},
@@ -299,15 +304,6 @@ def test_http_transport_with_a_token_requires_it(index: Path) -> None:
                 statuses[name] = (resp.status, resp.getheader("WWW-Authenticate"), resp.read())
             finally:
                 conn.close()
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if proc.stderr:
-            proc.stderr.close()
     for name in ("none", "wrong", "basic"):
         status, challenge, body = statuses[name]
         assert status == 401 and challenge and challenge.startswith("Bearer"), (name, status, body)
