@@ -9,22 +9,31 @@ deleted in the segment that holds them (found by name, newest segment
 first, so merges never need the knowledge base to renumber anything), runs
 the merges the policy asks for, and writes the new commit point.  A load
 replays every segment after the first into the index (:func:`replay`).
+
+A committed chunk that is removed (by a load's deletion marks or by
+``remove``) leaves the statistics at once but its postings only when the
+index is next read (a :class:`Removal` waits; :func:`drop_postings`): the
+commit writes deletion marks by name and needs neither, so a process that
+loads, removes a source and saves never analyses a text or copies a list.
 """
 
 from __future__ import annotations
 
+import logging
 from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import chain, repeat
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from .._storage import _codec, _segments, _writer
 from ._index import InvertedIndex
 from ._replay import add_lists, postings_since
 from ._sources import ChunkTable, Doc
 
-__all__ = ["Commits", "replay"]
+__all__ = ["Commits", "Removal", "drop_postings", "replay", "whole_snapshot"]
+
+log = logging.getLogger(__name__)
 
 
 class Commits:
@@ -167,3 +176,75 @@ def replay(seg: _codec.Segment, ct: ChunkTable, index: InvertedIndex, put: Calla
     tids = index.ids_of(list(post.terms))
     dls: Sequence[int] = array("i", map(cols.length.__getitem__, live))
     add_lists(index, dls, tids, post.offsets, post.chunks, post.tfs, renumber)
+
+
+class Removal(NamedTuple):
+    """A committed chunk out of the statistics whose postings wait to be dropped."""
+
+    doc: Doc
+    cid: int
+    length: int  # its length in terms, before it left the statistics
+
+
+def drop_postings(
+    index: InvertedIndex, analyze: Callable[[str], Iterable[str]], ct: ChunkTable, doc: Doc, cid: int, length: int
+) -> None:
+    """Take chunk ``cid`` of ``doc`` (``length`` terms) out of the posting lists of the terms its text gives."""
+    terms = list(analyze(doc.text[ct.start[cid] : ct.end[cid]]))
+    section = ct.section[cid]
+    if section:
+        terms.extend(analyze(section))
+    if index.remove(cid, terms) != length:
+        # The analyser no longer reproduces what was indexed (a custom,
+        # non-deterministic one): purge the id from every posting list.
+        log.warning("analyser output changed for %s chunk %d; purging by full scan", doc.source, ct.index[cid])
+        index.purge(cid)
+
+
+def whole_snapshot(
+    settings: Mapping[str, Any], ct: ChunkTable, docs: Mapping[str, Doc], index: InvertedIndex,
+    postings: Callable[[list[int] | None], _codec.Postings],
+) -> _codec.Snapshot:  # fmt: skip
+    """The whole index as a save writes it: live chunks renumbered densely, sources in chunk
+    order; ``postings(renumber)`` gives the lists (``index`` already refreshed)."""
+    live: list[int] = []
+    doc_order: dict[str, int] = {}
+    c_doc = array("i")
+    # One pass over the chunks' sources (a loaded chunk's is found, not stored).
+    for cid, doc in enumerate(ct.doc):
+        if doc is not None:
+            live.append(cid)
+            c_doc.append(doc_order.setdefault(doc.source, len(doc_order)))
+    pick = live.__iter__
+    # Sources without chunks (empty texts) still round-trip.
+    for name in docs:
+        doc_order.setdefault(name, len(doc_order))
+    ordered = list(map(docs.__getitem__, doc_order))
+    sources = _codec.SourceColumns(
+        list(doc_order),
+        [doc.stored for doc in ordered],
+        array("q", [doc.chars for doc in ordered]),
+        [doc.metadata for doc in ordered],
+        [doc.fingerprint for doc in ordered],
+    )
+    # Chunk ids close up over removed chunks when saved; without removals
+    # they stay as they are and the lists are copied whole.
+    renumber: list[int] | None = None
+    if len(live) != len(ct.doc):
+        renumber = [-1] * len(ct.doc)
+        for new_cid, cid in enumerate(live):
+            renumber[cid] = new_cid
+    chunks = _codec.ChunkColumns(
+        c_doc,
+        array("i", map(ct.index.__getitem__, pick())),
+        array("q", map(ct.start.__getitem__, pick())),
+        array("q", map(ct.end.__getitem__, pick())),
+        array("i", map(ct.start_line.__getitem__, pick())),
+        array("i", map(ct.end_line.__getitem__, pick())),
+        array("i", map(index.dl.__getitem__, pick())),
+        list(map(ct.section.__getitem__, pick())),
+    )
+    return _codec.Snapshot(
+        settings["analyzer"], settings["bm25"], settings["chunking"], sources, chunks, postings(renumber),
+        index.total_len, settings["created_by"],
+    )  # fmt: skip
