@@ -22,7 +22,8 @@ from __future__ import annotations
 import logging
 from array import array
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from itertools import chain, repeat
+from itertools import chain, compress, count, repeat
+from operator import attrgetter, is_not
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -207,42 +208,45 @@ def whole_snapshot(
 ) -> _codec.Snapshot:  # fmt: skip
     """The whole index as a save writes it: live chunks renumbered densely, sources in chunk
     order; ``postings(renumber)`` gives the lists (``index`` already refreshed)."""
-    live: list[int] = []
-    doc_order: dict[str, int] = {}
-    c_doc = array("i")
-    # One pass over the chunks' sources (a loaded chunk's is found, not stored).
-    for cid, doc in enumerate(ct.doc):
-        if doc is not None:
-            live.append(cid)
-            c_doc.append(doc_order.setdefault(doc.source, len(doc_order)))
-    pick = live.__iter__
-    # Sources without chunks (empty texts) still round-trip.
-    for name in docs:
-        doc_order.setdefault(name, len(doc_order))
+    # C-level passes over the chunks' sources (a loaded chunk's is found, not stored).
+    by_chunk = list(ct.doc)
+    n = len(by_chunk)
+    whole = None not in by_chunk
+    live: Sequence[int] = range(n) if whole else list(compress(range(n), map(is_not, by_chunk, repeat(None))))
+    names = list(map(attrgetter("source"), by_chunk if whole else map(by_chunk.__getitem__, live)))
+    doc_order = dict(zip(dict.fromkeys(names), count()))
+    c_doc = array("i", map(doc_order.__getitem__, names))
+    if len(doc_order) < len(docs):  # sources without chunks (empty texts) still round-trip
+        for name in docs:
+            doc_order.setdefault(name, len(doc_order))
     ordered = list(map(docs.__getitem__, doc_order))
     sources = _codec.SourceColumns(
         list(doc_order),
-        [doc.stored for doc in ordered],
-        array("q", [doc.chars for doc in ordered]),
-        [doc.metadata for doc in ordered],
-        [doc.fingerprint for doc in ordered],
+        list(map(attrgetter("stored"), ordered)),
+        array("q", map(attrgetter("chars"), ordered)),
+        list(map(attrgetter("metadata"), ordered)),
+        list(map(attrgetter("fingerprint"), ordered)),
     )
     # Chunk ids close up over removed chunks when saved; without removals
-    # they stay as they are and the lists are copied whole.
+    # they stay as they are, the columns and lists are copied whole.
     renumber: list[int] | None = None
-    if len(live) != len(ct.doc):
-        renumber = [-1] * len(ct.doc)
+    if not whole:
+        renumber = [-1] * n
         for new_cid, cid in enumerate(live):
             renumber[cid] = new_cid
+
+    def column(typecode: str, values: Any) -> array[int]:
+        return array(typecode, values[:n] if whole else map(values.__getitem__, live))
+
     chunks = _codec.ChunkColumns(
         c_doc,
-        array("i", map(ct.index.__getitem__, pick())),
-        array("q", map(ct.start.__getitem__, pick())),
-        array("q", map(ct.end.__getitem__, pick())),
-        array("i", map(ct.start_line.__getitem__, pick())),
-        array("i", map(ct.end_line.__getitem__, pick())),
-        array("i", map(index.dl.__getitem__, pick())),
-        list(map(ct.section.__getitem__, pick())),
+        column("i", ct.index),
+        column("q", ct.start),
+        column("q", ct.end),
+        column("i", ct.start_line),
+        column("i", ct.end_line),
+        column("i", index.dl),
+        list(ct.section[:n] if whole else map(ct.section.__getitem__, live)),
     )
     return _codec.Snapshot(
         settings["analyzer"], settings["bm25"], settings["chunking"], sources, chunks, postings(renumber),
