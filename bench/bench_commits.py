@@ -134,7 +134,7 @@ def _child(step: str, folder: str, arg: str, data: Path, prof: Any = None) -> di
         if step.startswith(("remove", "both")):
             kb.remove(arg.rpartition("-")[2])
         kb.save(merge=not step.endswith("nomerge"))
-        return {"seconds": time.perf_counter() - t0, "segments": kb.segments}
+        return {"seconds": time.perf_counter() - t0, "cpu_s": cpu_so_far() - c0, "segments": kb.segments}
     elif step == "optimize":
         KnowledgeBase.load(folder).optimize()
     elif step == "load":
@@ -157,11 +157,14 @@ def _child(step: str, folder: str, arg: str, data: Path, prof: Any = None) -> di
                 docs = [(searcher.doc(a), s) for s, a in searcher.search(query, 10).hits]
                 return [(d["id"][0], s) for d, s in docs if d["body"][0]]
 
-        load = time.perf_counter() - t0
+        load, load_cpu = time.perf_counter() - t0, cpu_so_far() - c0
         t1 = time.perf_counter()
         top = [search(q) for q in qs]
         wall = time.perf_counter() - t1
-        return {"load_s": load, "qps": len(qs) / wall, "memory_mb": statm_mb() - base, "top": json.dumps(top)}
+        return {
+            "load_s": load, "load_cpu_s": load_cpu, "qps": len(qs) / wall, "memory_mb": statm_mb() - base,
+            "top": json.dumps(top),
+        }  # fmt: skip
     elif step == "fresh":  # one fresh build of a folder's content, saved elsewhere
         src = KnowledgeBase.load(folder)
         kb = KnowledgeBase(chunk_size=None)
@@ -351,31 +354,38 @@ def measure(args: argparse.Namespace, before: str, work: Path) -> None:
         )
     # The probes commit with the merge policy on, alternating engines.
     for kind in ("add", "remove"):
-        ours_s, ours_p, tan_s, tan_p, segs = [], [], [], [], 0
+        ours_s, ours_p, ours_c, tan_s, tan_p, tan_c, segs = [], [], [], [], [], [], 0
         for i in range(args.probes):
             arg = f"probe{kind}{i}" if kind == "add" else str(1000 + i)
             r = run(kind, ours, work, arg)
             ours_s.append(r["seconds"])
             ours_p.append(r["process_s"])
+            ours_c.append(r["cpu_s"])
             segs = r["segments"]
             rt = run(f"tantivy-{kind}", tan, work, arg)
             tan_s.append(rt["seconds"])
             tan_p.append(rt["process_s"])
+            tan_c.append(rt["cpu_s"])
         print(
             f"load+{kind}+save (median of {args.probes}, runs {min(ours_s):.3f}-{max(ours_s):.3f}): clanker_rag "
-            f"{median(ours_s):.3f} s in process ({median(ours_p):.2f} s with interpreter start), {segs} segments "
-            f"after; tantivy {median(tan_s):.3f} s ({median(tan_p):.2f} s)",
+            f"{median(ours_s):.3f} s in process, CPU {median(ours_c):.3f} s ({median(ours_p):.2f} s with interpreter "
+            f"start), {segs} segments after; tantivy {median(tan_s):.3f} s, CPU {median(tan_c):.3f} s "
+            f"({median(tan_p):.2f} s)",
             flush=True,
         )
     # The commits start again from the built folders: no probe and no merge in them.
     fresh_copy(built, ours)
     fresh_copy(tbuilt, tan)
-    times, ttimes = [], []
+    times, ttimes, cpus, tcpus = [], [], [], []
     for i in range(args.commits):
         kind = "add-nomerge" if i % 2 == 0 else "both-nomerge"
         arg = f"c{i}" if i % 2 == 0 else f"c{i}-{2000 + i}"
-        times.append(run(kind, ours, work, arg)["seconds"])
-        ttimes.append(run("tantivy-" + kind.partition("-")[0], tan, work, arg)["seconds"])
+        r = run(kind, ours, work, arg)
+        rt = run("tantivy-" + kind.partition("-")[0], tan, work, arg)
+        times.append(r["seconds"])
+        cpus.append(r["cpu_s"])
+        ttimes.append(rt["seconds"])
+        tcpus.append(rt["cpu_s"])
     n_segments = len(json.loads((ours / "index.json").read_text())["body"]["segments"])
     fresh = work / "fresh"
     shutil.rmtree(fresh, ignore_errors=True)
@@ -389,20 +399,23 @@ def measure(args: argparse.Namespace, before: str, work: Path) -> None:
         segs.append(run("query", ours, work))
         merges.append(run("query", merged_dir, work))
         tans.append(run("tantivy-query", tan, work))
-    keys = ("load_s", "qps", "memory_mb")
+    keys = ("load_s", "load_cpu_s", "qps", "memory_mb")
     seg, merged, tq = ({k: median([r[k] for r in rs]) for k in keys} for rs in (segs, merges, tans))
     print(
         f"{args.commits} commits without merging (each adds a note, every second also removes a source): "
-        f"clanker_rag {median(times):.3f} s median ({min(times):.3f}-{max(times):.3f}), {n_segments} segments, "
-        f"folder {folder_mb(ours):.1f} MB; tantivy {median(ttimes):.3f} s ({min(ttimes):.3f}-{max(ttimes):.3f}), "
+        f"clanker_rag {median(times):.3f} s median ({min(times):.3f}-{max(times):.3f}), CPU {median(cpus):.3f} s, "
+        f"{n_segments} segments, folder {folder_mb(ours):.1f} MB; tantivy {median(ttimes):.3f} s "
+        f"({min(ttimes):.3f}-{max(ttimes):.3f}), CPU {median(tcpus):.3f} s, "
         f"{tantivy_segments(tan)} segments, folder {folder_mb(tan):.1f} MB"
     )
     print(f"optimize (merge everything): {opt['seconds']:.2f} s, folder {folder_mb(merged_dir):.1f} MB")
     print(
-        f"{n_segments} segments (medians of 3): load {seg['load_s']:.3f} s, {seg['qps']:.0f} q/s, "
-        f"memory {seg['memory_mb']:.0f} MB; merged: load {merged['load_s']:.3f} s, {merged['qps']:.0f} q/s, "
+        f"{n_segments} segments (medians of 3): load {seg['load_s']:.3f} s (CPU {seg['load_cpu_s']:.3f}), "
+        f"{seg['qps']:.0f} q/s, memory {seg['memory_mb']:.0f} MB; merged: load {merged['load_s']:.3f} s "
+        f"(CPU {merged['load_cpu_s']:.3f}), {merged['qps']:.0f} q/s, "
         f"memory {merged['memory_mb']:.0f} MB; segments/merged q/s {seg['qps'] / merged['qps']:.2f}; "
-        f"tantivy ({tantivy_segments(tan)} segments): load {tq['load_s']:.3f} s, {tq['qps']:.0f} q/s, "
+        f"tantivy ({tantivy_segments(tan)} segments): load {tq['load_s']:.3f} s (CPU {tq['load_cpu_s']:.3f}), "
+        f"{tq['qps']:.0f} q/s, "
         f"memory {tq['memory_mb']:.0f} MB"
     )
     same = all(r["top"] == ref["top"] for r in segs)
