@@ -34,6 +34,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Explanation", "KnowledgeBase", "default_index_path"]
 
+# Removed chunks whose postings may wait for the next read (see _drop); beyond, they are dropped at once.
+_WAITING_MAX = 50_000
+
 
 _FEEDBACK_DOCS = 10
 _FEEDBACK_TERMS = 10
@@ -451,6 +454,8 @@ class KnowledgeBase:
         except BaseException:
             self._torn = True
             raise
+        if len(self._waiting) > _WAITING_MAX:  # a writer that never searches holds a bounded backlog
+            self._settle()
         return len(cids)
 
     def sources(self) -> list[str]:

@@ -187,3 +187,26 @@ def test_looking_up_one_source_of_a_loaded_index_makes_no_other(tmp_path: Path) 
     assert [h.text for h in kb.chunks("s9")] == [h.text for h in fresh_build(live).chunks("s9")]
     assert kb.source_metadata("nope") is None and kb.source_text("nope") is None and list(kb.chunks("nope")) == []
     assert loaded.made == 3
+
+
+def test_a_writer_that_never_searches_holds_a_bounded_backlog(tmp_path: Path, cheap, monkeypatch) -> None:
+    live = base(20)
+    fresh_build(live).save(tmp_path)
+    kb = KnowledgeBase.load(tmp_path, analyzer=plain)
+    calls: list[int] = []
+    real = InvertedIndex.remove
+
+    def counted(self: InvertedIndex, cid: int, terms: object) -> int:
+        calls.append(cid)
+        return real(self, cid, terms)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(InvertedIndex, "remove", counted)
+    monkeypatch.setattr(kb_module, "_WAITING_MAX", 3)
+    removed = [kb.remove(f"s{i}") for i in range(6)]
+    # Past the bound the backlog is dropped at once, before any search asks for it.
+    assert calls and len(calls) >= sum(removed) - 3
+    for i in range(6):
+        del live[f"s{i}"]
+    fresh = fresh_build(live)
+    for q in QUERIES:
+        assert ranked(kb, q) == ranked(fresh, q)
