@@ -149,6 +149,9 @@ def replay(seg: _codec.Segment, ct: ChunkTable, index: InvertedIndex, put: Calla
     assert firsts is not None and seg.record is not None  # checked by open_segment
     deleted = set(seg.record.deleted)
     texts, fps = src.texts, src.fingerprints
+    # A source's text and fingerprint stay in the mapped segment until something reads them
+    # (as the first segment's do): a merged tail segment can hold an eighth of the index.
+    store = texts if isinstance(texts, _codec.SourceStore) else None
     renumber = array("i", repeat(-1, len(cols.source)))
     live: list[int] = []
     per_chunk: list[Doc] = []
@@ -159,9 +162,11 @@ def replay(seg: _codec.Segment, ct: ChunkTable, index: InvertedIndex, put: Calla
         start = len(ct) + len(live)
         doc = Doc(
             src.names[number],
-            texts.text(number) if isinstance(texts, _codec.SourceStore) else str(texts[number]),
+            None if isinstance(texts, _codec.SourceStore) else str(texts[number]),
             src.metadata[number],
-            fps.fingerprint(number) if isinstance(fps, _codec.SourceStore) else fps[number],
+            None if isinstance(fps, _codec.SourceStore) else fps[number],
+            number if store is not None else -1,
+            store,
             own_cids=list(range(start, start + len(run))),
         )
         for new, old in enumerate(run, start):
