@@ -29,7 +29,7 @@ Corpora: the stdlib one (``corpus.py``, about 30k chunks), or with
 are copied, never rebuilt, between the steps of one run.
 
     python bench/bench_commits.py [--commits 20] [--max-chunks N] [--before /work/main]
-    python bench/bench_commits.py --scale            # 225k chunks (~15 min on 2 cores)
+    python bench/bench_commits.py --scale            # 225k chunks (~9 min on 2 busy cores)
     python bench/bench_commits.py --crash 100        # kill -9 during commits and merges
 
 ``--work DIR`` keeps the run's folders in DIR and, when DIR already holds the
