@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import heapq
 import json
-import logging
 import os
-from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -17,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._engine import _collection
 from ._engine._collection import CollectionStats
-from ._engine._commits import Commits, replay
+from ._engine._commits import Commits, Removal, drop_postings, replay, whole_snapshot
 from ._engine._counting import CountedChunk, CountedTexts, TermIds, span_counts
 from ._engine._index import InvertedIndex
 from ._engine._scoring import BM25, Explanation
@@ -36,7 +34,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Explanation", "KnowledgeBase", "default_index_path"]
 
-log = logging.getLogger(__name__)
+# Removed chunks whose postings may wait for the next read (see _drop); beyond, they are dropped at once.
+_WAITING_MAX = 50_000
+
 
 _FEEDBACK_DOCS = 10
 _FEEDBACK_TERMS = 10
@@ -94,8 +94,8 @@ class KnowledgeBase:
             analyzer = Analyzer(custom=analyzer)
         self.analyzer: Analyzer = analyzer
         self.bm25 = bm25
-        self._index = InvertedIndex(bm25)
-        self._term_ids = TermIds(analyzer, self._index.vocab)
+        self._idx = InvertedIndex(bm25)  # read through _index, which drops the postings waiting first
+        self._term_ids = TermIds(analyzer, self._idx.vocab)
         # Source name -> document; a load fills it on first use from
         # _loaded (a search without filters never needs it).
         self._doc_map: dict[str, Doc] | None = {}
@@ -121,6 +121,27 @@ class KnowledgeBase:
         # of the later segments, until something needs every source by name.
         self._hidden: set[int] = set()
         self._extra_docs: dict[str, Doc] = {}
+        # Committed chunks removed whose postings are still in the lists (see _engine/_commits.py).
+        self._waiting: list[Removal] = []
+
+    @property
+    def _index(self) -> InvertedIndex:
+        """The index, with the postings of removed chunks dropped (what a read needs; an add,
+        a removal or a commit uses ``_idx`` itself)."""
+        if self._waiting:
+            self._settle()
+        return self._idx
+
+    def _settle(self) -> None:
+        waiting = self._waiting
+        try:
+            while waiting:
+                gone = waiting[-1]
+                drop_postings(self._idx, self.analyzer, self._chunks, gone.doc, gone.cid, gone.length)
+                waiting.pop()
+        except BaseException:
+            self._torn = True
+            raise
 
     @property
     def _docs(self) -> dict[str, Doc]:
@@ -169,10 +190,10 @@ class KnowledgeBase:
         return cls.load(default_index_path())
 
     def __len__(self) -> int:
-        return self._index.n_docs
+        return self._idx.n_docs
 
     def __repr__(self) -> str:
-        return f"<KnowledgeBase {len(self._docs)} sources, {len(self)} chunks, {len(self._index.terms)} terms>"
+        return f"<KnowledgeBase {len(self._docs)} sources, {len(self)} chunks, {len(self._idx.terms)} terms>"
 
     @property
     def n_terms(self) -> int:
@@ -182,7 +203,7 @@ class KnowledgeBase:
     @property
     def generation(self) -> int:
         """A counter that changes whenever chunks are added or removed."""
-        return self._index.gen
+        return self._idx.gen
 
     @property
     def segments(self) -> int:
@@ -256,8 +277,9 @@ class KnowledgeBase:
                 return None
             docs.append(doc)
         sources = {doc.source for doc in docs}
-        # (set.isdisjoint(dict) would walk the whole dict: ask the dict instead.)
-        if len(sources) < len(docs) or any(map(self._docs.__contains__, sources)):
+        # (set.isdisjoint(dict) would walk the whole dict: ask the dict, or the loaded commit, instead.)
+        known = self.__contains__ if self._doc_map is None else self._doc_map.__contains__
+        if len(sources) < len(docs) or any(map(known, sources)):
             return None
         try:
             return self._add_all(docs, counted)
@@ -266,7 +288,7 @@ class KnowledgeBase:
             raise
 
     def _add_all(self, docs: list[Doc], counted: CountedTexts) -> int:
-        tids = counted.term_ids(self._index.ids_of)
+        tids = counted.term_ids(self._idx.ids_of)
         per_text = counted.per_text
         first = self._chunks.extend(
             chain.from_iterable(map(repeat, docs, per_text)),
@@ -282,7 +304,7 @@ class KnowledgeBase:
             assert isinstance(cids, list)
             cids.extend(range(start, end))
         self._changes += len(docs)
-        self._index.add_chunks(first, counted.sizes, tids, counted.tfs)
+        self._idx.add_chunks(first, counted.sizes, tids, counted.tfs)
         return edges[-1] - first
 
     def data_rewritten(self) -> bool:
@@ -316,7 +338,7 @@ class KnowledgeBase:
         counted: Callable[[Mapping[str, int]], Iterable[CountedChunk]] | None = None,
     ) -> int:
         doc, checked = self._new_doc(text, source, metadata, sections, content)
-        index = self._index
+        index = self._idx
         chunks = self._chunks
         cids = doc.own_cids
         assert isinstance(cids, list)
@@ -335,7 +357,7 @@ class KnowledgeBase:
         return len(cids)
 
     def _count(self, text: str, sections: Sequence[tuple[int, int, str | None]] | None) -> Iterator[CountedChunk]:
-        term_ids, analyzer, vocab = self._term_ids, self.analyzer, self._index.vocab
+        term_ids, analyzer, vocab = self._term_ids, self.analyzer, self._idx.vocab
         for span in self.chunker.split(text, sections):
             counts = span_counts(span, term_ids, analyzer, vocab)
             yield CountedChunk(
@@ -415,51 +437,47 @@ class KnowledgeBase:
         self._commits.dropped(doc)
         return self._drop(doc)
 
-    def _drop(self, doc: Doc) -> int:
-        """Take ``doc``'s chunks out of the postings, the statistics and the chunk table."""
-        source = doc.source
-        index = self._index
+    def _drop(self, doc: Doc, *, loading: bool = False) -> int:
+        """Take ``doc``'s chunks out of the statistics and the chunk table, and out of the postings
+        now or, for committed chunks (all of them while ``loading``), when the index is next read."""
+        index, ct = self._idx, self._chunks
+        cids = doc.cids
+        wait = loading or (bool(cids) and cids[-1] < self._commits.committed)  # (ascending)
         try:
-            for cid in doc.cids:
-                removed = index.remove(cid, self._chunk_terms(cid))
-                if removed != index.dl[cid]:
-                    # The analyser no longer reproduces what was indexed (a custom,
-                    # non-deterministic one): purge the id from every posting list.
-                    log.warning(
-                        "analyser output changed for %s chunk %d; purging by full scan",
-                        source,
-                        self._chunks.index[cid],
-                    )
-                    self._index.purge(cid)
+            for cid in cids:
+                if wait:
+                    self._waiting.append(Removal(doc, cid, index.dl[cid]))
+                else:
+                    drop_postings(index, self.analyzer, ct, doc, cid, index.dl[cid])
                 index.forget(cid)
-                self._chunks.doc[cid] = None
+                ct.doc[cid] = None
         except BaseException:
             self._torn = True
             raise
-        return len(doc.cids)
+        if len(self._waiting) > _WAITING_MAX:  # a writer that never searches holds a bounded backlog
+            self._settle()
+        return len(cids)
 
     def sources(self) -> list[str]:
         """Every indexed source, sorted."""
         return sorted(self._docs)
 
+    # One source is found by name in the loaded commit (no other is made, nor its name decoded).
     def __contains__(self, source: object) -> bool:
-        return source in self._docs
+        return isinstance(source, str) and self._doc_named(source) is not None
 
     def source_metadata(self, source: str) -> dict[str, Any] | None:
-        doc = self._docs.get(source)
+        doc = self._doc_named(source)
         return None if doc is None else dict(doc.metadata)
 
     def source_text(self, source: str) -> str | None:
-        doc = self._docs.get(source)
+        doc = self._doc_named(source)
         return None if doc is None else doc.text
 
     def chunks(self, source: str | None = None) -> Iterator[Hit]:
         """Every chunk (of one source, or all), in index order, as score-0 hits."""
-        docs = (
-            [self._docs[source]]
-            if source is not None and source in self._docs
-            else ([] if source is not None else list(self._docs.values()))
-        )
+        one = None if source is None else self._doc_named(source)
+        docs = list(self._docs.values()) if source is None else ([] if one is None else [one])
         for doc in docs:
             for cid in doc.cids:
                 yield self._hit(cid, 0.0)
@@ -612,54 +630,17 @@ class KnowledgeBase:
         except BaseException:
             self._torn = True
             raise
-        ct = self._chunks
-        live: list[int] = []
-        doc_order: dict[str, int] = {}
-        c_doc = array("i")
-        # One pass over the chunks' sources (a loaded chunk's is found, not stored).
-        for cid, doc in enumerate(ct.doc):
-            if doc is not None:
-                live.append(cid)
-                c_doc.append(doc_order.setdefault(doc.source, len(doc_order)))
-        pick = live.__iter__
-        # Sources without chunks (empty texts) still round-trip.
-        for name in self._docs:
-            doc_order.setdefault(name, len(doc_order))
-        docs = list(map(self._docs.__getitem__, doc_order))
-        sources = _codec.SourceColumns(
-            list(doc_order),
-            [doc.stored for doc in docs],
-            array("q", [doc.chars for doc in docs]),
-            [doc.metadata for doc in docs],
-            [doc.fingerprint for doc in docs],
-        )
-        # Chunk ids close up over removed chunks when saved; without removals
-        # they stay as they are and the lists are copied whole.
-        renumber: list[int] | None = None
-        if len(live) != len(ct.doc):
-            renumber = [-1] * len(ct.doc)
-            for new_cid, cid in enumerate(live):
-                renumber[cid] = new_cid
-        chunks = _codec.ChunkColumns(
-            c_doc,
-            array("i", map(ct.index.__getitem__, pick())),
-            array("q", map(ct.start.__getitem__, pick())),
-            array("q", map(ct.end.__getitem__, pick())),
-            array("i", map(ct.start_line.__getitem__, pick())),
-            array("i", map(ct.end_line.__getitem__, pick())),
-            array("i", map(index.dl.__getitem__, pick())),
-            list(map(ct.section.__getitem__, pick())),
-        )
-        return _codec.Snapshot(
-            self.analyzer.settings(),
-            self.bm25.settings(),
-            self.chunker.settings(),
-            sources,
-            chunks,
-            index.saved_postings(renumber),
-            index.total_len,
-            f"clanker_rag {_version()}",
-        )
+        settings = self._settings()
+        return whole_snapshot(settings, self._chunks, self._docs, index, index.saved_postings)
+
+    def _settings(self) -> dict[str, Any]:
+        """What a commit point records of this knowledge base besides its segments."""
+        return {
+            "created_by": f"clanker_rag {_version()}",
+            "analyzer": self.analyzer.settings(),
+            "bm25": self.bm25.settings(),
+            "chunking": self.chunker.settings(),
+        }
 
     def save(self, path: str | os.PathLike[str] | None = None, *, overwrite: bool = False, merge: bool = True) -> Path:
         """Atomically write the index to folder ``path`` (default: where it came from).
@@ -726,14 +707,8 @@ class KnowledgeBase:
                     "saving would replace its documents (load it and add to it, or pass overwrite=True)"
                 )
             if ours and on_disk is not None and self._commits.segments and mode != "full":
-                settings = {
-                    "created_by": f"clanker_rag {_version()}",
-                    "analyzer": self.analyzer.settings(),
-                    "bm25": self.bm25.settings(),
-                    "chunking": self.chunker.settings(),
-                }
                 self._revision = self._commits.commit(
-                    folder, settings, self._chunks, self._index, merge=mode == "auto",
+                    folder, self._settings(), self._chunks, self._idx, merge=mode == "auto",
                     whole=lambda: self._write_whole(folder),
                 )  # fmt: skip
             else:
@@ -749,7 +724,7 @@ class KnowledgeBase:
         keep = _segments.committed_files(folder)
         revision, record = _writer.write(folder, self._snapshot(), keep)
         self._commits.reset([_codec.open_segment(folder, record, str(folder))], len(self._chunks))
-        self._index.touched.clear()
+        self._idx.touched.clear()
         return revision
 
     def would_replace(self, path: str | os.PathLike[str]) -> bool:
@@ -784,18 +759,18 @@ class KnowledgeBase:
                 loaded = kb._loaded
                 assert loaded is not None
                 for number in first.record.deleted:
-                    kb._drop(loaded.doc(number))
+                    kb._drop(loaded.doc(number), loading=True)
                     kb._hidden.add(number)
             for seg in opened.segments[1:]:
-                replay(seg, kb._chunks, kb._index, kb._put_doc)
-            kb._index.settled = kb._index.gen
+                replay(seg, kb._chunks, kb._idx, kb._put_doc)
+            kb._idx.settled = kb._idx.gen
         kb._path = folder if folder.is_dir() else folder.parent
         kb._data_files = [f for f in (seg.snap.data_file for seg in opened.segments) if f is not None]
         kb._revision = opened.revision
         kb._saved_changes = kb._changes
         if opened.version >= _segments.COMMIT_VERSION:
             kb._commits.reset(opened.segments, len(kb._chunks))
-            kb._index.touched.clear()
+            kb._idx.touched.clear()
         return kb
 
     def verify(self) -> None:
@@ -860,8 +835,8 @@ class KnowledgeBase:
         ct.start_line = _codec.copy_array("i", cols.start_line)
         ct.end_line = _codec.copy_array("i", cols.end_line)
         ct.section = cols.section
-        kb._index = InvertedIndex.from_packed(kb.bm25, snap.postings, cols.length, where=where)
-        kb._term_ids = TermIds(an, kb._index.vocab)
+        kb._idx = InvertedIndex.from_packed(kb.bm25, snap.postings, cols.length, where=where)
+        kb._term_ids = TermIds(an, kb._idx.vocab)
         return kb
 
     @classmethod

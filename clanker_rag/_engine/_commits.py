@@ -9,22 +9,32 @@ deleted in the segment that holds them (found by name, newest segment
 first, so merges never need the knowledge base to renumber anything), runs
 the merges the policy asks for, and writes the new commit point.  A load
 replays every segment after the first into the index (:func:`replay`).
+
+A committed chunk that is removed (by a load's deletion marks or by
+``remove``) leaves the statistics at once but its postings only when the
+index is next read (a :class:`Removal` waits; :func:`drop_postings`): the
+commit writes deletion marks by name and needs neither, so a process that
+loads, removes a source and saves never analyses a text or copies a list.
 """
 
 from __future__ import annotations
 
+import logging
 from array import array
-from collections.abc import Callable, Sequence
-from itertools import chain, repeat
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import chain, compress, count, repeat
+from operator import attrgetter, is_not
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from .._storage import _codec, _segments, _writer
 from ._index import InvertedIndex
 from ._replay import add_lists, postings_since
 from ._sources import ChunkTable, Doc
 
-__all__ = ["Commits", "replay"]
+__all__ = ["Commits", "Removal", "drop_postings", "replay", "whole_snapshot"]
+
+log = logging.getLogger(__name__)
 
 
 class Commits:
@@ -139,6 +149,9 @@ def replay(seg: _codec.Segment, ct: ChunkTable, index: InvertedIndex, put: Calla
     assert firsts is not None and seg.record is not None  # checked by open_segment
     deleted = set(seg.record.deleted)
     texts, fps = src.texts, src.fingerprints
+    # A source's text and fingerprint stay in the mapped segment until something reads them
+    # (as the first segment's do): a merged tail segment can hold an eighth of the index.
+    store = texts if isinstance(texts, _codec.SourceStore) else None
     renumber = array("i", repeat(-1, len(cols.source)))
     live: list[int] = []
     per_chunk: list[Doc] = []
@@ -149,9 +162,11 @@ def replay(seg: _codec.Segment, ct: ChunkTable, index: InvertedIndex, put: Calla
         start = len(ct) + len(live)
         doc = Doc(
             src.names[number],
-            texts.text(number) if isinstance(texts, _codec.SourceStore) else str(texts[number]),
+            None if isinstance(texts, _codec.SourceStore) else str(texts[number]),
             src.metadata[number],
-            fps.fingerprint(number) if isinstance(fps, _codec.SourceStore) else fps[number],
+            None if isinstance(fps, _codec.SourceStore) else fps[number],
+            number if store is not None else -1,
+            store,
             own_cids=list(range(start, start + len(run))),
         )
         for new, old in enumerate(run, start):
@@ -167,3 +182,78 @@ def replay(seg: _codec.Segment, ct: ChunkTable, index: InvertedIndex, put: Calla
     tids = index.ids_of(list(post.terms))
     dls: Sequence[int] = array("i", map(cols.length.__getitem__, live))
     add_lists(index, dls, tids, post.offsets, post.chunks, post.tfs, renumber)
+
+
+class Removal(NamedTuple):
+    """A committed chunk out of the statistics whose postings wait to be dropped."""
+
+    doc: Doc
+    cid: int
+    length: int  # its length in terms, before it left the statistics
+
+
+def drop_postings(
+    index: InvertedIndex, analyze: Callable[[str], Iterable[str]], ct: ChunkTable, doc: Doc, cid: int, length: int
+) -> None:
+    """Take chunk ``cid`` of ``doc`` (``length`` terms) out of the posting lists of the terms its text gives."""
+    terms = list(analyze(doc.text[ct.start[cid] : ct.end[cid]]))
+    section = ct.section[cid]
+    if section:
+        terms.extend(analyze(section))
+    if index.remove(cid, terms) != length:
+        # The analyser no longer reproduces what was indexed (a custom,
+        # non-deterministic one): purge the id from every posting list.
+        log.warning("analyser output changed for %s chunk %d; purging by full scan", doc.source, ct.index[cid])
+        index.purge(cid)
+
+
+def whole_snapshot(
+    settings: Mapping[str, Any], ct: ChunkTable, docs: Mapping[str, Doc], index: InvertedIndex,
+    postings: Callable[[list[int] | None], _codec.Postings],
+) -> _codec.Snapshot:  # fmt: skip
+    """The whole index as a save writes it: live chunks renumbered densely, sources in chunk
+    order; ``postings(renumber)`` gives the lists (``index`` already refreshed)."""
+    # C-level passes over the chunks' sources (a loaded chunk's is found, not stored).
+    by_chunk = list(ct.doc)
+    n = len(by_chunk)
+    whole = None not in by_chunk
+    live: Sequence[int] = range(n) if whole else list(compress(range(n), map(is_not, by_chunk, repeat(None))))
+    names = list(map(attrgetter("source"), by_chunk if whole else map(by_chunk.__getitem__, live)))
+    doc_order = dict(zip(dict.fromkeys(names), count()))
+    c_doc = array("i", map(doc_order.__getitem__, names))
+    if len(doc_order) < len(docs):  # sources without chunks (empty texts) still round-trip
+        for name in docs:
+            doc_order.setdefault(name, len(doc_order))
+    ordered = list(map(docs.__getitem__, doc_order))
+    sources = _codec.SourceColumns(
+        list(doc_order),
+        list(map(attrgetter("stored"), ordered)),
+        array("q", map(attrgetter("chars"), ordered)),
+        list(map(attrgetter("metadata"), ordered)),
+        list(map(attrgetter("fingerprint"), ordered)),
+    )
+    # Chunk ids close up over removed chunks when saved; without removals
+    # they stay as they are, the columns and lists are copied whole.
+    renumber: list[int] | None = None
+    if not whole:
+        renumber = [-1] * n
+        for new_cid, cid in enumerate(live):
+            renumber[cid] = new_cid
+
+    def column(typecode: str, values: Any) -> array[int]:
+        return array(typecode, values[:n] if whole else map(values.__getitem__, live))
+
+    chunks = _codec.ChunkColumns(
+        c_doc,
+        column("i", ct.index),
+        column("q", ct.start),
+        column("q", ct.end),
+        column("i", ct.start_line),
+        column("i", ct.end_line),
+        column("i", index.dl),
+        list(ct.section[:n] if whole else map(ct.section.__getitem__, live)),
+    )
+    return _codec.Snapshot(
+        settings["analyzer"], settings["bm25"], settings["chunking"], sources, chunks, postings(renumber),
+        index.total_len, settings["created_by"],
+    )  # fmt: skip

@@ -72,10 +72,10 @@ def write_segment(folder: Path, snap: Snapshot, *, scored: bool) -> SegmentRecor
         # zlib blocks of TEXT_BLOCK bytes (see _texts); text_offsets count uncompressed bytes.
         packed = {"size": _texts.TEXT_BLOCK, "bytes": total[0], "offsets": blob.array(block_offsets, "q")}
     else:
-        text_ref, text_offsets = blob.run(map(_utf8, text_items))
+        text_ref, text_offsets = blob.run(text_items)
     names = list(src.names)
-    name_ref, name_offsets = blob.run(map(_utf8, names))
-    fp_ref, fp_offsets = blob.run(map(_utf8, fp_items))
+    name_ref, name_offsets = blob.run(names)
+    fp_ref, fp_offsets = blob.run(fp_items)
     firsts = first_chunks(snap.chunks.source, len(names))
     sources = {
         "count": len(names),

@@ -8,12 +8,15 @@ import subprocess
 import sys
 import textwrap
 import time
-from itertools import pairwise
+from itertools import accumulate, pairwise
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from clanker_rag import IndexFormatError, IndexLockedError, KnowledgeBase
+from clanker_rag._storage import _store
 from clanker_rag._storage._store import FORMAT_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -379,3 +382,33 @@ def test_forked_child_does_not_keep_the_lock_after_the_writer_dies(tmp_path):
     finally:
         os.kill(child, signal.SIGKILL)
         writer_out.close()
+
+
+piece = st.one_of(
+    st.text(max_size=40),  # lone surrogates included: written as surrogatepass UTF-8
+    st.binary(max_size=40),
+    st.binary(max_size=40).map(lambda b: memoryview(b)),
+    st.binary(min_size=2, max_size=40).filter(lambda b: len(b) % 2 == 0).map(lambda b: memoryview(b).cast("H")),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(piece, max_size=30), max_size=4), st.integers(1, 64))
+def test_a_run_is_its_pieces_back_to_back_whatever_they_are_and_however_they_are_grouped(runs, group):
+    # Small groups make some pieces big (parts of their own) and join the rest across batches.
+    saved, _store._GROUP = _store._GROUP, group
+    try:
+        blob = _store.Blob()
+        blob.add(b"x")  # the next run starts aligned, not at 0
+        expected = []
+        for pieces in runs:
+            raw = [p.encode("utf-8", "surrogatepass") if isinstance(p, str) else bytes(p) for p in pieces]
+            ref, offsets = blob.run(pieces)
+            assert ref[0] % 8 == 0 and list(offsets) == list(accumulate(map(len, raw), initial=0))
+            expected.append((ref, b"".join(raw)))
+        whole = b"".join(bytes(p) if isinstance(p, memoryview) else p for p in blob.parts)
+        assert len(whole) == blob.size
+        for (start, length), data in expected:
+            assert whole[start : start + length] == data
+    finally:
+        _store._GROUP = saved

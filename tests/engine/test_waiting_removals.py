@@ -1,0 +1,212 @@
+"""Committed chunks that are removed leave the statistics at once and their postings when the index is next read.
+
+A load of a commit with deletion marks, and a ``remove`` of a committed
+source, take the chunks out of the statistics and the chunk table but leave
+their postings until a search (or anything else that reads the index) needs
+them gone: a process that loads, removes and commits never analyses a text
+nor copies a list.  These tests hold that to one fresh build of the same
+content, scores bit for bit, whatever runs between the removal and the read.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import clanker_rag._kb as kb_module
+from clanker_rag import Analyzer, IndexFormatError, KnowledgeBase
+from clanker_rag._engine._index import InvertedIndex
+from clanker_rag._storage import _segments
+from clanker_rag._storage._segments import Policy
+
+VOCAB = [f"t{i}" for i in range(10)]
+plain = Analyzer(stopwords=False, stemmer=None, split_identifiers=False)
+QUERIES = ["t0", "t1 t2", "t3 t3 t4", "t5 t6 t7 t8", "t9 t0 t1", "zz"]
+
+
+@pytest.fixture
+def cheap(monkeypatch):
+    """Commits even for tiny indexes (no full merge)."""
+    monkeypatch.setattr(_segments, "POLICY", Policy(merge_factor=2, full_share=10.0, full_below=0))
+
+
+def ranked(kb: KnowledgeBase, q: str) -> list[tuple[str, int, float, str]]:
+    return [(h.source, h.chunk_index, h.score, h.text) for h in kb.search(q, 100)]
+
+
+def fresh_build(live: dict[str, str]) -> KnowledgeBase:
+    kb = KnowledgeBase(chunk_size=4, stride=2, analyzer=plain)
+    for source, text in live.items():
+        kb.add_text(text, source)
+    return kb
+
+
+def base(n: int = 12) -> dict[str, str]:
+    return {f"s{i}": " ".join(VOCAB[i % 6 : i % 6 + 5] * (1 + i % 3)) for i in range(n)}
+
+
+text = st.lists(st.sampled_from(VOCAB), max_size=12).map(" ".join)
+name = st.sampled_from([f"s{i}" for i in range(14)])
+op = st.one_of(
+    st.tuples(st.just("add"), name, text),
+    st.tuples(st.just("remove"), name, st.just("")),
+    st.tuples(st.sampled_from(["save", "load", "save-no-merge", "peek"]), st.just(""), st.just("")),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(op, max_size=20))
+def test_removals_that_wait_search_as_one_fresh_build(tmp_path_factory, ops):
+    # Searches only at the end (and after "peek"), so removals pile up across adds, commits and loads.
+    saved, _segments.POLICY = _segments.POLICY, Policy(merge_factor=2, full_share=10.0, full_below=0)
+    try:
+        folder = tmp_path_factory.mktemp("wait")
+        live = base()
+        kb = fresh_build(live)
+        kb.save(folder)
+        on_disk = dict(live)
+        for kind, source, body in ops:
+            if kind == "add":
+                kb.add_text(body, source)
+                if live.get(source) != body:
+                    live.pop(source, None)
+                    live[source] = body
+            elif kind == "remove":
+                kb.remove(source)
+                live.pop(source, None)
+            elif kind == "load":
+                kb = KnowledgeBase.load(folder, analyzer=plain)
+                live = dict(on_disk)
+            elif kind == "peek":
+                assert ranked(kb, "t1 t2") == ranked(fresh_build(live), "t1 t2")
+            else:
+                kb.save(merge=kind == "save")
+                on_disk = dict(live)
+            # What needs no postings is right while removals wait.
+            assert len(kb) == len(fresh_build(live))
+            assert all(kb.source_text(s) == t for s, t in live.items())
+        fresh = fresh_build(live)
+        assert kb.sources() == fresh.sources()
+        for q in QUERIES:
+            assert ranked(kb, q) == ranked(fresh, q)
+        assert kb._index.total_len == fresh._index.total_len
+        for term in VOCAB:
+            assert kb._index.df(term) == fresh._index.df(term)
+    finally:
+        _segments.POLICY = saved
+
+
+def test_load_remove_and_commit_touch_no_posting_list(tmp_path: Path, cheap, monkeypatch) -> None:
+    live = base(20)
+    fresh_build(live).save(tmp_path)
+    kb = KnowledgeBase.load(tmp_path, analyzer=plain)
+    kb.remove("s3")
+    kb.save()
+    assert kb.segments == 1
+    kb = KnowledgeBase.load(tmp_path, analyzer=plain)
+    # From here on, a change to a posting list fails: the load (which meets a deletion mark),
+    # the removal of a committed source and the commit must need none.
+    with monkeypatch.context() as patched:
+
+        def refuse(*args: object) -> None:
+            raise AssertionError("a posting list was changed")
+
+        patched.setattr(InvertedIndex, "remove", refuse)
+        patched.setattr(InvertedIndex, "purge", refuse)
+        kb = KnowledgeBase.load(tmp_path, analyzer=plain)
+        assert kb.remove("s5") > 0
+        kb.add_text("t1 t2 t9", "note")
+        kb.save()
+        del live["s3"], live["s5"]
+        live["note"] = "t1 t2 t9"
+        assert len(kb) == len(fresh_build(live)) and "s5" not in kb and "s3" not in kb
+    again = KnowledgeBase.load(tmp_path, analyzer=plain)
+    fresh = fresh_build(live)
+    for q in QUERIES:
+        assert ranked(kb, q) == ranked(fresh, q)
+        assert ranked(again, q) == ranked(fresh, q)
+
+
+def test_a_search_interrupted_while_dropping_postings_leaves_the_index_unsaveable(
+    tmp_path: Path, cheap, monkeypatch
+) -> None:
+    fresh_build(base()).save(tmp_path)
+    kb = KnowledgeBase.load(tmp_path, analyzer=plain)
+    kb.remove("s2")
+
+    def interrupted(*args: object) -> None:
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patched:
+        patched.setattr(kb_module, "drop_postings", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            kb.search("t2")
+    with pytest.raises(IndexFormatError, match="stopped midway"):
+        kb.save()
+
+
+def test_an_analyser_that_changed_since_indexing_still_removes_every_posting(tmp_path: Path, cheap, caplog) -> None:
+    mode = {"now": "same"}
+
+    def analyse(text: str) -> list[str]:
+        words = text.split()
+        if mode["now"] == "more":
+            return [*words, "drift"]
+        return words[1:] if mode["now"] == "fewer" else words
+
+    kb = KnowledgeBase(chunk_size=None, analyzer=analyse)
+    for source, body in {"a": "alpha beta", "b": "beta gamma", "c": "gamma alpha"}.items():
+        kb.add_text(body, source)
+    kb.save(tmp_path)
+    for now, purged in (("more", False), ("fewer", True)):
+        mode["now"] = "same"
+        kb = KnowledgeBase.load(tmp_path, analyzer=analyse)
+        kb.remove("a")
+        # The postings are dropped at the search, with the analyser as it is then.
+        mode["now"] = now
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="clanker_rag"):
+            hits = kb.search("x alpha beta", 10)
+        assert sorted(h.source for h in hits) == ["b", "c"]
+        # A term the chunk was never indexed under is in no list; a term lost leaves a posting behind.
+        assert ("purging by full scan" in caplog.text) is purged
+
+
+def test_looking_up_one_source_of_a_loaded_index_makes_no_other(tmp_path: Path) -> None:
+    live = base(40)
+    fresh_build(live).save(tmp_path)
+    kb = KnowledgeBase.load(tmp_path, analyzer=plain)
+    loaded = kb._loaded
+    assert loaded is not None
+    assert kb.source_metadata("s7") == {} and kb.source_text("s7") == live["s7"]
+    assert "s8" in kb and "nope" not in kb and 5 not in kb
+    assert [h.text for h in kb.chunks("s9")] == [h.text for h in fresh_build(live).chunks("s9")]
+    assert kb.source_metadata("nope") is None and kb.source_text("nope") is None and list(kb.chunks("nope")) == []
+    assert loaded.made == 3
+
+
+def test_a_writer_that_never_searches_holds_a_bounded_backlog(tmp_path: Path, cheap, monkeypatch) -> None:
+    live = base(20)
+    fresh_build(live).save(tmp_path)
+    kb = KnowledgeBase.load(tmp_path, analyzer=plain)
+    calls: list[int] = []
+    real = InvertedIndex.remove
+
+    def counted(self: InvertedIndex, cid: int, terms: object) -> int:
+        calls.append(cid)
+        return real(self, cid, terms)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(InvertedIndex, "remove", counted)
+    monkeypatch.setattr(kb_module, "_WAITING_MAX", 3)
+    removed = [kb.remove(f"s{i}") for i in range(6)]
+    # Past the bound the backlog is dropped at once, before any search asks for it.
+    assert calls and len(calls) >= sum(removed) - 3
+    for i in range(6):
+        del live[f"s{i}"]
+    fresh = fresh_build(live)
+    for q in QUERIES:
+        assert ranked(kb, q) == ranked(fresh, q)
