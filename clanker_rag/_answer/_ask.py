@@ -59,7 +59,8 @@ ANSWER_ATTACH_CHARS: int | None = 320
 ANSWER_CHANGELOG_LAST = True
 # The passage shown is the one of the top ANSWER_PICK whose best sentence answers best: 2 or 3
 # injected no more answers than rank order on click and flask, so rank order stands.
-ANSWER_PICK = 1
+ANSWER_PICK = 3
+ANSWER_RANK_PRIOR = 0.5
 # Answers after a block limited to the injected passages' words (llama.cpp grammar, _grammars).
 ANSWER_COPY = True
 # ... and to hold a block word of the type the question asks for, when the block has one.
@@ -138,6 +139,7 @@ def answer_controller(
     attach_chars: int | None = ANSWER_ATTACH_CHARS,
     changelog_last: bool = ANSWER_CHANGELOG_LAST,
     pick: int = ANSWER_PICK,
+    rank_prior: float = ANSWER_RANK_PRIOR,
     stop: Sequence[str] = STOP,
     **options: Any,
 ) -> RagController:
@@ -156,6 +158,7 @@ def answer_controller(
             attach=attach_chars,
             changelog_last=changelog_last,
             pick=pick,
+            rank_prior=rank_prior,
         )
     return RagController(
         retriever,

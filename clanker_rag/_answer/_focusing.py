@@ -23,13 +23,15 @@ from collections.abc import Callable, Sequence
 from .._exceptions import ConfigError
 from .._text._analysis import Analyzer
 from .._types import Hit, HitLike, Retriever
-from ._answer_types import expected_types, types_in
+from ._answer_types import IDENT, code_names, focus_types, types_in
 from ._windows import attached, body_owner, is_changelog
 
 __all__ = ["FocusedRetriever", "focus_hit", "focus_sentence"]
 
 # Prefix of the pseudo-terms that stand for answer types (no analyser emits a NUL).
 _TYPE_MARK = "\0type:"
+# ... and for a query term held inside a name written as code ("FileSystemLoader" holds "file").
+_NAME_MARK = "\0name:"
 # The answer's type weighs as two query terms held as often: it is what the question asks for
 # (bench/RESULTS.md: 1.5 to 3 chose the same sentences on the tune half, 1 fewer, a filter fewer).
 _TYPE_WEIGHT = 2.0
@@ -187,7 +189,24 @@ def _unit_terms(
         # The answer's type is one more query term, held by the sentences with a token of that type.
         for found, (a, b) in zip(unit_terms, spans):
             found.update(_TYPE_MARK + kind for kind in expected & types_in(text[a : min(b, a + budget)]))
+    if IDENT in expected:
+        for found, (a, b) in zip(unit_terms, spans):
+            found.update(_NAME_MARK + term for term in named_terms(text[a : min(b, a + budget)], terms, analyzer))
     return unit_terms
+
+
+def named_terms(text: str, terms: set[str], analyzer: Callable[[str], list[str]]) -> set[str]:
+    """The query ``terms`` that ``text`` holds inside a name written as code, a name that says more than the query.
+
+    A name made only of the question's words (``run_simple`` in "which
+    parameter of run_simple ...") is the question's own, not its answer.
+    """
+    out: set[str] = set()
+    for name in code_names(text):
+        parts = set(analyzer(name))
+        if parts and not parts <= terms:
+            out |= parts & terms
+    return out
 
 
 def _weights(unit_terms: Sequence[set[str]]) -> dict[str, float]:
@@ -211,21 +230,43 @@ def best_passage(
     expected: frozenset[str] = frozenset(),
     attach: int | None = None,
 ) -> int:
-    """The index of the hit whose best sentence answers best, weighing terms over all the hits' sentences.
+    """The index of the hit whose best sentence answers best (see :func:`best_sentence`)."""
+    return best_sentence(hits, terms, analyzer, budget, expected, attach)[0] if hits else 0
+
+
+def best_sentence(
+    hits: Sequence[HitLike],
+    terms: set[str],
+    analyzer: Callable[[str], list[str]],
+    budget: int,
+    expected: frozenset[str] = frozenset(),
+    attach: int | None = None,
+    rank_prior: float = 0.0,
+) -> tuple[int, int]:
+    """(hit, sentence) of the sentence that answers best among ``hits``, weighing terms over all their sentences.
 
     The search ranked whole chunks; the block shows one sentence.  The chunk
     that ranks first often owes its score to a heading or to repeating the
     question's words across several lines, while a lower one holds the one
-    sentence (or the lead-in and its code) that has them together.  Ties go
-    to the higher-ranked hit.
+    sentence (or the lead-in and its code) that has them together.  A
+    sentence's score is scaled by ``(hit score / first hit's score) **
+    rank_prior``, so a lower hit must answer clearly better to be shown.
+    Ties go to the higher-ranked hit and the earlier sentence.
     """
     per_hit = []
     for hit in hits:
         spans = _sentences(hit.text) or [(0, len(hit.text))]
         per_hit.append(_unit_terms(hit.text, spans, terms, analyzer, budget, expected, attach))
     weight = _weights([found for units in per_hit for found in units])
-    scores = [max((sum(weight[t] for t in found) for found in units), default=0.0) for units in per_hit]
-    return max(range(len(hits)), key=lambda i: (scores[i], -i)) if hits else 0
+    top = hits[0].score if hits else 0.0
+    best, best_score = (0, 0), -1.0
+    for i, (hit, units) in enumerate(zip(hits, per_hit)):
+        scale = (hit.score / top) ** rank_prior if top > 0 and hit.score > 0 else 1.0
+        for u, found in enumerate(units):
+            score = scale * sum(weight[t] for t in found)
+            if score > best_score + 1e-9:
+                best, best_score = (i, u), score
+    return best
 
 
 def focus_sentence(
@@ -235,6 +276,7 @@ def focus_sentence(
     budget: int,
     expected: frozenset[str] = frozenset(),
     attach: int | None = None,
+    unit: int | None = None,
 ) -> HitLike:
     """``hit`` cut to its one sentence (or line, or table row) holding the most query-term weight.
 
@@ -243,7 +285,8 @@ def focus_sentence(
     :func:`_best_window`; ties go to the earliest sentence; a sentence longer
     than ``budget`` keeps its start.  Prose resumed after a code block ("the
     score is:", a formula, "with k1 = 1.2") also counts the query terms of the
-    sentence that led into the code (:func:`_lead_ins`).
+    sentence that led into the code (:func:`_lead_ins`).  ``unit`` names the
+    sentence (by its index in :func:`_sentences`) when it was chosen already.
 
     With ``attach`` (a budget in characters), the sentence keeps what it
     needs around it (:func:`~clanker_rag._answer._windows.attached`): the code
@@ -261,11 +304,12 @@ def focus_sentence(
         return hit
     if not spans:
         return hit
-    unit_terms = _unit_terms(text, spans, terms, analyzer, budget, expected, attach)
-    weight = _weights(unit_terms)
-    scores = [sum(weight[t] for t in found) for found in unit_terms]
-    best = max(range(len(spans)), key=lambda i: (scores[i], -i))
-    start, end = spans[best]
+    if unit is None or not 0 <= unit < len(spans):
+        unit_terms = _unit_terms(text, spans, terms, analyzer, budget, expected, attach)
+        weight = _weights(unit_terms)
+        scores = [sum(weight[t] for t in found) for found in unit_terms]
+        unit = max(range(len(spans)), key=lambda i: (scores[i], -i))
+    start, end = spans[unit]
     end = min(end, start + budget)
     if attach is not None:
         start, end = attached(text, start, end, max(attach, end - start))
@@ -316,6 +360,7 @@ class FocusedRetriever:
         attach: int | None = None,
         changelog_last: bool = False,
         pick: int = 1,
+        rank_prior: float = 0.0,
     ) -> None:
         if budget < 40:
             raise ConfigError(f"budget must be >= 40 characters, got {budget}")
@@ -323,6 +368,7 @@ class FocusedRetriever:
         self.attach = attach
         self.changelog_last = changelog_last
         self.pick = pick
+        self.rank_prior = rank_prior
         self.answer_types = answer_types
         self.retriever = retriever
         self.budget = budget
@@ -338,14 +384,23 @@ class FocusedRetriever:
         terms = set(self.analyzer(query))
         if not self.sentence:
             return [focus_hit(hit, terms, self.analyzer, self.budget) for hit in hits]
-        expected = expected_types(query) if self.answer_types else frozenset()
+        expected = focus_types(query) if self.answer_types else frozenset()
+        unit = None
         if self.pick > 1 and len(hits) > 1:
-            first = best_passage(hits[: self.pick], terms, self.analyzer, self.budget, expected, self.attach)
+            first, unit = best_sentence(
+                hits[: self.pick], terms, self.analyzer, self.budget, expected, self.attach, self.rank_prior
+            )
             hits = [hits[first], *hits[:first], *hits[first + 1 :]]
-        out = [focus_sentence(hit, terms, self.analyzer, self.budget, expected, self.attach) for hit in hits]
+        out = [
+            focus_sentence(hit, terms, self.analyzer, self.budget, expected, self.attach, unit if i == 0 else None)
+            for i, hit in enumerate(hits)
+        ]
         if expected:
             # A passage whose best sentence holds no token of the asked-for type (and a query
             # term) cannot answer; the ones that can go first, each group in rank order.
             fits = [bool(expected & types_in(h.text)) and bool(terms.intersection(self.analyzer(h.text))) for h in out]
-            out = [h for h, ok in zip(out, fits) if ok] + [h for h, ok in zip(out, fits) if not ok]
+            # A sentence chosen among several passages weighed the type already: it stays first.
+            keep = 1 if unit is not None else 0
+            rest = list(zip(out[keep:], fits[keep:]))
+            out = out[:keep] + [h for h, ok in rest if ok] + [h for h, ok in rest if not ok]
         return out
