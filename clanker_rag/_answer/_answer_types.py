@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["ANSWER_TYPES", "LITERAL", "code_names", "expected_types", "focus_types", "head_noun", "types_in"]
+__all__ = ["ANSWER_TYPES", "DEFAULT", "LITERAL", "code_names", "expected_types", "focus_types", "head_noun", "number_words", "tokens_of", "types_in"]
 
 NUMBER = "number"
 FLAG = "flag"
@@ -32,6 +32,8 @@ ANSWER_TYPES = (NUMBER, FLAG, ERROR, FILE, ENV, IDENT)
 # Inline code (``value``, `name`): what documentation writes as code is what a user types.
 # Only the choice of the injected sentence asks for it (:func:`focus_types`).
 LITERAL = "literal"
+# The word "default" itself: a question about a default is answered where the docs say "default".
+DEFAULT = "default"
 
 # Question cues, matched on the lower-cased question.  "what/which ... NOUN" is typed by
 # its head noun: the first cue noun within two words ("which option skips hidden files"
@@ -115,6 +117,7 @@ _SHAPES: dict[str, re.Pattern[str]] = {
         r"|(?<![/\w.])[a-z_]\w*\.[a-z_]\w*[a-z0-9]\b(?![./\w])|\b[a-z_]\w*=\S"
     ),
     LITERAL: re.compile(r"``[^`\n]+``|(?<![`\w])`[^`\n]+`(?!`)"),
+    DEFAULT: re.compile(r"\bdefault(?:s|ed)?\b", re.I),
 }
 # "which/what NOUN ..." with a noun no cue names: documentation answers it with a name.
 _WHICH_RE = re.compile(r"^(?:which|what) (?!(?:is|are|was|were|does|do|did|can|should|happens|if)\b)[\w-]+")
@@ -150,6 +153,8 @@ def focus_types(question: str) -> frozenset[str]:
         found.add(IDENT)
     if found & {IDENT, FLAG}:
         found.add(LITERAL)
+    if _SHAPES[DEFAULT].search(text):
+        found.add(DEFAULT)
     return frozenset(found)
 
 
@@ -167,6 +172,8 @@ def types_in(text: str) -> frozenset[str]:
 # Names written as code: inline literals (``name``, `name`, :role:`name`) and the identifier shapes.
 _LITERAL_RE = re.compile(r"``([^`\n]{1,80})``|(?<![`\w])`([^`\n]{1,80})`(?!`)")
 
+_PATH_RE = re.compile(r"[^\s`<>]*/[^\s`<>]*")
+
 
 def code_names(text: str) -> list[str]:
     """The names ``text`` writes as code: its inline literals and its identifier-shaped tokens.
@@ -175,6 +182,26 @@ def code_names(text: str) -> list[str]:
     the file system is a ``FileSystemLoader``), so the name that holds a
     question's words is often the answer to "which class ...".
     """
+    # A path ("../middleware/proxy_fix", a cross-reference's target) names a page, not a thing.
+    text = _PATH_RE.sub(" ", text)
     out = [m.group(1) or m.group(2) for m in _LITERAL_RE.finditer(text)]
     out += [m.group(0) for m in _SHAPES[IDENT].finditer(text)]
     return [name for name in out if name.strip()]
+
+
+_NUMBER_WORDS = {
+    word: str(value)
+    for value, word in enumerate(
+        "zero one two three four five six seven eight nine ten eleven twelve".split()
+    )
+}
+
+
+def number_words(question: str) -> set[str]:
+    """The digits of the numbers ``question`` spells out ("four workers": "4"): documentation writes digits."""
+    return {_NUMBER_WORDS[w] for w in re.findall(r"[a-z]+", question.lower()) if w in _NUMBER_WORDS}
+
+
+def tokens_of(text: str, kind: str) -> list[str]:
+    """The tokens of answer type ``kind`` that ``text`` holds, as written."""
+    return [m.group(0) for m in _SHAPES[kind].finditer(text)]

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from .._exceptions import ConfigError
 from .._text._analysis import Analyzer
 from .._types import Hit, HitLike, Retriever
-from ._answer_types import IDENT, code_names, focus_types, types_in
+from ._answer_types import DEFAULT, IDENT, LITERAL, code_names, focus_types, number_words, tokens_of, types_in
 from ._windows import attached, body_owner, is_changelog
 
 __all__ = ["FocusedRetriever", "focus_hit", "focus_sentence"]
@@ -188,11 +188,29 @@ def _unit_terms(
     if expected:
         # The answer's type is one more query term, held by the sentences with a token of that type.
         for found, (a, b) in zip(unit_terms, spans):
-            found.update(_TYPE_MARK + kind for kind in expected & types_in(text[a : min(b, a + budget)]))
+            held = new_types(text[a : min(b, a + budget)], expected, terms, analyzer)
+            # The shapes asked for are one mark (a name is an identifier and inline code at once);
+            # "default" said in the sentence is another.
+            found.update(_TYPE_MARK + (kind if kind == DEFAULT else "shape") for kind in held)
     if IDENT in expected:
         for found, (a, b) in zip(unit_terms, spans):
             found.update(_NAME_MARK + term for term in named_terms(text[a : min(b, a + budget)], terms, analyzer))
     return unit_terms
+
+
+def new_types(
+    text: str, expected: frozenset[str], terms: set[str], analyzer: Callable[[str], list[str]]
+) -> frozenset[str]:
+    """The ``expected`` types ``text`` holds a token of, not counting names made of the query's words only.
+
+    "Which extension adds ``break`` to loops?" is not answered by a sentence
+    whose only inline code is ``break``.
+    """
+    held = set(expected & types_in(text))
+    for kind in held & {IDENT, LITERAL}:
+        if all(set(analyzer(token)) <= terms for token in tokens_of(text, kind)):
+            held.discard(kind)
+    return frozenset(held)
 
 
 def named_terms(text: str, terms: set[str], analyzer: Callable[[str], list[str]]) -> set[str]:
@@ -312,11 +330,43 @@ def focus_sentence(
     start, end = spans[unit]
     end = min(end, start + budget)
     if attach is not None:
+        start, end = with_typed_neighbour(text, spans, unit, expected, attach, (start, end), terms, analyzer)
         start, end = attached(text, start, end, max(attach, end - start))
     first = text.count("\n", 0, start)
     out = _window(hit, start, end, first, first + text.count("\n", start, end))
     # One line: a model copying a wrapped sentence stops at its first line break.
     return dataclasses.replace(out, text=" ".join(out.text.split()))
+
+
+def with_typed_neighbour(
+    text: str,
+    spans: Sequence[tuple[int, int]],
+    unit: int,
+    expected: frozenset[str],
+    budget: int,
+    span: tuple[int, int],
+    terms: set[str],
+    analyzer: Callable[[str], list[str]],
+) -> tuple[int, int]:
+    """``span`` (sentence ``unit``) widened to the next or previous sentence when only that one holds the answer's shape.
+
+    The sentence that repeats a question's words ("This extension adds
+    support for loops.") is often next to the one that names the thing
+    ("Import name: ``ext.loops``") without saying it; the pair answers,
+    either alone does not.  The neighbour is taken when the pair fits
+    ``budget`` characters; the following one first.
+    """
+    shapes = expected - {DEFAULT}
+    start, end = span
+    if not shapes or new_types(text[start:end], shapes, terms, analyzer):
+        return span
+    for other in (unit + 1, unit - 1):
+        if not 0 <= other < len(spans):
+            continue
+        a, b = spans[other]
+        if new_types(text[a:b], shapes, terms, analyzer) and max(b, end) - min(a, start) <= budget:
+            return min(a, start), max(b, end)
+    return span
 
 
 def _window(hit: HitLike, start: int, end: int, first_line: int, last_line: int) -> Hit:
@@ -385,6 +435,8 @@ class FocusedRetriever:
         if not self.sentence:
             return [focus_hit(hit, terms, self.analyzer, self.budget) for hit in hits]
         expected = focus_types(query) if self.answer_types else frozenset()
+        if self.answer_types:
+            terms |= number_words(query)
         unit = None
         if self.pick > 1 and len(hits) > 1:
             first, unit = best_sentence(
