@@ -20,7 +20,19 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["ANSWER_TYPES", "DEFAULT", "LITERAL", "code_names", "expected_types", "focus_types", "head_noun", "number_words", "tokens_of", "types_in"]
+__all__ = [
+    "ANSWER_TYPES",
+    "DEFAULT",
+    "LITERAL",
+    "asks_how",
+    "code_names",
+    "expected_types",
+    "focus_types",
+    "head_noun",
+    "number_words",
+    "tokens_of",
+    "types_in",
+]
 
 NUMBER = "number"
 FLAG = "flag"
@@ -158,6 +170,11 @@ def focus_types(question: str) -> frozenset[str]:
     return frozenset(found)
 
 
+def asks_how(question: str) -> bool:
+    """Whether ``question`` asks how to do something ("How do I ...", "How to ...")."""
+    return _HOWTO_RE.match(" ".join(question.lower().split())) is not None
+
+
 def head_noun(question: str) -> str | None:
     """The cue noun that names what ``question`` asks for ("port" in "what port does it use?"), if any."""
     head = _HEAD_RE.search(" ".join(question.lower().split()))
@@ -192,7 +209,7 @@ def code_names(text: str) -> list[str]:
 _NUMBER_WORDS = {
     word: str(value)
     for value, word in enumerate(
-        "zero one two three four five six seven eight nine ten eleven twelve".split()
+        ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve"]
     )
 }
 

@@ -59,7 +59,7 @@ ANSWER_ATTACH_CHARS: int | None = 320
 ANSWER_CHANGELOG_LAST = True
 # The passage shown is the one of the top ANSWER_PICK whose best sentence answers best: 2 or 3
 # injected no more answers than rank order on click and flask, so rank order stands.
-ANSWER_PICK = 3
+ANSWER_PICK = 2
 ANSWER_RANK_PRIOR = 0.5
 # Answers after a block limited to the injected passages' words (llama.cpp grammar, _grammars).
 ANSWER_COPY = True

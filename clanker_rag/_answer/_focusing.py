@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from .._exceptions import ConfigError
 from .._text._analysis import Analyzer
 from .._types import Hit, HitLike, Retriever
-from ._answer_types import DEFAULT, IDENT, LITERAL, code_names, focus_types, number_words, tokens_of, types_in
+from ._answer_types import DEFAULT, IDENT, LITERAL, asks_how, code_names, focus_types, number_words, tokens_of, types_in
 from ._windows import attached, body_owner, is_changelog
 
 __all__ = ["FocusedRetriever", "focus_hit", "focus_sentence"]
@@ -171,8 +171,14 @@ def _unit_terms(
     budget: int,
     expected: frozenset[str],
     attach: int | None,
+    howto: bool = False,
 ) -> list[set[str]]:
-    """The query terms (and answer-type marks) each sentence of ``text`` counts; see :func:`focus_sentence`."""
+    """The query terms (and answer-type marks) each sentence of ``text`` counts; see :func:`focus_sentence`.
+
+    A name holding the question's words answers "which ..." questions only:
+    in a how-to (``howto``), ``serving`` in a module name is the question's
+    verb, not its answer.
+    """
     # Only what would be shown counts: a long sentence is scored on its first ``budget`` characters.
     unit_terms = [terms.intersection(analyzer(text[a : min(b, a + budget)])) for a, b in spans]
     for k, lead in _lead_ins(text, spans).items():
@@ -192,7 +198,7 @@ def _unit_terms(
             # The shapes asked for are one mark (a name is an identifier and inline code at once);
             # "default" said in the sentence is another.
             found.update(_TYPE_MARK + (kind if kind == DEFAULT else "shape") for kind in held)
-    if IDENT in expected:
+    if IDENT in expected and not howto:
         for found, (a, b) in zip(unit_terms, spans):
             found.update(_NAME_MARK + term for term in named_terms(text[a : min(b, a + budget)], terms, analyzer))
     return unit_terms
@@ -260,6 +266,7 @@ def best_sentence(
     expected: frozenset[str] = frozenset(),
     attach: int | None = None,
     rank_prior: float = 0.0,
+    howto: bool = False,
 ) -> tuple[int, int]:
     """(hit, sentence) of the sentence that answers best among ``hits``, weighing terms over all their sentences.
 
@@ -274,7 +281,7 @@ def best_sentence(
     per_hit = []
     for hit in hits:
         spans = _sentences(hit.text) or [(0, len(hit.text))]
-        per_hit.append(_unit_terms(hit.text, spans, terms, analyzer, budget, expected, attach))
+        per_hit.append(_unit_terms(hit.text, spans, terms, analyzer, budget, expected, attach, howto))
     weight = _weights([found for units in per_hit for found in units])
     top = hits[0].score if hits else 0.0
     best, best_score = (0, 0), -1.0
@@ -295,6 +302,7 @@ def focus_sentence(
     expected: frozenset[str] = frozenset(),
     attach: int | None = None,
     unit: int | None = None,
+    howto: bool = False,
 ) -> HitLike:
     """``hit`` cut to its one sentence (or line, or table row) holding the most query-term weight.
 
@@ -323,7 +331,7 @@ def focus_sentence(
     if not spans:
         return hit
     if unit is None or not 0 <= unit < len(spans):
-        unit_terms = _unit_terms(text, spans, terms, analyzer, budget, expected, attach)
+        unit_terms = _unit_terms(text, spans, terms, analyzer, budget, expected, attach, howto)
         weight = _weights(unit_terms)
         scores = [sum(weight[t] for t in found) for found in unit_terms]
         unit = max(range(len(spans)), key=lambda i: (scores[i], -i))
@@ -348,7 +356,7 @@ def with_typed_neighbour(
     terms: set[str],
     analyzer: Callable[[str], list[str]],
 ) -> tuple[int, int]:
-    """``span`` (sentence ``unit``) widened to the next or previous sentence when only that one holds the answer's shape.
+    """``span`` (sentence ``unit``) and the sentence next to it, when only that one holds the answer's shape.
 
     The sentence that repeats a question's words ("This extension adds
     support for loops.") is often next to the one that names the thing
@@ -435,16 +443,19 @@ class FocusedRetriever:
         if not self.sentence:
             return [focus_hit(hit, terms, self.analyzer, self.budget) for hit in hits]
         expected = focus_types(query) if self.answer_types else frozenset()
+        howto = self.answer_types and asks_how(query)
         if self.answer_types:
             terms |= number_words(query)
         unit = None
         if self.pick > 1 and len(hits) > 1:
             first, unit = best_sentence(
-                hits[: self.pick], terms, self.analyzer, self.budget, expected, self.attach, self.rank_prior
+                hits[: self.pick], terms, self.analyzer, self.budget, expected, self.attach, self.rank_prior, howto
             )
             hits = [hits[first], *hits[:first], *hits[first + 1 :]]
         out = [
-            focus_sentence(hit, terms, self.analyzer, self.budget, expected, self.attach, unit if i == 0 else None)
+            focus_sentence(
+                hit, terms, self.analyzer, self.budget, expected, self.attach, unit if i == 0 else None, howto
+            )
             for i, hit in enumerate(hits)
         ]
         if expected:
