@@ -401,6 +401,12 @@ class FocusedRetriever:
     (:mod:`._answer_types`) counts as a query term, and the hits whose
     sentence holds a token of that type and a query term come first (each
     group in rank order): a top passage without a number cannot say "how many".
+    The types are :func:`~._answer_types.focus_types` (inline code, "default"),
+    spelled-out numbers match digits, and for a "which" question a name written
+    as code that holds the question's words counts them again (:func:`named_terms`).
+    ``pick`` > 1 shows first the passage, of the top ``pick``, holding the best
+    sentence of them all (:func:`best_sentence`, scaled by the passage's score
+    to the power ``rank_prior``); that passage stays first whatever its type.
     ``analyzer`` turns text into terms (default: the wrapped retriever's own
     ``analyzer`` if it has one, else the standard English analyser), so query
     and lines match the way the index matches them.  Keyword arguments of
