@@ -44,9 +44,17 @@ from .._storage._store import fsync_dir, write_bytes_atomic
 from .._types import Hit, metadata_matches, source_matches
 from .._validate import positive_int
 from ._embed import dot_all, encode, load_model, model_id, passage_text
-from ._fusion import DEFAULT_RRF_K, fuse_hits
+from ._fusion import DEFAULT_RRF_K, check_rrf, fuse_hits
 
-__all__ = ["DEFAULT_DEPTH", "DenseStore", "HybridRetriever", "update_embeddings"]
+__all__ = [
+    "DEFAULT_DEPTH",
+    "DEFAULT_LEXICAL",
+    "LEXICAL_LISTS",
+    "DenseStore",
+    "HybridRetriever",
+    "lexical_mode",
+    "update_embeddings",
+]
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +62,23 @@ FORMAT_NAME = "clanker-rag-dense"
 FORMAT_VERSION = 1
 DEFAULT_DEPTH = 100
 _KEY_BYTES = 16
+# The lexical lists a hybrid search fuses with the dense one: the feedback flag
+# of each ``KnowledgeBase.search`` it makes.
+LEXICAL_LISTS: dict[str, tuple[bool, ...]] = {"both": (False, True), "feedback": (True,), "plain": (False,)}
+DEFAULT_LEXICAL = "both"
+
+
+def lexical_mode(lexical: str | None, feedback: bool | None) -> str:
+    """The hybrid search's lexical mode from ``lexical=`` or the older ``feedback=`` (not both at odds)."""
+    if feedback is not None and not isinstance(feedback, bool):
+        raise ConfigError(f"feedback={feedback!r} must be True, False or None")
+    if lexical is None:
+        return DEFAULT_LEXICAL if feedback is None else ("feedback" if feedback else "plain")
+    if lexical not in LEXICAL_LISTS:
+        raise ConfigError(f"lexical={lexical!r} must be one of {', '.join(map(repr, LEXICAL_LISTS))}")
+    if feedback is not None and lexical != ("feedback" if feedback else "plain"):
+        raise ConfigError(f"lexical={lexical!r} and feedback={feedback!r} disagree; give one of them")
+    return lexical
 
 
 def text_key(text: str) -> bytes:
@@ -295,12 +320,16 @@ class HybridRetriever:
     are saved in ``folder`` (default ``kb.path``; ``None`` for an unsaved
     knowledge base keeps them in memory) when ``save=True``.
 
-    Each search takes the ``depth`` best chunks of BM25 and of dense cosine
-    similarity and fuses the two lists with RRF (``rrf_k``, ``weights`` for
-    BM25 and dense).  The lexical side is BM25 with RM3 pseudo-relevance
-    feedback (``feedback=False`` for plain BM25): expansion terms lift the
-    recall of the lexical list and RRF keeps the documents both sides agree
-    on, so topic drift from feedback is held in check by the dense list.
+    Each search takes the ``depth`` best chunks of each lexical list and of
+    dense cosine similarity and fuses the lists with RRF (``rrf_k``;
+    ``weights`` = the weight of each lexical list and of the dense list).
+    ``lexical`` says which lexical lists: ``"both"`` (the default) plain BM25
+    and BM25 with RM3 pseudo-relevance feedback, ``"feedback"`` the RM3 list
+    alone, ``"plain"`` plain BM25 alone (``feedback=True``/``False`` is the
+    older spelling of the last two).  Feedback lifts recall but drifts on
+    some queries; with the plain list as a third voter, RRF keeps what two of
+    the three agree on (chosen on Cranfield, click and flask; see
+    ``bench/bench_quality.py --fusion``).
     """
 
     def __init__(
@@ -311,7 +340,8 @@ class HybridRetriever:
         depth: int = DEFAULT_DEPTH,
         rrf_k: float = DEFAULT_RRF_K,
         weights: tuple[float, float] = (1.0, 1.0),
-        feedback: bool = True,
+        lexical: str | None = None,
+        feedback: bool | None = None,
         batch_size: int = 32,
         device: str | None = None,
         folder: str | os.PathLike[str] | None = None,
@@ -322,11 +352,12 @@ class HybridRetriever:
         positive_int("batch_size", batch_size)
         if len(weights) != 2:
             raise ConfigError(f"weights={weights!r} must be (bm25_weight, dense_weight)")
+        check_rrf(rrf_k, weights)
         self.kb = kb
         self.depth = depth
         self.rrf_k = rrf_k
         self.weights = (float(weights[0]), float(weights[1]))
-        self.feedback = feedback
+        self.lexical = lexical_mode(lexical, feedback)
         self.batch_size = batch_size
         self.device = device
         self.save = save
@@ -424,9 +455,13 @@ class HybridRetriever:
         if k <= 0:
             return []
         depth = max(k, self.depth)
-        lexical = self.kb.search(query, depth, source=source, where=where, feedback=self.feedback)
-        dense = self.dense_search(query, depth, source=source, where=where)
-        return fuse_hits([lexical, dense], k, rrf_k=self.rrf_k, weights=self.weights)
+        lists = [
+            self.kb.search(query, depth, source=source, where=where, feedback=feedback)
+            for feedback in LEXICAL_LISTS[self.lexical]
+        ]
+        weights = [self.weights[0]] * len(lists) + [self.weights[1]]
+        lists.append(self.dense_search(query, depth, source=source, where=where))
+        return fuse_hits(lists, k, rrf_k=self.rrf_k, weights=weights)
 
     def __call__(self, query: str, k: int = 10) -> list[Hit]:
         return self.search(query, k)

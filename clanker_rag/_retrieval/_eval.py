@@ -174,7 +174,7 @@ def evaluate_dataset(
     feedback: bool = False,
     rerank: str | os.PathLike[str] | Any | None = None,
     hybrid: str | os.PathLike[str] | Any | None = None,
-    hybrid_feedback: bool = True,
+    hybrid_feedback: bool | None = None,
     candidates: int | None = None,
     batch_size: int = 32,
     device: str | None = None,
@@ -186,7 +186,8 @@ def evaluate_dataset(
     Plain BM25 by default (``feedback=True`` adds RM3 pseudo-relevance
     feedback).  ``hybrid=MODEL`` fuses BM25 with dense retrieval by a
     sentence-transformers bi-encoder (:class:`~clanker_rag._retrieval._dense.HybridRetriever`;
-    its lexical side is BM25 with RM3 feedback unless ``hybrid_feedback=False``); the corpus
+    its lexical lists are plain BM25 and BM25 with RM3 feedback, or only the
+    feedback list with ``hybrid_feedback=True``, only plain BM25 with ``False``); the corpus
     embeddings are kept in ``cache_dir`` when given, so a second run computes
     none.  ``rerank=MODEL`` reranks the top ``candidates`` (default 50) hits of
     the first stage (:class:`~clanker_rag._retrieval._rerank.Reranker`).  ``MODEL`` is a
@@ -237,7 +238,7 @@ def _model_search(
     rerank: Any,
     hybrid: Any,
     *,
-    hybrid_feedback: bool,
+    hybrid_feedback: bool | None,
     candidates: int | None,
     batch_size: int,
     device: str | None,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any, TypeVar
 
@@ -26,6 +27,7 @@ from .._validate import positive_int
 
 __all__ = [
     "MultiQueryRetriever",
+    "check_rrf",
     "expand_neighbors",
     "fuse_hits",
     "hit_key",
@@ -52,6 +54,19 @@ def hit_key(hit: Any) -> Hashable:
     return (hit.source, hit.text)
 
 
+def check_rrf(k: object, weights: Sequence[object] | None = None) -> None:
+    """``ConfigError`` unless ``k`` is a finite number >= 0 and every weight a finite number >= 0.
+
+    A negative or NaN weight would turn "found by this list" into a penalty
+    or poison every sum it enters; an infinite ``k`` makes every score zero.
+    """
+    if isinstance(k, bool) or not isinstance(k, (int, float)) or not 0 <= k < math.inf:
+        raise ConfigError(f"k={k!r} must be a finite number >= 0 (60 is the usual choice)")
+    for i, weight in enumerate(weights or ()):
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 <= weight < math.inf:
+            raise ConfigError(f"weights[{i}]={weight!r} must be a finite number >= 0")
+
+
 def reciprocal_rank_fusion(
     rankings: Sequence[Iterable[T]],
     *,
@@ -66,8 +81,7 @@ def reciprocal_rank_fusion(
     item repeated within one list counts at its best rank only.  Ties keep the
     order of first appearance, so the fusion is deterministic.
     """
-    if isinstance(k, bool) or not isinstance(k, (int, float)) or not k >= 0:
-        raise ConfigError(f"k={k!r} must be a number >= 0 (60 is the usual choice)")
+    check_rrf(k, weights)
     lists = [list(r) for r in rankings]
     if weights is None:
         weights = [1.0] * len(lists)

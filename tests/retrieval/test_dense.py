@@ -185,6 +185,45 @@ def test_hybrid_score_is_rrf_of_both_rankings():
     assert [h.source for h in lexical_only.search("dog barks at the rocket", 10)][: len(bm25)] == bm25
 
 
+def test_default_fuses_plain_bm25_feedback_and_dense_by_rrf():
+    kb = make_kb()
+    query = "dog barks at the rocket"
+    hybrid = HybridRetriever(kb, FakeBiEncoder(), model_name=MODEL)
+    assert hybrid.lexical == "both"
+    lists = [
+        [h.source for h in kb.search(query, 100)],
+        [h.source for h in kb.search(query, 100, feedback=True)],
+        [h.source for h in hybrid.dense_search(query, 100)],
+    ]
+    fused = hybrid.search(query, 10)
+    assert {h.source for h in fused} == set().union(*lists)
+    for hit in fused:
+        expect = sum(1 / (60 + r.index(hit.source) + 1) for r in lists if hit.source in r)
+        assert math.isclose(hit.score, expect)
+    # each lexical list carries the first weight: (0, 1) leaves the dense order
+    dense_only = HybridRetriever(kb, FakeBiEncoder(), model_name=MODEL, weights=(0.0, 1.0))
+    assert [h.source for h in dense_only.search(query, 10)] == lists[2]
+
+
+def test_lexical_modes_and_the_older_feedback_flag():
+    def mode(**options: Any) -> str:
+        return HybridRetriever(make_kb(), FakeBiEncoder(), model_name=MODEL, **options).lexical
+
+    assert mode(feedback=True) == mode(lexical="feedback") == "feedback"
+    assert mode(feedback=False) == mode(lexical="plain") == "plain"
+    assert mode(lexical="plain", feedback=False) == "plain"
+    with pytest.raises(ConfigError, match=r"lexical='rm3' must be one of 'both', 'feedback', 'plain'"):
+        mode(lexical="rm3")
+    with pytest.raises(ConfigError, match="disagree"):
+        mode(lexical="both", feedback=True)
+    with pytest.raises(ConfigError, match="feedback='yes'"):
+        mode(feedback="yes")
+    with pytest.raises(ConfigError, match=r"weights\[1\]=-1.0 must be a finite number >= 0"):
+        mode(weights=(1.0, -1.0))
+    with pytest.raises(ConfigError, match="k=nan"):
+        mode(rrf_k=float("nan"))
+
+
 def test_hybrid_filters_apply_to_the_dense_side():
     kb = make_kb()
     hybrid = HybridRetriever(kb, FakeBiEncoder(), model_name=MODEL)
