@@ -29,7 +29,7 @@ __all__ = [
     "expected_types",
     "focus_types",
     "head_noun",
-    "number_words",
+    "says_default",
     "tokens_of",
     "types_in",
 ]
@@ -129,8 +129,15 @@ _SHAPES: dict[str, re.Pattern[str]] = {
         r"|(?<![/\w.])[a-z_]\w*\.[a-z_]\w*[a-z0-9]\b(?![./\w])|\b[a-z_]\w*=\S"
     ),
     LITERAL: re.compile(r"``[^`\n]+``|(?<![`\w])`[^`\n]+`(?!`)"),
-    DEFAULT: re.compile(r"\bdefault(?:s|ed)?\b", re.I),
+    # a default stated, not the word in passing ("the default implementation"): "Default: X",
+    # "defaults to X", "is X by default", "the default ``X``", "(default 8)", "default=1"
+    DEFAULT: re.compile(
+        r"\bdefault(?:s|ed|ing)?(?:\s*[:=]|\s+(?:is|are|was|to|value|of)\b|\s*(?:``|`|'|\"|\d))|\bby default\b", re.I
+    ),
 }
+# The word "default" itself: in a question, it asks what a default is; in a table header, the
+# column holds defaults.
+_DEFAULT_WORD = re.compile(r"\bdefault(?:s|ed)?\b", re.I)
 # "which/what NOUN ..." with a noun no cue names: documentation answers it with a name.
 _WHICH_RE = re.compile(r"^(?:which|what) (?!(?:is|are|was|were|does|do|did|can|should|happens|if)\b)[\w-]+")
 
@@ -165,9 +172,14 @@ def focus_types(question: str) -> frozenset[str]:
         found.add(IDENT)
     if found & {IDENT, FLAG}:
         found.add(LITERAL)
-    if _SHAPES[DEFAULT].search(text):
+    if says_default(text):
         found.add(DEFAULT)
     return frozenset(found)
+
+
+def says_default(text: str) -> bool:
+    """Whether ``text`` holds the word "default" at all (a stated default is the :data:`DEFAULT` type)."""
+    return _DEFAULT_WORD.search(text) is not None
 
 
 def asks_how(question: str) -> bool:
@@ -204,19 +216,6 @@ def code_names(text: str) -> list[str]:
     out = [m.group(1) or m.group(2) for m in _LITERAL_RE.finditer(text)]
     out += [m.group(0) for m in _SHAPES[IDENT].finditer(text)]
     return [name for name in out if name.strip()]
-
-
-_NUMBER_WORDS = {
-    word: str(value)
-    for value, word in enumerate(
-        ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve"]
-    )
-}
-
-
-def number_words(question: str) -> set[str]:
-    """The digits of the numbers ``question`` spells out ("four workers": "4"): documentation writes digits."""
-    return {_NUMBER_WORDS[w] for w in re.findall(r"[a-z]+", question.lower()) if w in _NUMBER_WORDS}
 
 
 def tokens_of(text: str, kind: str) -> list[str]:

@@ -58,11 +58,12 @@ ANSWER_TYPED_SENTENCE = True
 ANSWER_ATTACH_CHARS: int | None = 320
 ANSWER_CHANGELOG_LAST = True
 # The sentence shown is the best of the top ANSWER_PICK passages' sentences, its score scaled by
-# (passage score / first passage's score) ** ANSWER_RANK_PRIOR. Decided on jinja2 and werkzeug
-# (bench/bench_docs.py, injected of top 3, with the name and neighbour rules of _focusing):
-# pick 1: 27 of 38, pick 3 prior 0.5: 31, prior 0.25 or 1: 30, pick 2 prior 0.5: 31.
-ANSWER_PICK = 3
-ANSWER_RANK_PRIOR = 0.5
+# (passage score / first passage's score) ** ANSWER_RANK_PRIOR. Decided on jinja2, werkzeug, click
+# and flask together (bench/bench_docs.py, injected of 78 in the top 3): pick 1: 51; pick 2 prior
+# 0.5/0.75/1/1.5: 59/60/61/59; pick 3 prior 0.5/1: 59/59; pick 4 prior 1: 59. A lower passage must answer
+# clearly better: the third one rarely holds the answer when it outscores the first two.
+ANSWER_PICK = 2
+ANSWER_RANK_PRIOR = 1.0
 # Answers after a block limited to the injected passages' words (llama.cpp grammar, _grammars).
 ANSWER_COPY = True
 # ... and to hold a block word of the type the question asks for, when the block has one.

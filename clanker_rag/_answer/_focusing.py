@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from .._exceptions import ConfigError
 from .._text._analysis import Analyzer
 from .._types import Hit, HitLike, Retriever
-from ._answer_types import DEFAULT, IDENT, LITERAL, asks_how, code_names, focus_types, number_words, tokens_of, types_in
+from ._answer_types import DEFAULT, IDENT, LITERAL, asks_how, code_names, focus_types, says_default, tokens_of, types_in
 from ._windows import attached, body_owner, is_changelog
 
 __all__ = ["FocusedRetriever", "focus_hit", "focus_sentence"]
@@ -59,7 +59,7 @@ def _best_window(lengths: Sequence[int], line_terms: Sequence[set[str]], budget:
             total += lengths[j]
             covered |= line_terms[j]
             j += 1
-        score = sum(weight[t] for t in covered)
+        score = sum(weight[t] for t in sorted(covered))
         if j > i and score > best_score + 1e-9:
             best, best_score = (i, j), score
     return best
@@ -201,7 +201,46 @@ def _unit_terms(
     if IDENT in expected and not howto:
         for found, (a, b) in zip(unit_terms, spans):
             found.update(_NAME_MARK + term for term in named_terms(text[a : min(b, a + budget)], terms, analyzer))
+    for header, rows in table_rows(text, spans).items():
+        # A table row is read with its header: "| workers | 4 |" under "| setting | default |" says a
+        # default; the header itself names the columns and never answers.
+        said = {t for t in unit_terms[header] if not t.startswith(_NAME_MARK) and t != _TYPE_MARK + "shape"}
+        if DEFAULT in expected and says_default(text[spans[header][0] : spans[header][1]]):
+            said.add(_TYPE_MARK + DEFAULT)
+        for row in rows:
+            unit_terms[row] |= said
+        unit_terms[header] = set()
     return unit_terms
+
+
+# A table's header separator: "|---|:---:|" (Markdown) or "+====+====+" (reStructuredText grid).
+_RULE_RE = re.compile(r"[ \t]*(?:\|?[ \t:|-]*-{3,}[ \t:|-]*|\+[=+]*={3,}[=+]*)[ \t]*$")
+_ROW_RE = re.compile(r"[ \t]*[|+]")
+
+
+def table_rows(text: str, spans: Sequence[tuple[int, int]]) -> dict[int, list[int]]:
+    """Header unit index -> the indices of the table rows under it.
+
+    A header is a unit on a line starting with ``|`` whose next line is a
+    separator rule; its rows are the following units on lines starting with
+    ``|`` or ``+``, up to the first unit that is not.
+    """
+    lines = text.splitlines()
+    line_of = [text.count("\n", 0, a) for a, _ in spans]
+    out: dict[int, list[int]] = {}
+    k, n = 0, len(spans)
+    while k < n:
+        line = line_of[k]
+        if text[spans[k][0]] == "|" and line + 1 < len(lines) and _RULE_RE.fullmatch(lines[line + 1]):
+            header, k = k, k + 1
+            rows = out.setdefault(header, [])
+            while k < n and _ROW_RE.match(lines[line_of[k]]):
+                if not _RULE_RE.fullmatch(lines[line_of[k]]):
+                    rows.append(k)
+                k += 1
+            continue
+        k += 1
+    return out
 
 
 def new_types(
@@ -288,7 +327,7 @@ def best_sentence(
     for i, (hit, units) in enumerate(zip(hits, per_hit)):
         scale = (hit.score / top) ** rank_prior if top > 0 and hit.score > 0 else 1.0
         for u, found in enumerate(units):
-            score = scale * sum(weight[t] for t in found)
+            score = scale * sum(weight[t] for t in sorted(found))
             if score > best_score + 1e-9:
                 best, best_score = (i, u), score
     return best
@@ -333,48 +372,17 @@ def focus_sentence(
     if unit is None or not 0 <= unit < len(spans):
         unit_terms = _unit_terms(text, spans, terms, analyzer, budget, expected, attach, howto)
         weight = _weights(unit_terms)
-        scores = [sum(weight[t] for t in found) for found in unit_terms]
+        # Summed in a fixed order: equal sentences tie exactly whatever the hash seed.
+        scores = [sum(weight[t] for t in sorted(found)) for found in unit_terms]
         unit = max(range(len(spans)), key=lambda i: (scores[i], -i))
     start, end = spans[unit]
     end = min(end, start + budget)
     if attach is not None:
-        start, end = with_typed_neighbour(text, spans, unit, expected, attach, (start, end), terms, analyzer)
         start, end = attached(text, start, end, max(attach, end - start))
     first = text.count("\n", 0, start)
     out = _window(hit, start, end, first, first + text.count("\n", start, end))
     # One line: a model copying a wrapped sentence stops at its first line break.
     return dataclasses.replace(out, text=" ".join(out.text.split()))
-
-
-def with_typed_neighbour(
-    text: str,
-    spans: Sequence[tuple[int, int]],
-    unit: int,
-    expected: frozenset[str],
-    budget: int,
-    span: tuple[int, int],
-    terms: set[str],
-    analyzer: Callable[[str], list[str]],
-) -> tuple[int, int]:
-    """``span`` (sentence ``unit``) and the sentence next to it, when only that one holds the answer's shape.
-
-    The sentence that repeats a question's words ("This extension adds
-    support for loops.") is often next to the one that names the thing
-    ("Import name: ``ext.loops``") without saying it; the pair answers,
-    either alone does not.  The neighbour is taken when the pair fits
-    ``budget`` characters; the following one first.
-    """
-    shapes = expected - {DEFAULT}
-    start, end = span
-    if not shapes or new_types(text[start:end], shapes, terms, analyzer):
-        return span
-    for other in (unit + 1, unit - 1):
-        if not 0 <= other < len(spans):
-            continue
-        a, b = spans[other]
-        if new_types(text[a:b], shapes, terms, analyzer) and max(b, end) - min(a, start) <= budget:
-            return min(a, start), max(b, end)
-    return span
 
 
 def _window(hit: HitLike, start: int, end: int, first_line: int, last_line: int) -> Hit:
@@ -401,9 +409,10 @@ class FocusedRetriever:
     (:mod:`._answer_types`) counts as a query term, and the hits whose
     sentence holds a token of that type and a query term come first (each
     group in rank order): a top passage without a number cannot say "how many".
-    The types are :func:`~._answer_types.focus_types` (inline code, "default"),
-    spelled-out numbers match digits, and for a "which" question a name written
-    as code that holds the question's words counts them again (:func:`named_terms`).
+    The types are :func:`~._answer_types.focus_types` (inline code, a stated
+    default), and for a "which" question a name written as code that holds the
+    question's words counts them again (:func:`named_terms`); a table row is read
+    with its header (:func:`table_rows`).
     ``pick`` > 1 shows first the passage, of the top ``pick``, holding the best
     sentence of them all (:func:`best_sentence`, scaled by the passage's score
     to the power ``rank_prior``); that passage stays first whatever its type.
@@ -450,8 +459,6 @@ class FocusedRetriever:
             return [focus_hit(hit, terms, self.analyzer, self.budget) for hit in hits]
         expected = focus_types(query) if self.answer_types else frozenset()
         howto = self.answer_types and asks_how(query)
-        if self.answer_types:
-            terms |= number_words(query)
         unit = None
         if self.pick > 1 and len(hits) > 1:
             first, unit = best_sentence(

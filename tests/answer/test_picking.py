@@ -1,4 +1,4 @@
-"""Choosing the injected sentence among the top passages: names, shapes, neighbours, the rank prior."""
+"""Choosing the injected sentence among the top passages: names, shapes, defaults, tables, the rank prior."""
 
 from __future__ import annotations
 
@@ -13,14 +13,14 @@ from clanker_rag._answer._answer_types import (
     asks_how,
     code_names,
     focus_types,
-    number_words,
+    types_in,
 )
 from clanker_rag._answer._focusing import (
     FocusedRetriever,
     best_sentence,
     named_terms,
     new_types,
-    with_typed_neighbour,
+    table_rows,
 )
 from clanker_rag._text._analysis import Analyzer
 from clanker_rag._types import Hit
@@ -74,11 +74,9 @@ def test_focus_types_every_cue_noun_counts_and_which_asks_for_a_name() -> None:
     assert LITERAL in focus_types("How do I turn the check off?")
 
 
-def test_asks_how_and_number_words() -> None:
+def test_asks_how() -> None:
     assert asks_how("How do I serve the app?") and asks_how("how to  serve it")
     assert not asks_how("Which server is the default?")
-    assert number_words("Serve with four workers on two ports") == {"4", "2"}
-    assert number_words("Someone, often, nowhere") == set()
 
 
 def test_inline_code_of_the_questions_own_words_is_not_the_asked_for_name() -> None:
@@ -148,48 +146,69 @@ def test_a_chosen_sentence_stays_first_whatever_the_type_order() -> None:
     assert out[0].source == "a.rst"
 
 
-# -- the sentence next to it -----------------------------------------------------------
+# -- defaults and tables --------------------------------------------------------------
 
-EXTENSION = (
-    "Loop Controls\n-------------\n\n"
-    "**Import name:** ``pkg.ext.loopcontrols``\n\n"
-    "This extension adds support for ``break`` and ``continue`` in loops.\n\n"
-    "After enabling, both keywords work as in Python.\n"
+
+def test_a_default_is_stated_not_the_word_in_passing() -> None:
+    for stated in ("Default: ``None``", "It defaults to 8.", "On by default.", "(default 8)", "default='x'"):
+        assert DEFAULT in types_in(stated), stated
+    for passing in ("The default cookie implementation signs it.", "Sending it every time (the default) helps."):
+        assert DEFAULT not in types_in(passing), passing
+    # The question's word still asks about a default.
+    assert DEFAULT in focus_types("Which cookie implementation is the default?")
+
+
+def test_the_sentence_stating_the_default_wins_over_the_word_in_passing() -> None:
+    question = "What is the default value of the timeout?"
+    text = "The default timeout handler logs the value and retries.\n\nThe timeout defaults to 30 seconds.\n"
+    out = FocusedRetriever(Fixed(hit(text, "config.rst", 1.0)), sentence=True, answer_types=True).search(question, 1)
+    assert "30" in out[0].text
+
+
+TABLE = (
+    "Settings\n\n"
+    "| setting | default | meaning |\n"
+    "|---------|---------|---------|\n"
+    "| workers | 4 | processes serving requests |\n"
+    "| timeout | 30 | seconds before a request is dropped |\n\n"
+    "Each worker keeps a pool of threads (default 8 per pool).\n"
 )
 
 
-def test_the_sentence_takes_the_neighbour_that_names_the_thing() -> None:
-    question = "Which extension adds break and continue to loops?"
-    out = FocusedRetriever(Fixed(hit(EXTENSION, "ext.rst", 1.0)), sentence=True, answer_types=True, attach=320)
-    text = out.search(question, 1)[0].text
-    assert "pkg.ext.loopcontrols" in text and "adds support" in text
-    # Without a budget for what a sentence takes with it, the sentence stays alone.
-    alone = FocusedRetriever(Fixed(hit(EXTENSION, "ext.rst", 1.0)), sentence=True, answer_types=True)
-    assert "loopcontrols" not in alone.search(question, 1)[0].text
-
-
-def test_no_neighbour_when_the_pair_does_not_fit_or_the_sentence_has_the_shape() -> None:
+def test_table_rows_are_found_under_their_header() -> None:
     from clanker_rag._answer._focusing import _sentences
 
-    question = "Which extension adds break and continue to loops?"
-    spans = _sentences(EXTENSION)
-    unit = next(i for i, (a, _) in enumerate(spans) if EXTENSION[a:].startswith("This extension"))
-    expected = focus_types(question)
-    span = spans[unit]
-    assert with_typed_neighbour(EXTENSION, spans, unit, expected, 40, span, terms(question), ANALYZER) == span
-    wide = with_typed_neighbour(EXTENSION, spans, unit, expected, 320, span, terms(question), ANALYZER)
-    assert wide[0] < span[0] and wide[1] == span[1]
-    # A sentence that holds the asked-for name itself needs no neighbour.
-    named = next(i for i, (a, _) in enumerate(spans) if EXTENSION[a:].startswith("**Import"))
-    own = spans[named]
-    assert with_typed_neighbour(EXTENSION, spans, named, expected, 320, own, terms(question), ANALYZER) == own
+    spans = _sentences(TABLE)
+    found = table_rows(TABLE, spans)
+    assert len(found) == 1
+    (header, rows), *_ = found.items()
+    assert TABLE[spans[header][0] :].startswith("| setting")
+    assert [TABLE[spans[r][0] : spans[r][1]].split("|")[1].strip() for r in rows] == ["workers", "timeout"]
+    # A row of pipes with no rule under it is no header.
+    assert table_rows("| a | b |\n| c | d |\n", _sentences("| a | b |\n| c | d |\n")) == {}
 
 
-@given(st.text(alphabet="ab :.`\n-", max_size=80), st.sampled_from(["Which a is b?", "How do I a?", "a b"]))
-def test_the_window_with_its_neighbour_is_a_slice_of_the_text(text: str, question: str) -> None:
+def test_a_header_row_is_never_the_sentence_shown() -> None:
+    question = "What does the setting column mean?"
+    out = FocusedRetriever(Fixed(hit(TABLE, "config.md", 1.0)), sentence=True, answer_types=True).search(question, 1)
+    assert "| setting | default" not in out[0].text
+
+
+def test_a_table_row_is_read_with_its_header() -> None:
+    # The row holding the value says "default" only through its header; the prose says it in passing.
+    question = "Which setting is the default number of workers?"
+    out = FocusedRetriever(Fixed(hit(TABLE, "config.md", 1.0)), sentence=True, answer_types=True).search(question, 1)
+    assert out[0].text.startswith("| workers | 4")
+
+
+@given(st.text(alphabet="ab|-+=: \n", max_size=80))
+def test_table_rows_are_units_after_their_header(text: str) -> None:
     from clanker_rag._answer._focusing import _sentences
 
     spans = _sentences(text)
-    for unit, span in enumerate(spans):
-        a, b = with_typed_neighbour(text, spans, unit, focus_types(question), 60, span, terms(question), ANALYZER)
-        assert 0 <= a <= span[0] <= span[1] <= b <= len(text)
+    seen: set[int] = set()
+    for header, rows in table_rows(text, spans).items():
+        assert text[spans[header][0]] == "|"
+        assert all(header < row < len(spans) for row in rows)
+        assert header not in seen and not seen & set(rows)
+        seen |= {header, *rows}
