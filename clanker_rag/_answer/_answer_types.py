@@ -20,7 +20,19 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["ANSWER_TYPES", "expected_types", "head_noun", "types_in"]
+__all__ = [
+    "ANSWER_TYPES",
+    "DEFAULT",
+    "LITERAL",
+    "asks_how",
+    "code_names",
+    "expected_types",
+    "focus_types",
+    "head_noun",
+    "says_default",
+    "tokens_of",
+    "types_in",
+]
 
 NUMBER = "number"
 FLAG = "flag"
@@ -29,6 +41,11 @@ FILE = "file"
 ENV = "env"
 IDENT = "identifier"
 ANSWER_TYPES = (NUMBER, FLAG, ERROR, FILE, ENV, IDENT)
+# Inline code (``value``, `name`): what documentation writes as code is what a user types.
+# Only the choice of the injected sentence asks for it (:func:`focus_types`).
+LITERAL = "literal"
+# The word "default" itself: a question about a default is answered where the docs say "default".
+DEFAULT = "default"
 
 # Question cues, matched on the lower-cased question.  "what/which ... NOUN" is typed by
 # its head noun: the first cue noun within two words ("which option skips hidden files"
@@ -111,7 +128,18 @@ _SHAPES: dict[str, re.Pattern[str]] = {
         r"\b[A-Z][a-z0-9]+[A-Z]\w*|\b[A-Za-z_]\w*\(|\b[a-z][a-z0-9]*_[a-z0-9_]*[a-z0-9]\b"
         r"|(?<![/\w.])[a-z_]\w*\.[a-z_]\w*[a-z0-9]\b(?![./\w])|\b[a-z_]\w*=\S"
     ),
+    LITERAL: re.compile(r"``[^`\n]+``|(?<![`\w])`[^`\n]+`(?!`)"),
+    # a default stated, not the word in passing ("the default implementation"): "Default: X",
+    # "defaults to X", "is X by default", "the default ``X``", "(default 8)", "default=1"
+    DEFAULT: re.compile(
+        r"\bdefault(?:s|ed|ing)?(?:\s*[:=]|\s+(?:is|are|was|to|value|of)\b|\s*(?:``|`|'|\"|\d))|\bby default\b", re.I
+    ),
 }
+# The word "default" itself: in a question, it asks what a default is; in a table header, the
+# column holds defaults.
+_DEFAULT_WORD = re.compile(r"\bdefault(?:s|ed)?\b", re.I)
+# "which/what NOUN ..." with a noun no cue names: documentation answers it with a name.
+_WHICH_RE = re.compile(r"^(?:which|what) (?!(?:is|are|was|were|does|do|did|can|should|happens|if)\b)[\w-]+")
 
 
 def expected_types(question: str) -> frozenset[str]:
@@ -126,6 +154,39 @@ def expected_types(question: str) -> frozenset[str]:
     return frozenset(found)
 
 
+def focus_types(question: str) -> frozenset[str]:
+    """The answer types the sentence shown for ``question`` should hold: :func:`expected_types` and more.
+
+    Every cue noun of the question counts, not only the head ("which request
+    attribute limits ..." asks for an attribute whether or not "limits" is
+    read as a noun); a "which NOUN" question no cue types asks for a name;
+    and wherever a name or something to write is asked for, inline code
+    holds it as well as an identifier does.
+    """
+    text = " ".join(question.lower().split())
+    found = set(expected_types(text))
+    head = _HEAD_RE.search(text)
+    if head:
+        found.update(_HEADS[noun] for noun in head.groups() if noun)
+    if not found and _WHICH_RE.match(text):
+        found.add(IDENT)
+    if found & {IDENT, FLAG}:
+        found.add(LITERAL)
+    if says_default(text):
+        found.add(DEFAULT)
+    return frozenset(found)
+
+
+def says_default(text: str) -> bool:
+    """Whether ``text`` holds the word "default" at all (a stated default is the :data:`DEFAULT` type)."""
+    return _DEFAULT_WORD.search(text) is not None
+
+
+def asks_how(question: str) -> bool:
+    """Whether ``question`` asks how to do something ("How do I ...", "How to ...")."""
+    return _HOWTO_RE.match(" ".join(question.lower().split())) is not None
+
+
 def head_noun(question: str) -> str | None:
     """The cue noun that names what ``question`` asks for ("port" in "what port does it use?"), if any."""
     head = _HEAD_RE.search(" ".join(question.lower().split()))
@@ -135,3 +196,28 @@ def head_noun(question: str) -> str | None:
 def types_in(text: str) -> frozenset[str]:
     """The answer types of which ``text`` holds at least one token."""
     return frozenset(kind for kind, shape in _SHAPES.items() if shape.search(text))
+
+
+# Names written as code: inline literals (``name``, `name`, :role:`name`) and the identifier shapes.
+_LITERAL_RE = re.compile(r"``([^`\n]{1,80})``|(?<![`\w])`([^`\n]{1,80})`(?!`)")
+
+_PATH_RE = re.compile(r"[^\s`<>]*/[^\s`<>]*")
+
+
+def code_names(text: str) -> list[str]:
+    """The names ``text`` writes as code: its inline literals and its identifier-shaped tokens.
+
+    Documentation names a thing after what it does (a loader of templates from
+    the file system is a ``FileSystemLoader``), so the name that holds a
+    question's words is often the answer to "which class ...".
+    """
+    # A path ("../middleware/proxy_fix", a cross-reference's target) names a page, not a thing.
+    text = _PATH_RE.sub(" ", text)
+    out = [m.group(1) or m.group(2) for m in _LITERAL_RE.finditer(text)]
+    out += [m.group(0) for m in _SHAPES[IDENT].finditer(text)]
+    return [name for name in out if name.strip()]
+
+
+def tokens_of(text: str, kind: str) -> list[str]:
+    """The tokens of answer type ``kind`` that ``text`` holds, as written."""
+    return [m.group(0) for m in _SHAPES[kind].finditer(text)]

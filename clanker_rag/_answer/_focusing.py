@@ -23,13 +23,15 @@ from collections.abc import Callable, Sequence
 from .._exceptions import ConfigError
 from .._text._analysis import Analyzer
 from .._types import Hit, HitLike, Retriever
-from ._answer_types import expected_types, types_in
+from ._answer_types import DEFAULT, IDENT, LITERAL, asks_how, code_names, focus_types, says_default, tokens_of, types_in
 from ._windows import attached, body_owner, is_changelog
 
 __all__ = ["FocusedRetriever", "focus_hit", "focus_sentence"]
 
 # Prefix of the pseudo-terms that stand for answer types (no analyser emits a NUL).
 _TYPE_MARK = "\0type:"
+# ... and for a query term held inside a name written as code ("FileSystemLoader" holds "file").
+_NAME_MARK = "\0name:"
 # The answer's type weighs as two query terms held as often: it is what the question asks for
 # (bench/RESULTS.md: 1.5 to 3 chose the same sentences on the tune half, 1 fewer, a filter fewer).
 _TYPE_WEIGHT = 2.0
@@ -57,7 +59,7 @@ def _best_window(lengths: Sequence[int], line_terms: Sequence[set[str]], budget:
             total += lengths[j]
             covered |= line_terms[j]
             j += 1
-        score = sum(weight[t] for t in covered)
+        score = sum(weight[t] for t in sorted(covered))
         if j > i and score > best_score + 1e-9:
             best, best_score = (i, j), score
     return best
@@ -169,8 +171,14 @@ def _unit_terms(
     budget: int,
     expected: frozenset[str],
     attach: int | None,
+    howto: bool = False,
 ) -> list[set[str]]:
-    """The query terms (and answer-type marks) each sentence of ``text`` counts; see :func:`focus_sentence`."""
+    """The query terms (and answer-type marks) each sentence of ``text`` counts; see :func:`focus_sentence`.
+
+    A name holding the question's words answers "which ..." questions only:
+    in a how-to (``howto``), ``serving`` in a module name is the question's
+    verb, not its answer.
+    """
     # Only what would be shown counts: a long sentence is scored on its first ``budget`` characters.
     unit_terms = [terms.intersection(analyzer(text[a : min(b, a + budget)])) for a, b in spans]
     for k, lead in _lead_ins(text, spans).items():
@@ -186,8 +194,82 @@ def _unit_terms(
     if expected:
         # The answer's type is one more query term, held by the sentences with a token of that type.
         for found, (a, b) in zip(unit_terms, spans):
-            found.update(_TYPE_MARK + kind for kind in expected & types_in(text[a : min(b, a + budget)]))
+            held = new_types(text[a : min(b, a + budget)], expected, terms, analyzer)
+            # The shapes asked for are one mark (a name is an identifier and inline code at once);
+            # "default" said in the sentence is another.
+            found.update(_TYPE_MARK + (kind if kind == DEFAULT else "shape") for kind in held)
+    if IDENT in expected and not howto:
+        for found, (a, b) in zip(unit_terms, spans):
+            found.update(_NAME_MARK + term for term in named_terms(text[a : min(b, a + budget)], terms, analyzer))
+    for header, rows in table_rows(text, spans).items():
+        # A table row is read with its header: "| workers | 4 |" under "| setting | default |" says a
+        # default; the header itself names the columns and never answers.
+        said = {t for t in unit_terms[header] if not t.startswith(_NAME_MARK) and t != _TYPE_MARK + "shape"}
+        if DEFAULT in expected and says_default(text[spans[header][0] : spans[header][1]]):
+            said.add(_TYPE_MARK + DEFAULT)
+        for row in rows:
+            unit_terms[row] |= said
+        unit_terms[header] = set()
     return unit_terms
+
+
+# A table's header separator: "|---|:---:|" (Markdown) or "+====+====+" (reStructuredText grid).
+_RULE_RE = re.compile(r"[ \t]*(?:\|?[ \t:|-]*-{3,}[ \t:|-]*|\+[=+]*={3,}[=+]*)[ \t]*$")
+_ROW_RE = re.compile(r"[ \t]*[|+]")
+
+
+def table_rows(text: str, spans: Sequence[tuple[int, int]]) -> dict[int, list[int]]:
+    """Header unit index -> the indices of the table rows under it.
+
+    A header is a unit on a line starting with ``|`` whose next line is a
+    separator rule; its rows are the following units on lines starting with
+    ``|`` or ``+``, up to the first unit that is not.
+    """
+    lines = text.splitlines()
+    line_of = [text.count("\n", 0, a) for a, _ in spans]
+    out: dict[int, list[int]] = {}
+    k, n = 0, len(spans)
+    while k < n:
+        line = line_of[k]
+        if text[spans[k][0]] == "|" and line + 1 < len(lines) and _RULE_RE.fullmatch(lines[line + 1]):
+            header, k = k, k + 1
+            rows = out.setdefault(header, [])
+            while k < n and _ROW_RE.match(lines[line_of[k]]):
+                if not _RULE_RE.fullmatch(lines[line_of[k]]):
+                    rows.append(k)
+                k += 1
+            continue
+        k += 1
+    return out
+
+
+def new_types(
+    text: str, expected: frozenset[str], terms: set[str], analyzer: Callable[[str], list[str]]
+) -> frozenset[str]:
+    """The ``expected`` types ``text`` holds a token of, not counting names made of the query's words only.
+
+    "Which extension adds ``break`` to loops?" is not answered by a sentence
+    whose only inline code is ``break``.
+    """
+    held = set(expected & types_in(text))
+    for kind in held & {IDENT, LITERAL}:
+        if all(set(analyzer(token)) <= terms for token in tokens_of(text, kind)):
+            held.discard(kind)
+    return frozenset(held)
+
+
+def named_terms(text: str, terms: set[str], analyzer: Callable[[str], list[str]]) -> set[str]:
+    """The query ``terms`` that ``text`` holds inside a name written as code, a name that says more than the query.
+
+    A name made only of the question's words (``run_simple`` in "which
+    parameter of run_simple ...") is the question's own, not its answer.
+    """
+    out: set[str] = set()
+    for name in code_names(text):
+        parts = set(analyzer(name))
+        if parts and not parts <= terms:
+            out |= parts & terms
+    return out
 
 
 def _weights(unit_terms: Sequence[set[str]]) -> dict[str, float]:
@@ -211,21 +293,44 @@ def best_passage(
     expected: frozenset[str] = frozenset(),
     attach: int | None = None,
 ) -> int:
-    """The index of the hit whose best sentence answers best, weighing terms over all the hits' sentences.
+    """The index of the hit whose best sentence answers best (see :func:`best_sentence`)."""
+    return best_sentence(hits, terms, analyzer, budget, expected, attach)[0] if hits else 0
+
+
+def best_sentence(
+    hits: Sequence[HitLike],
+    terms: set[str],
+    analyzer: Callable[[str], list[str]],
+    budget: int,
+    expected: frozenset[str] = frozenset(),
+    attach: int | None = None,
+    rank_prior: float = 0.0,
+    howto: bool = False,
+) -> tuple[int, int]:
+    """(hit, sentence) of the sentence that answers best among ``hits``, weighing terms over all their sentences.
 
     The search ranked whole chunks; the block shows one sentence.  The chunk
     that ranks first often owes its score to a heading or to repeating the
     question's words across several lines, while a lower one holds the one
-    sentence (or the lead-in and its code) that has them together.  Ties go
-    to the higher-ranked hit.
+    sentence (or the lead-in and its code) that has them together.  A
+    sentence's score is scaled by ``(hit score / first hit's score) **
+    rank_prior``, so a lower hit must answer clearly better to be shown.
+    Ties go to the higher-ranked hit and the earlier sentence.
     """
     per_hit = []
     for hit in hits:
         spans = _sentences(hit.text) or [(0, len(hit.text))]
-        per_hit.append(_unit_terms(hit.text, spans, terms, analyzer, budget, expected, attach))
+        per_hit.append(_unit_terms(hit.text, spans, terms, analyzer, budget, expected, attach, howto))
     weight = _weights([found for units in per_hit for found in units])
-    scores = [max((sum(weight[t] for t in found) for found in units), default=0.0) for units in per_hit]
-    return max(range(len(hits)), key=lambda i: (scores[i], -i)) if hits else 0
+    top = hits[0].score if hits else 0.0
+    best, best_score = (0, 0), -1.0
+    for i, (hit, units) in enumerate(zip(hits, per_hit)):
+        scale = (hit.score / top) ** rank_prior if top > 0 and hit.score > 0 else 1.0
+        for u, found in enumerate(units):
+            score = scale * sum(weight[t] for t in sorted(found))
+            if score > best_score + 1e-9:
+                best, best_score = (i, u), score
+    return best
 
 
 def focus_sentence(
@@ -235,6 +340,8 @@ def focus_sentence(
     budget: int,
     expected: frozenset[str] = frozenset(),
     attach: int | None = None,
+    unit: int | None = None,
+    howto: bool = False,
 ) -> HitLike:
     """``hit`` cut to its one sentence (or line, or table row) holding the most query-term weight.
 
@@ -243,7 +350,8 @@ def focus_sentence(
     :func:`_best_window`; ties go to the earliest sentence; a sentence longer
     than ``budget`` keeps its start.  Prose resumed after a code block ("the
     score is:", a formula, "with k1 = 1.2") also counts the query terms of the
-    sentence that led into the code (:func:`_lead_ins`).
+    sentence that led into the code (:func:`_lead_ins`).  ``unit`` names the
+    sentence (by its index in :func:`_sentences`) when it was chosen already.
 
     With ``attach`` (a budget in characters), the sentence keeps what it
     needs around it (:func:`~clanker_rag._answer._windows.attached`): the code
@@ -261,11 +369,13 @@ def focus_sentence(
         return hit
     if not spans:
         return hit
-    unit_terms = _unit_terms(text, spans, terms, analyzer, budget, expected, attach)
-    weight = _weights(unit_terms)
-    scores = [sum(weight[t] for t in found) for found in unit_terms]
-    best = max(range(len(spans)), key=lambda i: (scores[i], -i))
-    start, end = spans[best]
+    if unit is None or not 0 <= unit < len(spans):
+        unit_terms = _unit_terms(text, spans, terms, analyzer, budget, expected, attach, howto)
+        weight = _weights(unit_terms)
+        # Summed in a fixed order: equal sentences tie exactly whatever the hash seed.
+        scores = [sum(weight[t] for t in sorted(found)) for found in unit_terms]
+        unit = max(range(len(spans)), key=lambda i: (scores[i], -i))
+    start, end = spans[unit]
     end = min(end, start + budget)
     if attach is not None:
         start, end = attached(text, start, end, max(attach, end - start))
@@ -299,6 +409,13 @@ class FocusedRetriever:
     (:mod:`._answer_types`) counts as a query term, and the hits whose
     sentence holds a token of that type and a query term come first (each
     group in rank order): a top passage without a number cannot say "how many".
+    The types are :func:`~._answer_types.focus_types` (inline code, a stated
+    default), and for a "which" question a name written as code that holds the
+    question's words counts them again (:func:`named_terms`); a table row is read
+    with its header (:func:`table_rows`).
+    ``pick`` > 1 shows first the passage, of the top ``pick``, holding the best
+    sentence of them all (:func:`best_sentence`, scaled by the passage's score
+    to the power ``rank_prior``); that passage stays first whatever its type.
     ``analyzer`` turns text into terms (default: the wrapped retriever's own
     ``analyzer`` if it has one, else the standard English analyser), so query
     and lines match the way the index matches them.  Keyword arguments of
@@ -316,6 +433,7 @@ class FocusedRetriever:
         attach: int | None = None,
         changelog_last: bool = False,
         pick: int = 1,
+        rank_prior: float = 0.0,
     ) -> None:
         if budget < 40:
             raise ConfigError(f"budget must be >= 40 characters, got {budget}")
@@ -323,6 +441,7 @@ class FocusedRetriever:
         self.attach = attach
         self.changelog_last = changelog_last
         self.pick = pick
+        self.rank_prior = rank_prior
         self.answer_types = answer_types
         self.retriever = retriever
         self.budget = budget
@@ -338,14 +457,26 @@ class FocusedRetriever:
         terms = set(self.analyzer(query))
         if not self.sentence:
             return [focus_hit(hit, terms, self.analyzer, self.budget) for hit in hits]
-        expected = expected_types(query) if self.answer_types else frozenset()
+        expected = focus_types(query) if self.answer_types else frozenset()
+        howto = self.answer_types and asks_how(query)
+        unit = None
         if self.pick > 1 and len(hits) > 1:
-            first = best_passage(hits[: self.pick], terms, self.analyzer, self.budget, expected, self.attach)
+            first, unit = best_sentence(
+                hits[: self.pick], terms, self.analyzer, self.budget, expected, self.attach, self.rank_prior, howto
+            )
             hits = [hits[first], *hits[:first], *hits[first + 1 :]]
-        out = [focus_sentence(hit, terms, self.analyzer, self.budget, expected, self.attach) for hit in hits]
+        out = [
+            focus_sentence(
+                hit, terms, self.analyzer, self.budget, expected, self.attach, unit if i == 0 else None, howto
+            )
+            for i, hit in enumerate(hits)
+        ]
         if expected:
             # A passage whose best sentence holds no token of the asked-for type (and a query
             # term) cannot answer; the ones that can go first, each group in rank order.
             fits = [bool(expected & types_in(h.text)) and bool(terms.intersection(self.analyzer(h.text))) for h in out]
-            out = [h for h, ok in zip(out, fits) if ok] + [h for h, ok in zip(out, fits) if not ok]
+            # A sentence chosen among several passages weighed the type already: it stays first.
+            keep = 1 if unit is not None else 0
+            rest = list(zip(out[keep:], fits[keep:]))
+            out = out[:keep] + [h for h, ok in rest if ok] + [h for h, ok in rest if not ok]
         return out
