@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .._storage._codec import Ints
 from ._scoring import BM25, norm_values
 
 __all__ = ["LengthNorms"]
@@ -38,7 +37,7 @@ class LengthNorms:
             self.gen = gen
         return self.values
 
-    def of(self, docs: Ints, gen: int, dl: Sequence[int], avgdl: float) -> list[float]:
+    def of(self, docs: Sequence[int], gen: int, dl: Sequence[int], avgdl: float) -> list[float]:
         """The norms of chunks ``docs``, bit for bit those of :meth:`every`."""
         if self.gen != gen:
             last, work = self.work

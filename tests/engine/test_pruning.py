@@ -23,7 +23,11 @@ def test_skipping_terms_without_the_candidates_keeps_every_score(terms, cand_set
     absent = {i for i, (_, tid, _) in enumerate(plan) if not cand_set & terms[tid][1].keys()}
     looked_up: list[int] = []
 
-    class Lists:  # the one accessor full_scores reads
+    class Lists:  # the accessors full_scores reads: exact impacts only
+        @staticmethod
+        def scales(tid):
+            return (1.0, 1.0)
+
         @staticmethod
         def lookup(tid, w, some):
             looked_up.append(tid)
