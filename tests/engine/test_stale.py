@@ -141,5 +141,5 @@ def test_a_stale_search_scores_candidates_without_recomputing_the_lists():
         stale = [t for t in index.stale_terms.values() if isinstance(t, _stale.StaleTerm)]
         assert stale, "the packed impacts served the searches"
         # Their impacts were never recomputed: still the packed generation's.
-        assert all(index.imp_gen[index.term_id(t)] != index.gen for t in ("t3", "t4", "t8", "t9"))
+        assert all(index.imp_gen[index.vocab[t]] != index.gen for t in ("t3", "t4", "t8", "t9"))
         assert any(term.added for term in stale) and any(term.dead for term in stale)
