@@ -21,6 +21,7 @@ from array import array
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Collection, Container, Iterable, Mapping
+from functools import partial
 from itertools import accumulate, chain, compress, repeat
 from operator import is_, mul, ne
 from typing import Any
@@ -539,7 +540,7 @@ class InvertedIndex:
         # A list unchanged since it was packed is still its packed views.
         base = TermLists(docs, tfs, imps) if not isinstance(docs, array) and imps is not None else lists.cut(tid)
         order = orders.read(tid, len(base.docs))
-        gen, dl, avgdl = self.gen, self.dl, self.avgdl
+        gen, dl = self.gen, self.dl
         if self.stale_trust < _TRUSTED:
             # The packed impacts must be those of their statistics: checked on a few terms' top postings.
             ok = saved_under(self.bm25, lists.stats, base, order, dl)
@@ -551,7 +552,7 @@ class InvertedIndex:
         table = None if self.base_tables is None else self.base_tables.table(tid, len(base.docs))
         return stale_term(
             self.bm25, gen, base, order, lists.stats, (self.n_docs, self.total_len), docs, tfs,
-            dl, lambda cids: self.norms.of(cids, gen, dl, avgdl), table,
+            dl, partial(self.norms.of, gen=gen, dl=dl, avgdl=self.avgdl), table,
         )  # fmt: skip
 
     def top_impact(self, tid: int) -> float:
@@ -616,9 +617,7 @@ class InvertedIndex:
 
     def lookup(self, tid: int, w: float, cands: list[int]) -> Iterable[float]:
         """The term's contribution to each of ``cands`` (0.0 where absent)."""
-        docs = self.fold(tid)
-        stale = self._stale_of(tid) if cands and self.imp_gen[tid] != self.gen else None
-        if stale is not None and stale.worth_looking(len(cands), len(docs)):
-            gen, dl, avgdl = self.gen, self.dl, self.avgdl
-            return stale.lookup(self.bm25, w, cands, dl, lambda cids: self.norms.of(cids, gen, dl, avgdl))
+        stale = self._stale_of(tid) if cands else None  # (folds the term when it builds one)
+        if stale is not None and self.imp_gen[tid] != self.gen and stale.worth_looking(len(cands)):
+            return stale.lookup(self.bm25, w, cands, self.dl)
         return self.lookups.lookup(self._term(tid), w, cands, self.gen, len(self.dl))

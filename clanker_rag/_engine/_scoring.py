@@ -178,6 +178,8 @@ def term_impacts(
 ) -> array[float]:  # fmt: skip
     """The float32 impacts ``idf * tf_weight`` of postings side by side (``norms``
     their chunks' :func:`length_norm`): the one way every path computes them."""
+    if bm.variant == "lucene":  # tf_weights's, inline: this runs for a few candidates at a time
+        return array("f", map(mul, repeat(idf), map(truediv, tfs, map(add, tfs, norms))))
     return array("f", map(mul, repeat(idf), tf_weights(bm, tfs, norms, docs, dls, avgdl)))
 
 

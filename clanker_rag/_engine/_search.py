@@ -255,8 +255,8 @@ def full_scores(
     of ``cands``, so their top ``k`` are among those returned.
     """
     scales = [index.scales(tid) for _, tid, _ in plan]
-    low = min(1.0, *[lo for lo, _ in scales])
-    high = max(1.0, *[hi for _, hi in scales])
+    low = min(1.0, min(scales)[0])
+    high = max(1.0, max([hi for _, hi in scales]))
     last = len(plan) - 1
     if low == 1.0 and high == 1.0:
         return _summed(index.lookup, plan, cands, theta, bounds, absent, last)
@@ -270,17 +270,20 @@ def full_scores(
     if head < len(ranked):
         if len(scores) >= k:
             theta = max(theta, heapq.nlargest(k, scores)[-1])
-        tops = list(map(sums.__getitem__, by_bound[head:]))
-        # Largest bound first: the chunks that may still reach theta are a prefix.
-        n = sum(map(ge, map(above, map(mul, tops, repeat(high))), repeat(theta)))
+        # Largest bound first: the chunks that may still reach theta (bound times
+        # ``high`` at least theta, with the slack on the side of keeping) are a prefix.
+        floor = (theta - _UB_ABS) / (high * (1.0 + _UB_ABS))
+        n = sum(map(ge, map(sums.__getitem__, by_bound[head:]), repeat(floor)))
         more, more_scores = _summed(index.lookup, plan, ranked[head : head + n], theta, bounds, absent, last)
         found.extend(more)
         scores.extend(more_scores)
     return found, scores
 
 
-# Relative slack on a floor taken from lower bounds (whose own slack is far larger).
+# Relative slack on a floor taken from lower bounds (whose own slack is far larger),
+# and the slack of ``above`` on a bound.
 _FLOOR_SLACK = 1e-9
+_UB_ABS = 1e-9
 
 
 def _summed(

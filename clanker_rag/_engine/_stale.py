@@ -105,7 +105,10 @@ class StaleTerm:
     table: Table | None  # the packed list's saved lookup table (see _storage/_impact_tables)
     dead: bool  # the packed list holds removed chunks
     first_new: int  # chunk ids from here on are added postings (``added``)
+    packed_all: bool  # no chunk was added since the lists were packed: every candidate is below first_new
     added: dict[int, float]
+    norms: Norms  # the length norms of chunks in this generation
+    length: int  # of the current list
     looked: int = 0  # candidates scored by :meth:`lookup` so far
 
     def bound(self, w: float, cands: list[int], saved: Callable[[list[int]], Iterable[float]]) -> Iterable[float]:
@@ -117,7 +120,7 @@ class StaleTerm:
         if table is not None:
             saved = partial(saved_lookup, table)
         n = self.first_new
-        if max(cands) < n:
+        if self.packed_all or max(cands) < n:
             vals = saved(cands)
             return vals if w == 1.0 else map(mul, vals, repeat(w))
         below = list(map(min, cands, repeat(n - 1)))
@@ -126,19 +129,17 @@ class StaleTerm:
             vals = map(add, vals, map(self.added.get, cands, repeat(0.0)))
         return vals if w == 1.0 else map(mul, vals, repeat(w))
 
-    def worth_looking(self, n: int, length: int) -> bool:
+    def worth_looking(self, n: int) -> bool:
         """Count ``n`` more candidates; whether scoring them here still beats recomputing
-        the term's impacts (its current list is ``length`` long)."""
+        the term's impacts."""
         self.looked += n
-        return self.looked * RECOMPUTE_SHARE < length
+        return self.looked * RECOMPUTE_SHARE < self.length
 
-    def lookup(
-        self, bm: BM25, w: float, cands: list[int], dl: Sequence[int], norms: Norms
-    ) -> Iterable[float]:  # fmt: skip
+    def lookup(self, bm: BM25, w: float, cands: list[int], dl: Sequence[int]) -> Iterable[float]:
         """``w`` times the term's exact impact at each of ``cands`` (0.0 where absent)."""
         docs, tfs = self.base.docs, self.base.tfs
         slots = None if self.table is None else self.table[1]
-        highest = max(cands)
+        highest = 0 if self.packed_all else max(cands)
         late = bool(self.added) and highest >= self.first_new
         if slots is not None and highest < len(slots):
             at = list(map(slots.__getitem__, cands))
@@ -151,7 +152,7 @@ class StaleTerm:
             idx = pos
         if self.dead:  # a removed chunk is still in the packed list: length 0
             found = list(map(and_, found, map(truth, map(dl.__getitem__, cands))))
-        imps = term_impacts(bm, self.idf, list(map(tfs.__getitem__, idx)), norms(cands), cands, dl, self.avgdl)
+        imps = term_impacts(bm, self.idf, list(map(tfs.__getitem__, idx)), self.norms(cands), cands, dl, self.avgdl)
         vals: Iterable[float] = imps if w == 1.0 else map(mul, imps, repeat(w))
         vals = map(mul, vals, found)
         if late:
@@ -218,7 +219,10 @@ def stale_term(
         top = max(top, max(new_imps))
         runs.append(Ranked(new_docs, impact_order(new_imps), new_imps, 1.0))
         added = dict(zip(new_docs, new_imps))
-    return StaleTerm(gen, idf, avgdl, top, lo, hi, runs, base, table, n_dead > 0, stats.n_chunks, added)
+    packed_all = len(dl) <= stats.n_chunks
+    return StaleTerm(
+        gen, idf, avgdl, top, lo, hi, runs, base, table, n_dead > 0, stats.n_chunks, packed_all, added, norms, len(docs)
+    )
 
 
 def _live(base: TermLists, dl: Sequence[int]) -> Callable[[Iterable[int]], list[int]]:
