@@ -25,7 +25,7 @@ import heapq
 from bisect import bisect_left
 from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from itertools import compress, repeat
-from operator import add, ge, mul
+from operator import add, ge
 from typing import Protocol
 
 from .._storage._codec import Floats, Ints, TermList
