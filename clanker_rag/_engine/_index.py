@@ -265,10 +265,10 @@ class InvertedIndex:
             tfs = self.tfs[tid]
         assert tfs is not None
         if not isinstance(docs, array) or not isinstance(tfs, array):
+            # The impacts are not copied: every caller changes the list, which
+            # makes them stale (imp_gen -1), and they are recomputed before use.
             docs, tfs = copy_array("i", docs), copy_array("I", tfs)
-            imps = self.imps[tid]
-            assert imps is not None
-            self.docs[tid], self.tfs[tid], self.imps[tid] = docs, tfs, copy_array("f", imps)
+            self.docs[tid], self.tfs[tid], self.imps[tid] = docs, tfs, array("f")
         return docs, tfs
 
     def fold(self, tid: int) -> Ints:

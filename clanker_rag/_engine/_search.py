@@ -48,6 +48,10 @@ BUDGET_SHARE = 1
 # the postings term-at-a-time would merge: each candidate is then looked up
 # in every list, a few times the cost of merging a posting.
 ESSENTIAL_SHARE = 2
+# Candidates scored exactly at once, without pruning on saved impacts first
+# (see full_scores): a term's exact impacts from tf and length cost a few
+# lookups each, and a pass per term costs about as much as some dozens of them.
+DIRECT = 32
 
 
 class ScoredLists(Protocol):
@@ -254,10 +258,12 @@ def full_scores(
     the floor for the rest; every chunk dropped scores under the k-th best
     of ``cands``, so their top ``k`` are among those returned.
     """
+    last = len(plan) - 1
+    if len(cands) <= DIRECT:
+        return _summed(index.lookup, plan, cands, theta, bounds, absent, last)
     scales = [index.scales(tid) for _, tid, _ in plan]
     low = min(1.0, min(scales)[0])
     high = max(1.0, max([hi for _, hi in scales]))
-    last = len(plan) - 1
     if low == 1.0 and high == 1.0:
         return _summed(index.lookup, plan, cands, theta, bounds, absent, last)
     cands, sums = _summed(index.bound, plan, cands, theta / high, [b / high for b in bounds], absent, last + 1)
@@ -274,9 +280,10 @@ def full_scores(
         # ``high`` at least theta, with the slack on the side of keeping) are a prefix.
         floor = (theta - _UB_ABS) / (high * (1.0 + _UB_ABS))
         n = sum(map(ge, map(sums.__getitem__, by_bound[head:]), repeat(floor)))
-        more, more_scores = _summed(index.lookup, plan, ranked[head : head + n], theta, bounds, absent, last)
-        found.extend(more)
-        scores.extend(more_scores)
+        if n:
+            more, more_scores = _summed(index.lookup, plan, ranked[head : head + n], theta, bounds, absent, last)
+            found.extend(more)
+            scores.extend(more_scores)
     return found, scores
 
 

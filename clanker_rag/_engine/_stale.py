@@ -61,10 +61,13 @@ _TOP_STEP = 4
 Norms = Callable[[Sequence[int]], Sequence[float]]
 
 
-def scale_bounds(bm: BM25, now: tuple[int, int, int], then: tuple[int, int, int]) -> tuple[float, float] | None:
-    """``(lo, hi)``: every posting's exact impact under ``now`` lies within ``lo``
-    and ``hi`` times its impact under ``then`` (each ``(N, summed length, df)``),
-    or None when they are too far apart (or a statistic is degenerate).
+def scale_bounds(
+    bm: BM25, now: tuple[int, int, int], then: tuple[int, int, int]
+) -> tuple[float, float, float] | None:  # fmt: skip
+    """``(lo, hi, idf)``: every posting's exact impact under ``now`` lies within
+    ``lo`` and ``hi`` times its impact under ``then`` (each ``(N, summed length,
+    df)``), and ``idf`` is the term's under ``now``; None when they are too far
+    apart (or a statistic is degenerate).
 
     The tf weight's ratio is within ``[min(1, r), max(1, r)]``, ``r`` the ratio
     of the average lengths: for lucene, robertson and atire, ``tf / (tf + k1 B)``
@@ -83,7 +86,7 @@ def scale_bounds(bm: BM25, now: tuple[int, int, int], then: tuple[int, int, int]
     r = (total / n) / (total0 / n0)
     t = idf / idf0
     lo, hi = t * min(1.0, r) * (1.0 - _SLACK), t * max(1.0, r) * (1.0 + _SLACK)
-    return (lo, hi) if hi <= lo * LOOSE else None
+    return (lo, hi, idf) if hi <= lo * LOOSE else None
 
 
 @dataclass(slots=True)
@@ -187,9 +190,9 @@ def stale_term(
     bounds = scale_bounds(bm, (*now, len(docs)), (stats.n_docs, stats.total_len, n_base))
     if bounds is None:
         return None
-    lo, hi = bounds
+    lo, hi, idf = bounds
     n, total = now
-    avgdl, idf = total / n, bm.idf(n, len(docs))
+    avgdl = total / n
     values = base.imps
     live = _live(base, dl) if n_dead else list
 

@@ -61,8 +61,8 @@ def test_exact_impacts_lie_within_the_scale_bounds(variant, k1, b, delta, then, 
     if bounds is None:  # only a non-positive idf (or statistic) is refused without LOOSE
         assert min(bm.idf(n, df), bm.idf(n0, df0)) <= 0.0
         return
-    lo, hi = bounds
-    assert 0.0 < lo <= hi
+    lo, hi, idf = bounds
+    assert 0.0 < lo <= hi and idf == bm.idf(n, df)
     for tf, dl in postings:
         saved, exact = impact(bm, n0, total0, df0, tf, dl), impact(bm, n, total, df, tf, dl)
         assert lo * saved <= exact <= hi * saved
