@@ -101,6 +101,8 @@ class InvertedIndex:
         # Terms whose top posting's packed impact was checked against the packed
         # statistics (negative: one failed, the packed impacts are not used so).
         self.stale_trust = 0
+        # Chunks removed since the lists were packed: stale terms' packed lists still hold them.
+        self.dead: set[int] = set()
 
     # -- building -------------------------------------------------------------
     def _new_term(self, term: str) -> int:
@@ -239,6 +241,7 @@ class InvertedIndex:
         self.base_lookups = ImpactLookups()
         self.stale_terms = {}
         self.stale_trust = 0
+        self.dead = set()
         n = lists.n_terms
         self.docs = [None] * n
         self.tfs = [None] * n
@@ -326,6 +329,9 @@ class InvertedIndex:
         self.total_len -= self.dl[cid]
         self.dl[cid] = 0
         self.gen += 1
+        lists = self.packed_lists
+        if lists is not None and lists.stats is not None and cid < lists.stats.n_chunks:
+            self.dead.add(cid)
 
     # -- statistics and impacts ------------------------------------------------
     @property

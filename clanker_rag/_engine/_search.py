@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left
-from collections.abc import Callable, Container, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence, Set
 from itertools import compress, repeat
 from operator import add, ge
 from typing import Protocol
@@ -65,6 +65,10 @@ class ScoredLists(Protocol):
     def dl(self) -> Sequence[int]: ...
     @property
     def n_docs(self) -> int: ...
+    @property
+    def dead(self) -> Set[int]:
+        """Chunks removed since the lists were packed (a stale run's ``dead`` postings)."""
+
     @property
     def avgdl(self) -> float: ...
 
@@ -232,8 +236,11 @@ def _seed(
 
 def _candidates(index: ScoredLists, chunks: set[int], allowed: Container[int] | None, dead: bool) -> list[int]:
     """``chunks`` that may be scored: allowed, and (``dead``: some run holds removed ones) not removed."""
-    found: Iterable[int] = chunks if allowed is None else filter(allowed.__contains__, chunks)
-    return without_dead(found, index.dl) if dead else list(found)
+    if dead:
+        gone = index.dead
+        # A set difference costs the smaller side (the removed chunks are usually few).
+        chunks = chunks - gone if len(gone) < len(chunks) else set(without_dead(chunks, index.dl))
+    return list(chunks if allowed is None else filter(allowed.__contains__, chunks))
 
 
 def full_scores(
