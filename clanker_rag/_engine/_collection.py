@@ -30,7 +30,7 @@ from .._exceptions import ConfigError
 from .._storage._codec import Ints
 from .._storage._lists import lengths_of
 from ._index import InvertedIndex
-from ._pruning import Plan, above, best_of, essential_slices, probe
+from ._pruning import Plan, Ranked, above, best_of, essential_slices, probe
 from ._scoring import TermExplanation, impact_order, length_norm, norm_values, tf_weight, tf_weights
 from ._search import SEED
 
@@ -109,6 +109,9 @@ class _Impacts:
         if self.order is None:
             self.order = impact_order(self.imps)
         return self.order
+
+    def ranked(self) -> Ranked:
+        return Ranked(self.docs, self.by_impact(), self.imps, 1.0)
 
 
 # Impacts under the last statistics seen, per index and term, least recently
@@ -273,14 +276,11 @@ def top_with_stats(
         if not any(edges) or (theta > 0.0 and above(sum(edges)) < theta):
             return best_of(cands, scores, k, theta)
         if theta > 0.0:
-            ranges, n_more = essential_slices(
-                plan, edges, depth, theta, lambda i: lists[i][0].by_impact(), lambda i: lists[i][0].imps
-            )
+            ranges, n_more = essential_slices(plan, edges, depth, theta, lambda i: [lists[i][0].ranked()])
             if n_more <= total // _POOL_SHARE:
                 more: set[int] = set()
-                for i, lo, hi in ranges:
-                    docs = lists[i][0].docs
-                    more.update(map(docs.__getitem__, lists[i][0].by_impact()[lo:hi]))
+                for run, lo, hi in ranges:
+                    more.update(map(run.docs.__getitem__, run.order[lo:hi]))
                 more.difference_update(pool)
                 extra = list(more) if allowed is None else list(filter(allowed.__contains__, more))
                 cands.extend(extra)

@@ -21,6 +21,7 @@ from array import array
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Collection, Container, Iterable, Mapping
+from functools import partial
 from itertools import accumulate, chain, compress, repeat
 from operator import is_, mul, ne
 from typing import Any
@@ -34,8 +35,10 @@ from ._bulk_impacts import impacts_and_orders, pack_pending
 from ._lookups import ImpactLookups, TermImpacts
 from ._norms import LengthNorms
 from ._orders import ImpactOrders
-from ._packed_lists import PackedLists, PackedOrders, packed_postings
-from ._scoring import BM25, TermExplanation, tf_weights
+from ._packed_lists import BaseStats, PackedLists, PackedOrders, TermLists, packed_postings
+from ._pruning import Ranked
+from ._scoring import BM25, TermExplanation, term_impacts
+from ._stale import StaleTerm, saved_under, stale_term
 from ._vocab import Pending, Vocabulary
 
 __all__ = ["InvertedIndex", "TermExplanation"]
@@ -50,6 +53,8 @@ _consume: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend
 # (largest first), so the chunks where a term contributes at least some value
 # are a prefix found by binary search (see _search).
 ORDER_MIN = 32
+# Terms whose packed impacts are checked before the packed lists serve stale terms (see _stale).
+_TRUSTED = 3
 
 
 class InvertedIndex:
@@ -86,6 +91,18 @@ class InvertedIndex:
         self.orders = ImpactOrders()
         # Saved and built lookup tables, and the probes that decide when to build one.
         self.lookups = ImpactLookups()
+        # The tables saved with the packed lists (a load's), for the stale terms' positions,
+        # and the lookups of the packed impacts, which bound the current ones (see _stale).
+        self.base_tables: StoredTables | None = None
+        self.base_lookups = ImpactLookups()
+        # tid -> the term under the current statistics over its packed impacts
+        # (see _stale), or the generation it was found not to serve in.
+        self.stale_terms: dict[int, StaleTerm | int] = {}
+        # Terms whose top posting's packed impact was checked against the packed
+        # statistics (negative: one failed, the packed impacts are not used so).
+        self.stale_trust = 0
+        # Chunks removed since the lists were packed: stale terms' packed lists still hold them.
+        self.dead: set[int] = set()
 
     # -- building -------------------------------------------------------------
     def _new_term(self, term: str) -> int:
@@ -165,6 +182,8 @@ class InvertedIndex:
                 n_chunks=index.n_docs,
                 where=where,
                 checks=checks,
+                # A segment is scored (saved whole) under its own chunks' statistics.
+                stats=BaseStats(index.n_docs, index.total_len, len(index.dl)),
             )
         )
         if postings.maxes is not None:
@@ -172,7 +191,9 @@ class InvertedIndex:
         if postings.order_offsets is not None and postings.positions is not None:
             index.orders.packed = PackedOrders(postings.order_offsets, postings.positions, index.gen, checks=checks)
         if postings.tables is not None:
-            index.lookups.use_saved(StoredTables(postings.tables, where), index.gen)
+            index.base_tables = StoredTables(postings.tables, where)
+            index.lookups.use_saved(index.base_tables, index.gen)
+            index.base_lookups.use_saved(index.base_tables, index.gen)
         return index
 
     def add(self, cid: int, counts: Mapping[int, int]) -> int:
@@ -216,6 +237,11 @@ class InvertedIndex:
         """Read every term's lists from ``lists`` (views until changed, see :meth:`_owned`)."""
         self.packed_lists = lists
         self.lookups.use_saved(None, self.gen)  # tables of the lists replaced, if any
+        self.base_tables = None
+        self.base_lookups = ImpactLookups()
+        self.stale_terms = {}
+        self.stale_trust = 0
+        self.dead = set()
         n = lists.n_terms
         self.docs = [None] * n
         self.tfs = [None] * n
@@ -242,10 +268,10 @@ class InvertedIndex:
             tfs = self.tfs[tid]
         assert tfs is not None
         if not isinstance(docs, array) or not isinstance(tfs, array):
+            # The impacts are not copied: every caller changes the list, which
+            # makes them stale (imp_gen -1), and they are recomputed before use.
             docs, tfs = copy_array("i", docs), copy_array("I", tfs)
-            imps = self.imps[tid]
-            assert imps is not None
-            self.docs[tid], self.tfs[tid], self.imps[tid] = docs, tfs, copy_array("f", imps)
+            self.docs[tid], self.tfs[tid], self.imps[tid] = docs, tfs, array("f")
         return docs, tfs
 
     def fold(self, tid: int) -> Ints:
@@ -303,6 +329,9 @@ class InvertedIndex:
         self.total_len -= self.dl[cid]
         self.dl[cid] = 0
         self.gen += 1
+        lists = self.packed_lists
+        if lists is not None and lists.stats is not None and cid < lists.stats.n_chunks:
+            self.dead.add(cid)
 
     # -- statistics and impacts ------------------------------------------------
     @property
@@ -327,8 +356,7 @@ class InvertedIndex:
         assert tfs is not None
         bm = self.bm25
         idf = bm.idf(self.n_docs, len(docs)) if docs else 0.0
-        weights = tf_weights(bm, tfs, self.norms.of(docs, self.gen, self.dl, self.avgdl), docs, self.dl, self.avgdl)
-        imps = array("f", map(mul, repeat(idf), weights))
+        imps = term_impacts(bm, idf, tfs, self.norms.of(docs, self.gen, self.dl, self.avgdl), docs, self.dl, self.avgdl)
         self.imps[tid] = imps
         self.maxes[tid] = max(imps) if imps else 0.0
         self.imp_gen[tid] = self.gen
@@ -400,7 +428,9 @@ class InvertedIndex:
         self, lengths: array[int], docs: array[int], tfs: array[int], imps: array[float], positions: Ints
     ) -> None:
         """Adopt packed lists with their impacts and orders (all laid end to end) as the packed lists."""
-        self._adopt_lists(PackedLists(array("q", accumulate(lengths, initial=0)), docs, tfs, imps, self.gen))
+        stats = BaseStats(self.n_docs, self.total_len, len(self.dl))
+        offsets = array("q", accumulate(lengths, initial=0))
+        self._adopt_lists(PackedLists(offsets, docs, tfs, imps, self.gen, stats=stats))
         self.orders.packed = PackedOrders(order_offsets_of(lengths, ORDER_MIN), positions, self.gen)
 
     def _packed_current(self) -> bool:
@@ -452,7 +482,7 @@ class InvertedIndex:
 
     def order_ready(self, tid: int) -> bool:
         """Whether the term's impact order is at hand, or worth sorting now (see ``ImpactOrders.ready``)."""
-        if len(self.fold(tid)) <= ORDER_MIN:
+        if len(self.fold(tid)) <= ORDER_MIN or self._stale_of(tid) is not None:
             return True
         return self.orders.ready(self._term(tid), self.imp_gen[tid], self.settled)
 
@@ -481,6 +511,96 @@ class InvertedIndex:
         return _search.explain(self, weights, cid)
 
     # -- what the search reads -------------------------------------------------
+    def _stale_of(self, tid: int) -> StaleTerm | None:
+        """The term over its packed impacts under the current statistics (see
+        ``_stale``), when the packed impacts are stale and that serves; else None."""
+        gen = self.gen
+        # Any change to a list changes the generation: an entry of this one is current.
+        found = self.stale_terms.get(tid)
+        if found is not None:
+            if isinstance(found, int):
+                if found == gen:
+                    return None
+            elif found.gen == gen:
+                return found
+        lists = self.packed_lists
+        term = None if lists is None or lists.gen == gen else self._make_stale(tid)
+        self.stale_terms[tid] = gen if term is None else term
+        return term
+
+    def _make_stale(self, tid: int) -> StaleTerm | None:
+        lists, orders = self.packed_lists, self.orders.packed
+        if (
+            lists is None
+            or lists.stats is None
+            or orders is None
+            or orders.gen != lists.gen
+            or not lists.holds(tid)
+            or not orders.has(tid)
+            or not self.n_docs
+            or self.stale_trust < 0
+        ):
+            return None
+        docs = self.fold(tid)
+        tfs, imps = self._tf(tid), self.imps[tid]
+        # A list unchanged since it was packed is still its packed views.
+        base = TermLists(docs, tfs, imps) if not isinstance(docs, array) and imps is not None else lists.cut(tid)
+        order = orders.read(tid, len(base.docs))
+        gen, dl = self.gen, self.dl
+        if self.stale_trust < _TRUSTED:
+            # The packed impacts must be those of their statistics: checked on a few terms' top postings.
+            ok = saved_under(self.bm25, lists.stats, base, order, dl)
+            if ok is None:
+                return None
+            self.stale_trust = self.stale_trust + 1 if ok else -1
+            if not ok:
+                return None
+        table = None if self.base_tables is None else self.base_tables.table(tid, len(base.docs))
+        return stale_term(
+            self.bm25, gen, base, order, lists.stats, (self.n_docs, self.total_len), docs, tfs,
+            dl, partial(self.norms.of, gen=gen, dl=dl, avgdl=self.avgdl), table,
+        )  # fmt: skip
+
+    def top_impact(self, tid: int) -> float:
+        """The term's largest current impact (0.0 for an empty list)."""
+        stale = None if self.imp_gen[tid] == self.gen else self._stale_of(tid)
+        return stale.top if stale is not None else self.impacts(tid)[1]
+
+    def runs(self, tid: int) -> list[Ranked] | None:
+        """The term's postings ranked for pruning (see ``_pruning.Ranked``); None
+        for a short list, which a search takes whole."""
+        docs = self.fold(tid)
+        if len(docs) <= ORDER_MIN:
+            return None
+        if self.imp_gen[tid] == self.gen:
+            order = self.orders.known(tid, self.gen, len(docs))
+            if order is not None:
+                return [Ranked(docs, order, self.imps_of(tid), 1.0)]
+        stale = self._stale_of(tid)
+        if stale is not None:
+            return stale.runs
+        order = self.order(tid)
+        assert order is not None
+        return [Ranked(docs, order, self.imps_of(tid), 1.0)]
+
+    def scales(self, tid: int) -> tuple[float, float]:
+        """``(lo, hi)``: the current impacts lie within ``lo`` and ``hi`` times :meth:`bound`'s values."""
+        stale = self._stale_of(tid) if self.imp_gen[tid] != self.gen else None
+        return (1.0, 1.0) if stale is None else (stale.lo, stale.hi)
+
+    def bound(self, tid: int, w: float, cands: list[int]) -> Iterable[float]:
+        """``w`` times the term's packed impact at each of ``cands`` when stale (see
+        :meth:`scales`), else :meth:`lookup`."""
+        stale = self._stale_of(tid) if cands and self.imp_gen[tid] != self.gen else None
+        if stale is None:
+            return self.lookup(tid, w, cands)
+        lists = self.packed_lists
+        assert lists is not None  # a stale term's
+        base = stale.base
+        term = TermImpacts(tid, base.docs, base.imps, False)
+        lookups, gen, n = self.base_lookups, lists.gen, stale.first_new
+        return stale.bound(w, cands, lambda below: lookups.lookup(term, 1.0, below, gen, n))
+
     def imps_of(self, tid: int) -> Floats:
         """The term's impacts as last computed (current after :meth:`impacts`)."""
         imps = self.imps[tid]
@@ -497,10 +617,13 @@ class InvertedIndex:
         return tfs
 
     def contributions(self, tid: int, w: float) -> Iterable[float]:
-        """``w`` times each impact, beside :meth:`fold`'s chunk ids."""
-        imps = self.imps_of(tid)
+        """``w`` times each current impact, beside :meth:`fold`'s chunk ids."""
+        imps = self.impacts(tid)[0]
         return imps if w == 1.0 else map(mul, imps, repeat(w))
 
     def lookup(self, tid: int, w: float, cands: list[int]) -> Iterable[float]:
         """The term's contribution to each of ``cands`` (0.0 where absent)."""
+        stale = self._stale_of(tid) if cands else None  # (folds the term when it builds one)
+        if stale is not None and self.imp_gen[tid] != self.gen and stale.worth_looking(len(cands)):
+            return stale.lookup(self.bm25, w, cands, self.dl)
         return self.lookups.lookup(self._term(tid), w, cands, self.gen, len(self.dl))

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .._storage._codec import Ints
 from ._scoring import BM25, norm_values
 
 __all__ = ["LengthNorms"]
@@ -38,12 +37,13 @@ class LengthNorms:
             self.gen = gen
         return self.values
 
-    def of(self, docs: Ints, gen: int, dl: Sequence[int], avgdl: float) -> list[float]:
+    def of(self, docs: Sequence[int], gen: int, dl: Sequence[int], avgdl: float) -> list[float]:
         """The norms of chunks ``docs``, bit for bit those of :meth:`every`."""
-        if self.gen != gen:
-            last, work = self.work
-            work = (work if last == gen else 0) + len(docs)
-            self.work = (gen, work)
-            if 2 * work < len(dl) and avgdl > 0:
-                return list(norm_values(self.bm25, avgdl, map(dl.__getitem__, docs)))
+        if self.gen == gen:  # the common case, first
+            return list(map(self.values.__getitem__, docs))
+        last, work = self.work
+        work = (work if last == gen else 0) + len(docs)
+        self.work = (gen, work)
+        if 2 * work < len(dl) and avgdl > 0:
+            return list(norm_values(self.bm25, avgdl, map(dl.__getitem__, docs)))
         return list(map(self.every(gen, dl, avgdl).__getitem__, docs))

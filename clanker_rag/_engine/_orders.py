@@ -30,7 +30,7 @@ class ImpactOrders:
         # tid -> impact generation a search last found its order stale in.
         self.wanted: dict[int, int] = {}
 
-    def _known(self, tid: int, gen: int, length: int) -> Ints | None:
+    def known(self, tid: int, gen: int, length: int) -> Ints | None:
         """The term's order for impact generation ``gen``, cached or packed, else None."""
         cached = self.cached.get(tid)
         if cached is not None and cached[0] == gen:
@@ -53,7 +53,7 @@ class ImpactOrders:
         generation (``settled``), when no add is expected to follow.
         """
         tid = term.tid
-        if self._known(tid, gen, len(term.docs)) is not None:
+        if self.known(tid, gen, len(term.docs)) is not None:
             return True
         packed = self.packed
         never_sorted = tid not in self.cached and not (packed is not None and packed.has(tid))
@@ -65,7 +65,7 @@ class ImpactOrders:
     def of(self, term: TermImpacts, gen: int) -> Ints:
         """The order of ``term`` (impacts of generation ``gen``): positions by decreasing impact,
         ties by lower position."""
-        order = self._known(term.tid, gen, len(term.docs))
+        order = self.known(term.tid, gen, len(term.docs))
         if order is None:
             # A list unchanged since load keeps most of its saved order: a hint, used when still exact.
             packed = self.packed

@@ -21,7 +21,15 @@ from .._exceptions import IndexFormatError
 from .._storage._codec import Floats, Ints, PostingChecks, Postings, TermList
 from .._storage._lists import lengths_of, without_empty_lists
 
-__all__ = ["PackedLists", "PackedOrders", "TermLists", "packed_postings"]
+__all__ = ["BaseStats", "PackedLists", "PackedOrders", "TermLists", "packed_postings"]
+
+
+class BaseStats(NamedTuple):
+    """The statistics packed impacts were computed under, and the chunk ids they cover."""
+
+    n_docs: int
+    total_len: int
+    n_chunks: int  # chunk ids below this were packed; later ones were added since
 
 
 class TermLists(NamedTuple):
@@ -35,7 +43,7 @@ class TermLists(NamedTuple):
 class PackedLists:
     """Packed postings: term ``t``'s lists are ``[offsets[t], offsets[t + 1])`` of each part."""
 
-    __slots__ = ("checks", "docs", "gen", "imps", "n_chunks", "n_terms", "offsets", "tfs", "where")
+    __slots__ = ("checks", "docs", "gen", "imps", "n_chunks", "n_terms", "offsets", "stats", "tfs", "where")
 
     def __init__(
         self,
@@ -48,8 +56,10 @@ class PackedLists:
         n_chunks: int | None = None,
         where: str = "index",
         checks: PostingChecks | None = None,
+        stats: BaseStats | None = None,
     ) -> None:
-        """``gen``: the index generation the lists (and impacts) are for.
+        """``gen``: the index generation the lists (and impacts) are for;
+        ``stats``: the statistics the impacts were computed under.
 
         With ``n_chunks``, each list is checked against it when first cut
         (its ends suffice: lists are sorted), so a damaged index fails
@@ -65,6 +75,7 @@ class PackedLists:
         self.n_chunks = n_chunks
         self.where = where
         self.checks = checks
+        self.stats = stats
 
     def holds(self, tid: int) -> bool:
         return tid < self.n_terms

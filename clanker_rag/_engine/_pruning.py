@@ -12,9 +12,13 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from itertools import compress, repeat
 from operator import eq, ge, mul
+from typing import NamedTuple
+
+from .._storage._codec import Floats, Ints
 
 __all__ = [
     "Plan",
+    "Ranked",
     "above",
     "best_of",
     "cheap_essentials",
@@ -24,6 +28,26 @@ __all__ = [
 ]
 
 Plan = list[tuple[float, int, float]]
+
+
+class Ranked(NamedTuple):
+    """One run of a term's postings as the pruning reads it: positions by decreasing bound.
+
+    ``order`` lists positions of ``docs`` (chunk ids) by decreasing ``values``;
+    the term's exact impact at any position is at most ``scale`` times its
+    value there.  A run of exact impacts has ``scale`` 1.0; a run of impacts
+    saved under other statistics (see ``_stale``) a scale a little above its
+    ratio to them.  ``dead``: ``docs`` may hold removed chunks (length 0),
+    which a search leaves out.
+    """
+
+    docs: Ints
+    order: Ints
+    values: Floats
+    scale: float
+    dead: bool = False
+
+
 # Relative and absolute slack on upper bounds: the pruned and the exhaustive
 # sums may round differently in the last bit.
 _UB_SLACK = 1e-9
@@ -92,12 +116,11 @@ def essential_slices(
     edges: list[float],
     depth: int,
     theta: float,
-    order_of: Callable[[int], Sequence[int]],
-    imps_of: Callable[[int], Sequence[float]],
-) -> tuple[list[tuple[int, int, int]], int]:
-    """Where the chunks below ``depth`` in every impact order that could
-    reach ``theta`` are: ``(tid, start, end)`` slices of impact orders
-    (``order_of(tid)``, over impacts ``imps_of(tid)``), and their total length."""
+    runs_of: Callable[[int], Sequence[Ranked]],
+) -> tuple[list[tuple[Ranked, int, int]], int]:
+    """Where the chunks below ``depth`` in every run that could reach ``theta`` are:
+    ``(run, start, end)`` slices of the runs' orders (``runs_of(tid)``: a term's runs
+    longer than ``depth``), and their total length."""
     # MaxScore: the terms with the smallest edges, summing below theta,
     # are not essential: a chunk in none of the others cannot reach it.
     by_edge = sorted(range(len(plan)), key=edges.__getitem__)
@@ -116,9 +139,16 @@ def essential_slices(
             continue
         # Below this contribution here, a chunk outside the pool stays under theta.
         need = (theta - above(total - edges[i])) / w
-        order = order_of(tid)
-        imps = imps_of(tid)
-        cut = bisect_right(order, -need, lo=depth, key=lambda pos: -imps[pos]) if need > 0.0 else len(order)
-        ranges.append((tid, depth, cut))
-        count += cut - depth
+        for run in runs_of(tid):
+            order = run.order
+            if depth >= len(order):
+                continue
+            if need > 0.0:
+                # A posting whose bound is below ``need`` cannot reach it: bound = value * scale.
+                values, at = run.values, need / run.scale
+                cut = bisect_right(order, -at, lo=depth, key=lambda pos: -values[pos])
+            else:
+                cut = len(order)
+            ranges.append((run, depth, cut))
+            count += cut - depth
     return ranges, count

@@ -63,6 +63,7 @@ __all__ = [
     "length_norm",
     "norm_values",
     "tf_weight",
+    "term_impacts",
     "tf_weights",
 ]
 
@@ -169,6 +170,17 @@ def tf_weights(
         return map(truediv, tfs, map(add, tfs, norms))
     k1, b, delta = bm.k1, bm.b, bm.delta_value
     return [tf_weight(bm.variant, tf, norm, k1, b, delta, dls[d], avgdl) for d, tf, norm in zip(docs, tfs, norms)]
+
+
+def term_impacts(
+    bm: BM25, idf: float, tfs: Sequence[int], norms: Iterable[float], docs: Iterable[int], dls: Sequence[int],
+    avgdl: float,
+) -> array[float]:  # fmt: skip
+    """The float32 impacts ``idf * tf_weight`` of postings side by side (``norms``
+    their chunks' :func:`length_norm`): the one way every path computes them."""
+    if bm.variant == "lucene":  # tf_weights's, inline: this runs for a few candidates at a time
+        return array("f", map(mul, repeat(idf), map(truediv, tfs, map(add, tfs, norms))))
+    return array("f", map(mul, repeat(idf), tf_weights(bm, tfs, norms, docs, dls, avgdl)))
 
 
 def impact_order(imps: Sequence[float], hint: Sequence[int] | None = None) -> array[int]:

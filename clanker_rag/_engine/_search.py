@@ -23,14 +23,15 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left
-from collections.abc import Container, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence, Set
 from itertools import compress, repeat
 from operator import add, ge
 from typing import Protocol
 
 from .._storage._codec import Floats, Ints, TermList
-from ._pruning import Plan, above, best_of, cheap_essentials, essential_slices, merge_cost
+from ._pruning import Plan, Ranked, above, best_of, cheap_essentials, essential_slices, merge_cost
 from ._scoring import BM25, TermExplanation
+from ._stale import without_dead
 
 __all__ = ["ScoredLists", "explain", "full_scores", "plan_of", "score_all", "term_at_a_time", "top_k"]
 
@@ -47,10 +48,14 @@ BUDGET_SHARE = 1
 # the postings term-at-a-time would merge: each candidate is then looked up
 # in every list, a few times the cost of merging a posting.
 ESSENTIAL_SHARE = 2
+# Candidates scored exactly at once, without pruning on saved impacts first
+# (see full_scores): a term's exact impacts from tf and length cost a few
+# lookups each, and a pass per term costs about as much as some dozens of them.
+DIRECT = 32
 
 
 class ScoredLists(Protocol):
-    """What the search reads of an index: per-term lists, impacts, orders and lookups."""
+    """What the search reads of an index: per-term lists, impacts, ranked runs and lookups."""
 
     @property
     def bm25(self) -> BM25: ...
@@ -60,6 +65,10 @@ class ScoredLists(Protocol):
     def dl(self) -> Sequence[int]: ...
     @property
     def n_docs(self) -> int: ...
+    @property
+    def dead(self) -> Set[int]:
+        """Chunks removed since the lists were packed (a stale run's ``dead`` postings)."""
+
     @property
     def avgdl(self) -> float: ...
 
@@ -72,20 +81,27 @@ class ScoredLists(Protocol):
     def impacts(self, tid: int) -> tuple[Floats, float]:
         """The term's current impacts and their maximum."""
 
-    def imps_of(self, tid: int) -> Floats:
-        """The term's impacts as last computed (current after :meth:`impacts`)."""
+    def top_impact(self, tid: int) -> float:
+        """The term's largest current impact."""
 
     def contributions(self, tid: int, w: float) -> Iterable[float]:
-        """``w`` times each impact, beside :meth:`fold`'s chunk ids."""
+        """``w`` times each current impact, beside :meth:`fold`'s chunk ids."""
 
-    def order(self, tid: int) -> Ints | None:
-        """Positions by decreasing impact; None for short lists."""
+    def runs(self, tid: int) -> list[Ranked] | None:
+        """The term's postings ranked by an upper bound on their impacts; None for short lists."""
 
     def order_ready(self, tid: int) -> bool:
         """Whether the term's impact order is at hand, or worth sorting now."""
 
     def lookup(self, tid: int, w: float, cands: list[int]) -> Iterable[float]:
         """``w`` times the term's impact at each of ``cands`` (0.0 where absent)."""
+
+    def scales(self, tid: int) -> tuple[float, float]:
+        """``(lo, hi)``: :meth:`lookup`'s values lie within ``lo`` and ``hi`` times
+        :meth:`bound`'s ((1.0, 1.0): :meth:`bound` is :meth:`lookup`)."""
+
+    def bound(self, tid: int, w: float, cands: list[int]) -> Iterable[float]:
+        """``w`` times the term's saved impact at each of ``cands`` (see :meth:`scales`)."""
 
 
 def plan_of(index: ScoredLists, weights: Mapping[int, float]) -> Plan:
@@ -94,8 +110,7 @@ def plan_of(index: ScoredLists, weights: Mapping[int, float]) -> Plan:
     for tid, w in weights.items():
         if w <= 0 or not index.fold(tid):
             continue
-        _, mx = index.impacts(tid)
-        plan.append((mx * w, tid, w))
+        plan.append((index.top_impact(tid) * w, tid, w))
     # Largest upper bound first; the term itself breaks ties, so the order,
     # and so the floating-point sum, is the same for pruned and exhaustive
     # scoring and for any history of adds and removes.
@@ -132,10 +147,8 @@ def top_k(
     return term_at_a_time(index, plan, k, allowed, theta, ESSENTIAL_SHARE)
 
 
-def _order(index: ScoredLists, tid: int) -> Ints:
-    order = index.order(tid)
-    assert order is not None  # edges are 0.0 for lists without an order
-    return order
+def _runs(index: ScoredLists, tid: int) -> list[Ranked]:
+    return index.runs(tid) or []
 
 
 def _seed(
@@ -164,27 +177,37 @@ def _seed(
     # Terms whose whole list was in the pool by the last round: a chunk
     # new to it gets exactly 0.0 from them, so they are not looked up.
     inside: set[int] = set()
+    # Some run holds removed chunks (length 0): they never join the candidates.
+    dead = False
     while True:
         new: set[int] = set()
         edges: list[float] = []
         now_inside: set[int] = set()
         for i, (_, tid, w) in enumerate(plan):
-            docs = fold(tid)
-            order = index.order(tid)
-            if order is None or depth >= len(order):
-                new.update(docs)
+            runs = index.runs(tid)
+            if runs is None:
+                new.update(fold(tid))
                 edges.append(0.0)
                 now_inside.add(i)
-            else:
-                new.update(map(docs.__getitem__, order[:depth]))
-                edges.append(index.imps_of(tid)[order[depth]] * w)
+                continue
+            # A chunk is in one run of a term: below depth in each, it gets at most the largest edge.
+            edge = 0.0
+            for run in runs:
+                order = run.order
+                dead = dead or run.dead
+                if depth >= len(order):
+                    new.update(run.docs)
+                else:
+                    new.update(map(run.docs.__getitem__, order[:depth]))
+                    edge = max(edge, run.values[order[depth]] * run.scale)
+            edges.append(edge * w)
+            if edge == 0.0:
+                now_inside.add(i)
         new.difference_update(pool)
         pool.update(new)
         # Chunks new to the pool lie below the last depth everywhere:
         # the last edges bound what each term gives them.
-        more, more_scores = full_scores(
-            index, plan, list(new if allowed is None else filter(allowed.__contains__, new)), theta, bounds, inside
-        )
+        more, more_scores = full_scores(index, plan, _candidates(index, new, allowed, dead), theta, bounds, inside, k)
         cands.extend(more)
         scores.extend(more_scores)
         if len(cands) >= k:
@@ -194,15 +217,14 @@ def _seed(
         budget = (merge_cost(plan, lengths, theta) if theta > 0.0 else total_len) // BUDGET_SHARE
         deeper = 3 * depth * len(plan)  # at most this many chunks join the pool next round
         if theta > 0.0:
-            ranges, n_fresh = essential_slices(plan, edges, depth, theta, lambda tid: _order(index, tid), index.imps_of)
+            ranges, n_fresh = essential_slices(plan, edges, depth, theta, lambda tid: _runs(index, tid))
             if n_fresh <= deeper or (n_fresh <= budget and len(pool) + deeper > budget):
                 fresh: set[int] = set()
-                for tid, lo, hi in ranges:
-                    fresh.update(map(fold(tid).__getitem__, _order(index, tid)[lo:hi]))
+                for run, lo, hi in ranges:
+                    fresh.update(map(run.docs.__getitem__, run.order[lo:hi]))
                 fresh.difference_update(pool)
-                if allowed is not None:
-                    fresh = set(filter(allowed.__contains__, fresh))
-                more, more_scores = full_scores(index, plan, list(fresh), theta, edges, now_inside)
+                last = _candidates(index, fresh, allowed, dead)
+                more, more_scores = full_scores(index, plan, last, theta, edges, now_inside, k)
                 cands.extend(more)
                 scores.extend(more_scores)
                 return best_of(cands, scores, k, theta), theta
@@ -212,21 +234,79 @@ def _seed(
         depth *= 4
 
 
+def _candidates(index: ScoredLists, chunks: set[int], allowed: Container[int] | None, dead: bool) -> list[int]:
+    """``chunks`` that may be scored: allowed, and (``dead``: some run holds removed ones) not removed."""
+    if dead:
+        gone = index.dead
+        # A set difference costs the smaller side (the removed chunks are usually few).
+        chunks = chunks - gone if len(gone) < len(chunks) else set(without_dead(chunks, index.dl))
+    return list(chunks if allowed is None else filter(allowed.__contains__, chunks))
+
+
 def full_scores(
-    index: ScoredLists, plan: Plan, cands: list[int], theta: float, bounds: list[float], absent: Container[int]
-) -> tuple[list[int], list[float]]:
-    """Scores of ``cands`` summed in plan order.  With ``theta > 0``, a
-    chunk is dropped on the way once its partial score plus ``bounds``
-    (what each term left can still add to it) cannot reach ``theta``.
+    index: ScoredLists, plan: Plan, cands: list[int], theta: float, bounds: list[float], absent: Container[int],
+    k: int = 0,
+) -> tuple[list[int], list[float]]:  # fmt: skip
+    """Scores of ``cands`` summed in plan order (some dropped: see below).
+    With ``theta > 0``, a chunk is dropped on the way once its partial score
+    plus ``bounds`` (what each term left can still add to it) cannot reach
+    ``theta``.
 
     The terms at the plan positions in ``absent`` hold none of ``cands``:
     they add exactly 0.0, which leaves a sum unchanged bit for bit, so they
     are not looked up.
+
+    When some term's impacts are stale (see ``_stale``), a chunk's score lies
+    within ``low`` and ``high`` times the sum of its saved impacts (each
+    term's :meth:`ScoredLists.scales`), which costs what a lookup of saved
+    impacts does: the chunks are pruned on that first, and those left are
+    scored exactly, the best bounds first.  With ``k`` > 0 the k-th best of
+    those exact scores (or, without ``theta``, of the lower bounds) raises
+    the floor for the rest; every chunk dropped scores under the k-th best
+    of ``cands``, so their top ``k`` are among those returned.
     """
-    lookup = index.lookup
+    last = len(plan) - 1
+    if len(cands) <= DIRECT:
+        return _summed(index.lookup, plan, cands, theta, bounds, absent, last)
+    scales = [index.scales(tid) for _, tid, _ in plan]
+    low = min(1.0, min(scales)[0])
+    high = max(1.0, max([hi for _, hi in scales]))
+    if low == 1.0 and high == 1.0:
+        return _summed(index.lookup, plan, cands, theta, bounds, absent, last)
+    cands, sums = _summed(index.bound, plan, cands, theta / high, [b / high for b in bounds], absent, last + 1)
+    if theta <= 0.0 and 0 < k <= len(cands):
+        theta = heapq.nlargest(k, sums)[-1] * low * (1.0 - _FLOOR_SLACK)
+    by_bound = sorted(range(len(cands)), key=sums.__getitem__, reverse=True)
+    ranked = list(map(cands.__getitem__, by_bound))
+    head = k if 0 < k < len(ranked) else len(ranked)
+    found, scores = _summed(index.lookup, plan, ranked[:head], theta, bounds, absent, last)
+    if head < len(ranked):
+        if len(scores) >= k:
+            theta = max(theta, heapq.nlargest(k, scores)[-1])
+        # Largest bound first: the chunks that may still reach theta (bound times
+        # ``high`` at least theta, with the slack on the side of keeping) are a prefix.
+        floor = (theta - _UB_ABS) / (high * (1.0 + _UB_ABS))
+        n = sum(map(ge, map(sums.__getitem__, by_bound[head:]), repeat(floor)))
+        if n:
+            more, more_scores = _summed(index.lookup, plan, ranked[head : head + n], theta, bounds, absent, last)
+            found.extend(more)
+            scores.extend(more_scores)
+    return found, scores
+
+
+# Relative slack on a floor taken from lower bounds (whose own slack is far larger),
+# and the slack of ``above`` on a bound.
+_FLOOR_SLACK = 1e-9
+_UB_ABS = 1e-9
+
+
+def _summed(
+    lookup: Callable[[int, float, list[int]], Iterable[float]], plan: Plan, cands: list[int], theta: float,
+    bounds: list[float], absent: Container[int], last: int,
+) -> tuple[list[int], list[float]]:  # fmt: skip
+    """:func:`full_scores` with ``lookup``'s values, pruning after the terms before plan position ``last``."""
     scores: list[float] | None = None
     rest = sum(bounds)
-    last = len(plan) - 1
     for i, ((_, tid, w), bound) in enumerate(zip(plan, bounds)):
         if not cands:
             break
@@ -274,7 +354,7 @@ def term_at_a_time(
                 union.update(fold(plan[i][1]))
             cands = list(union if allowed is None else filter(allowed.__contains__, union))
             bounds = [ub for ub, _, _ in plan]
-            cands, scores = full_scores(index, plan, cands, theta0, bounds, ())
+            cands, scores = full_scores(index, plan, cands, theta0, bounds, (), k)
             return best_of(cands, scores, k, theta0)
     remaining = [0.0] * len(plan)
     total = 0.0
@@ -332,7 +412,7 @@ def explain(index: ScoredLists, weights: Mapping[int, float], cid: int) -> tuple
         i = bisect_left(docs, cid)
         if i >= len(docs) or docs[i] != cid:
             continue
-        imp = index.imps_of(tid)[i]
+        imp = index.impacts(tid)[0][i]
         contribution = imp if w == 1.0 else imp * w
         score = score + contribution
         parts.append(

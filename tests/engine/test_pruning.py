@@ -23,7 +23,11 @@ def test_skipping_terms_without_the_candidates_keeps_every_score(terms, cand_set
     absent = {i for i, (_, tid, _) in enumerate(plan) if not cand_set & terms[tid][1].keys()}
     looked_up: list[int] = []
 
-    class Lists:  # the one accessor full_scores reads
+    class Lists:  # the accessors full_scores reads: exact impacts only
+        @staticmethod
+        def scales(tid):
+            return (1.0, 1.0)
+
         @staticmethod
         def lookup(tid, w, some):
             looked_up.append(tid)
@@ -93,3 +97,53 @@ def test_an_impact_order_hint_is_used_only_when_it_is_the_order(imps, rnd, kind)
     elif kind == "short":
         hint = hint[:-1]
     assert impact_order(imps, hint) == want
+
+
+ratio = st.floats(0.9, 1.1, allow_nan=False)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(term, ratio, st.floats(0.0, 0.05)), min_size=1, max_size=5),
+    st.sets(st.integers(0, 29), min_size=1),
+    st.floats(0.0, 30.0),
+    st.integers(0, 6),
+)
+def test_pruning_on_saved_impacts_keeps_every_chunk_that_may_reach_theta_or_the_top_k(terms, cand_set, theta, k):
+    # A stale term's exact impacts are its saved ones times a ratio within
+    # [lo, hi] (here the ratio itself, widened by a random margin); the
+    # chunks are pruned on the saved ones, then scored exactly.
+    exact_of = [{c: v * r for c, v in lists.items()} for (_, lists), r, _ in terms]
+    plan = sorted(
+        ((max(exact_of[tid].values(), default=0.0) * w, tid, w) for tid, ((w, _), _, _) in enumerate(terms)),
+        key=lambda item: (-item[0], item[1]),
+    )
+
+    class Lists:
+        @staticmethod
+        def scales(tid):
+            _, r, margin = terms[tid]
+            return (r * (1 - margin), r * (1 + margin))
+
+        @staticmethod
+        def bound(tid, w, some):
+            return [terms[tid][0][1].get(c, 0.0) * w for c in some]
+
+        @staticmethod
+        def lookup(tid, w, some):
+            return [exact_of[tid].get(c, 0.0) * w for c in some]
+
+    cands = sorted(cand_set)
+    bounds = [ub * 1.0000001 for ub, _, _ in plan]
+    found, scores = full_scores(Lists(), plan, list(cands), theta, bounds, (), k)  # type: ignore[arg-type]
+    exact = {}
+    for c in cands:
+        score = 0.0
+        for _, tid, w in plan:
+            score = score + exact_of[tid].get(c, 0.0) * w
+        exact[c] = score
+    assert all(exact[c] == s for c, s in zip(found, scores))
+    assert len(set(found)) == len(found)
+    # Every chunk scoring at least theta and the k-th best score (with k) is kept.
+    kth = sorted(exact.values(), reverse=True)[k - 1] if 0 < k <= len(cands) else 0.0
+    assert {c for c in cands if exact[c] >= max(theta, kth)} <= set(found)

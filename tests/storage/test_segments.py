@@ -313,3 +313,39 @@ def test_saved_tables_and_orders_serve_a_load_with_later_segments_exactly(tmp_pa
     for q in queries:  # again: now from the restamped tables and kept orders
         assert [(h.source, h.score) for h in again.search(q, 3)] == [(h.source, h.score) for h in fresh.search(q, 3)]
     assert again._index.lookups.restamps, "saved slot tables were used under the new statistics"
+
+
+def test_a_load_of_several_segments_searches_its_packed_impacts_exactly(tmp_path, segmented, monkeypatch):
+    from clanker_rag._engine import _index, _search, _stale
+    from clanker_rag._storage import _impact_tables
+
+    # Saved orders and tables for every list, so the first segment's packed
+    # impacts serve the later commits' statistics (see _engine/_stale.py).
+    monkeypatch.setattr(_impact_tables, "STORED_MIN", 1)
+    monkeypatch.setattr(_impact_tables, "STORED_SHARE", 10_000)
+    monkeypatch.setattr(_index, "ORDER_MIN", 2)
+    monkeypatch.setattr(_search, "SEED", 1)
+    monkeypatch.setattr(_stale, "RECOMPUTE_SHARE", 0)
+    live = {f"s{i}": " ".join(VOCAB[j] for j in range(12) if (i * 5 + j * 7) % 4 < 2) for i in range(90)}
+    fresh_build(live).save(tmp_path)
+    for n in range(3):  # three commits: adds (later segments) and removals (deletion marks)
+        kb = KnowledgeBase.load(tmp_path, analyzer=plain)
+        kb.add_text(f"t{n} t{n + 1} t{n + 1} late{n}", f"late{n}.md")
+        live[f"late{n}.md"] = f"t{n} t{n + 1} t{n + 1} late{n}"
+        kb.remove(f"s{10 + n}")
+        live.pop(f"s{10 + n}")
+        kb.save(merge=False)
+    reference = fresh_build(live)
+    queries = [" ".join(VOCAB[j] for j in range(12) if (q >> j) & 1) for q in range(1, 600, 11)]
+    for k in (1, 3):
+        again = KnowledgeBase.load(tmp_path, analyzer=plain)  # cold: every term's impacts stale
+        assert again.segments == 4
+        for q in queries:
+            assert [(h.source, h.score) for h in again.search(q, k)] == [
+                (h.source, h.score) for h in reference.search(q, k)
+            ]
+        index = again._index
+        asked = {term for q in queries for term in q.split()}
+        served = {t for t in asked if isinstance(index.stale_terms.get(index.vocab[t]), _stale.StaleTerm)}
+        assert served == asked, "every query term was served by its packed impacts"
+        assert all(index.imp_gen[index.vocab[t]] != index.gen for t in asked), "and none recomputed"
