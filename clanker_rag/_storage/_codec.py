@@ -532,6 +532,9 @@ def _sources_v3(
         for name in ("name_offsets", "text_offsets", "fingerprint_offsets", "chars", "first_chunks", "sorted"):
             if src.get(name) is not None:
                 blocks.check(src[name][0], src[name][0] + src[name][1])
+        for ref in (src.get("text_blocks") or {}).values():  # block offsets and starts
+            if isinstance(ref, list):
+                blocks.check(ref[0], ref[0] + ref[1])
 
     def column(name: str, typecode: str) -> Any:
         return _view(src[name], data, typecode, f"{where}: sources.{name}")
@@ -549,12 +552,14 @@ def _sources_v3(
     packed = src.get("text_blocks")
     unpack = None
     if packed is not None:
+        starts = packed.get("starts")  # format 5: blocks end where texts end; format 4: fixed size
         unpack = BlockTexts(
             _compressed_reader(text_blob, src["texts"][0], pread, blocks),
             _view(packed["offsets"], data, "q", f"{where}: sources.text_blocks"),
-            packed["size"],
             packed["bytes"],
             f"{where}: sources.texts",
+            size=None if starts is not None else packed["size"],
+            starts=None if starts is None else _view(starts, data, "q", f"{where}: sources.text_blocks"),
         )
     names = SourceNames(
         name_blob,
