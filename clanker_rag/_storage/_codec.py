@@ -180,7 +180,28 @@ class SourceStore:
         return len(self._offsets) - 1
 
     def raw(self, i: int) -> bytes | memoryview:
+        return self._bytes(self._offsets[i], self._offsets[i + 1])
+
+    def span(self, i: int, start: int, end: int) -> str:
+        """Characters ``start .. end - 1`` of source ``i``'s text.
+
+        A text as long in bytes as in characters is ASCII, so its characters
+        are its bytes and only their range is read (and decompressed): a hit
+        in a long file costs its chunk, not the file.  Any other text is
+        decoded whole.
+        """
         a, b = self._offsets[i], self._offsets[i + 1]
+        if b - a != self.chars[i] or not 0 <= start <= end <= b - a:
+            return self.text(i)[start:end]
+        try:
+            text = str(self._bytes(a + start, a + end), "utf-8", "surrogatepass")
+        except UnicodeDecodeError as exc:
+            raise IndexFormatError(f"{self.where}: a source text is not valid UTF-8 ({exc.reason})") from None
+        if len(text) != end - start:
+            raise IndexFormatError(f"{self.where}: a source text is not the ASCII its saved length says")
+        return text
+
+    def _bytes(self, a: int, b: int) -> bytes | memoryview:
         if self._unpack is not None:
             return self._unpack(a, b)
         blocks, pread = self._blocks, self._pread

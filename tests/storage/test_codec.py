@@ -231,3 +231,37 @@ def test_stored_texts_are_compressed_in_blocks_and_read_back_exactly(tmp_path, m
         assert kb.source_text(source) == text
     for hit in kb.search("word7 end", 30):
         assert hit.text == texts[hit.source][hit.start : hit.end]
+
+
+def test_a_hit_in_a_long_ascii_text_decompresses_only_its_chunks_blocks(tmp_path, monkeypatch):
+    import zlib
+
+    monkeypatch.setattr(_texts, "TEXT_BLOCK", 64)
+    long_ascii = " ".join(f"w{i}" for i in range(400)) + " needle here"
+    texts = {"long.txt": long_ascii, "uni.txt": "Ünïcödé " * 30 + "needle café", **TEXTS}
+    kb = KnowledgeBase(chunk_size=8, stride=4)
+    for source, text in texts.items():
+        kb.add_text(text, source)
+    kb.save(tmp_path)
+    loaded = KnowledgeBase.load(tmp_path)
+    calls: list[int] = []
+    real = zlib.decompress
+
+    def counting(data: bytes, *args: int) -> bytes:
+        calls.append(len(data))
+        return real(data, *args)
+
+    monkeypatch.setattr(zlib, "decompress", counting)
+    hits = loaded.search("needle", 10)
+    assert {h.source for h in hits} == {"long.txt", "uni.txt"}
+    for hit in hits:
+        assert hit.text == texts[hit.source][hit.start : hit.end]
+    long_hits = [h for h in hits if h.source == "long.txt"]
+    calls.clear()
+    again = KnowledgeBase.load(tmp_path)
+    (first,) = [h for h in again.search("needle", 10) if h.source == "long.txt"][:1]
+    assert first.text == long_hits[0].text
+    # The long text is about 2,400 bytes (38 blocks); its hit's chunk spans one or two,
+    # the other hit's non-ASCII text is decoded whole (about 320 bytes, 6 blocks).
+    assert 0 < len(calls) <= 2 + 8
+    assert again.source_text("long.txt") == long_ascii
