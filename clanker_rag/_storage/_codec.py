@@ -34,6 +34,7 @@ from . import _segments, _store
 from ._impact_tables import LookupTables, check_tables
 from ._segments import BlockCheck, PartCheck, SegmentRecord
 from ._texts import BlockTexts
+from ._tf_column import extend_ints, tf_type
 
 __all__ = [
     "ChunkColumns",
@@ -51,8 +52,8 @@ __all__ = [
     "TermDictionary",
     "TermList",
     "copy_array",
-    "read",
     "open_segment",
+    "read",
 ]
 
 # A packed array: an array of our own, or a cast of the mapped data file.
@@ -62,9 +63,9 @@ _LITTLE = sys.byteorder == "little"
 
 
 def copy_array(typecode: str, values: Ints | Floats) -> array[Any]:
-    """A mutable copy of ``values`` (one memcpy, whatever they are)."""
+    """A mutable copy of ``values`` (one memcpy when they are as wide as ``typecode``)."""
     out: array[Any] = array(typecode)
-    out.frombytes(memoryview(values).cast("B"))
+    extend_ints(out, values)
     return out
 
 
@@ -693,7 +694,7 @@ def _read_v3(
             TermList(dictionary, []),
             view(post["offsets"], "q", "postings.offsets"),
             view(post["chunks"], "i", "postings.chunks"),
-            view(post["tfs"], "I", "postings.tfs"),
+            view(post["tfs"], tf_type(post, where), "postings.tfs"),
             array("f"),
             None,
             None,
@@ -704,7 +705,7 @@ def _read_v3(
             else PostingChecks(
                 blocks.part(post["offsets"], 8),
                 blocks.part(post["chunks"], 4),
-                blocks.part(post["tfs"], 4),
+                blocks.part(post["tfs"], array(tf_type(post, where)).itemsize),
                 blocks.part([0, 0]),
                 blocks.part([0, 0]),
                 blocks.part([0, 0]),
@@ -716,7 +717,7 @@ def _read_v3(
             TermList(dictionary, []),
             view(post["offsets"], "q", "postings.offsets"),
             view(post["chunks"], "i", "postings.chunks"),
-            view(post["tfs"], "I", "postings.tfs"),
+            view(post["tfs"], tf_type(post, where), "postings.tfs"),
             view(post["impacts"], "f", "postings.impacts"),
             view(post["maxes"], "f", "postings.maxes"),
             view(orders["offsets"], "q", "orders.offsets"),
@@ -727,7 +728,7 @@ def _read_v3(
             else PostingChecks(
                 blocks.part(post["offsets"], 8),
                 blocks.part(post["chunks"], 4),
-                blocks.part(post["tfs"], 4),
+                blocks.part(post["tfs"], array(tf_type(post, where)).itemsize),
                 blocks.part(post["impacts"], 4),
                 blocks.part(orders["offsets"], 8),
                 blocks.part(orders["positions"], 4),

@@ -29,6 +29,7 @@ from ._codec import (
 from ._impact_tables import TableParts, build_tables
 from ._segments import SegmentRecord
 from ._texts import write_texts
+from ._tf_column import tf_part
 
 __all__ = ["commit", "merge_segments", "settings_of", "write", "write_segment"]
 
@@ -118,7 +119,7 @@ def write_segment(folder: Path, snap: Snapshot, *, scored: bool) -> SegmentRecor
         "postings": {
             "offsets": blob.array(post.offsets, "q"),
             "chunks": blob.array(post.chunks, "i"),
-            "tfs": blob.array(post.tfs, "I"),
+            **tf_part(blob, post.tfs),
         },
     }
     if scored:

@@ -265,3 +265,38 @@ def test_a_hit_in_a_long_ascii_text_decompresses_only_its_chunks_blocks(tmp_path
     # the other hit's non-ASCII text is decoded whole (about 320 bytes, 6 blocks).
     assert 0 < len(calls) <= 2 + 8
     assert again.source_text("long.txt") == long_ascii
+
+
+@pytest.mark.parametrize(("repeat", "code"), [(3, "B"), (300, "H"), (70_000, "I")])
+def test_term_frequencies_are_saved_as_narrow_as_they_fit_and_score_the_same(tmp_path, repeat, code):
+    texts = {**TEXTS, "many.txt": "zebra " * repeat + "lazy fox"}
+
+    def make(items: dict[str, str]) -> KnowledgeBase:
+        kb = KnowledgeBase(chunk_size=None)
+        for source, text in items.items():
+            kb.add_text(text, source)
+        return kb
+
+    make(texts).save(tmp_path / "a")
+    ((snap, _, _),) = read(tmp_path / "a").segments
+    assert memoryview(snap.postings.tfs).format == code
+    assert max(snap.postings.tfs) == repeat
+    kb = KnowledgeBase.load(tmp_path / "a")
+    queries = ["zebra", "lazy fox", "zebra fox", *QUERIES]
+    fresh = make(texts)
+    for q in queries:
+        assert ranked(kb, q) == ranked(fresh, q)
+    # A change after load copies the narrow lists out into uint32 ones; a save narrows them again.
+    kb.add_text("zebra zebra crossing", "cross.txt")
+    kb.remove("greek.txt")
+    changed = {k: v for k, v in texts.items() if k != "greek.txt"} | {"cross.txt": "zebra zebra crossing"}
+    fresh = make(changed)
+    for q in queries:
+        assert ranked(kb, q) == ranked(fresh, q)
+    kb.save(tmp_path / "b")
+    kb.optimize()
+    for folder in ("a", "b"):
+        again = KnowledgeBase.load(tmp_path / folder)
+        for q in queries:
+            assert ranked(again, q) == ranked(fresh if folder == "b" else make(texts), q)
+    assert kb.explain("zebra", kb.search("zebra")[0]).terms[0].tf == repeat
