@@ -31,12 +31,12 @@ __all__ = ["ImpactLookups", "TermImpacts"]
 # entry with its float).
 TABLE_MIN = 256
 TABLE_BYTES = 96_000_000
-# Beside tables saved with the index (see _impact_tables) shorter lists need
-# built ones.  When tables were saved down to 1/64 of the chunks a sixth of the
-# budget held the rest at 225k chunks; saved only down to 1/8, the lists
-# between need the whole budget (at 30k chunks a 16 MB budget cost 12% of the
-# cold queries/s and 20% of the warm).
-TABLE_BYTES_BESIDE_SAVED = TABLE_BYTES
+# Beside tables saved with the index (see _impact_tables) only shorter lists
+# need built ones: at 225k chunks a sixth of the budget held them, with the
+# same cold queries/s and 14 MB less memory.  (Saved only down to 1/8 of the
+# chunks, the lists between need the whole budget: at 30k chunks a sixth cost
+# 12 % of the cold queries/s.)
+TABLE_BYTES_BESIDE_SAVED = 16_000_000
 DENSE_SHARE = 16
 # A term's table is built once its binary-searched candidates pass 1/PROBE_SHARE
 # of its list (a binary search over an array costs about as much as putting 20

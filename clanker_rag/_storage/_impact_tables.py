@@ -51,14 +51,14 @@ __all__ = [
 ]
 
 # Lists holding at least 1/STORED_SHARE of the chunks get a table: 2 bytes a
-# chunk each, whatever the list's length, so the many shorter lists cost most
-# of the bytes and save least (a table built at query time costs a pass over
-# the list).  On the stdlib corpus (30k chunks) 1/64 gave 788 tables, 47.7 MB
-# of a 112 MB folder; 1/8 gives 80 tables, 4.8 MB, and with the lists between
-# built at query time (see _engine._lookups) cold queries were within a few
-# per cent (bench/results/h28size.md).  At 225k chunks 1/64 had been 1.6x the
-# cold queries/s of no saved tables at all, 1/32 1.45x.
-STORED_SHARE = 8
+# chunk each, whatever the list's length, so the many lists just above the
+# floor cost most of the bytes.  Measured on 225k chunks (bench_scale.py):
+# 1/64 gave 1.6x the cold queries/s of no saved tables, 1/32 1.45x; the data
+# file grows by about 2 bytes a chunk for each table (390 MB of 1,045 there).
+# 1/8 takes the stdlib corpus's tables from 53 to 7 MB and the 225k folder to
+# 426 MiB, but cost 40 % of the cold queries/s at 225k (12 % at 30k), the lists
+# between built at query time again and again (bench/results/h28size.md).
+STORED_SHARE = 64
 # Short lists are cheap to search and to turn into a table at query time.
 STORED_MIN = 256
 # uint16 slots number positions 1..65535.
