@@ -3,7 +3,7 @@
 :mod:`._store` knows manifests, data files, checksums and atomic writes; this
 module knows what goes in them.  :func:`write` lays out a :class:`Snapshot`
 (sources, chunk table, postings) and :func:`read` gives one back, for every
-format version (1 and 2 are read, 3 is written).
+format version (1 to 4 are read, 5 is written).
 
 Format 3 is read in place.  The data file is mapped (``mmap``) and the
 postings, impacts, impact orders and per-term offsets are ``memoryview`` casts
