@@ -5,8 +5,9 @@ saves a segment's term frequencies in the narrowest of uint8, uint16 and
 uint32 that holds its largest (``postings.tf_type``; uint32 before, and
 when the key is absent).  Every reader takes the items as ints through a
 typed view, so a narrow column costs nothing to read; what copies lists
-byte for byte into uint32 arrays widens them with :func:`extend_ints`.  On
-the stdlib corpus the part takes 2.4 MB instead of 9.8.
+byte for byte into uint32 arrays widens them with :func:`extend_ints`.  The
+stdlib benchmark corpus (whole files as chunks, up to 4,606 terms; 19 of its
+2.4M postings count more than 255) takes uint16: 4.9 MB instead of 9.8.
 """
 
 from __future__ import annotations
