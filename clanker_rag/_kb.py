@@ -515,7 +515,7 @@ class KnowledgeBase:
         assert doc is not None
         start, end = ct.start[cid], ct.end[cid]
         return Hit(
-            text=doc.text[start:end],
+            text=doc.span(start, end),
             source=doc.source,
             score=score,
             metadata=doc.metadata,

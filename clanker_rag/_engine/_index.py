@@ -30,6 +30,7 @@ from .._exceptions import IndexFormatError
 from .._storage._codec import Floats, Ints, Postings, TermList, copy_array
 from .._storage._impact_tables import StoredTables
 from .._storage._lists import order_offsets_of, walk_postings
+from .._storage._tf_column import extend_ints
 from . import _search
 from ._bulk_impacts import impacts_and_orders, pack_pending
 from ._lookups import ImpactLookups, TermImpacts
@@ -386,14 +387,14 @@ class InvertedIndex:
         pending = self.pending
         for tid in range(len(self.terms)):
             if lists is not None and self.docs[tid] is None and lists.holds(tid) and tid not in pending:
-                raw_docs, raw_tfs = lists.raw(tid)
+                raw_docs, _ = lists.raw(tid)  # (checks the blocks of both)
                 docs.frombytes(raw_docs)
-                tfs.frombytes(raw_tfs)
+                extend_ints(tfs, lists.tfs[lists.offsets[tid] : lists.offsets[tid + 1]])  # may be saved narrower
                 lengths.append(len(raw_docs) // docs.itemsize)
             else:
                 d = self.fold(tid)
                 docs.frombytes(memoryview(d).cast("B"))
-                tfs.frombytes(memoryview(self._tf(tid)).cast("B"))
+                extend_ints(tfs, self._tf(tid))
                 lengths.append(len(d))
         self._pack(lengths, docs, tfs)
 

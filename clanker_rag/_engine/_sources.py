@@ -47,6 +47,13 @@ class Doc(NamedTuple):
         assert self.store is not None
         return self.store.text(self.number)
 
+    def span(self, start: int, end: int) -> str:
+        """``text[start:end]``, reading only that range of a loaded ASCII text."""
+        if self.own_text is not None:
+            return self.own_text[start:end]
+        assert self.store is not None
+        return self.store.span(self.number, start, end)
+
     @property
     def stored(self) -> str | bytes | memoryview:
         """The text, or its UTF-8 bytes when still in the data file (what a save copies)."""
@@ -300,7 +307,7 @@ class ChunkTable:
     def text(self, cid: int) -> str:
         doc = self.doc[cid]
         assert doc is not None
-        return doc.text[self.start[cid] : self.end[cid]]
+        return doc.span(self.start[cid], self.end[cid])
 
 
 def source_fingerprint(text: str, metadata: Mapping[str, Any], sections: object, content: str | None) -> str:

@@ -3,7 +3,7 @@
 :mod:`._store` knows manifests, data files, checksums and atomic writes; this
 module knows what goes in them.  :func:`write` lays out a :class:`Snapshot`
 (sources, chunk table, postings) and :func:`read` gives one back, for every
-format version (1 and 2 are read, 3 is written).
+format version (1 to 4 are read, 5 is written).
 
 Format 3 is read in place.  The data file is mapped (``mmap``) and the
 postings, impacts, impact orders and per-term offsets are ``memoryview`` casts
@@ -34,6 +34,7 @@ from . import _segments, _store
 from ._impact_tables import LookupTables, check_tables
 from ._segments import BlockCheck, PartCheck, SegmentRecord
 from ._texts import BlockTexts
+from ._tf_column import extend_ints, tf_type
 
 __all__ = [
     "ChunkColumns",
@@ -51,8 +52,8 @@ __all__ = [
     "TermDictionary",
     "TermList",
     "copy_array",
-    "read",
     "open_segment",
+    "read",
 ]
 
 # A packed array: an array of our own, or a cast of the mapped data file.
@@ -62,9 +63,9 @@ _LITTLE = sys.byteorder == "little"
 
 
 def copy_array(typecode: str, values: Ints | Floats) -> array[Any]:
-    """A mutable copy of ``values`` (one memcpy, whatever they are)."""
+    """A mutable copy of ``values`` (one memcpy when they are as wide as ``typecode``)."""
     out: array[Any] = array(typecode)
-    out.frombytes(memoryview(values).cast("B"))
+    extend_ints(out, values)
     return out
 
 
@@ -180,7 +181,28 @@ class SourceStore:
         return len(self._offsets) - 1
 
     def raw(self, i: int) -> bytes | memoryview:
+        return self._bytes(self._offsets[i], self._offsets[i + 1])
+
+    def span(self, i: int, start: int, end: int) -> str:
+        """Characters ``start .. end - 1`` of source ``i``'s text.
+
+        A text as long in bytes as in characters is ASCII, so its characters
+        are its bytes and only their range is read (and decompressed): a hit
+        in a long file costs its chunk, not the file.  Any other text is
+        decoded whole.
+        """
         a, b = self._offsets[i], self._offsets[i + 1]
+        if b - a != self.chars[i] or not 0 <= start <= end <= b - a:
+            return self.text(i)[start:end]
+        try:
+            text = str(self._bytes(a + start, a + end), "utf-8", "surrogatepass")
+        except UnicodeDecodeError as exc:
+            raise IndexFormatError(f"{self.where}: a source text is not valid UTF-8 ({exc.reason})") from None
+        if len(text) != end - start:
+            raise IndexFormatError(f"{self.where}: a source text is not the ASCII its saved length says")
+        return text
+
+    def _bytes(self, a: int, b: int) -> bytes | memoryview:
         if self._unpack is not None:
             return self._unpack(a, b)
         blocks, pread = self._blocks, self._pread
@@ -532,6 +554,9 @@ def _sources_v3(
         for name in ("name_offsets", "text_offsets", "fingerprint_offsets", "chars", "first_chunks", "sorted"):
             if src.get(name) is not None:
                 blocks.check(src[name][0], src[name][0] + src[name][1])
+        for ref in (src.get("text_blocks") or {}).values():  # block offsets and starts
+            if isinstance(ref, list):
+                blocks.check(ref[0], ref[0] + ref[1])
 
     def column(name: str, typecode: str) -> Any:
         return _view(src[name], data, typecode, f"{where}: sources.{name}")
@@ -549,12 +574,14 @@ def _sources_v3(
     packed = src.get("text_blocks")
     unpack = None
     if packed is not None:
+        starts = packed.get("starts")  # format 5: blocks end where texts end; format 4: fixed size
         unpack = BlockTexts(
             _compressed_reader(text_blob, src["texts"][0], pread, blocks),
             _view(packed["offsets"], data, "q", f"{where}: sources.text_blocks"),
-            packed["size"],
             packed["bytes"],
             f"{where}: sources.texts",
+            size=None if starts is not None else packed["size"],
+            starts=None if starts is None else _view(starts, data, "q", f"{where}: sources.text_blocks"),
         )
     names = SourceNames(
         name_blob,
@@ -667,7 +694,7 @@ def _read_v3(
             TermList(dictionary, []),
             view(post["offsets"], "q", "postings.offsets"),
             view(post["chunks"], "i", "postings.chunks"),
-            view(post["tfs"], "I", "postings.tfs"),
+            view(post["tfs"], tf_type(post, where), "postings.tfs"),
             array("f"),
             None,
             None,
@@ -678,7 +705,7 @@ def _read_v3(
             else PostingChecks(
                 blocks.part(post["offsets"], 8),
                 blocks.part(post["chunks"], 4),
-                blocks.part(post["tfs"], 4),
+                blocks.part(post["tfs"], array(tf_type(post, where)).itemsize),
                 blocks.part([0, 0]),
                 blocks.part([0, 0]),
                 blocks.part([0, 0]),
@@ -690,7 +717,7 @@ def _read_v3(
             TermList(dictionary, []),
             view(post["offsets"], "q", "postings.offsets"),
             view(post["chunks"], "i", "postings.chunks"),
-            view(post["tfs"], "I", "postings.tfs"),
+            view(post["tfs"], tf_type(post, where), "postings.tfs"),
             view(post["impacts"], "f", "postings.impacts"),
             view(post["maxes"], "f", "postings.maxes"),
             view(orders["offsets"], "q", "orders.offsets"),
@@ -701,7 +728,7 @@ def _read_v3(
             else PostingChecks(
                 blocks.part(post["offsets"], 8),
                 blocks.part(post["chunks"], 4),
-                blocks.part(post["tfs"], 4),
+                blocks.part(post["tfs"], array(tf_type(post, where)).itemsize),
                 blocks.part(post["impacts"], 4),
                 blocks.part(orders["offsets"], 8),
                 blocks.part(orders["positions"], 4),

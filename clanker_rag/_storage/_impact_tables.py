@@ -50,10 +50,14 @@ __all__ = [
     "lookup",
 ]
 
-# Lists holding at least 1/STORED_SHARE of the chunks get a table.  Measured
-# on 225k chunks (bench_scale.py): 1/64 gave 1.6x the cold queries/s of no
-# saved tables, 1/32 1.45x; the data file grows by about 2 bytes a chunk for
-# each table (about 55% at 1/64 there).
+# Lists holding at least 1/STORED_SHARE of the chunks get a table: 2 bytes a
+# chunk each, whatever the list's length, so the many lists just above the
+# floor cost most of the bytes.  Measured on 225k chunks (bench_scale.py):
+# 1/64 gave 1.6x the cold queries/s of no saved tables, 1/32 1.45x; the data
+# file grows by about 2 bytes a chunk for each table (390 MB of 1,045 there).
+# 1/8 takes the stdlib corpus's tables from 53 to 7 MB and the 225k folder to
+# 426 MiB, but cost 40 % of the cold queries/s at 225k (12 % at 30k), the lists
+# between built at query time again and again (bench/results/h28size.md).
 STORED_SHARE = 64
 # Short lists are cheap to search and to turn into a table at query time.
 STORED_MIN = 256

@@ -9,6 +9,7 @@ from operator import sub
 from typing import Protocol
 
 from ._codec import Floats, Ints, Postings, TermList
+from ._tf_column import extend_ints
 
 __all__ = ["PostingLists", "kept", "lengths_of", "order_offsets_of", "walk_postings", "without_empty_lists"]
 
@@ -47,7 +48,7 @@ def walk_postings(lists: PostingLists, renumber: list[int] | None = None) -> Pos
             p_docs.frombytes(memoryview(docs).cast("B"))
         else:
             p_docs.extend(map(renumber.__getitem__, docs))
-        p_tfs.frombytes(memoryview(lists.tfs_of(tid)).cast("B"))
+        extend_ints(p_tfs, lists.tfs_of(tid))  # a loaded list's may be saved narrower
         imps, top = lists.impacts(tid)
         p_imps.frombytes(memoryview(imps).cast("B"))
         p_maxes.append(top)

@@ -1,82 +1,148 @@
 """Stored texts compressed with zlib in blocks, decompressed on demand and cached.
 
-A segment's source texts are laid end to end and cut into ``TEXT_BLOCK``
-bytes of UTF-8, each block compressed on its own (``zlib``, level
-``LEVEL``): a text is found by its uncompressed offsets, as before, and
-reading it decompresses only the blocks that hold it.  Small blocks keep a
-hit cheap (a 4 KiB block decompresses in about ten microseconds; 16 KiB
-blocks cost 15% of the stdlib corpus's query time) while still compressing
-source code and prose well; the last ``CACHED`` blocks read are kept, so the
-hits of one query, which often share a file, decompress each block once.
+A segment's source texts are laid end to end in UTF-8 and cut into blocks,
+each compressed on its own (``zlib``, level ``LEVEL``): a text is found by
+its uncompressed offsets, as before, and reading it decompresses only the
+blocks that hold it.  Since format 5 a block ends where a text ends: a text
+opens a new block when it would not fit whole in the current one's
+``TEXT_BLOCK`` bytes, and only a text longer than that spans blocks (cut
+every ``TEXT_BLOCK`` bytes).  Cutting at fixed offsets (format 4) made
+three hits in ten straddle two blocks and decompress both: on the stdlib
+corpus the aligned blocks decompress a fifth fewer bytes and calls per
+query, for a 20% larger texts part (12.8 against 10.4 MB; 47 MB raw).
+The last ``CACHED`` blocks read are kept, so the hits of one query, which
+often share a file, decompress each block once, and a query asked again
+decompresses nothing.
+
+Small blocks keep a hit cheap: a 4 KiB block decompresses in 10-30
+microseconds, about 8 of them a fixed cost of the call, so 1 KiB blocks do
+not save time and 16 KiB ones cost twice as much per query.
 """
 
 from __future__ import annotations
 
 import zlib
 from array import array
+from bisect import bisect_right
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
-from typing import Union
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from operator import ge
+from typing import Any
 
 from .._exceptions import IndexFormatError
+from ._store import Blob
 
-__all__ = ["CACHED", "COMPRESS", "LEVEL", "TEXT_BLOCK", "BlockTexts", "compress_blocks"]
+__all__ = ["CACHED", "COMPRESS", "LEVEL", "TEXT_BLOCK", "BlockTexts", "compress_blocks", "write_texts"]
 
-# Off by default: on the stdlib corpus compression takes the folder from 139.6 to
-# 105 MB but costs about a fifth of the single-segment queries/s (each hit
-# decompresses its block: 0.6 ms a query of 10 hits at 30k chunks) and an
-# eighth more build time; the reader takes either.
-COMPRESS = False
+# On: the texts are most of a folder's bytes.  On the stdlib corpus (30k
+# chunks) they go from 47.2 to 12.8 MB, for about 0.15 ms a query of 10 hits
+# decompressing (see bench/results/h28size.md).
+COMPRESS = True
 TEXT_BLOCK = 4 * 1024
 LEVEL = 6
-CACHED = 256
+# Blocks kept decompressed, per segment: at most 16 MiB of 4 KiB blocks.  500
+# queries of 10 hits on the stdlib corpus read about 3,300 blocks: kept, the
+# same queries again (an agent asking again, a proxy's repeated question) cost
+# what they did with plain texts; 256 blocks kept added 0.2 ms to each.
+CACHED = 4096
 
-Ints = Union["array[int]", "memoryview[int]"]
+
+class Compressed:
+    """What :func:`compress_blocks` produced, complete once its blocks are consumed."""
+
+    __slots__ = ("block_offsets", "starts", "text_offsets", "total")
+
+    def __init__(self) -> None:
+        self.text_offsets = array("q", [0])  # each piece's uncompressed offsets (n + 1)
+        self.block_offsets = array("q", [0])  # where each block starts in the compressed bytes (blocks + 1)
+        self.starts = array("q", [0])  # where each block starts in the uncompressed bytes (blocks + 1)
+        self.total = 0
 
 
-def compress_blocks(
-    pieces: Iterable[bytes | memoryview], block: int
-) -> tuple[Iterator[bytes], array[int], array[int], list[int]]:
-    """``pieces`` laid end to end, cut into ``block``-byte blocks, each compressed:
-    ``(compressed blocks, where each block starts in them (n + 1), each piece's
-    uncompressed offsets (n + 1), [uncompressed total])``.  The blocks are
-    produced as they are consumed; the offsets are complete once they are."""
-    text_offsets = array("q", [0])
-    block_offsets = array("q", [0])
-    total = [0]
+def compress_blocks(pieces: Iterable[bytes | memoryview], block: int) -> tuple[Iterator[bytes], Compressed]:
+    """``pieces`` laid end to end, cut into blocks that end where a piece ends
+    (a piece longer than ``block`` bytes is cut every ``block`` bytes), each
+    compressed.  The blocks are produced as they are consumed; the offsets are
+    complete once they are."""
+    out = Compressed()
+
+    def emit(data: bytes | bytearray, end: int) -> bytes:
+        packed = zlib.compress(data, LEVEL)
+        out.block_offsets.append(out.block_offsets[-1] + len(packed))
+        out.starts.append(end)
+        return packed
 
     def blocks() -> Iterator[bytes]:
         buf = bytearray()
+        offsets = out.text_offsets
         for piece in pieces:
-            buf += piece
-            text_offsets.append(text_offsets[-1] + len(memoryview(piece).cast("B")))
-            while len(buf) >= block:
-                out = zlib.compress(bytes(buf[:block]), LEVEL)
+            raw = memoryview(piece).cast("B")
+            if buf and len(buf) + len(raw) > block:
+                yield emit(buf, offsets[-1])  # the piece opens a block of its own
+                buf = bytearray()
+            buf += raw
+            offsets.append(offsets[-1] + len(raw))
+            while len(buf) > block:  # a piece longer than a block
+                yield emit(bytes(buf[:block]), offsets[-1] - len(buf) + block)
                 del buf[:block]
-                block_offsets.append(block_offsets[-1] + len(out))
-                yield out
         if buf:
-            out = zlib.compress(bytes(buf), LEVEL)
-            block_offsets.append(block_offsets[-1] + len(out))
-            yield out
-        total[0] = text_offsets[-1]
+            yield emit(buf, offsets[-1])
+        out.total = offsets[-1]
 
-    return blocks(), block_offsets, text_offsets, total
+    return blocks(), out
+
+
+def write_texts(
+    blob: Blob, pieces: Iterable[bytes | memoryview]
+) -> tuple[list[int], array[int], dict[str, Any] | None]:
+    """Add the texts to ``blob``: the part's range, each text's offsets (uncompressed
+    when compressed), and the body's ``text_blocks`` record (None: not compressed)."""
+    if not COMPRESS:
+        ref, offsets = blob.run(pieces)
+        return ref, offsets, None
+    blocks, packed = compress_blocks(pieces, TEXT_BLOCK)
+    ref, _ = blob.run(blocks)
+    record = {
+        "bytes": packed.total,
+        "offsets": blob.array(packed.block_offsets, "q"),
+        "starts": blob.array(packed.starts, "q"),
+    }
+    return ref, packed.text_offsets, record
 
 
 class BlockTexts:
-    """Uncompressed byte ranges of compressed texts; ``read(offset, length)`` reads the compressed part."""
+    """Uncompressed byte ranges of compressed texts; ``read(offset, length)`` reads the compressed part.
 
-    __slots__ = ("_cache", "_offsets", "_read", "_size", "_total", "where")
+    ``starts`` are the blocks' uncompressed starts and the total (blocks + 1,
+    format 5); format 4's blocks are all ``size`` bytes but the last.
+    """
+
+    __slots__ = ("_cache", "_offsets", "_read", "_starts", "_total", "where")
 
     def __init__(
-        self, read: Callable[[int, int], bytes | memoryview], offsets: Ints, size: int, total: int, where: str
+        self,
+        read: Callable[[int, int], bytes | memoryview],
+        offsets: Sequence[int],
+        total: int,
+        where: str,
+        *,
+        size: int | None = None,
+        starts: Sequence[int] | None = None,
     ) -> None:
-        if size <= 0 or len(offsets) != -(-total // size) + 1:
+        found: Sequence[int]
+        if starts is not None:
+            found = starts
+            ok = len(starts) == len(offsets) and starts[0] == 0 and starts[len(starts) - 1] == total
+            ok = ok and not any(map(ge, starts[:-1], starts[1:]))
+        else:
+            n = -(-total // size) if size is not None and size > 0 else -1
+            ok = n >= 0 and len(offsets) == n + 1
+            found = range(0, n * size + 1, size) if ok and size is not None else range(1)
+        if not ok or any(map(ge, offsets[:-1], offsets[1:])):
             raise IndexFormatError(f"{where}: the text blocks do not cover the texts")
         self._read = read
         self._offsets = offsets
-        self._size = size
+        self._starts = found
         self._total = total
         self._cache: OrderedDict[int, bytes] = OrderedDict()
         self.where = where
@@ -84,10 +150,11 @@ class BlockTexts:
     def __call__(self, a: int, b: int) -> bytes:
         if b <= a:
             return b""
-        size = self._size
-        first, last = a // size, (b - 1) // size
+        starts = self._starts
+        first = bisect_right(starts, a) - 1
+        last = first if b <= starts[first + 1] else bisect_right(starts, b - 1) - 1
         data = self._block(first) if first == last else b"".join(map(self._block, range(first, last + 1)))
-        base = first * size
+        base = starts[first]
         return data[a - base : b - base]
 
     def _block(self, k: int) -> bytes:
@@ -101,8 +168,9 @@ class BlockTexts:
             data = zlib.decompress(self._read(start, end - start))
         except zlib.error as exc:
             raise IndexFormatError(f"{self.where}: a text block does not decompress ({exc})") from None
-        if len(data) != min(self._size, self._total - k * self._size):
-            raise IndexFormatError(f"{self.where}: a text block holds {len(data)} bytes, not {self._size}")
+        size = min(self._starts[k + 1], self._total) - self._starts[k]
+        if len(data) != size:
+            raise IndexFormatError(f"{self.where}: a text block holds {len(data)} bytes, not {size}")
         cache[k] = data
         if len(cache) > CACHED:
             cache.popitem(last=False)

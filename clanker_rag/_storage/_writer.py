@@ -15,7 +15,7 @@ from operator import floordiv
 from pathlib import Path
 from typing import Any
 
-from . import _segments, _store, _texts
+from . import _segments, _store
 from ._codec import (
     ChunkColumns,
     Postings,
@@ -28,7 +28,8 @@ from ._codec import (
 )
 from ._impact_tables import TableParts, build_tables
 from ._segments import SegmentRecord
-from ._texts import compress_blocks
+from ._texts import write_texts
+from ._tf_column import tf_part
 
 __all__ = ["commit", "merge_segments", "settings_of", "write", "write_segment"]
 
@@ -65,14 +66,7 @@ def write_segment(folder: Path, snap: Snapshot, *, scored: bool) -> SegmentRecor
     )
     fps = src.fingerprints
     fp_items = map(fps.fingerprint, range(len(fps))) if isinstance(fps, SourceStore) else fps
-    packed: dict[str, Any] | None = None
-    if _texts.COMPRESS:
-        blocks, _, text_offsets, total = compress_blocks(map(_utf8, text_items), _texts.TEXT_BLOCK)
-        text_ref, block_offsets = blob.run(blocks)
-        # zlib blocks of TEXT_BLOCK bytes (see _texts); text_offsets count uncompressed bytes.
-        packed = {"size": _texts.TEXT_BLOCK, "bytes": total[0], "offsets": blob.array(block_offsets, "q")}
-    else:
-        text_ref, text_offsets = blob.run(text_items)
+    text_ref, text_offsets, packed = write_texts(blob, map(_utf8, text_items))
     names = list(src.names)
     name_ref, name_offsets = blob.run(names)
     fp_ref, fp_offsets = blob.run(fp_items)
@@ -125,7 +119,7 @@ def write_segment(folder: Path, snap: Snapshot, *, scored: bool) -> SegmentRecor
         "postings": {
             "offsets": blob.array(post.offsets, "q"),
             "chunks": blob.array(post.chunks, "i"),
-            "tfs": blob.array(post.tfs, "I"),
+            **tf_part(blob, post.tfs),
         },
     }
     if scored:

@@ -14,7 +14,8 @@ from clanker_rag._storage import _segments, _store, _texts
 from clanker_rag._storage._codec import TermDictionary, read
 
 DATA = Path(__file__).parents[1] / "data"
-FIXTURES = {version: DATA / f"index_v{version}" for version in (1, 2, 3)}
+# index_v4 was saved by format 4 with its texts in fixed 64-byte zlib blocks (format 5 ends blocks with texts).
+FIXTURES = {version: DATA / f"index_v{version}" for version in (1, 2, 3, 4)}
 
 TEXTS = {
     "greek.txt": "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu",
@@ -38,10 +39,10 @@ def ranked(kb, query, k=10):
 QUERIES = ["lazy fox", "café résumé", "parse header", "alpha kappa mu", "escaped byte", "nothing here at all"]
 
 
-def test_saved_index_is_format_4_and_read_in_place(tmp_path):
+def test_saved_index_is_format_5_and_read_in_place(tmp_path):
     build().save(tmp_path)
     manifest = json.loads((tmp_path / "index.json").read_text())
-    assert manifest["format_version"] == 4
+    assert manifest["format_version"] == 5
     assert "terms" not in manifest["body"]  # the vocabulary lives in the data file
     (segment,) = manifest["body"]["segments"]  # a fresh save writes one segment
     assert segment["chunks"] == len(build()) and segment["deleted"] == []
@@ -95,8 +96,8 @@ def test_resaving_a_loaded_index_over_itself_keeps_every_text(tmp_path):
     assert len(named) == 1 and named < {p.name for p in tmp_path.glob("data-*.bin")}
 
 
-@pytest.mark.parametrize("version", [1, 2, 3])
-def test_every_format_fixture_loads_and_saves_as_format_4(tmp_path, version):
+@pytest.mark.parametrize("version", [1, 2, 3, 4])
+def test_every_format_fixture_loads_and_saves_as_format_5(tmp_path, version):
     # tests/data/index_v<N> were written by format_version N and are never rewritten.
     shutil.copytree(FIXTURES[version], tmp_path / "old")
     kb = KnowledgeBase.load(tmp_path / "old")
@@ -105,7 +106,7 @@ def test_every_format_fixture_loads_and_saves_as_format_4(tmp_path, version):
     assert kb.source_metadata("greek.txt") == {"n": 1}
     kb.save(tmp_path / "new")
     again = KnowledgeBase.load(tmp_path / "new")
-    assert json.loads((tmp_path / "new" / "index.json").read_text())["format_version"] == 4
+    assert json.loads((tmp_path / "new" / "index.json").read_text())["format_version"] == 5
     assert again.sources() == kb.sources()
     for q in ["lazy dog", "kappa", "echo w3 pad", "quick brown"]:
         assert ranked(again, q) == ranked(kb, q)
@@ -117,6 +118,17 @@ def test_v3_fixture_matches_the_v2_fixture_it_was_converted_from(tmp_path):
     assert v3.sources() == v2.sources()
     for q in ["echo w3 pad", "lazy dog", "alpha"]:
         assert ranked(v3, q) == ranked(v2, q)
+
+
+def test_v4_fixture_reads_its_fixed_size_text_blocks_exactly():
+    v3 = KnowledgeBase.load(FIXTURES[3])
+    v4 = KnowledgeBase.load(FIXTURES[4])
+    assert b"quick brown" not in next(FIXTURES[4].glob("data-*.bin")).read_bytes()  # compressed
+    assert v4.sources() == v3.sources()
+    for source in v3.sources():
+        assert v4.source_text(source) == v3.source_text(source)  # spans many 64-byte blocks
+    for q in ["echo w3 pad", "lazy dog", "alpha"]:
+        assert ranked(v4, q) == ranked(v3, q)
 
 
 def test_large_data_file_is_not_hashed_at_load_but_verify_catches_damage(tmp_path, monkeypatch):
@@ -200,7 +212,7 @@ def test_read_gives_typed_values_for_every_version():
         opened = read(folder)
         assert opened.revision and opened.version == version
         ((snap, record, _),) = opened.segments
-        assert record is None  # formats 1-3 are one segment without a commit record
+        assert (record is None) == (version < 4)  # formats 1-3 are one segment without a commit record
         n_terms = len(snap.postings.terms)
         assert len(snap.postings.offsets) == n_terms + 1
         assert snap.postings.offsets[n_terms] == len(snap.postings.chunks), version
@@ -219,3 +231,72 @@ def test_stored_texts_are_compressed_in_blocks_and_read_back_exactly(tmp_path, m
         assert kb.source_text(source) == text
     for hit in kb.search("word7 end", 30):
         assert hit.text == texts[hit.source][hit.start : hit.end]
+
+
+def test_a_hit_in_a_long_ascii_text_decompresses_only_its_chunks_blocks(tmp_path, monkeypatch):
+    import zlib
+
+    monkeypatch.setattr(_texts, "TEXT_BLOCK", 64)
+    long_ascii = " ".join(f"w{i}" for i in range(400)) + " needle here"
+    texts = {"long.txt": long_ascii, "uni.txt": "Ünïcödé " * 30 + "needle café", **TEXTS}
+    kb = KnowledgeBase(chunk_size=8, stride=4)
+    for source, text in texts.items():
+        kb.add_text(text, source)
+    kb.save(tmp_path)
+    loaded = KnowledgeBase.load(tmp_path)
+    calls: list[int] = []
+    real = zlib.decompress
+
+    def counting(data: bytes, *args: int) -> bytes:
+        calls.append(len(data))
+        return real(data, *args)
+
+    monkeypatch.setattr(zlib, "decompress", counting)
+    hits = loaded.search("needle", 10)
+    assert {h.source for h in hits} == {"long.txt", "uni.txt"}
+    for hit in hits:
+        assert hit.text == texts[hit.source][hit.start : hit.end]
+    long_hits = [h for h in hits if h.source == "long.txt"]
+    calls.clear()
+    again = KnowledgeBase.load(tmp_path)
+    (first,) = [h for h in again.search("needle", 10) if h.source == "long.txt"][:1]
+    assert first.text == long_hits[0].text
+    # The long text is about 2,400 bytes (38 blocks); its hit's chunk spans one or two,
+    # the other hit's non-ASCII text is decoded whole (about 320 bytes, 6 blocks).
+    assert 0 < len(calls) <= 2 + 8
+    assert again.source_text("long.txt") == long_ascii
+
+
+@pytest.mark.parametrize(("repeat", "code"), [(3, "B"), (300, "H"), (70_000, "I")])
+def test_term_frequencies_are_saved_as_narrow_as_they_fit_and_score_the_same(tmp_path, repeat, code):
+    texts = {**TEXTS, "many.txt": "zebra " * repeat + "lazy fox"}
+
+    def make(items: dict[str, str]) -> KnowledgeBase:
+        kb = KnowledgeBase(chunk_size=None)
+        for source, text in items.items():
+            kb.add_text(text, source)
+        return kb
+
+    make(texts).save(tmp_path / "a")
+    ((snap, _, _),) = read(tmp_path / "a").segments
+    assert memoryview(snap.postings.tfs).format == code
+    assert max(snap.postings.tfs) == repeat
+    kb = KnowledgeBase.load(tmp_path / "a")
+    queries = ["zebra", "lazy fox", "zebra fox", *QUERIES]
+    fresh = make(texts)
+    for q in queries:
+        assert ranked(kb, q) == ranked(fresh, q)
+    # A change after load copies the narrow lists out into uint32 ones; a save narrows them again.
+    kb.add_text("zebra zebra crossing", "cross.txt")
+    kb.remove("greek.txt")
+    changed = {k: v for k, v in texts.items() if k != "greek.txt"} | {"cross.txt": "zebra zebra crossing"}
+    fresh = make(changed)
+    for q in queries:
+        assert ranked(kb, q) == ranked(fresh, q)
+    kb.save(tmp_path / "b")
+    kb.optimize()
+    for folder in ("a", "b"):
+        again = KnowledgeBase.load(tmp_path / folder)
+        for q in queries:
+            assert ranked(again, q) == ranked(fresh if folder == "b" else make(texts), q)
+    assert kb.explain("zebra", kb.search("zebra")[0]).terms[0].tf == repeat
