@@ -22,6 +22,7 @@ across the three.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -44,6 +45,15 @@ from clanker_rag._serve._proxy import make_server  # noqa: E402
 from clanker_rag._stream._controller import TextEvent  # noqa: E402
 
 PATHS = ("in-process", "cli", "proxy")
+
+
+class _Running:
+    """A llama.cpp server someone else started."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url.rstrip("/")
+
+
 MAX_TOKENS = 96
 
 
@@ -73,6 +83,7 @@ def main() -> int:
     parser.add_argument("--collections", nargs="+", default=["werkzeug", OWN], choices=COLLECTIONS)
     parser.add_argument("--every", type=int, default=3, help="ask every N-th question of each collection")
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "clanker-rag-bench-docs")
+    parser.add_argument("--url", help="a running llama.cpp server to use instead of starting one")
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args()
     from _llama_server import LlamaServer
@@ -91,7 +102,7 @@ def main() -> int:
     counts = dict.fromkeys(PATHS, 0)
     seconds: dict[str, list[float]] = {p: [] for p in PATHS}
     agree = 0
-    with LlamaServer() as llama:
+    with contextlib.nullcontext(_Running(args.url)) if args.url else LlamaServer() as llama:
         proxies = {}
         for name, kb in kbs.items():
             server = make_server(kb, llama.url, base_model=None)

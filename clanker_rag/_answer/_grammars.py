@@ -27,7 +27,7 @@ from .._text._analysis import Analyzer
 from ._answer_types import ERROR, IDENT, expected_types, head_noun, types_in
 from ._prompts import ANSWER_LABEL, SEARCH_LABEL
 
-__all__ = ["LEAD_WORDS", "TOOL_GRAMMAR", "CopyingBackend", "closest_typed", "copy_grammar", "name_fit"]
+__all__ = ["LEAD_WORDS", "TOOL_GRAMMAR", "CopyingBackend", "closest_typed", "copy_grammar", "name_fit", "one_of"]
 
 # After the search label the model may only write one closed retrieve call:
 # left free, it sometimes writes a source line and never closes the tag.
@@ -101,6 +101,42 @@ def name_fit(word: str, head: str | None) -> int:
 def _literal(word: str) -> str:
     escaped = word.replace("\\", "\\\\").replace('"', '\\"')
     return f'"{escaped}"'
+
+
+def one_of(words: Sequence[str]) -> str:
+    """A GBNF expression matching exactly ``words`` (non-empty strings), as a prefix tree.
+
+    ``"port" | "ports" | "post"`` is written ``"po" ("rt" ("s")? | "st")``: the
+    same strings, but llama.cpp keeps one parse stack per open alternative and
+    checks every token of the vocabulary against each, so a flat list of a
+    passage's few hundred words costs a few hundred checks per token where the
+    tree costs one per distinct next character.
+    """
+    trie: dict[str, Any] = {}
+    end = ""  # the key marking a word's end (no word character is empty)
+    for word in words:
+        node = trie
+        for ch in word:
+            node = node.setdefault(ch, {})
+        node[end] = {}
+
+    def expr(node: dict[str, Any]) -> str:
+        alternatives = []
+        for ch in sorted(k for k in node if k != end):
+            text, child = ch, node[ch]
+            while end not in child and len(child) == 1:
+                (more, child), *_ = child.items()
+                text += more
+            rest = expr(child)
+            alternatives.append(_literal(text) + (f" {rest}" if rest else ""))
+        if not alternatives:
+            return ""
+        body = " | ".join(alternatives)
+        if end in node:
+            return f"({body})?"
+        return f"({body})" if len(alternatives) > 1 else body
+
+    return expr(trie)
 
 
 def _forms(word: str) -> tuple[str, ...]:
@@ -194,14 +230,14 @@ def copy_grammar(
             words.update(dict.fromkeys(_forms(word)))
     if not words:
         return 'root ::= [^\\n]* "\\n"'
-    alternatives = " | ".join(_literal(word) for word in words)
+    alternatives = one_of(list(words))
     typed = closest_typed(passage, question, expected, analyzer) if expected else []
     if not typed:
         return f'root ::= " " word (" " word){{0,{_MAX_WORDS - 1}}} "\\n"\nword ::= {alternatives}\n'
     forms = dict.fromkeys(f for w in typed for f in _forms(w))
     return (
         f'root ::= " " (word " "){{0,{LEAD_WORDS}}} typed (" " word){{0,{_MAX_WORDS - LEAD_WORDS - 1}}} "\\n"\n'
-        f"word ::= {alternatives}\ntyped ::= {' | '.join(_literal(f) for f in forms)}\n"
+        f"word ::= {alternatives}\ntyped ::= {one_of(list(forms))}\n"
     )
 
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
+from _gbnf import allows, regex
 from hypothesis import given
 from hypothesis import strategies as st
 
 from clanker_rag._answer._answer_types import expected_types, types_in
-from clanker_rag._answer._grammars import closest_typed, copy_grammar, name_fit
+from clanker_rag._answer._grammars import closest_typed, copy_grammar, name_fit, one_of
 
 
 @pytest.mark.parametrize(
@@ -60,9 +63,8 @@ def test_the_typed_grammar_requires_the_name_asked_for_and_still_allows_the_othe
     grammar = copy_grammar(
         passage, "Which function runs the server?", expected_types("Which function runs the server?")
     )
-    typed = grammar.split("typed ::=")[1]
-    assert '"start_server(app)"' in typed and "serve.py" not in typed
-    assert '"`serve.py`"' in grammar.split("typed ::=")[0]
+    assert allows(grammar, "typed", "start_server(app)") and not allows(grammar, "typed", "`serve.py`")
+    assert allows(grammar, "word", "`serve.py`") and allows(grammar, "word", "server.")
 
 
 @pytest.mark.parametrize(
@@ -104,3 +106,21 @@ def test_closest_typed_keeps_some_names_and_only_names(words: list[str], questio
     kept = closest_typed(passage, question, expected)
     assert set(kept) <= named
     assert bool(kept) == bool(named)
+
+
+WORDS = st.text(alphabet='ab."\\`:(-', min_size=1, max_size=6)
+
+
+@given(st.lists(WORDS, min_size=1, max_size=12), st.lists(WORDS, max_size=12))
+def test_one_of_matches_exactly_its_words(words: list[str], others: list[str]) -> None:
+    pattern = re.compile(regex(one_of(words)))
+    for word in words:
+        assert pattern.fullmatch(word), (word, one_of(words))
+    for other in others:
+        assert bool(pattern.fullmatch(other)) == (other in words), (other, one_of(words))
+
+
+def test_one_of_shares_prefixes() -> None:
+    assert one_of(["port", "ports", "post"]) == '"po" ("rt" ("s")? | "st")'
+    assert one_of(["8765.", "8765"]) == '"8765" (".")?'
+    assert one_of(['say "hi"']) == '"say \\"hi\\""'
