@@ -119,7 +119,7 @@ class FakeUpstream:
             ex.send(reply.status, reply.body or b"", reply.content_type)
             return
         chat = ex.path.endswith("/chat/completions")
-        text, _ = apply_stop("".join(reply.pieces), body.get("stop"))
+        text, stopped = apply_stop("".join(reply.pieces), body.get("stop"))
         pieces, used = [], 0
         for piece in reply.pieces:
             if used >= len(text):
@@ -127,6 +127,9 @@ class FakeUpstream:
             pieces.append(piece[: len(text) - used])
             used += len(piece)
         usage = {"prompt_tokens": 7, "completion_tokens": len(pieces), "total_tokens": 7 + len(pieces)}
+        if ex.path == "/completion":
+            self._native(ex, pieces, stopped, body.get("stop"))
+            return
         if not body.get("stream"):
             choice: dict[str, Any] = {"index": 0, "finish_reason": "stop", "logprobs": None}
             if chat:
@@ -170,6 +173,19 @@ class FakeUpstream:
         _event(ex, {"id": "x", "object": "chunk", "created": 0, "model": "fake-model", "choices": [final]})
         _event(ex, {"id": "x", "object": "chunk", "created": 0, "model": "fake-model", "choices": [], "usage": usage})
         ex.write(b"data: [DONE]\n\n")
+        ex.end()
+
+    def _native(self, ex: Exchange, pieces: list[str], stopped: bool, stop: object) -> None:
+        """llama.cpp's own ``POST /completion`` stream: ``content`` pieces, then a last one with ``stop``."""
+        ex.stream(chunked=True)
+        for piece in pieces:
+            _event(ex, {"content": piece, "stop": False})
+            with self.lock:
+                self.pieces_sent += 1
+        stops = [s for s in (stop if isinstance(stop, list) else [stop]) if isinstance(s, str) and s]
+        word = next(iter(stops), "") if stopped else ""
+        last = {"content": "", "stop": True, "stop_type": "word" if stopped else "eos", "stopping_word": word}
+        _event(ex, {**last, "timings": {"cache_n": 0, "prompt_n": 7}})
         ex.end()
 
 

@@ -26,7 +26,7 @@ from .._types import Retriever
 from ._focusing import FocusedRetriever
 from ._grammars import LEAD_WORDS, CopyingBackend
 from ._prompts import ANSWER_LABEL, CHAT_PROMPT, STOP, after_block, base_prompt
-from ._repetition import repeats_at_end
+from ._repetition import loops_at_end
 
 __all__ = [
     "BASE_MODE",
@@ -186,9 +186,9 @@ def answer_text(events: Iterable[StreamEvent], loop_after_words: int = LOOP_AFTE
     """The events with the few-shot label (``Answer:``) taken out of the visible text.
 
     After each block, text is held only while it could still be the label.
-    An answer of more than ``loop_after_words`` words that has turned into one
-    piece written over and over (:func:`~clanker_rag._answer._repetition.repeats_at_end`)
-    ends there: ``events`` is closed, which stops the generation.
+    An answer of more than ``loop_after_words`` words that has turned into a
+    loop (one piece written over and over, or one phrase twice:
+    :func:`~clanker_rag._answer._repetition.loops_at_end`) ends there: ``events`` is closed, which stops the generation.
     """
     held: str | None = ""  # None: the label question is settled until the next block
     answer = ""  # the visible answer since the last block
@@ -214,7 +214,7 @@ def answer_text(events: Iterable[StreamEvent], loop_after_words: int = LOOP_AFTE
                 if head:
                     yield TextEvent(head)
                     answer += head
-            if repeats_at_end(answer) and len(answer.split()) > loop_after_words:
+            if len(answer.split()) > loop_after_words and loops_at_end(answer):
                 logger.debug("the answer repeats itself; generation stopped after %d characters", len(answer))
                 return
         if held and held.strip():

@@ -18,15 +18,16 @@ server's prompt cache) is exactly the one the model would get without it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from .._stream._controller import InjectEvent
 from .._text._analysis import Analyzer
-from ._answer_types import expected_types, head_noun, types_in
+from ._answer_types import ERROR, IDENT, expected_types, head_noun, types_in
 from ._prompts import ANSWER_LABEL, SEARCH_LABEL
 
-__all__ = ["LEAD_WORDS", "TOOL_GRAMMAR", "CopyingBackend", "closest_typed", "copy_grammar"]
+__all__ = ["LEAD_WORDS", "TOOL_GRAMMAR", "CopyingBackend", "closest_typed", "copy_grammar", "name_fit", "one_of"]
 
 # After the search label the model may only write one closed retrieve call:
 # left free, it sometimes writes a source line and never closes the tag.
@@ -40,15 +41,117 @@ _MAX_WORDS = 24
 LEAD_WORDS = 8
 
 
+# What a name asked for by its head noun looks like: the Sphinx roles that mark such a name
+# (``:class:`X```), and its shape in code (a class is CamelCase, a function is called).
+_CLASS_HEADS = frozenset({"class", "loader", "middleware", "converter", "extension", "exception", "error", "warning"})
+_FUNCTION_HEADS = frozenset({"function", "method", "decorator", "helper", "filter", "signal"})
+_VALUE_HEADS = frozenset({"parameter", "setting", "attribute", "key", "keyword", "argument", "option", "flag"})
+_ROLE_HEADS = {
+    "class": _CLASS_HEADS,
+    "exc": _CLASS_HEADS,
+    "func": _FUNCTION_HEADS,
+    "meth": _FUNCTION_HEADS,
+    "deco": _FUNCTION_HEADS,
+    "attr": _VALUE_HEADS,
+    "data": _VALUE_HEADS,
+    "option": _VALUE_HEADS,
+    "envvar": _VALUE_HEADS,
+}
+# Roles that link to a page or a glossary entry: the word names a document, never the thing asked for.
+_LINK_ROLES = frozenset({"doc", "ref", "download", "term", "numref"})
+_ROLE_RE = re.compile(r":(?:py:)?([a-z]+):`")
+_CAMEL_RE = re.compile(r"\b[A-Z][a-z0-9]+[A-Z]\w*")
+_CALL_RE = re.compile(r"\b[A-Za-z_]\w*\(")
+_SNAKE_RE = re.compile(r"\b[a-z][a-z0-9]*_[a-z0-9_]*[a-z0-9]\b")
+_KEYWORD_RE = re.compile(r"\b[a-z_]\w*=")
+
+
+def _role(word: str) -> str | None:
+    found = _ROLE_RE.search(word)
+    return found.group(1) if found else None
+
+
+def name_fit(word: str, head: str | None) -> int:
+    """How well ``word`` looks like the name a question about a ``head`` noun asks for: 0, 1 or 2.
+
+    0: a link to a page (``:doc:``, ``:ref:``, a path), markup or a quoted
+    string: words that name a document or hold a value, not a name.  2: its
+    Sphinx role or its shape is that of the head noun's kind (a ``class`` is
+    ``:class:`` or CamelCase, a ``function`` is ``:func:``, called or
+    snake_case, a ``parameter`` is ``:attr:``, snake_case or ``name=``).
+    1: nothing tells.
+    """
+    role = _role(word)
+    bare = word.strip("`'\".,;:()[]")
+    if role in _LINK_ROLES or "/" in word or word.startswith(("<", "'", '"')) or '="' in word:
+        return 0
+    if head is None:
+        return 1
+    if role is not None:
+        return 2 if head in _ROLE_HEADS.get(role, frozenset()) else 1
+    if head in _CLASS_HEADS:
+        return 2 if _CAMEL_RE.search(bare) else 1
+    if head in _FUNCTION_HEADS:
+        return 2 if _CALL_RE.search(word) or (_SNAKE_RE.search(bare) and not _KEYWORD_RE.search(word)) else 1
+    if head in _VALUE_HEADS:
+        return 2 if _SNAKE_RE.search(bare) or _KEYWORD_RE.search(word) else 1
+    return 1
+
+
 def _literal(word: str) -> str:
     escaped = word.replace("\\", "\\\\").replace('"', '\\"')
     return f'"{escaped}"'
+
+
+def one_of(words: Sequence[str]) -> str:
+    """A GBNF expression matching exactly ``words`` (non-empty strings), as a prefix tree.
+
+    ``"port" | "ports" | "post"`` is written ``"po" ("rt" ("s")? | "st")``: the
+    same strings, but llama.cpp keeps one parse stack per open alternative and
+    checks every token of the vocabulary against each, so a flat list of a
+    passage's few hundred words costs a few hundred checks per token where the
+    tree costs one per distinct next character.
+    """
+    trie: dict[str, Any] = {}
+    end = ""  # the key marking a word's end (no word character is empty)
+    for word in words:
+        node = trie
+        for ch in word:
+            node = node.setdefault(ch, {})
+        node[end] = {}
+
+    def expr(node: dict[str, Any]) -> str:
+        alternatives = []
+        for ch in sorted(k for k in node if k != end):
+            text, child = ch, node[ch]
+            while end not in child and len(child) == 1:
+                (more, child), *_ = child.items()
+                text += more
+            rest = expr(child)
+            alternatives.append(_literal(text) + (f" {rest}" if rest else ""))
+        if not alternatives:
+            return ""
+        body = " | ".join(alternatives)
+        if end in node:
+            return f"({body})?"
+        return f"({body})" if len(alternatives) > 1 else body
+
+    return expr(trie)
 
 
 def _forms(word: str) -> tuple[str, ...]:
     """The ways an answer may write ``word``: as written, and without its trailing punctuation."""
     bare = word.rstrip(".,;:!?|)")
     return (word, bare) if bare else (word,)
+
+
+def _typed(word: str, expected: frozenset[str]) -> bool:
+    """Whether ``word`` is a token of an ``expected`` type.  A name a Sphinx role marks is a name
+    whatever its shape (``:class:`Pool```), and an exception one an error name (``:exc:`NotFound```)."""
+    if expected & types_in(word):
+        return True
+    role = _role(word)
+    return (ERROR in expected and role == "exc") or (IDENT in expected and role in _ROLE_HEADS)
 
 
 def closest_typed(
@@ -58,19 +161,29 @@ def closest_typed(
 
     One line often holds several tokens of the asked-for type ("1 for
     errors, 2 for usage mistakes"; "ollama listens on 11434 ... --port
-    8765").  The candidates kept are those whose clause (the words between
-    ``,;:.`` or brackets) holds the most distinct question terms; among
-    those, the ones nearest a word holding the question's head noun
-    (:func:`~clanker_rag._answer._answer_types.head_noun`: "port"), when the passage
-    says it, and at equal distance the ones after it.  Words of the type never count as evidence (a list of error
-    names would vouch for each other).  Ties keep every candidate.
+    8765"), and several injected passages more.  Asked for a name, the
+    candidates kept first are those that look like the name asked for
+    (:func:`name_fit`: not a page link, and of the head noun's kind when it
+    says one).  Then those with the most distinct question terms in their
+    clause (the words between ``,;:.`` or brackets) and in their own name
+    (documentation names a thing after what it does: a loader of templates
+    from a dict is a ``DictLoader``); among those, the ones nearest a word
+    holding the question's head noun
+    (:func:`~clanker_rag._answer._answer_types.head_noun`: "port"), when the
+    passage says it, and at equal distance the ones after it.  Other words of
+    the type never count as evidence for a candidate (a list of error names
+    would vouch for each other).  Ties keep every candidate.
     """
     words = passage.split()
-    typed = [i for i, word in enumerate(words) if expected & types_in(word)]
+    typed = [i for i, word in enumerate(words) if _typed(word, expected)]
     if len(typed) <= 1:
         return [words[i] for i in typed]
     analyze = analyzer or Analyzer()
     candidates = set(typed)
+    head = head_noun(question)
+    if IDENT in expected or ERROR in expected:
+        fit = {i: name_fit(words[i], head) for i in typed}
+        typed = [i for i in typed if fit[i] == max(fit.values())]
     held: list[set[str]] = [set() if i in candidates else set(analyze(word)) for i, word in enumerate(words)]
     clause, at = [], 0
     for word in words:
@@ -81,9 +194,9 @@ def closest_typed(
     found: dict[int, set[str]] = {}
     for i, word_terms in enumerate(held):
         found.setdefault(clause[i], set()).update(word_terms & terms)
-    most = max(len(found[clause[i]]) for i in typed)
-    typed = [i for i in typed if len(found[clause[i]]) == most]
-    head = head_noun(question)
+    evidence = {i: found[clause[i]] | (set(analyze(words[i])) & terms) for i in typed}
+    most = max(len(evidence[i]) for i in typed)
+    typed = [i for i in typed if len(evidence[i]) == most]
     head_terms = set(analyze(head)) if head else set()
     anchors = [j for j, word_terms in enumerate(held) if word_terms & head_terms]
     if anchors:
@@ -117,14 +230,14 @@ def copy_grammar(
             words.update(dict.fromkeys(_forms(word)))
     if not words:
         return 'root ::= [^\\n]* "\\n"'
-    alternatives = " | ".join(_literal(word) for word in words)
+    alternatives = one_of(list(words))
     typed = closest_typed(passage, question, expected, analyzer) if expected else []
     if not typed:
         return f'root ::= " " word (" " word){{0,{_MAX_WORDS - 1}}} "\\n"\nword ::= {alternatives}\n'
     forms = dict.fromkeys(f for w in typed for f in _forms(w))
     return (
         f'root ::= " " (word " "){{0,{LEAD_WORDS}}} typed (" " word){{0,{_MAX_WORDS - LEAD_WORDS - 1}}} "\\n"\n'
-        f"word ::= {alternatives}\ntyped ::= {' | '.join(_literal(f) for f in forms)}\n"
+        f"word ::= {alternatives}\ntyped ::= {one_of(list(forms))}\n"
     )
 
 

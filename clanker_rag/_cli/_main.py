@@ -203,7 +203,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", metavar="M", help=f"model name to request (default: ${MODEL_ENV})")
     api = p.add_mutually_exclusive_group()
     api.add_argument("--completions", action="store_true", help="raw completions with a few-shot prompt (base models)")
-    api.add_argument("--chat", action="store_true", help="chat completions even if the server has no chat template")
+    api.add_argument(
+        "--chat",
+        action="store_true",
+        help="chat completions (a model without a chat template gets completions, with a warning)",
+    )
     p.add_argument(
         "-k", "--k", type=_positive_int, metavar="N", help="passages per injection (default 3; base models 1)"
     )

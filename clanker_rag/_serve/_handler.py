@@ -55,6 +55,9 @@ __all__ = ["DEFAULT_MAX_REQUEST_BYTES", "ProxyConfig", "ProxyServer"]
 # The proxy logs under one name, whichever of its modules writes the line.
 logger = logging.getLogger("clanker_rag._serve._proxy")
 
+# A chat request to a base model without a length limit gets `ask`'s default one.
+BASE_MAX_TOKENS = 512
+
 DEFAULT_MAX_REQUEST_BYTES = 8 * 1024 * 1024
 # Connections served at once (a thread each); past it a connection gets 503 at
 # once.  Well above the concurrent streams one upstream can serve.
@@ -631,8 +634,13 @@ class _Handler(BaseHTTPRequestHandler):
             (cfg.questions, cfg.tools), "none"
         )
         question = _question_of(chat.question)
-        # The rendered prompt replaces the messages; sampling settings pass through as they are.
+        # The rendered prompt replaces the messages; sampling settings pass through as they are, but
+        # what chat leaves unset is set as `ask` sets it: the answer is copied, so greedy, and as long as
+        # it needs (completions servers stop at 16 tokens by default; chat's newer length field is not theirs).
         payload = {key: value for key, value in body.items() if key not in ("messages", "stop")}
+        payload.setdefault("temperature", 0.0)
+        longest = payload.pop("max_completion_tokens", None)
+        payload.setdefault("max_tokens", longest if isinstance(longest, int) else BASE_MAX_TOKENS)
         turn = UpstreamTurn("completions", payload, self.server.upstream, self._upstream_headers(json_body=True))
         # `ask`'s answering path: on llama.cpp, answers copy the injected passages' words.
         events = base_model_events(

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from clanker_rag._answer._ask import LOOP_AFTER_WORDS, answer_text
-from clanker_rag._answer._repetition import REPEATS, repeats_at_end
+from clanker_rag._answer._repetition import PHRASE_WORDS, REPEATS, loops_at_end, phrase_repeats_at_end, repeats_at_end
 from clanker_rag._stream._controller import StreamEvent, TextEvent
 
 
@@ -42,6 +42,43 @@ def test_a_piece_longer_than_the_limit_is_not_looked_for() -> None:
     unit = "".join(chr(ord("a") + i % 26) + str(i) for i in range(40))  # 90 characters, no inner repeat
     assert not repeats_at_end(unit * REPEATS)
     assert repeats_at_end(unit * REPEATS, max_unit=len(unit))
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("the tool reads the file from the root then reads the file from the root then ", True),
+        ("the tool reads the file from the root then reads the file from the ro", False),  # a word unfinished
+        ("one two three four one two three four ", False),  # four words twice: not yet
+        ("one two three four five one two three four five ", True),
+        ("one two three four five one two three four six ", False),
+        ("it is what it is, and it is what it is. ", False),  # the punctuation differs
+        ("Pass --port to change the port, or --host to change the host. ", False),
+        ("", False),
+    ],
+)
+def test_phrase_repeats_at_end(text: str, expected: bool) -> None:
+    assert phrase_repeats_at_end(text) is expected
+
+
+@given(
+    st.lists(st.sampled_from(["a", "b", "port", "8765", "--x", "the"]), max_size=8),
+    st.lists(st.sampled_from(["a", "b", "port", "8765", "--x", "the"]), min_size=PHRASE_WORDS, max_size=12),
+)
+def test_any_phrase_of_enough_words_written_twice_is_a_loop(prefix: list[str], phrase: list[str]) -> None:
+    text = " ".join(prefix + phrase + phrase) + " "
+    assert phrase_repeats_at_end(text) and loops_at_end(text)
+    # The same without the word being written is not judged yet.
+    assert phrase_repeats_at_end(text[:-2]) == phrase_repeats_at_end(" ".join(prefix + phrase + phrase[:-1]) + " ")
+
+
+def test_a_clause_written_over_and_over_stops_after_its_second_copy() -> None:
+    clause = " the runner starts the app with the file that"
+    source = Source(["Answer: It", *[f" {word}" for word in clause.split()] * 30])
+    out = visible(answer_text(iter(source)))
+    assert out.count("runner") == 2
+    assert source.sent < 2 * len(clause.split()) + 4
+    assert source.closed
 
 
 class Source:
@@ -96,7 +133,7 @@ def test_split_anywhere_a_loop_is_cut_as_soon_as_it_exists(cut: int) -> None:
     # loop is already complete in it.
     answer = LOOPING[len("Answer: ") :]
     first_loop = next(
-        i for i in range(len(answer) + 1) if repeats_at_end(answer[:i]) and len(answer[:i].split()) > LOOP_AFTER_WORDS
+        i for i in range(len(answer) + 1) if loops_at_end(answer[:i]) and len(answer[:i].split()) > LOOP_AFTER_WORDS
     )
     source = Source([LOOPING[:cut], *LOOPING[cut:]])
     out = visible(answer_text(iter(source))).lstrip(" ")

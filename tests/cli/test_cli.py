@@ -520,16 +520,24 @@ def test_subprocess_serve(index: Path) -> None:
 def test_ask_chat_on_a_model_without_a_chat_template_says_so_and_uses_completions(
     index: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # llama.cpp serving a base model: no template of its own (ChatML would be streamed back as text).
-    with FakeUpstream(lambda path, body: Reply(["port 7341"]), props={"chat_template": ""}) as up:
-        code, _, err = run(
+    # llama.cpp serving a base model: no template of its own. Sent as chat, the model would get
+    # ChatML it has never seen and stream "<|im_end|>" text until the token limit.
+    reply = Reply([" The server listens", " on port 7341.", "\n<|im_end|>", "<|im_end|>" * 50])
+    with FakeUpstream(lambda path, body: reply, props={"chat_template": ""}) as up:
+        code, out, err = run(
             capsys, "ask", "Which port does the server listen on?", "--index", str(index),
             "--base-url", up.url, "--chat", "--no-blocks",
         )  # fmt: skip
-    assert "no chat template" in err and "completions" in err
-    # The few-shot prompt went to llama.cpp's native completion endpoint, never to chat (the fake
-    # answers it in the OpenAI shape, which the native reader refuses: that is the one error line).
+    assert code == 0, err
+    # Said once, on one line of stderr; the answer alone on stdout.
+    said = [line for line in err.splitlines() if line.strip()]
+    assert len(said) == 1 and "no chat template" in said[0] and "completions" in said[0], err
+    assert out.strip() == "The server listens on port 7341.", out
+    assert "im_end" not in out + err
+    # The few-shot prompt went to llama.cpp's native completion endpoint, never to chat, with the
+    # answer held to the injected passages' words (the copying grammar).
     paths = [r["path"] for r in up.requests]
     assert paths == ["/props", "/completion"], paths
-    assert "Answer:" in up.requests[1]["body"]["prompt"]
-    assert code == 1 and "/completion answered without content" in err
+    body = up.requests[1]["body"]
+    assert body["prompt"].rstrip().endswith("Answer:") and "guide/ports.md" in body["prompt"]
+    assert '"7341"' in body["grammar"] and "\n" in body["stop"]

@@ -162,3 +162,22 @@ def test_serve_detects_base_models(monkeypatch: pytest.MonkeyPatch, tmp_path: An
     kb.save(tmp_path / "idx")
     assert main(["serve", "--upstream", "http://127.0.0.1:9", "--index", str(tmp_path / "idx")]) == 1
     assert "base_model" in seen and seen["base_model"] is None
+
+
+@pytest.mark.parametrize(
+    ("asked", "sent"),
+    [
+        ({}, {"temperature": 0.0, "max_tokens": 512}),  # unset: greedy and bounded, as `ask` asks
+        ({"temperature": 0.7, "max_tokens": 30}, {"temperature": 0.7, "max_tokens": 30}),  # the client's own
+        ({"max_completion_tokens": 25}, {"temperature": 0.0, "max_tokens": 25}),  # chat's newer length field
+    ],
+)
+def test_a_base_model_answers_greedily_within_a_limit_unless_the_client_says_otherwise(
+    proxy: Any, asked: dict[str, Any], sent: dict[str, Any]
+) -> None:
+    with FakeUpstream(said, props=BASE) as up:
+        client = proxy(up.url, base_model=None)
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": QUESTION}], **asked)
+    body = up.requests[1]["body"]
+    assert {key: body.get(key) for key in sent} == sent
+    assert "max_completion_tokens" not in body
