@@ -23,6 +23,7 @@ import re
 __all__ = [
     "ANSWER_TYPES",
     "DEFAULT",
+    "KNOWN_TYPES",
     "LITERAL",
     "asks_how",
     "code_names",
@@ -46,6 +47,8 @@ ANSWER_TYPES = (NUMBER, FLAG, ERROR, FILE, ENV, IDENT)
 LITERAL = "literal"
 # The word "default" itself: a question about a default is answered where the docs say "default".
 DEFAULT = "default"
+# Every type a text can hold (:func:`types_in`); the copying grammar asks only for ANSWER_TYPES.
+KNOWN_TYPES = (*ANSWER_TYPES, LITERAL, DEFAULT)
 
 # Question cues, matched on the lower-cased question.  "what/which ... NOUN" is typed by
 # its head noun: the first cue noun within two words ("which option skips hidden files"

@@ -285,18 +285,6 @@ def _weights(unit_terms: Sequence[set[str]]) -> dict[str, float]:
     return weight
 
 
-def best_passage(
-    hits: Sequence[HitLike],
-    terms: set[str],
-    analyzer: Callable[[str], list[str]],
-    budget: int,
-    expected: frozenset[str] = frozenset(),
-    attach: int | None = None,
-) -> int:
-    """The index of the hit whose best sentence answers best (see :func:`best_sentence`)."""
-    return best_sentence(hits, terms, analyzer, budget, expected, attach)[0] if hits else 0
-
-
 def best_sentence(
     hits: Sequence[HitLike],
     terms: set[str],

@@ -8,7 +8,14 @@ from _gbnf import allows
 from hypothesis import given
 from hypothesis import strategies as st
 
-from clanker_rag._answer._answer_types import ANSWER_TYPES, expected_types, head_noun, types_in
+from clanker_rag._answer._answer_types import (
+    ANSWER_TYPES,
+    KNOWN_TYPES,
+    LITERAL,
+    expected_types,
+    head_noun,
+    types_in,
+)
 from clanker_rag._answer._focusing import FocusedRetriever, focus_sentence
 from clanker_rag._answer._grammars import CopyingBackend, closest_typed, copy_grammar
 from clanker_rag._answer._prompts import ANSWER_LABEL
@@ -86,7 +93,8 @@ def test_head_noun(question: str, head: str | None) -> None:
 
 @given(st.text(max_size=80))
 def test_types_are_known_and_questions_read_case_and_spacing_blind(text: str) -> None:
-    assert types_in(text) <= set(ANSWER_TYPES)
+    assert types_in(text) <= set(KNOWN_TYPES)
+    # The grammar's types: never the focus-only ones (inline code, a stated default).
     assert expected_types(text) <= set(ANSWER_TYPES)
     assert expected_types(text) == expected_types("  " + " ".join(text.upper().split()) + " ")
 
@@ -205,3 +213,8 @@ def test_closest_typed_keeps_some_candidates_and_only_candidates(words: list[str
     kept = closest_typed(passage, question, expected)
     assert set(kept) <= set(candidates)
     assert bool(kept) == bool(candidates)
+
+
+def test_inline_code_is_a_known_type_a_question_never_expects() -> None:
+    assert LITERAL in types_in("`0`")
+    assert LITERAL not in expected_types("Which value is `0`?")
