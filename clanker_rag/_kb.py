@@ -835,7 +835,10 @@ class KnowledgeBase:
         ct.start_line = _codec.copy_array("i", cols.start_line)
         ct.end_line = _codec.copy_array("i", cols.end_line)
         ct.section = cols.section
+        ct.unchecked = snap.bounds  # run before the loaded chunks' bounds are first read
         kb._idx = InvertedIndex.from_packed(kb.bm25, snap.postings, cols.length, where=where)
+        if kb._idx.total_len != snap.total_length:  # (a lazily checked load leaves this to its reader)
+            raise IndexFormatError(f"{where}: statistics do not match the chunk table")
         kb._term_ids = TermIds(an, kb._idx.vocab)
         return kb
 

@@ -106,11 +106,12 @@ class Commits:
             return None
         docs = sorted(self.new_docs.values(), key=lambda doc: doc.cids[0] if doc.cids else -1)
         cids = [cid for doc in docs for cid in doc.cids]
+        starts, ends = ct.bounds_since(self.committed, cids)  # (the loaded chunks' checks need not run)
         chunks = _codec.ChunkColumns(
             array("i", chain.from_iterable(repeat(i, len(doc.cids)) for i, doc in enumerate(docs))),
             array("i", map(ct.index.__getitem__, cids)),
-            array("q", map(ct.start.__getitem__, cids)),
-            array("q", map(ct.end.__getitem__, cids)),
+            array("q", starts),
+            array("q", ends),
             array("i", map(ct.start_line.__getitem__, cids)),
             array("i", map(ct.end_line.__getitem__, cids)),
             array("i", map(index.dl.__getitem__, cids)),
@@ -135,9 +136,9 @@ def _marked(seg: _codec.Segment, deleted: set[int]) -> _segments.SegmentRecord:
     assert seg.record is not None
     if set(seg.record.deleted) == deleted:
         return seg.record
-    firsts = seg.snap.sources.first_chunks
-    assert firsts is not None  # saves always write them
-    gone = sum(firsts[n + 1] - firsts[n] for n in deleted)
+    src = seg.snap.sources
+    assert src.first_chunks is not None  # saves always write them
+    gone = sum(b - a for a, b in map(_codec.source_run, repeat(src), deleted))
     return seg.record._replace(deleted=tuple(sorted(deleted)), deleted_chunks=gone)
 
 

@@ -15,12 +15,13 @@ import hashlib
 import json
 from array import array
 from bisect import bisect_right
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import chain, repeat
 from operator import sub
 from typing import Any, NamedTuple
 
 from .._storage._codec import Ints, SourceColumns, SourceStore
+from .._storage._stored import Offsets
 
 __all__ = ["ChunkDocs", "ChunkTable", "Doc", "LoadedSources"]
 
@@ -67,7 +68,7 @@ class Doc(NamedTuple):
         if self.own_text is not None:
             return len(self.own_text)
         assert self.store is not None
-        return self.store.chars[self.number]
+        return self.store.char_count(self.number)
 
     @property
     def metadata(self) -> dict[str, Any]:
@@ -99,13 +100,16 @@ class LoadedSources:
     them.  Otherwise ``lists`` holds each source's chunk ids.
     """
 
-    __slots__ = ("_all", "_cols", "_firsts", "_lists", "_made", "_owners")
+    __slots__ = ("_all", "_cols", "_firsts", "_lists", "_made", "_owners", "_runs")
 
     def __init__(self, cols: SourceColumns, owners: Ints, firsts: Ints | None, lists: list[list[int]] | None) -> None:
         self._cols = cols
         self._owners = owners
         self._firsts = firsts
         self._lists = lists
+        # The saved runs, checked as read: one source's when its Doc is made, all
+        # before a chunk's source is looked up in them or every Doc is made.
+        self._runs: Offsets | None = cols.chunk_runs if firsts is cols.first_chunks else None
         self._made: dict[int, Doc] = {}
         self._all: list[Doc] | None = None  # every source, once something needed them all
 
@@ -133,9 +137,19 @@ class LoadedSources:
     def doc_of(self, cid: int) -> Doc:
         """The source of loaded chunk ``cid``."""
         firsts = self._firsts
-        return self.doc(self._owners[cid] if firsts is None else bisect_right(firsts, cid) - 1)
+        if firsts is None:
+            return self.doc(self._owners[cid])
+        self._check_runs()
+        return self.doc(bisect_right(firsts, cid) - 1)
+
+    def _check_runs(self) -> None:
+        if self._runs is not None:
+            self._runs.check_all()
+            self._runs = None
 
     def _make(self, i: int) -> Doc:
+        if self._runs is not None:
+            self._runs.pair(i)  # the run its Doc reads
         cols = self._cols
         texts, fps = cols.texts, cols.fingerprints
         store = texts if isinstance(texts, SourceStore) else None
@@ -156,6 +170,7 @@ class LoadedSources:
         """Every source's :class:`Doc` by number (those already made are kept)."""
         if self._all is not None:
             return self._all
+        self._check_runs()
         cols = self._cols
         n = len(self)
         texts, fps = cols.texts, cols.fingerprints
@@ -181,7 +196,7 @@ class LoadedSources:
 
     def chunk_docs(self) -> Iterator[Doc]:
         """Every loaded chunk's source, by chunk id."""
-        docs = self.everything()
+        docs = self.everything()  # (runs checked)
         firsts = self._firsts
         if firsts is None:
             return map(docs.__getitem__, self._owners)
@@ -257,21 +272,59 @@ class ChunkDocs:
 
 
 class ChunkTable:
-    """Chunks as parallel columns indexed by chunk id (cheap to load and to keep)."""
+    """Chunks as parallel columns indexed by chunk id (cheap to load and to keep).
 
-    __slots__ = ("doc", "end", "end_line", "index", "section", "start", "start_line")
+    After a load, ``unchecked`` holds the loaded chunks' bound checks (O(chunks),
+    see ``_codec.ChunkBounds``): they run before ``start`` or ``end`` is first
+    read, so a commit that only appends chunks never pays them.
+    """
+
+    __slots__ = ("_end", "_start", "doc", "end_line", "index", "section", "start_line", "unchecked")
 
     def __init__(self) -> None:
         self.doc = ChunkDocs()
         self.index: array[int] = array("i")
-        self.start: array[int] = array("q")
-        self.end: array[int] = array("q")
+        self._start: array[int] = array("q")
+        self._end: array[int] = array("q")
         self.start_line: array[int] = array("i")
         self.end_line: array[int] = array("i")
         self.section: list[str | None] = []
+        self.unchecked: Callable[[], None] | None = None
 
     def __len__(self) -> int:
         return len(self.doc)
+
+    @property
+    def start(self) -> array[int]:
+        if self.unchecked is not None:
+            self._check()
+        return self._start
+
+    @start.setter
+    def start(self, values: array[int]) -> None:
+        self._start = values
+
+    @property
+    def end(self) -> array[int]:
+        if self.unchecked is not None:
+            self._check()
+        return self._end
+
+    @end.setter
+    def end(self, values: array[int]) -> None:
+        self._end = values
+
+    def _check(self) -> None:
+        assert self.unchecked is not None
+        self.unchecked()
+        self.unchecked = None
+
+    def bounds_since(self, first: int, cids: Sequence[int]) -> tuple[list[int], list[int]]:
+        """The starts and ends of chunks ``cids``, all ``first`` or later (added since a load:
+        the loaded ones' checks need not run)."""
+        if any(cid < first for cid in cids):
+            raise ValueError(f"a chunk before {first} was asked for")
+        return list(map(self._start.__getitem__, cids)), list(map(self._end.__getitem__, cids))
 
     def append(
         self, doc: Doc, index: int, start: int, end: int, start_line: int, end_line: int, section: str | None
@@ -279,8 +332,8 @@ class ChunkTable:
         cid = len(self.doc)
         self.doc.append(doc)
         self.index.append(index)
-        self.start.append(start)
-        self.end.append(end)
+        self._start.append(start)
+        self._end.append(end)
         self.start_line.append(start_line)
         self.end_line.append(end_line)
         self.section.append(section)
@@ -294,8 +347,8 @@ class ChunkTable:
         first = len(self.doc)
         self.doc.extend(docs)
         self.index.extend(index)
-        self.start.extend(bounds[0::4])
-        self.end.extend(bounds[1::4])
+        self._start.extend(bounds[0::4])
+        self._end.extend(bounds[1::4])
         self.start_line.fromlist(bounds[2::4].tolist())
         self.end_line.fromlist(bounds[3::4].tolist())
         self.section.extend(sections)
