@@ -745,7 +745,7 @@ class ChunkBounds:
         cols, where = self._cols, self.where
         texts = self._sources.texts
         if isinstance(texts, SourceStore):
-            texts.check_all()  # the lengths, block-checked
+            texts.check_chars()  # the lengths, block-checked
         chars = self._sources.chars
         n = len(cols.source)
         if n and (min(cols.source) < 0 or max(cols.source) >= len(chars)):

@@ -160,6 +160,10 @@ class SourceStore:
         """Check every offset and length now (before something reads them all)."""
         self._offsets.check_all()
         self._fp_offsets.check_all()
+        self.check_chars()
+
+    def check_chars(self) -> None:
+        """Check every saved length now (before something reads them all)."""
         if self._chars_check is not None:
             self._chars_check(0, len(self.chars))
             self._chars_check = None
