@@ -828,14 +828,11 @@ class KnowledgeBase:
         ct = kb._chunks
         ct.doc = ChunkDocs(kb._loaded)
         # The chunk table is small beside the postings (about 30 bytes a
-        # chunk) and grows with adds: it is copied, the postings are not.
-        ct.index = _codec.copy_array("i", cols.ordinal)
-        ct.start = _codec.copy_array("q", cols.start)
-        ct.end = _codec.copy_array("q", cols.end)
-        ct.start_line = _codec.copy_array("i", cols.start_line)
-        ct.end_line = _codec.copy_array("i", cols.end_line)
+        # chunk) and grows with adds: it is copied when first read, the postings are not.
+        bounds = snap.bounds
+        assert bounds is not None  # (a loaded snapshot's)
+        ct.adopt(lambda: bounds.columns("ordinal", "start", "end", "start_line", "end_line"), len(c_src), bounds)
         ct.section = cols.section
-        ct.unchecked = snap.bounds  # run before the loaded chunks' bounds are first read
         kb._idx = InvertedIndex.from_packed(kb.bm25, snap.postings, cols.length, where=where)
         if kb._idx.total_len != snap.total_length:  # (a lazily checked load leaves this to its reader)
             raise IndexFormatError(f"{where}: statistics do not match the chunk table")

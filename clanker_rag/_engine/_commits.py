@@ -106,14 +106,14 @@ class Commits:
             return None
         docs = sorted(self.new_docs.values(), key=lambda doc: doc.cids[0] if doc.cids else -1)
         cids = [cid for doc in docs for cid in doc.cids]
-        starts, ends = ct.bounds_since(self.committed, cids)  # (the loaded chunks' checks need not run)
+        ordinal, starts, ends, start_lines, end_lines = ct.added_rows(self.committed, cids)  # (no loaded one read)
         chunks = _codec.ChunkColumns(
             array("i", chain.from_iterable(repeat(i, len(doc.cids)) for i, doc in enumerate(docs))),
-            array("i", map(ct.index.__getitem__, cids)),
+            array("i", ordinal),
             array("q", starts),
             array("q", ends),
-            array("i", map(ct.start_line.__getitem__, cids)),
-            array("i", map(ct.end_line.__getitem__, cids)),
+            array("i", start_lines),
+            array("i", end_lines),
             array("i", map(index.dl.__getitem__, cids)),
             list(map(ct.section.__getitem__, cids)),
         )

@@ -20,7 +20,7 @@ from itertools import chain, repeat
 from operator import sub
 from typing import Any, NamedTuple
 
-from .._storage._codec import Ints, SourceColumns, SourceStore
+from .._storage._codec import Ints, SourceColumns, SourceStore, copy_array
 from .._storage._stored import Offsets
 
 __all__ = ["ChunkDocs", "ChunkTable", "Doc", "LoadedSources"]
@@ -274,68 +274,94 @@ class ChunkDocs:
 class ChunkTable:
     """Chunks as parallel columns indexed by chunk id (cheap to load and to keep).
 
-    After a load, ``unchecked`` holds the loaded chunks' bound checks (O(chunks),
-    see ``_codec.ChunkBounds``): they run before ``start`` or ``end`` is first
-    read, so a commit that only appends chunks never pays them.
+    A load hands over its chunk columns still in the data file (:meth:`adopt`):
+    they are copied (their blocks checked) only when a column is first read,
+    and the loaded chunks' bound checks (O(chunks), see ``_codec.ChunkBounds``)
+    run before ``start`` or ``end`` is first read.  Chunks appended before
+    then wait in columns of their own, so a load + add + commit reads neither.
     """
 
-    __slots__ = ("_end", "_start", "doc", "end_line", "index", "section", "start_line", "unchecked")
+    __slots__ = ("_cols", "_loaded", "_n_loaded", "doc", "section", "unchecked")
 
     def __init__(self) -> None:
         self.doc = ChunkDocs()
-        self.index: array[int] = array("i")
-        self._start: array[int] = array("q")
-        self._end: array[int] = array("q")
-        self.start_line: array[int] = array("i")
-        self.end_line: array[int] = array("i")
+        # index, start, end, start_line, end_line: every chunk's, or only those
+        # appended since a load while the loaded ones are still in the data file.
+        self._cols: list[array[int]] = [array("i"), array("q"), array("q"), array("i"), array("i")]
+        self._loaded: Callable[[], Sequence[Ints]] | None = None
+        self._n_loaded = 0
         self.section: list[str | None] = []
         self.unchecked: Callable[[], None] | None = None
 
+    def adopt(self, columns: Callable[[], Sequence[Ints]], n: int, unchecked: Callable[[], None] | None) -> None:
+        """Take a load's ``n`` chunks: ``columns()`` gives their index, start, end, start_line
+        and end_line columns, checked; ``unchecked()`` checks their bounds."""
+        self._loaded = columns
+        self._n_loaded = n
+        self.unchecked = unchecked
+
     def __len__(self) -> int:
         return len(self.doc)
+
+    def _columns(self) -> list[array[int]]:
+        loaded = self._loaded
+        if loaded is not None:
+            whole = [copy_array(col.typecode, view) for col, view in zip(self._cols, loaded())]
+            for col, added in zip(whole, self._cols):
+                col.extend(added)
+            self._cols = whole
+            self._loaded = None
+        return self._cols
+
+    @property
+    def index(self) -> array[int]:
+        return self._columns()[0]
 
     @property
     def start(self) -> array[int]:
         if self.unchecked is not None:
             self._check()
-        return self._start
-
-    @start.setter
-    def start(self, values: array[int]) -> None:
-        self._start = values
+        return self._columns()[1]
 
     @property
     def end(self) -> array[int]:
         if self.unchecked is not None:
             self._check()
-        return self._end
+        return self._columns()[2]
 
-    @end.setter
-    def end(self, values: array[int]) -> None:
-        self._end = values
+    @property
+    def start_line(self) -> array[int]:
+        return self._columns()[3]
+
+    @property
+    def end_line(self) -> array[int]:
+        return self._columns()[4]
 
     def _check(self) -> None:
         assert self.unchecked is not None
         self.unchecked()
         self.unchecked = None
 
-    def bounds_since(self, first: int, cids: Sequence[int]) -> tuple[list[int], list[int]]:
-        """The starts and ends of chunks ``cids``, all ``first`` or later (added since a load:
-        the loaded ones' checks need not run)."""
+    def added_rows(self, first: int, cids: Sequence[int]) -> list[list[int]]:
+        """Index, start, end, start_line and end_line of chunks ``cids``, all ``first``
+        or later (added since a load: the loaded ones need not be read nor checked)."""
         if any(cid < first for cid in cids):
             raise ValueError(f"a chunk before {first} was asked for")
-        return list(map(self._start.__getitem__, cids)), list(map(self._end.__getitem__, cids))
+        base = self._n_loaded if self._loaded is not None else 0
+        at = [cid - base for cid in cids]
+        return [list(map(col.__getitem__, at)) for col in self._cols]
 
     def append(
         self, doc: Doc, index: int, start: int, end: int, start_line: int, end_line: int, section: str | None
     ) -> int:
         cid = len(self.doc)
         self.doc.append(doc)
-        self.index.append(index)
-        self._start.append(start)
-        self._end.append(end)
-        self.start_line.append(start_line)
-        self.end_line.append(end_line)
+        cols = self._cols
+        cols[0].append(index)
+        cols[1].append(start)
+        cols[2].append(end)
+        cols[3].append(start_line)
+        cols[4].append(end_line)
         self.section.append(section)
         return cid
 
@@ -346,11 +372,12 @@ class ChunkTable:
         start_line and end_line of each; returns the first one's id."""
         first = len(self.doc)
         self.doc.extend(docs)
-        self.index.extend(index)
-        self._start.extend(bounds[0::4])
-        self._end.extend(bounds[1::4])
-        self.start_line.fromlist(bounds[2::4].tolist())
-        self.end_line.fromlist(bounds[3::4].tolist())
+        cols = self._cols
+        cols[0].extend(index)
+        cols[1].extend(bounds[0::4])
+        cols[2].extend(bounds[1::4])
+        cols[3].fromlist(bounds[2::4].tolist())
+        cols[4].fromlist(bounds[3::4].tolist())
         self.section.extend(sections)
         return first
 

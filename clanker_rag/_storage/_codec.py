@@ -175,6 +175,8 @@ class Snapshot(NamedTuple):
     blocks: BlockCheck | None = None
     # A loaded snapshot's chunk-bound checks (run before the bounds are first read).
     bounds: ChunkBounds | None = None
+    # Chunk columns (by ChunkColumns name) whose blocks are checked when first read, not at load.
+    unchecked_columns: dict[str, PartCheck] | None = None
 
 
 class Segment(NamedTuple):
@@ -521,8 +523,11 @@ def _read_v3(
 
     post = body["postings"]
     tables = body.get("tables")
+    # A lazily checked segment's chunk columns but the lengths (which a load copies) are checked
+    # when first read (see ChunkBounds); the other parts here are read whole at load.
+    later = {k: v for k, v in cols.items() if k not in ("section", "length")} if lazy and blocks is not None else {}
     if blocks is not None:  # the parts read whole at load: O(chunks + terms)
-        parts = [*(v for k, v in cols.items() if k != "section"), post.get("maxes"), post["offsets"]]
+        parts = [*(v for k, v in cols.items() if k != "section" and k not in later), post.get("maxes"), post["offsets"]]
         for ref in [*parts, body.get("orders", {}).get("offsets")]:
             if ref is not None:
                 blocks.check(ref[0], ref[0] + ref[1])
@@ -595,7 +600,15 @@ def _read_v3(
         body["stats"]["total_length"],
         body.get("created_by", ""),
         blocks=blocks,
+        unchecked_columns={_COLUMNS[k]: blocks.part(v) for k, v in later.items()} if blocks is not None else None,
     )
+
+
+# The chunk columns' names in a segment body, and in ChunkColumns.
+_COLUMNS = {
+    "source": "source", "index": "ordinal", "start": "start", "end": "end", "start_line": "start_line",
+    "end_line": "end_line", "length": "length",
+}  # fmt: skip
 
 
 def _read_tables(
@@ -698,7 +711,7 @@ def _check(snap: Snapshot, where: str, *, lazy: bool = False) -> Snapshot:
         and (firsts[0] != 0 or firsts[len(chars)] != n or any(map(gt, firsts[:-1], firsts[1:])))
     ):
         raise IndexFormatError(f"{where}: sources.first_chunks do not match the chunk table")
-    bounds = ChunkBounds(cols, snap.sources, where)
+    bounds = ChunkBounds(cols, snap.sources, where, snap.unchecked_columns)
     if not lazy:
         bounds()
         if sum(cols.length) != snap.total_length:
@@ -726,31 +739,43 @@ def _check(snap: Snapshot, where: str, *, lazy: bool = False) -> Snapshot:
 
 
 class ChunkBounds:
-    """The chunk table's checks that cost O(chunks) in Python: every chunk's source
-    exists and its text range lies inside that source's text.  Run once, before
-    the bounds are first read (at load for an eagerly checked segment)."""
+    """The chunk table's checks that cost O(chunks): the blocks of the columns not
+    checked at load (a lazily checked segment's), and in Python, that every
+    chunk's source exists and its text range lies inside that source's text.
+    Each runs once, before what it vouches for is first read."""
 
-    __slots__ = ("_cols", "_done", "_sources", "where")
+    __slots__ = ("_cols", "_done", "_sources", "_unchecked", "where")
 
-    def __init__(self, cols: ChunkColumns, sources: SourceColumns, where: str) -> None:
-        # (the chunk columns' blocks were checked at load: the knowledge base copies them)
+    def __init__(
+        self, cols: ChunkColumns, sources: SourceColumns, where: str, unchecked: dict[str, PartCheck] | None
+    ) -> None:
         self._cols = cols
         self._sources = sources
+        self._unchecked = dict(unchecked or {})
         self._done = False
         self.where = where
+
+    def columns(self, *names: str) -> list[Ints]:
+        """The columns ``names`` (of :class:`ChunkColumns`), their blocks checked."""
+        for name in names:
+            check = self._unchecked.pop(name, None)
+            if check is not None:
+                check(0, len(getattr(self._cols, name)) * getattr(self._cols, name).itemsize)
+        return [getattr(self._cols, name) for name in names]
 
     def __call__(self) -> None:
         if self._done:
             return
-        cols, where = self._cols, self.where
+        where = self.where
+        source, start, end = self.columns("source", "start", "end")
         texts = self._sources.texts
         if isinstance(texts, SourceStore):
             texts.check_chars()  # the lengths, block-checked
         chars = self._sources.chars
-        n = len(cols.source)
-        if n and (min(cols.source) < 0 or max(cols.source) >= len(chars)):
+        n = len(source)
+        if n and (min(source) < 0 or max(source) >= len(chars)):
             raise IndexFormatError(f"{where}: a chunk points at a source that does not exist")
-        ends = map(chars.__getitem__, cols.source)
-        if n and (min(cols.start) < 0 or any(map(gt, cols.start, cols.end)) or any(map(gt, cols.end, ends))):
+        ends = map(chars.__getitem__, source)
+        if n and (min(start) < 0 or any(map(gt, start, end)) or any(map(gt, end, ends))):
             raise IndexFormatError(f"{where}: a chunk lies outside its source text")
         self._done = True

@@ -129,6 +129,12 @@ DAMAGED = [
     ("sources.first_chunks", 8, ITEM + 1, search),
     ("sources.text_blocks.offsets", 8, 1, read_its_text),
     ("sources.text_blocks.starts", 8, 1, read_its_text),
+    ("chunks.source", 4, 5, search),
+    ("chunks.index", 4, 5, search),
+    ("chunks.start", 8, 5, search),
+    ("chunks.end", 8, 5, search),
+    ("chunks.start_line", 4, 5, search),
+    ("chunks.end_line", 4, 5, search),
 ]
 
 
@@ -140,9 +146,10 @@ def test_a_flipped_bit_in_a_lazily_checked_column_fails_when_first_read(folder, 
         use(kb)
 
 
-def test_a_commit_that_does_not_read_a_damaged_column_succeeds_and_the_damage_stays_found(folder, monkeypatch):
+@pytest.mark.parametrize("part", ["sources.text_offsets", "chunks.start"])
+def test_a_commit_that_does_not_read_a_damaged_column_succeeds_and_the_damage_stays_found(folder, monkeypatch, part):
     monkeypatch.setattr(_segments, "POLICY", _segments.Policy(full_share=0.9, full_below=0))  # a cheap commit
-    flip(folder, "sources.text_offsets", ITEM + 1, 8)
+    flip(folder, part, ITEM + 1, 8)
     kb = KnowledgeBase.load(folder)
     kb.add_text("a new note", "note.md")
     kb.remove(NAMES[3])
@@ -150,7 +157,13 @@ def test_a_commit_that_does_not_read_a_damaged_column_succeeds_and_the_damage_st
     again = KnowledgeBase.load(folder)
     assert "note.md" in again and NAMES[3] not in again
     with pytest.raises(IndexFormatError, match="checksum mismatch in block"):
-        read_its_text(again)
+        read_its_text(again) if part.startswith("sources") else search(again)
+
+
+def test_a_flipped_bit_in_the_chunk_lengths_fails_at_load(folder):
+    flip(folder, "chunks.length", 5, 4)  # copied at load: the statistics
+    with pytest.raises(IndexFormatError, match="checksum mismatch in block"):
+        KnowledgeBase.load(folder)
 
 
 def swap(i: int) -> Callable[[array[Any]], None]:
