@@ -63,6 +63,8 @@ __all__ = [
 Ints = Union["array[int]", "memoryview[int]"]
 Floats = Union["array[float]", "memoryview[float]"]
 _LITTLE = sys.byteorder == "little"
+# Reads of a big segment's term dictionary checked block by block before it is checked whole.
+CHECKED_READS = 4096
 
 
 def copy_array(typecode: str, values: Ints | Floats) -> array[Any]:
@@ -207,7 +209,7 @@ class TermDictionary:
     against 48 ms with 64 and 67 ms with none.
     """
 
-    __slots__ = ("_checks", "_fence", "_fences", "_offsets", "_sorted", "_text")
+    __slots__ = ("_budget", "_checks", "_fence", "_fences", "_offsets", "_sorted", "_text", "where")
 
     def __init__(
         self,
@@ -216,6 +218,7 @@ class TermDictionary:
         sorted_ids: Ints,
         fence: int = 1024,
         checks: tuple[PartCheck, PartCheck, PartCheck] | None = None,
+        where: str = "index",
     ) -> None:
         self._fence = fence
         self._text = text
@@ -224,22 +227,48 @@ class TermDictionary:
         self._fences: list[str] | None = None
         # A big segment's block checks of the text, offsets and sorted ids, by item.
         self._checks = checks
+        self._budget = CHECKED_READS
+        self.where = where
 
     def __len__(self) -> int:
         return len(self._sorted)
 
     def term(self, tid: int) -> str:
         if self._checks is not None:
-            self._check_whole()
+            return self._checked_term(tid)
         offsets = self._offsets
         return str(self._text[offsets[tid] : offsets[tid + 1]], "utf-8", "surrogatepass")
 
     def __getitem__(self, rank: int) -> str:
         """The ``rank``-th term in sorted order (what :func:`bisect_left` reads)."""
+        checks = self._checks
+        if checks is not None:
+            checks[2](rank, rank + 1)
         return self.term(self._sorted[rank])
 
+    def _checked_term(self, tid: int) -> str:
+        """Term ``tid``, its blocks checked first: a commit looks up a note's hundred terms,
+        whose binary searches read under half the dictionary's blocks (at 584k terms, 99 of
+        229 for 54 terms), while the fences a search bisects lie in every block.  After
+        ``CHECKED_READS`` such reads the dictionary is checked whole and read unchecked."""
+        assert self._checks is not None
+        self._budget -= 1
+        if self._budget < 0:
+            self._check_whole()
+            return self.term(tid)
+        text_check, offsets_check, _ = self._checks
+        text, offsets = self._text, self._offsets
+        if not 0 <= tid < len(self._sorted):
+            raise IndexFormatError(f"{self.where}: the term dictionary names a term that does not exist")
+        offsets_check(tid, tid + 2)
+        a, b = offsets[tid], offsets[tid + 1]
+        if not 0 <= a <= b <= len(text):
+            raise IndexFormatError(f"{self.where}: the term dictionary's offsets do not match its text")
+        text_check(a, b)
+        return str(text[a:b], "utf-8", "surrogatepass")
+
     def _check_whole(self) -> None:
-        # Checked whole on first use (O(terms), once): a search decodes terms all over it.
+        # Checked whole (O(terms), once): a search decodes terms all over it.
         assert self._checks is not None
         for check, part in zip(self._checks, (self._text, self._offsets, self._sorted)):
             check(0, len(part))
@@ -259,6 +288,9 @@ class TermDictionary:
     def find(self, term: str) -> int | None:
         """The id of ``term``, or None."""
         n = len(self._sorted)
+        if self._checks is not None:  # each read checked: no fences (see _checked_term)
+            i = bisect_left(self, term)
+            return self._sorted[i] if i < n and self[i] == term else None
         fences = self._fences
         if fences is None:
             fences = self._fences = list(map(self.__getitem__, range(0, n, self._fence)))
@@ -543,6 +575,7 @@ def _read_v3(
         checks=None
         if blocks is None
         else (blocks.part(d["text"]), blocks.part(d["offsets"], 8), blocks.part(d["sorted"], 4)),
+        where=f"{where}: dictionary",
     )
     dictionary.check(where)
     if post.get("impacts") is None:  # a format 4 segment after the first: term frequencies only

@@ -210,3 +210,29 @@ def test_statistics_that_do_not_match_the_chunk_lengths_fail_at_load(folder):
     forge(folder, "chunks.length", "i", set_item(3, lambda v: v[3] + 1))
     with pytest.raises(IndexFormatError, match="statistics do not match"):
         KnowledgeBase.load(folder)
+
+
+def test_a_flipped_bit_in_the_term_dictionary_fails_when_a_commit_looks_the_term_up(folder):
+    term = KnowledgeBase.load(folder)._idx.terms[10]
+    path, body, _ = segment(folder)
+    start = ref(body, "dictionary.text")[0]
+    offsets = array("q", path.read_bytes()[slice(*(lambda r: (r[0], r[0] + r[1]))(ref(body, "dictionary.offsets")))])
+    data = bytearray(path.read_bytes())
+    data[start + offsets[10]] ^= 0x01
+    path.write_bytes(data)
+    kb = KnowledgeBase.load(folder)
+    with pytest.raises(IndexFormatError, match="checksum mismatch in block"):
+        kb.add_text(f"a note that names {term}", "note.md")
+
+
+@pytest.mark.parametrize("reads", [0, 5, 10_000])
+def test_term_lookups_find_the_same_ids_checked_read_by_read_or_whole(folder, monkeypatch, reads):
+    from clanker_rag._storage import _codec
+
+    reference = KnowledgeBase.load(folder)
+    words = [reference._idx.terms[tid] for tid in range(len(reference._idx.terms))] + ["zzz", "", "qqqq", "alpha9zz"]
+    monkeypatch.setattr(_codec, "CHECKED_READS", reads)
+    kb = KnowledgeBase.load(folder)
+    saved = kb._idx.terms.saved
+    assert [saved.find(w) for w in words] == [*range(len(words) - 4), None, None, None, None]
+    assert [saved.term(tid) for tid in range(len(saved))] == words[:-4]
