@@ -156,13 +156,15 @@ def replay(seg: _codec.Segment, ct: ChunkTable, index: InvertedIndex, put: Calla
     renumber = array("i", repeat(-1, len(cols.source)))
     live: list[int] = []
     per_chunk: list[Doc] = []
+    names = list(src.names)  # decoded together (a merged tail segment holds tens of thousands)
+    base = len(ct)
     for number in range(len(src.chars)):
         if number in deleted:
             continue
         run = range(firsts[number], firsts[number + 1])
-        start = len(ct) + len(live)
+        start = base + len(live)
         doc = Doc(
-            src.names[number],
+            names[number],
             None if isinstance(texts, _codec.SourceStore) else str(texts[number]),
             src.metadata[number],
             None if isinstance(fps, _codec.SourceStore) else fps[number],

@@ -233,6 +233,13 @@ def test_term_lookups_find_the_same_ids_checked_read_by_read_or_whole(folder, mo
     words = [reference._idx.terms[tid] for tid in range(len(reference._idx.terms))] + ["zzz", "", "qqqq", "alpha9zz"]
     monkeypatch.setattr(_codec, "CHECKED_READS", reads)
     kb = KnowledgeBase.load(folder)
-    saved = kb._idx.terms.saved
-    assert [saved.find(w) for w in words] == [*range(len(words) - 4), None, None, None, None]
+    terms = kb._idx.terms
+    assert isinstance(terms, _codec.TermList)
+    saved = terms.saved
+    expected = [*range(len(words) - 4), None, None, None, None]
+    assert [saved.find(w) for w in words] == expected
     assert [saved.term(tid) for tid in range(len(saved))] == words[:-4]
+    # Looked up in bulk (a tail segment's replay), in any order, and decoded all at once.
+    monkeypatch.setattr(_codec, "BULK_SHARE", 1)
+    assert saved.find_all(words[::-1]) == expected[::-1]
+    assert saved.all() == list(terms) == words[:-4]
