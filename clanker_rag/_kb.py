@@ -815,7 +815,10 @@ class KnowledgeBase:
         n_sources = len(src.chars)
         # Each source's chunks: a run of chunk ids, as saves lay them out
         # (a list per source otherwise).
-        c_src = cols.source
+        bounds = snap.bounds
+        assert bounds is not None  # (a loaded snapshot's)
+        # Without saved runs, the chunks' source column is read whole here: its blocks checked first.
+        c_src = cols.source if src.first_chunks is not None else bounds.columns("source")[0]
         firsts = src.first_chunks if src.first_chunks is not None else _codec.first_chunks(c_src, n_sources)
         lists: list[list[int]] | None = None
         if firsts is None:
@@ -829,8 +832,6 @@ class KnowledgeBase:
         ct.doc = ChunkDocs(kb._loaded)
         # The chunk table is small beside the postings (about 30 bytes a
         # chunk) and grows with adds: it is copied when first read, the postings are not.
-        bounds = snap.bounds
-        assert bounds is not None  # (a loaded snapshot's)
         ct.adopt(lambda: bounds.columns("ordinal", "start", "end", "start_line", "end_line"), len(c_src), bounds)
         ct.section = cols.section
         kb._idx = InvertedIndex.from_packed(kb.bm25, snap.postings, cols.length, where=where)
