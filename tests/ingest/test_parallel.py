@@ -10,7 +10,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import textwrap
 import threading
 import time
@@ -363,7 +362,12 @@ def test_parallel_ingest_killed_outright_leaves_no_worker_no_lock_no_spool(tmp_p
         with KnowledgeBase.edit({str(index)!r}) as kb:
             kb.ingest({str(tree)!r}, index_path={str(index)!r}, checkpoint_files=10, jobs=3, progress=False)
     """)
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120)
+    # The ingest gets a temp folder of its own, so that the spool check below
+    # sees only this ingest's spool, not those of other ingests on the machine.
+    own_tmp = tmp_path / "tmp"
+    own_tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(own_tmp)}
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120, env=env)
     assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
     workers = [int(line) for line in pids.read_text().split()]
     assert len(workers) == 2
@@ -371,11 +375,7 @@ def test_parallel_ingest_killed_outright_leaves_no_worker_no_lock_no_spool(tmp_p
     while time.monotonic() < deadline and any(alive(pid) for pid in workers):
         time.sleep(0.05)
     assert not any(alive(pid) for pid in workers), "a worker outlived the killed ingest"
-    assert not [
-        p
-        for p in Path(tempfile.gettempdir()).glob("clanker-rag-ingest-*")
-        if p.stat().st_uid == os.getuid() and p.stat().st_mtime > time.time() - 60
-    ], "the spool folder was left behind"
+    assert not list(own_tmp.glob("clanker-rag-ingest-*")), "the spool folder was left behind"
     saved = KnowledgeBase.load(index)
     assert len(saved.sources()) == 30  # three checkpoints of ten files
     with KnowledgeBase.edit(index, timeout=2) as kb:  # no worker keeps the lock
