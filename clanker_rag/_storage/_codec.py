@@ -722,7 +722,7 @@ def _read_v3(
             view(post["maxes"], "f", "postings.maxes"),
             view(orders["offsets"], "q", "orders.offsets"),
             view(orders["positions"], "i", "orders.positions"),
-            _read_tables(tables, body["stats"]["chunks"], view, blocks),
+            _read_tables(tables, post, body["stats"]["chunks"], view, blocks),
             checks=None
             if blocks is None
             else PostingChecks(
@@ -748,17 +748,22 @@ def _read_v3(
 
 
 def _read_tables(
-    tables: Any, n_chunks: int, view: Callable[[Any, str, str], Any], blocks: BlockCheck | None
+    tables: Any,
+    post: dict[str, Any],
+    n_chunks: int,
+    view: Callable[[Any, str, str], Any],
+    blocks: BlockCheck | None,
 ) -> LookupTables | None:
     if tables is None:  # saved before tables existed
         return None
+    old = "slot_impacts" in tables  # formats 3-5 saved each slot table's impacts again
     checks = None
     if blocks is not None:
         checks = (
             blocks.part(tables["dense"], 4),
             blocks.part(tables["slots"], 2),
-            blocks.part(tables["slot_impacts"], 4),
-            blocks.part(tables["slot_offsets"], 8),
+            blocks.part(tables["slot_impacts"] if old else post["impacts"], 4),
+            blocks.part(tables["slot_offsets"] if old else [0, 0], 8),
         )
     return LookupTables(
         n_chunks,
@@ -766,8 +771,10 @@ def _read_tables(
         view(tables["dense"], "f", "tables.dense"),
         view(tables["slot_terms"], "i", "tables.slot_terms"),
         view(tables["slots"], "H", "tables.slots"),
-        view(tables["slot_impacts"], "f", "tables.slot_impacts"),
-        view(tables["slot_offsets"], "q", "tables.slot_offsets"),
+        view(post["impacts"], "f", "postings.impacts"),
+        view(post["offsets"], "q", "postings.offsets"),
+        view(tables["slot_impacts"], "f", "tables.slot_impacts") if old else None,
+        view(tables["slot_offsets"], "q", "tables.slot_offsets") if old else None,
         checks,
     )
 

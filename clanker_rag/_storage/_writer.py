@@ -11,7 +11,6 @@ from __future__ import annotations
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import accumulate, compress, repeat
-from operator import floordiv
 from pathlib import Path
 from typing import Any
 
@@ -139,14 +138,12 @@ def _bytes_of(arrays: Iterable[array[Any]]) -> Iterator[memoryview]:
 
 
 def _write_tables(blob: _store.Blob, parts: TableParts) -> dict[str, Any]:
-    impacts_ref, byte_offsets = blob.run(_bytes_of(parts.slot_impacts))
+    # Format 6: a slot table's impacts are its list's (postings.impacts), not saved again.
     return {
         "dense_terms": blob.array(parts.dense_terms, "i"),
         "dense": blob.run(_bytes_of(parts.dense))[0],
         "slot_terms": blob.array(parts.slot_terms, "i"),
         "slots": blob.run(_bytes_of(parts.slots))[0],
-        "slot_impacts": impacts_ref,
-        "slot_offsets": blob.array(array("q", map(floordiv, byte_offsets, repeat(4))), "q"),
     }
 
 
