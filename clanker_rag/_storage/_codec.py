@@ -32,6 +32,7 @@ from typing import Any, NamedTuple, Union, cast
 from .._exceptions import IndexFormatError
 from . import _segments, _store
 from ._impact_tables import LookupTables, check_tables
+from ._order_column import WideOrders, read_orders
 from ._segments import BlockCheck, PartCheck, SegmentRecord
 from ._texts import BlockTexts
 from ._tf_column import extend_ints, tf_type
@@ -94,6 +95,8 @@ class Postings(NamedTuple):
     scored: bool = True
     # A big segment's block checks, run before a list or an order is first read.
     checks: PostingChecks | None = None
+    # Format 6: the orders of lists over 65,536 postings, apart (``positions`` holds the rest, uint16).
+    wide_orders: WideOrders | None = None
 
 
 class PostingChecks(NamedTuple):
@@ -712,7 +715,7 @@ def _read_v3(
             ),
         )
     else:
-        orders = body["orders"]
+        orders = read_orders(body["orders"], view, where, None if blocks is None else blocks.part)
         postings = Postings(
             TermList(dictionary, []),
             view(post["offsets"], "q", "postings.offsets"),
@@ -720,8 +723,8 @@ def _read_v3(
             view(post["tfs"], tf_type(post, where), "postings.tfs"),
             view(post["impacts"], "f", "postings.impacts"),
             view(post["maxes"], "f", "postings.maxes"),
-            view(orders["offsets"], "q", "orders.offsets"),
-            view(orders["positions"], "i", "orders.positions"),
+            orders.offsets,
+            orders.positions,
             _read_tables(tables, post, body["stats"]["chunks"], view, blocks),
             checks=None
             if blocks is None
@@ -730,9 +733,10 @@ def _read_v3(
                 blocks.part(post["chunks"], 4),
                 blocks.part(post["tfs"], array(tf_type(post, where)).itemsize),
                 blocks.part(post["impacts"], 4),
-                blocks.part(orders["offsets"], 8),
-                blocks.part(orders["positions"], 4),
+                blocks.part(body["orders"]["offsets"], 8),
+                blocks.part(orders.ref, orders.positions.itemsize),
             ),
+            wide_orders=orders.wide,
         )
     return Snapshot(
         body["analyzer"],
@@ -867,7 +871,8 @@ def _check(snap: Snapshot, where: str) -> None:
         raise IndexFormatError(f"{where}: postings tables have inconsistent lengths")
     if post.order_offsets is not None and post.positions is not None:
         oo = post.order_offsets
-        if len(oo) != n_terms + 1 or oo[0] != 0 or oo[n_terms] != len(post.positions):
+        wide = 0 if post.wide_orders is None else len(post.wide_orders.positions)
+        if len(oo) != n_terms + 1 or oo[0] != 0 or oo[n_terms] != len(post.positions) + wide:
             raise IndexFormatError(f"{where}: impact orders have the wrong length")
     if post.tables is not None:
         if post.tables.n_chunks != n:

@@ -26,6 +26,7 @@ from ._codec import (
     first_chunks,
 )
 from ._impact_tables import TableParts, build_tables
+from ._order_column import order_parts
 from ._segments import SegmentRecord
 from ._texts import write_texts
 from ._tf_column import tf_part
@@ -125,10 +126,7 @@ def write_segment(folder: Path, snap: Snapshot, *, scored: bool) -> SegmentRecor
         assert post.maxes is not None and post.order_offsets is not None and post.positions is not None
         body["postings"]["impacts"] = blob.array(post.impacts, "f")
         body["postings"]["maxes"] = blob.array(post.maxes, "f")
-        body["orders"] = {
-            "offsets": blob.array(post.order_offsets, "q"),
-            "positions": blob.array(post.positions, "i"),
-        }
+        body["orders"] = order_parts(blob, post.positions, post.order_offsets)
         body["tables"] = _write_tables(blob, build_tables(post.offsets, post.chunks, post.impacts, len(cols.source)))
     return _segments.write_segment(folder, body, blob)
 
