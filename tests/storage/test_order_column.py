@@ -126,6 +126,6 @@ def test_a_saved_index_keeps_short_orders_as_uint16(tmp_path):
     build([" ".join(VOCAB[:4])] * 40).save(tmp_path)
     (segment,) = json.loads((tmp_path / "index.json").read_text())["body"]["segments"]
     postings = read(tmp_path).segments[0].snap.postings
-    assert postings.positions is not None and postings.positions.format == "H"
+    assert isinstance(postings.positions, memoryview) and postings.positions.format == "H"
     assert postings.wide_orders is not None and postings.wide_orders.terms == []
     assert Path(tmp_path, segment["file"]).stat().st_size == segment["size"]
