@@ -55,13 +55,16 @@ __all__ = [
 
 # Lists holding at least 1/STORED_SHARE of the chunks get a table: 2 bytes a
 # chunk each, whatever the list's length, so the many lists just above the
-# floor cost most of the bytes.  Measured on 225k chunks (bench_scale.py):
-# 1/64 gave 1.6x the cold queries/s of no saved tables, 1/32 1.45x; the data
-# file grows by about 2 bytes a chunk for each table (390 MB of 1,045 there).
-# 1/8 takes the stdlib corpus's tables from 53 to 7 MB and the 225k folder to
-# 426 MiB, but cost 40 % of the cold queries/s at 225k (12 % at 30k), the lists
-# between built at query time again and again (bench/results/h28size.md).
-STORED_SHARE = 64
+# floor cost most of the bytes (about 800 tables at 1/64 on either benchmark
+# corpus).  With the lists below the floor built at query time into the 16 MB
+# budget beside saved tables (``_lookups``), 1/32 costs nothing against 1/64:
+# at 225k chunks cold CPU per query 3.5 against 3.7 ms (median of 6 fresh
+# processes each, load 7-8), 499 against 550 MB resident, 546 against 746 MB
+# on disk; at 30k chunks 1.4 % fewer instructions (callgrind, 500 cold
+# queries), 71 against 98 MB.  1/16 cost 22 % of the cold CPU at 225k (37 %
+# more instructions at 30k) for 442 MB (bench/results/h28tables.md); 1/8, 40 %
+# (bench/results/h28size.md).
+STORED_SHARE = 32
 # Short lists are cheap to search and to turn into a table at query time.
 STORED_MIN = 256
 # uint16 slots number positions 1..65535.
