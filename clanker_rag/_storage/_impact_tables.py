@@ -58,11 +58,11 @@ __all__ = [
 # floor cost most of the bytes (about 800 tables at 1/64 on either benchmark
 # corpus).  With the lists below the floor built at query time into the 16 MB
 # budget beside saved tables (``_lookups``), 1/32 costs nothing against 1/64:
-# at 225k chunks cold CPU per query 3.5 against 3.7 ms (median of 6 fresh
-# processes each, load 7-8), 499 against 550 MB resident, 546 against 746 MB
+# at 225k chunks cold CPU per query 3.50 against 3.56 ms (medians of 9 fresh
+# processes each, load 7-9), 499 against 550 MB resident, 545 against 711 MiB
 # on disk; at 30k chunks 1.4 % fewer instructions (callgrind, 500 cold
-# queries), 71 against 98 MB.  1/16 cost 22 % of the cold CPU at 225k (37 %
-# more instructions at 30k) for 442 MB (bench/results/h28tables.md); 1/8, 40 %
+# queries), 71 against 93 MiB.  1/16 cost 27 % of the cold CPU at 225k (37 %
+# more instructions at 30k) for 442 MiB (bench/results/h28tables.md); 1/8, 40 %
 # (bench/results/h28size.md).
 STORED_SHARE = 32
 # Short lists are cheap to search and to turn into a table at query time.
