@@ -190,7 +190,9 @@ class InvertedIndex:
         if postings.maxes is not None:
             index.maxes = copy_array("f", postings.maxes)
         if postings.order_offsets is not None and postings.positions is not None:
-            index.orders.packed = PackedOrders(postings.order_offsets, postings.positions, index.gen, checks=checks)
+            index.orders.packed = PackedOrders(
+                postings.order_offsets, postings.positions, index.gen, checks=checks, wide=postings.wide_orders
+            )
         if postings.tables is not None:
             index.base_tables = StoredTables(postings.tables, where)
             index.lookups.use_saved(index.base_tables, index.gen)

@@ -20,6 +20,7 @@ from typing import NamedTuple
 from .._exceptions import IndexFormatError
 from .._storage._codec import Floats, Ints, PostingChecks, Postings, TermList
 from .._storage._lists import lengths_of, without_empty_lists
+from .._storage._order_column import WideOrders, widened
 
 __all__ = ["BaseStats", "PackedLists", "PackedOrders", "TermLists", "packed_postings"]
 
@@ -107,15 +108,29 @@ class PackedLists:
 
 
 class PackedOrders:
-    """Packed impact orders: term ``t``'s is ``positions[offsets[t]:offsets[t + 1]]`` (empty: none saved)."""
+    """Packed impact orders: term ``t``'s is ``positions[offsets[t]:offsets[t + 1]]`` (empty: none saved).
 
-    __slots__ = ("checks", "gen", "offsets", "positions")
+    A format 6 load's ``positions`` are uint16 and hold only the orders of lists
+    of at most 65,536 postings; ``wide`` holds the others (see
+    ``_storage._order_column``), and ``offsets`` still count every order.
+    """
 
-    def __init__(self, offsets: Ints, positions: Ints, gen: int, *, checks: PostingChecks | None = None) -> None:
+    __slots__ = ("checks", "gen", "offsets", "positions", "wide")
+
+    def __init__(
+        self,
+        offsets: Ints,
+        positions: Ints,
+        gen: int,
+        *,
+        checks: PostingChecks | None = None,
+        wide: WideOrders | None = None,
+    ) -> None:
         self.positions: Ints = memoryview(positions)
         self.offsets: Ints = memoryview(offsets)
         self.gen = gen
         self.checks = checks
+        self.wide = wide
 
     def has(self, tid: int) -> bool:
         """Whether an order of the term is saved here."""
@@ -125,6 +140,13 @@ class PackedOrders:
     def read(self, tid: int, length: int) -> Ints:
         """The term's saved order (a list of ``length`` postings), checked on the way."""
         start = self.offsets[tid]
+        wide = self.wide
+        if wide is not None:
+            apart, start = wide.locate(tid, start)
+            if apart:
+                if wide.check is not None:
+                    wide.check(start, start + length)
+                return wide.positions[start : start + length]
         if self.checks is not None:
             self.checks.positions(start, start + length)
         # Read in place.  Not range-checked here: the checksum vouches for
@@ -133,7 +155,13 @@ class PackedOrders:
 
     def hint(self, tid: int) -> Ints:
         """The term's saved order as it is, for a list that may have changed since."""
-        return self.positions[self.offsets[tid] : self.offsets[tid + 1]]
+        return self.read(tid, self.offsets[tid + 1] - self.offsets[tid])
+
+    def whole(self) -> Ints:
+        """Every order as int32, laid end to end at :attr:`offsets` (a copy when some are narrow)."""
+        if self.wide is None:
+            return self.positions
+        return widened(self.positions, self.offsets, self.wide)
 
     def lengths(self) -> Iterable[int]:
         return lengths_of(self.offsets)
@@ -151,11 +179,13 @@ def packed_postings(
     filled in ``maxes`` from the impacts.
     """
     docs, tfs, imps, offsets = lists.docs, lists.tfs, lists.imps, lists.offsets
-    positions, order_offsets = orders.positions, orders.offsets
+    order_offsets = orders.offsets
     checks = lists.checks
     if checks is not None and orders.checks is checks:  # a save copies them whole: check them whole
-        for check, part in zip(checks, (offsets, docs, tfs, imps, order_offsets, positions)):
+        for check, part in zip(checks, (offsets, docs, tfs, imps, order_offsets, orders.positions)):
             check(0, len(part))
+        if orders.wide is not None and orders.wide.check is not None:
+            orders.wide.check(0, len(orders.wide.positions))
     lengths = array("q", lengths_of(offsets))
     order_lengths = array("q", lengths_of(order_offsets))
     ordered = (n if n > order_min else 0 for n in lengths)  # what each list's order must hold
@@ -165,5 +195,5 @@ def packed_postings(
         for tid in [tid for tid, mx in enumerate(maxes) if mx < 0]:
             a, b = offsets[tid], offsets[tid + 1]
             maxes[tid] = max(imps[a:b]) if b > a else 0.0
-    packed = Postings(terms, offsets, docs, tfs, imps, maxes, order_offsets, positions)
+    packed = Postings(terms, offsets, docs, tfs, imps, maxes, order_offsets, orders.whole())
     return packed if all(lengths) else without_empty_lists(packed, lengths, order_lengths)

@@ -32,6 +32,7 @@ from typing import Any, NamedTuple, Union, cast
 from .._exceptions import IndexFormatError
 from . import _segments, _store
 from ._impact_tables import LookupTables, check_tables
+from ._order_column import WideOrders, read_orders
 from ._segments import BlockCheck, PartCheck, SegmentRecord
 from ._stored import NameIndex, Offsets, Pread, SourceNames, SourceStore, compressed_reader, strings
 from ._texts import BlockTexts
@@ -101,6 +102,8 @@ class Postings(NamedTuple):
     scored: bool = True
     # A big segment's block checks, run before a list or an order is first read.
     checks: PostingChecks | None = None
+    # Format 6: the orders of lists over 65,536 postings, apart (``positions`` holds the rest, uint16).
+    wide_orders: WideOrders | None = None
 
 
 class PostingChecks(NamedTuple):
@@ -629,7 +632,7 @@ def _read_v3(
             ),
         )
     else:
-        orders = body["orders"]
+        orders = read_orders(body["orders"], view, where, None if blocks is None else blocks.part)
         postings = Postings(
             TermList(dictionary, []),
             view(post["offsets"], "q", "postings.offsets"),
@@ -637,9 +640,9 @@ def _read_v3(
             view(post["tfs"], tf_type(post, where), "postings.tfs"),
             view(post["impacts"], "f", "postings.impacts"),
             view(post["maxes"], "f", "postings.maxes"),
-            view(orders["offsets"], "q", "orders.offsets"),
-            view(orders["positions"], "i", "orders.positions"),
-            _read_tables(tables, body["stats"]["chunks"], view, blocks),
+            orders.offsets,
+            orders.positions,
+            _read_tables(tables, post, body["stats"]["chunks"], view, blocks),
             checks=None
             if blocks is None
             else PostingChecks(
@@ -647,9 +650,10 @@ def _read_v3(
                 blocks.part(post["chunks"], 4),
                 blocks.part(post["tfs"], array(tf_type(post, where)).itemsize),
                 blocks.part(post["impacts"], 4),
-                blocks.part(orders["offsets"], 8),
-                blocks.part(orders["positions"], 4),
+                blocks.part(body["orders"]["offsets"], 8),
+                blocks.part(orders.ref, orders.positions.itemsize),
             ),
+            wide_orders=orders.wide,
         )
     return Snapshot(
         body["analyzer"],
@@ -673,17 +677,22 @@ _COLUMNS = {
 
 
 def _read_tables(
-    tables: Any, n_chunks: int, view: Callable[[Any, str, str], Any], blocks: BlockCheck | None
+    tables: Any,
+    post: dict[str, Any],
+    n_chunks: int,
+    view: Callable[[Any, str, str], Any],
+    blocks: BlockCheck | None,
 ) -> LookupTables | None:
     if tables is None:  # saved before tables existed
         return None
+    old = "slot_impacts" in tables  # formats 3-5 saved each slot table's impacts again
     checks = None
     if blocks is not None:
         checks = (
             blocks.part(tables["dense"], 4),
             blocks.part(tables["slots"], 2),
-            blocks.part(tables["slot_impacts"], 4),
-            blocks.part(tables["slot_offsets"], 8),
+            blocks.part(tables["slot_impacts"] if old else post["impacts"], 4),
+            blocks.part(tables["slot_offsets"] if old else [0, 0], 8),
         )
     return LookupTables(
         n_chunks,
@@ -691,8 +700,10 @@ def _read_tables(
         view(tables["dense"], "f", "tables.dense"),
         view(tables["slot_terms"], "i", "tables.slot_terms"),
         view(tables["slots"], "H", "tables.slots"),
-        view(tables["slot_impacts"], "f", "tables.slot_impacts"),
-        view(tables["slot_offsets"], "q", "tables.slot_offsets"),
+        view(post["impacts"], "f", "postings.impacts"),
+        view(post["offsets"], "q", "postings.offsets"),
+        view(tables["slot_impacts"], "f", "tables.slot_impacts") if old else None,
+        view(tables["slot_offsets"], "q", "tables.slot_offsets") if old else None,
         checks,
     )
 
@@ -790,7 +801,8 @@ def _check(snap: Snapshot, where: str, *, lazy: bool = False) -> Snapshot:
         raise IndexFormatError(f"{where}: postings tables have inconsistent lengths")
     if post.order_offsets is not None and post.positions is not None:
         oo = post.order_offsets
-        if len(oo) != n_terms + 1 or oo[0] != 0 or oo[n_terms] != len(post.positions):
+        wide = 0 if post.wide_orders is None else len(post.wide_orders.positions)
+        if len(oo) != n_terms + 1 or oo[0] != 0 or oo[n_terms] != len(post.positions) + wide:
             raise IndexFormatError(f"{where}: impact orders have the wrong length")
     if post.tables is not None:
         if post.tables.n_chunks != n:

@@ -12,8 +12,11 @@ from the mapped data file like the rest of the index:
 
 - a *slot table* for a list shorter than ``SLOT_LIMIT``: one uint16 per
   chunk, 1 + the chunk's position in the list (0 where the term is absent),
-  beside the list's impacts with a 0.0 in front, so ``impacts[slots[c]]`` is
-  the impact at chunk ``c``, 0.0 where absent: 2 bytes a chunk;
+  so ``impacts[slots[c]]``, with the list's impacts behind a 0.0, is the
+  impact at chunk ``c``, 0.0 where absent: 2 bytes a chunk.  Formats 3-5
+  saved those padded impacts beside the slots, a second copy of the list's
+  (35 of 809 MB at 225k chunks); format 6 copies the list's own impacts
+  behind a 0.0 when a table is first used (one memcpy of the list);
 - a *dense table* for a longer list: one float32 impact per chunk (0.0 where
   absent): 4 bytes a chunk.
 
@@ -52,13 +55,16 @@ __all__ = [
 
 # Lists holding at least 1/STORED_SHARE of the chunks get a table: 2 bytes a
 # chunk each, whatever the list's length, so the many lists just above the
-# floor cost most of the bytes.  Measured on 225k chunks (bench_scale.py):
-# 1/64 gave 1.6x the cold queries/s of no saved tables, 1/32 1.45x; the data
-# file grows by about 2 bytes a chunk for each table (390 MB of 1,045 there).
-# 1/8 takes the stdlib corpus's tables from 53 to 7 MB and the 225k folder to
-# 426 MiB, but cost 40 % of the cold queries/s at 225k (12 % at 30k), the lists
-# between built at query time again and again (bench/results/h28size.md).
-STORED_SHARE = 64
+# floor cost most of the bytes (about 800 tables at 1/64 on either benchmark
+# corpus).  With the lists below the floor built at query time into the 16 MB
+# budget beside saved tables (``_lookups``), 1/32 costs nothing against 1/64:
+# at 225k chunks cold CPU per query 3.50 against 3.56 ms (medians of 9 fresh
+# processes each, load 7-9), 499 against 550 MB resident, 545 against 711 MiB
+# on disk; at 30k chunks 1.4 % fewer instructions (callgrind, 500 cold
+# queries), 71 against 93 MiB.  1/16 cost 27 % of the cold CPU at 225k (37 %
+# more instructions at 30k) for 442 MiB (bench/results/h28tables.md); 1/8, 40 %
+# (bench/results/h28size.md).
+STORED_SHARE = 32
 # Short lists are cheap to search and to turn into a table at query time.
 STORED_MIN = 256
 # uint16 slots number positions 1..65535.
@@ -83,7 +89,9 @@ class LookupTables(NamedTuple):
 
     ``dense`` holds ``n_chunks`` impacts for each of ``dense_terms``, and
     ``slots`` ``n_chunks`` slots for each of ``slot_terms`` (term ids, both
-    ascending); term ``slot_terms[i]``'s impacts, with the leading 0.0, are
+    ascending).  Term ``t``'s list is ``impacts[offsets[t]:offsets[t + 1]]``
+    (the postings' own); formats 3-5 also saved term ``slot_terms[i]``'s
+    impacts with the leading 0.0 as
     ``slot_impacts[slot_offsets[i]:slot_offsets[i + 1]]``.
     """
 
@@ -92,9 +100,12 @@ class LookupTables(NamedTuple):
     dense: Floats
     slot_terms: Ints
     slots: Ints
-    slot_impacts: Floats
-    slot_offsets: Ints
-    # A big segment's block checks of dense, slots, slot_impacts and slot_offsets, by item.
+    impacts: Floats
+    offsets: Ints
+    slot_impacts: Floats | None = None
+    slot_offsets: Ints | None = None
+    # A big segment's block checks of dense, slots, the impacts a slot table reads
+    # (slot_impacts, else impacts) and slot_offsets, by item.
     checks: tuple[Check, Check, Check, Check] | None = None
 
 
@@ -119,28 +130,24 @@ class TableParts(NamedTuple):
     dense: list[array[float]]
     slot_terms: array[int]
     slots: list[array[int]]
-    slot_impacts: list[array[float]]
 
 
 def build_tables(offsets: Ints, chunks: Ints, impacts: Floats, n_chunks: int) -> TableParts:
     """The tables of the lists laid end to end in ``chunks``/``impacts`` (term
     ``t``'s is ``[offsets[t], offsets[t + 1])``) over ``n_chunks`` chunks."""
-    parts = TableParts(array("i"), [], array("i"), [], [])
+    parts = TableParts(array("i"), [], array("i"), [])
     chunk_view, impact_view = memoryview(chunks), memoryview(impacts)
     for tid, a, b in _pieces(offsets, n_chunks):
-        docs, imps = chunk_view[a:b], impact_view[a:b]
+        docs = chunk_view[a:b]
         if b - a < SLOT_LIMIT:
             # calloc'd zeros, then one C-level store per posting.
             slots = _ZERO_SLOT16 * n_chunks  # repeats in C; array("H", bytes(...)) converts slot by slot
             _consume(map(slots.__setitem__, docs, range(1, b - a + 1)))
-            padded = array("f", [0.0])
-            padded.frombytes(imps.cast("B"))
             parts.slot_terms.append(tid)
             parts.slots.append(_little(slots))
-            parts.slot_impacts.append(_little(padded))
         else:
             dense = _ZERO_SLOT * n_chunks
-            _consume(map(dense.__setitem__, docs, imps))
+            _consume(map(dense.__setitem__, docs, impact_view[a:b]))
             parts.dense_terms.append(tid)
             parts.dense.append(_little(dense))
     return parts
@@ -153,13 +160,20 @@ def check_tables(tables: LookupTables, n_terms: int, where: str) -> None:
     if (
         len(tables.dense) != len(dt) * n
         or len(tables.slots) != len(st) * n
-        or len(so) != len(st) + 1
-        or so[0] != 0
-        or so[len(st)] != len(tables.slot_impacts)
-        or any(b <= a for a, b in pairwise(so))
+        or len(tables.offsets) != n_terms + 1
         or any(b <= a for a, b in pairwise(dt))
         or any(b <= a for a, b in pairwise(st))
         or any(not 0 <= t < n_terms for t in [*dt[:1], *dt[-1:], *st[:1], *st[-1:]])  # ascending: the ends suffice
+        or (
+            so is not None
+            and (
+                tables.slot_impacts is None
+                or len(so) != len(st) + 1
+                or so[0] != 0
+                or so[len(st)] != len(tables.slot_impacts)
+                or any(b <= a for a, b in pairwise(so))
+            )
+        )
     ):
         raise IndexFormatError(f"{where}: lookup tables do not match the postings")
 
@@ -195,17 +209,33 @@ class StoredTables:
             i = self._slot.get(tid)
             if i is None:
                 return None
+            found = (self._slot_impacts(i, tid, length), t.slots[i * n : (i + 1) * n])
             if checks is not None:
-                checks[3](i, i + 2)
-            a, b = t.slot_offsets[i], t.slot_offsets[i + 1]
-            if checks is not None:
-                checks[2](a, b)
                 checks[1](i * n, (i + 1) * n)
-            if b - a != length + 1:
-                raise IndexFormatError(f"{self._where}: a lookup table does not match its posting list")
-            found = (t.slot_impacts[a:b], t.slots[i * n : (i + 1) * n])
         self._views[tid] = found
         return found
+
+    def _slot_impacts(self, i: int, tid: int, length: int) -> Floats:
+        """Slot table ``i``'s impacts (term ``tid``'s, ``length`` of them) behind a 0.0."""
+        t, checks = self._tables, self._tables.checks
+        so = t.slot_offsets
+        if so is None or t.slot_impacts is None:  # format 6: the list's own, copied behind a 0.0
+            a, b = t.offsets[tid], t.offsets[tid + 1]
+            if b - a != length:
+                raise IndexFormatError(f"{self._where}: a lookup table does not match its posting list")
+            if checks is not None:
+                checks[2](a, b)
+            padded = array("f", _ZERO_SLOT)
+            padded.frombytes(memoryview(t.impacts[a:b]).cast("B"))
+            return padded
+        if checks is not None:
+            checks[3](i, i + 2)
+        a, b = so[i], so[i + 1]
+        if checks is not None:
+            checks[2](a, b)
+        if b - a != length + 1:
+            raise IndexFormatError(f"{self._where}: a lookup table does not match its posting list")
+        return t.slot_impacts[a:b]
 
 
 def lookup(table: Table, cands: Sequence[int]) -> Iterable[float]:

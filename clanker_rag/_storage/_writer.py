@@ -11,7 +11,6 @@ from __future__ import annotations
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import accumulate, compress, repeat
-from operator import floordiv
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from ._codec import (
     first_chunks,
 )
 from ._impact_tables import TableParts, build_tables
+from ._order_column import order_parts
 from ._segments import SegmentRecord
 from ._texts import write_texts
 from ._tf_column import tf_part
@@ -126,10 +126,7 @@ def write_segment(folder: Path, snap: Snapshot, *, scored: bool) -> SegmentRecor
         assert post.maxes is not None and post.order_offsets is not None and post.positions is not None
         body["postings"]["impacts"] = blob.array(post.impacts, "f")
         body["postings"]["maxes"] = blob.array(post.maxes, "f")
-        body["orders"] = {
-            "offsets": blob.array(post.order_offsets, "q"),
-            "positions": blob.array(post.positions, "i"),
-        }
+        body["orders"] = order_parts(blob, post.positions, post.order_offsets)
         body["tables"] = _write_tables(blob, build_tables(post.offsets, post.chunks, post.impacts, len(cols.source)))
     return _segments.write_segment(folder, body, blob)
 
@@ -139,14 +136,12 @@ def _bytes_of(arrays: Iterable[array[Any]]) -> Iterator[memoryview]:
 
 
 def _write_tables(blob: _store.Blob, parts: TableParts) -> dict[str, Any]:
-    impacts_ref, byte_offsets = blob.run(_bytes_of(parts.slot_impacts))
+    # Format 6: a slot table's impacts are its list's (postings.impacts), not saved again.
     return {
         "dense_terms": blob.array(parts.dense_terms, "i"),
         "dense": blob.run(_bytes_of(parts.dense))[0],
         "slot_terms": blob.array(parts.slot_terms, "i"),
         "slots": blob.run(_bytes_of(parts.slots))[0],
-        "slot_impacts": impacts_ref,
-        "slot_offsets": blob.array(array("q", map(floordiv, byte_offsets, repeat(4))), "q"),
     }
 
 

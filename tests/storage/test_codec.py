@@ -10,12 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from clanker_rag import IndexFormatError, KnowledgeBase
-from clanker_rag._storage import _segments, _store, _texts
+from clanker_rag._storage import _impact_tables, _segments, _store, _texts
 from clanker_rag._storage._codec import TermDictionary, read
 
 DATA = Path(__file__).parents[1] / "data"
-# index_v4 was saved by format 4 with its texts in fixed 64-byte zlib blocks (format 5 ends blocks with texts).
-FIXTURES = {version: DATA / f"index_v{version}" for version in (1, 2, 3, 4)}
+# index_v4 was saved by format 4 with its texts in fixed 64-byte zlib blocks (format 5 ends blocks with texts);
+# index_v5 is index_v4 saved by format 5 with a lookup table for every list (format 6 no longer saves a slot
+# table's impacts again beside its list's).
+FIXTURES = {version: DATA / f"index_v{version}" for version in (1, 2, 3, 4, 5)}
 
 TEXTS = {
     "greek.txt": "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu",
@@ -39,10 +41,10 @@ def ranked(kb, query, k=10):
 QUERIES = ["lazy fox", "café résumé", "parse header", "alpha kappa mu", "escaped byte", "nothing here at all"]
 
 
-def test_saved_index_is_format_5_and_read_in_place(tmp_path):
+def test_saved_index_is_format_6_and_read_in_place(tmp_path):
     build().save(tmp_path)
     manifest = json.loads((tmp_path / "index.json").read_text())
-    assert manifest["format_version"] == 5
+    assert manifest["format_version"] == 6
     assert "terms" not in manifest["body"]  # the vocabulary lives in the data file
     (segment,) = manifest["body"]["segments"]  # a fresh save writes one segment
     assert segment["chunks"] == len(build()) and segment["deleted"] == []
@@ -96,8 +98,8 @@ def test_resaving_a_loaded_index_over_itself_keeps_every_text(tmp_path):
     assert len(named) == 1 and named < {p.name for p in tmp_path.glob("data-*.bin")}
 
 
-@pytest.mark.parametrize("version", [1, 2, 3, 4])
-def test_every_format_fixture_loads_and_saves_as_format_5(tmp_path, version):
+@pytest.mark.parametrize("version", [1, 2, 3, 4, 5])
+def test_every_format_fixture_loads_and_saves_as_format_6(tmp_path, version):
     # tests/data/index_v<N> were written by format_version N and are never rewritten.
     shutil.copytree(FIXTURES[version], tmp_path / "old")
     kb = KnowledgeBase.load(tmp_path / "old")
@@ -106,7 +108,7 @@ def test_every_format_fixture_loads_and_saves_as_format_5(tmp_path, version):
     assert kb.source_metadata("greek.txt") == {"n": 1}
     kb.save(tmp_path / "new")
     again = KnowledgeBase.load(tmp_path / "new")
-    assert json.loads((tmp_path / "new" / "index.json").read_text())["format_version"] == 5
+    assert json.loads((tmp_path / "new" / "index.json").read_text())["format_version"] == 6
     assert again.sources() == kb.sources()
     for q in ["lazy dog", "kappa", "echo w3 pad", "quick brown"]:
         assert ranked(again, q) == ranked(kb, q)
@@ -129,6 +131,30 @@ def test_v4_fixture_reads_its_fixed_size_text_blocks_exactly():
         assert v4.source_text(source) == v3.source_text(source)  # spans many 64-byte blocks
     for q in ["echo w3 pad", "lazy dog", "alpha"]:
         assert ranked(v4, q) == ranked(v3, q)
+
+
+def test_v5_fixture_serves_its_saved_slot_impacts_and_saves_tables_without_them(tmp_path, monkeypatch):
+    v4 = KnowledgeBase.load(FIXTURES[4])
+    v5 = KnowledgeBase.load(FIXTURES[5])
+    tables = v5._index.base_tables
+    assert tables is not None and v5._index.lookups.saved is not None
+    queries = ["echo w3 pad", "lazy dog", "alpha", "quick brown fox", "kappa lambda"]
+    expected = [ranked(v4, q) for q in queries]
+    assert [ranked(v5, q) for q in queries] == expected
+    assert not v5._index.lookups.cache.entries, "the saved tables served every long lookup"
+    opened = read(FIXTURES[5])
+    old = opened.segments[0].snap.postings.tables
+    assert old is not None and old.slot_impacts is not None and old.dense_terms  # both kinds, impacts saved again
+    monkeypatch.setattr(_impact_tables, "STORED_MIN", 1)
+    monkeypatch.setattr(_impact_tables, "STORED_SHARE", 10**9)
+    monkeypatch.setattr(_impact_tables, "SLOT_LIMIT", 30)
+    v5.save(tmp_path)
+    new = read(tmp_path).segments[0].snap.postings.tables
+    assert new is not None and new.slot_impacts is None and new.slot_offsets is None
+    assert list(new.slot_terms) == list(old.slot_terms) and bytes(new.slots) == bytes(old.slots)
+    again = KnowledgeBase.load(tmp_path)
+    assert [ranked(again, q) for q in queries] == expected
+    assert not again._index.lookups.cache.entries
 
 
 def test_large_data_file_is_not_hashed_at_load_but_verify_catches_damage(tmp_path, monkeypatch):

@@ -68,28 +68,24 @@ def test_both_kinds_of_table_give_each_impact_and_zero_where_absent():
         parts = build_tables(offsets, chunks, impacts, 5)
     assert list(parts.slot_terms) == [0] and list(parts.dense_terms) == [1]
     assert list(parts.slots[0]) == [0, 1, 0, 2, 0]
-    assert list(parts.slot_impacts[0]) == [0.0, 0.5, 1.5]
     assert list(parts.dense[0]) == [2.0, 0.0, 0.25, 4.0, 0.0]
     tables = LookupTables(
-        5,
-        parts.dense_terms,
-        array("f", parts.dense[0]),
-        parts.slot_terms,
-        array("H", parts.slots[0]),
-        array("f", parts.slot_impacts[0]),
-        array("q", [0, 3]),
+        5, parts.dense_terms, array("f", parts.dense[0]), parts.slot_terms, array("H", parts.slots[0]), impacts, offsets
     )
-    check_tables(tables, 2, "here")
-    stored = StoredTables(tables, "here")
+    # Formats 3-5 saved a slot table's impacts again, behind a 0.0.
+    old = tables._replace(slot_impacts=array("f", [0.0, 0.5, 1.5]), slot_offsets=array("q", [0, 3]))
     cands = [4, 3, 2, 1, 0]
-    for tid, length in ((0, 2), (1, 3)):
-        table = stored.table(tid, length)
-        assert table is not None
-        a, b = offsets[tid], offsets[tid + 1]
-        assert list(lookup(table, cands)) == list(probe(chunks[a:b], impacts[a:b], 1.0, cands))
-    assert stored.table(2, 7) is None
-    with pytest.raises(IndexFormatError, match="does not match its posting list"):
-        StoredTables(tables, "here").table(0, 3)
+    for both in (tables, old):
+        check_tables(both, 2, "here")
+        stored = StoredTables(both, "here")
+        for tid, length in ((0, 2), (1, 3)):
+            table = stored.table(tid, length)
+            assert table is not None
+            a, b = offsets[tid], offsets[tid + 1]
+            assert list(lookup(table, cands)) == list(probe(chunks[a:b], impacts[a:b], 1.0, cands))
+        assert stored.table(2, 7) is None
+        with pytest.raises(IndexFormatError, match="does not match its posting list"):
+            StoredTables(both, "here").table(0, 3)
 
 
 def test_small_indexes_and_short_lists_get_no_tables():
@@ -111,6 +107,8 @@ def test_small_indexes_and_short_lists_get_no_tables():
         {"slot_terms": array("i", [5])},
         {"dense": array("f", [0.0] * 4)},
         {"dense_terms": array("i", [1, 1])},
+        {"offsets": array("q", [0, 3])},
+        {"slot_impacts": None},
     ],
 )
 def test_inconsistent_tables_are_refused(change):
@@ -120,6 +118,8 @@ def test_inconsistent_tables_are_refused(change):
         array("f", [0.0] * 5),
         array("i", [0]),
         array("H", [0] * 5),
+        array("f", [1.0, 2.0, 3.0]),
+        array("q", [0, 2, 3]),
         array("f", [0.0, 1.0, 2.0]),
         array("q", [0, 3]),
     )
