@@ -59,6 +59,13 @@ def write_segment(folder: Path, snap: Snapshot, *, scored: bool) -> SegmentRecor
     impacts, impact orders and lookup tables (the first segment of a commit); the
     others hold term frequencies only: their impacts are computed at load."""
     blob = _store.Blob()
+    try:
+        return _write_segment(folder, snap, scored, blob)
+    finally:
+        blob.release()
+
+
+def _write_segment(folder: Path, snap: Snapshot, scored: bool, blob: _store.Blob) -> SegmentRecord:
     src = snap.sources
     texts = src.texts
     text_items: Iterable[str | bytes | memoryview] = (
