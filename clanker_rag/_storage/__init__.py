@@ -6,7 +6,8 @@ what changed, a commit point, merges on disk), format 4's segments, commit
 points, block checksums and merge policy (``_segments``), atomic checksummed
 writes and mapped loads (``_store``), the inter-process writer lock
 (``_lock``), the impact lookup tables a save writes and a query builds
-(``_impact_tables``), compressed stored texts (``_texts``) and the save walk
+(``_impact_tables``), compressed stored texts (``_texts``, a big save's in a
+forked child: ``_texts_child``) and the save walk
 over posting lists (``_lists``).
 
 May import: the package's leaves.  Must not import: the engine, the

@@ -28,10 +28,10 @@ from ._codec import (
 )
 from ._impact_tables import TableParts, build_tables
 from ._segments import SegmentRecord
-from ._texts import write_texts
+from ._texts_child import Texts, start_texts
 from ._tf_column import tf_part
 
-__all__ = ["commit", "merge_segments", "settings_of", "write", "write_segment"]
+__all__ = ["FORK_TEXTS", "commit", "merge_segments", "settings_of", "write", "write_segment"]
 
 
 def settings_of(snap: Snapshot) -> dict[str, Any]:
@@ -39,11 +39,14 @@ def settings_of(snap: Snapshot) -> dict[str, Any]:
     return {"created_by": snap.created_by, "analyzer": snap.analyzer, "bm25": snap.bm25, "chunking": snap.chunking}
 
 
-def write(folder: str | Path, snap: Snapshot, keep: Iterable[str] = ()) -> tuple[str, SegmentRecord]:
+def write(
+    folder: str | Path, snap: Snapshot, keep: Iterable[str] = (), *, fork: bool = False
+) -> tuple[str, SegmentRecord]:
     """Atomically write ``snap`` as the folder's whole index: one scored segment and
-    a commit point naming it; returns the new revision and the segment's record."""
+    a commit point naming it; returns the new revision and the segment's record.
+    ``fork``: a core is idle for a child compressing the texts (see ``_texts_child``)."""
     folder = Path(folder)
-    record = write_segment(folder, snap, scored=True)
+    record = write_segment(folder, snap, scored=True, fork=fork)
     return commit(folder, settings_of(snap), [record], keep), record
 
 
@@ -54,26 +57,30 @@ def commit(folder: Path, settings: dict[str, Any], records: Sequence[SegmentReco
     return _segments.write_commit(folder, body, records, keep)
 
 
-def write_segment(folder: Path, snap: Snapshot, *, scored: bool) -> SegmentRecord:
+def write_segment(folder: Path, snap: Snapshot, *, scored: bool, fork: bool = False) -> SegmentRecord:
     """Write ``snap`` as one immutable segment file.  A *scored* segment also holds
     impacts, impact orders and lookup tables (the first segment of a commit); the
     others hold term frequencies only: their impacts are computed at load."""
     blob = _store.Blob()
+    texts = snap.sources.texts
+    text_items = list(map(texts.raw, range(len(texts))) if isinstance(texts, SourceStore) else texts)
+    # The texts compress (in a child, when one may fork) while the rest is laid out.
+    pending = start_texts(text_items, fork=fork and len(text_items) >= FORK_TEXTS)
     try:
-        return _write_segment(folder, snap, scored, blob)
+        return _write_segment(folder, snap, scored, blob, pending)
     finally:
+        pending.abandon()
         blob.release()
 
 
-def _write_segment(folder: Path, snap: Snapshot, scored: bool, blob: _store.Blob) -> SegmentRecord:
+# Fewer texts are compressed in this process: a fork costs more than it saves.
+FORK_TEXTS = 20_000
+
+
+def _write_segment(folder: Path, snap: Snapshot, scored: bool, blob: _store.Blob, pending: Texts) -> SegmentRecord:
     src = snap.sources
-    texts = src.texts
-    text_items: Iterable[str | bytes | memoryview] = (
-        map(texts.raw, range(len(texts))) if isinstance(texts, SourceStore) else texts
-    )
     fps = src.fingerprints
     fp_items = map(fps.fingerprint, range(len(fps))) if isinstance(fps, SourceStore) else fps
-    text_ref, text_offsets, packed = write_texts(blob, map(_utf8, text_items))
     names = list(src.names)
     name_ref, name_offsets = blob.run(names)
     fp_ref, fp_offsets = blob.run(fp_items)
@@ -84,9 +91,9 @@ def _write_segment(folder: Path, snap: Snapshot, scored: bool, blob: _store.Blob
         "name_offsets": blob.array(name_offsets, "q"),
         # Source numbers in name order: a commit finds a removed source's number by binary search.
         "sorted": blob.array(array("i", sorted(range(len(names)), key=names.__getitem__)), "i"),
-        "texts": text_ref,
-        "text_offsets": blob.array(text_offsets, "q"),
-        "text_blocks": packed,
+        "texts": None,  # (added last, below)
+        "text_offsets": None,
+        "text_blocks": None,
         "chars": blob.array(src.chars, "q"),
         "fingerprints": fp_ref,
         "fingerprint_offsets": blob.array(fp_offsets, "q"),
@@ -138,6 +145,8 @@ def _write_segment(folder: Path, snap: Snapshot, scored: bool, blob: _store.Blob
             "positions": blob.array(post.positions, "i"),
         }
         body["tables"] = _write_tables(blob, build_tables(post.offsets, post.chunks, post.impacts, len(cols.source)))
+    text_ref, text_offsets, packed = pending.add_to(blob)
+    sources.update(texts=text_ref, text_offsets=blob.array(text_offsets, "q"), text_blocks=packed)
     return _segments.write_segment(folder, body, blob)
 
 
@@ -155,11 +164,6 @@ def _write_tables(blob: _store.Blob, parts: TableParts) -> dict[str, Any]:
         "slot_impacts": impacts_ref,
         "slot_offsets": blob.array(array("q", map(floordiv, byte_offsets, repeat(4))), "q"),
     }
-
-
-def _utf8(value: str | bytes | memoryview) -> bytes | memoryview:
-    # surrogatepass: a text decoded with surrogateescape round-trips too.
-    return value.encode("utf-8", "surrogatepass") if isinstance(value, str) else value
 
 
 def merge_segments(segments: Sequence[Segment]) -> Snapshot:
