@@ -19,7 +19,7 @@ import os
 import signal
 import threading
 from array import array
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from . import _texts
@@ -30,6 +30,7 @@ __all__ = ["Texts", "start_texts"]
 
 Piece = str | bytes | memoryview
 _HEAD = 3  # int64s before the arrays: blocks, uncompressed bytes, compressed bytes
+_MAX_FD = 1 << 20
 
 
 def _utf8(value: Piece) -> bytes | memoryview:
@@ -40,12 +41,13 @@ def _utf8(value: Piece) -> bytes | memoryview:
 class Texts:
     """The texts of a segment being written: compressed by a child, or here when added."""
 
-    def __init__(self, pieces: Sequence[Piece], block: int) -> None:
+    def __init__(self, pieces: Iterable[Piece], block: int) -> None:
         self._pieces = pieces
         self._block = block
         self._pid = 0
         self._shared: mmap.mmap | None = None
         self._start = 0  # where the child put the compressed bytes in the mapping
+        self._count = 0  # how many texts the child compresses
 
     def add_to(self, blob: Blob) -> tuple[list[int], array[int], dict[str, Any] | None]:
         """What :func:`._texts.write_texts` adds and returns, from the child's work when it did it."""
@@ -85,7 +87,7 @@ class Texts:
                 n_blocks, total, size = head
                 at = 8 * _HEAD
                 columns = []
-                for count in (len(self._pieces) + 1, n_blocks + 1, n_blocks + 1):
+                for count in (self._count + 1, n_blocks + 1, n_blocks + 1):
                     column = array("q")
                     column.frombytes(view[at : at + 8 * count])
                     columns.append(column)
@@ -98,12 +100,14 @@ class Texts:
             self._close()
 
 
-def start_texts(pieces: Sequence[Piece], *, fork: bool) -> Texts:
-    """The texts of a segment about to be written, compressed in a forked child when
-    ``fork`` (the caller's word that forking is safe and a core is idle)."""
+def start_texts(pieces: Iterable[Piece], *, fork: bool) -> Texts:
+    """The texts of a segment about to be written (read once), compressed in a forked child
+    when ``fork`` (the caller's word that forking is safe and a core is idle) and they are
+    a sequence."""
     texts = Texts(pieces, _texts.TEXT_BLOCK)
-    if fork and _texts.COMPRESS and hasattr(os, "fork") and threading.active_count() == 1:
-        _fork(texts)
+    safe = hasattr(os, "fork") and threading.active_count() == 1
+    if fork and safe and _texts.COMPRESS and isinstance(pieces, Sequence):
+        _fork(texts, pieces)
     return texts
 
 
@@ -117,8 +121,8 @@ def _layout(pieces: Sequence[Piece], block: int) -> tuple[int, int]:
     return start, start + raw + raw // 256 + 64 * blocks
 
 
-def _fork(texts: Texts) -> None:
-    pieces, block = texts._pieces, texts._block
+def _fork(texts: Texts, pieces: Sequence[Piece]) -> None:
+    block = texts._block
     start, size = _layout(pieces, block)
     try:
         shared = mmap.mmap(-1, size)  # anonymous, shared with the child
@@ -140,13 +144,16 @@ def _fork(texts: Texts) -> None:
                 signal.signal(signal.SIGINT, signal.SIG_IGN)
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
             gc.disable()  # the collector would write to (and copy) every inherited page
+            # Nothing here needs a file: closed, the index folder's lock (an inherited flock)
+            # goes with this process's parent even when it is killed before this child ends.
+            os.closerange(3, _MAX_FD)
             code = _child(shared, pieces, block, start)
         finally:
             os._exit(code)
     if pid < 0:
         shared.close()
     else:
-        texts._pid, texts._shared, texts._start = pid, shared, start
+        texts._pid, texts._shared, texts._start, texts._count = pid, shared, start, len(pieces)
     if held:
         try:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # a Ctrl-C held back is raised here

@@ -63,9 +63,13 @@ def write_segment(folder: Path, snap: Snapshot, *, scored: bool, fork: bool = Fa
     others hold term frequencies only: their impacts are computed at load."""
     blob = _store.Blob()
     texts = snap.sources.texts
-    text_items = list(map(texts.raw, range(len(texts))) if isinstance(texts, SourceStore) else texts)
-    # The texts compress (in a child, when one may fork) while the rest is laid out.
-    pending = start_texts(text_items, fork=fork and len(text_items) >= FORK_TEXTS)
+    # The texts compress (in a child, when one may fork) while the rest is laid out.  Only texts
+    # held in memory: a loaded segment's would be read (and inflated) all at once first.
+    pending = (
+        start_texts(map(texts.raw, range(len(texts))), fork=False)
+        if isinstance(texts, SourceStore)
+        else start_texts(texts, fork=fork and len(texts) >= FORK_TEXTS)
+    )
     try:
         return _write_segment(folder, snap, scored, blob, pending)
     finally:

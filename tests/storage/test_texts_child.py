@@ -50,9 +50,9 @@ def test_the_child_writes_the_part_this_process_would(monkeypatch):
     calls: list[int] = []
     real = _texts_child._fork
 
-    def counted(texts: _texts_child.Texts) -> None:
+    def counted(texts: _texts_child.Texts, pieces: Any) -> None:
         calls.append(1)
-        real(texts)
+        real(texts, pieces)
 
     monkeypatch.setattr(_texts_child, "_fork", counted)
     child, child_bytes = added(fork=True)
@@ -73,6 +73,6 @@ def test_a_failed_child_leaves_the_texts_to_this_process(monkeypatch):
 
 def test_uncompressed_texts_never_fork(monkeypatch):
     monkeypatch.setattr(_texts, "COMPRESS", False)
-    monkeypatch.setattr(_texts_child, "_fork", lambda texts: pytest.fail("forked for uncompressed texts"))
+    monkeypatch.setattr(_texts_child, "_fork", lambda texts, pieces: pytest.fail("forked for uncompressed texts"))
     (ref, offsets, record), _ = added(fork=True)
     assert record is None and offsets[-1] == ref[1]
