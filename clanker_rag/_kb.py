@@ -818,7 +818,10 @@ class KnowledgeBase:
         n_sources = len(src.chars)
         # Each source's chunks: a run of chunk ids, as saves lay them out
         # (a list per source otherwise).
-        c_src = cols.source
+        bounds = snap.bounds
+        assert bounds is not None  # (a loaded snapshot's)
+        # Without saved runs, the chunks' source column is read whole here: its blocks checked first.
+        c_src = cols.source if src.first_chunks is not None else bounds.columns("source")[0]
         firsts = src.first_chunks if src.first_chunks is not None else _codec.first_chunks(c_src, n_sources)
         lists: list[list[int]] | None = None
         if firsts is None:
@@ -831,14 +834,12 @@ class KnowledgeBase:
         ct = kb._chunks
         ct.doc = ChunkDocs(kb._loaded)
         # The chunk table is small beside the postings (about 30 bytes a
-        # chunk) and grows with adds: it is copied, the postings are not.
-        ct.index = _codec.copy_array("i", cols.ordinal)
-        ct.start = _codec.copy_array("q", cols.start)
-        ct.end = _codec.copy_array("q", cols.end)
-        ct.start_line = _codec.copy_array("i", cols.start_line)
-        ct.end_line = _codec.copy_array("i", cols.end_line)
+        # chunk) and grows with adds: it is copied when first read, the postings are not.
+        ct.adopt(lambda: bounds.columns("ordinal", "start", "end", "start_line", "end_line"), len(c_src), bounds)
         ct.section = cols.section
         kb._idx = InvertedIndex.from_packed(kb.bm25, snap.postings, cols.length, where=where)
+        if kb._idx.total_len != snap.total_length:  # (a lazily checked load leaves this to its reader)
+            raise IndexFormatError(f"{where}: statistics do not match the chunk table")
         kb._term_ids = TermIds(an, kb._idx.vocab)
         return kb
 

@@ -106,13 +106,14 @@ class Commits:
             return None
         docs = sorted(self.new_docs.values(), key=lambda doc: doc.cids[0] if doc.cids else -1)
         cids = [cid for doc in docs for cid in doc.cids]
+        ordinal, starts, ends, start_lines, end_lines = ct.added_rows(self.committed, cids)  # (no loaded one read)
         chunks = _codec.ChunkColumns(
             array("i", chain.from_iterable(repeat(i, len(doc.cids)) for i, doc in enumerate(docs))),
-            array("i", map(ct.index.__getitem__, cids)),
-            array("q", map(ct.start.__getitem__, cids)),
-            array("q", map(ct.end.__getitem__, cids)),
-            array("i", map(ct.start_line.__getitem__, cids)),
-            array("i", map(ct.end_line.__getitem__, cids)),
+            array("i", ordinal),
+            array("q", starts),
+            array("q", ends),
+            array("i", start_lines),
+            array("i", end_lines),
             array("i", map(index.dl.__getitem__, cids)),
             list(map(ct.section.__getitem__, cids)),
         )
@@ -135,9 +136,9 @@ def _marked(seg: _codec.Segment, deleted: set[int]) -> _segments.SegmentRecord:
     assert seg.record is not None
     if set(seg.record.deleted) == deleted:
         return seg.record
-    firsts = seg.snap.sources.first_chunks
-    assert firsts is not None  # saves always write them
-    gone = sum(firsts[n + 1] - firsts[n] for n in deleted)
+    src = seg.snap.sources
+    assert src.first_chunks is not None  # saves always write them
+    gone = sum(b - a for a, b in map(_codec.source_run, repeat(src), deleted))
     return seg.record._replace(deleted=tuple(sorted(deleted)), deleted_chunks=gone)
 
 
@@ -155,13 +156,15 @@ def replay(seg: _codec.Segment, ct: ChunkTable, index: InvertedIndex, put: Calla
     renumber = array("i", repeat(-1, len(cols.source)))
     live: list[int] = []
     per_chunk: list[Doc] = []
+    names = list(src.names)  # decoded together (a merged tail segment holds tens of thousands)
+    base = len(ct)
     for number in range(len(src.chars)):
         if number in deleted:
             continue
         run = range(firsts[number], firsts[number + 1])
-        start = len(ct) + len(live)
+        start = base + len(live)
         doc = Doc(
-            src.names[number],
+            names[number],
             None if isinstance(texts, _codec.SourceStore) else str(texts[number]),
             src.metadata[number],
             None if isinstance(fps, _codec.SourceStore) else fps[number],

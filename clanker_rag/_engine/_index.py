@@ -131,7 +131,7 @@ class InvertedIndex:
             return ids
         at = list(compress(range(len(ids)), map(is_, ids, repeat(None))))
         if isinstance(self.terms, TermList):  # a loaded dictionary holds some of them
-            for i, tid in zip(list(at), map(self.saved_id, map(terms.__getitem__, at))):
+            for i, tid in zip(list(at), self.terms.find_all(list(map(terms.__getitem__, at)))):
                 if tid is not None:
                     ids[i] = vocab[terms[i]] = tid
             at = list(compress(range(len(ids)), map(is_, ids, repeat(None))))

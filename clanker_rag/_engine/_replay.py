@@ -30,6 +30,18 @@ def add_lists(
     term ``tids[t]`` holds ``chunks[offsets[t]:offsets[t + 1]]`` (ids of the segment, mapped by
     ``renumber``; -1 leaves a posting out) with those ``tfs``."""
     pending = index.pending
+    if -1 not in renumber:  # every chunk kept (the usual replay): the runs cut from one pass over the segment
+        runs = list(chain.from_iterable(zip(map(renumber.__getitem__, chunks), tfs)))
+        get = pending.get
+        for tid, a, b in zip(tids, offsets, offsets[1:]):
+            if b > a:
+                have = get(tid)
+                if have is None:
+                    pending[tid] = runs[2 * a : 2 * b]
+                else:
+                    have.extend(runs[2 * a : 2 * b])
+        _add_stats(index, dls)
+        return
     for tid, a, b in zip(tids, offsets, offsets[1:]):
         ids = list(map(renumber.__getitem__, chunks[a:b]))
         counts: Sequence[int] | compress[int] = tfs[a:b]
@@ -39,6 +51,10 @@ def add_lists(
             counts = compress(counts, keep)
         if ids:
             pending[tid].extend(chain.from_iterable(zip(ids, counts)))
+    _add_stats(index, dls)
+
+
+def _add_stats(index: InvertedIndex, dls: Sequence[int]) -> None:
     index.dl.extend(dls)
     index.n_docs += len(dls)
     index.total_len += sum(dls)

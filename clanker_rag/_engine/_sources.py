@@ -15,12 +15,13 @@ import hashlib
 import json
 from array import array
 from bisect import bisect_right
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import chain, repeat
 from operator import sub
 from typing import Any, NamedTuple
 
-from .._storage._codec import Ints, SourceColumns, SourceStore
+from .._storage._codec import Ints, SourceColumns, SourceStore, copy_array
+from .._storage._stored import Offsets
 
 __all__ = ["ChunkDocs", "ChunkTable", "Doc", "LoadedSources"]
 
@@ -67,7 +68,7 @@ class Doc(NamedTuple):
         if self.own_text is not None:
             return len(self.own_text)
         assert self.store is not None
-        return self.store.chars[self.number]
+        return self.store.char_count(self.number)
 
     @property
     def metadata(self) -> dict[str, Any]:
@@ -99,13 +100,16 @@ class LoadedSources:
     them.  Otherwise ``lists`` holds each source's chunk ids.
     """
 
-    __slots__ = ("_all", "_cols", "_firsts", "_lists", "_made", "_owners")
+    __slots__ = ("_all", "_cols", "_firsts", "_lists", "_made", "_owners", "_runs")
 
     def __init__(self, cols: SourceColumns, owners: Ints, firsts: Ints | None, lists: list[list[int]] | None) -> None:
         self._cols = cols
         self._owners = owners
         self._firsts = firsts
         self._lists = lists
+        # The saved runs, checked as read: one source's when its Doc is made, all
+        # before a chunk's source is looked up in them or every Doc is made.
+        self._runs: Offsets | None = cols.chunk_runs if firsts is cols.first_chunks else None
         self._made: dict[int, Doc] = {}
         self._all: list[Doc] | None = None  # every source, once something needed them all
 
@@ -133,9 +137,19 @@ class LoadedSources:
     def doc_of(self, cid: int) -> Doc:
         """The source of loaded chunk ``cid``."""
         firsts = self._firsts
-        return self.doc(self._owners[cid] if firsts is None else bisect_right(firsts, cid) - 1)
+        if firsts is None:
+            return self.doc(self._owners[cid])
+        self._check_runs()
+        return self.doc(bisect_right(firsts, cid) - 1)
+
+    def _check_runs(self) -> None:
+        if self._runs is not None:
+            self._runs.check_all()
+            self._runs = None
 
     def _make(self, i: int) -> Doc:
+        if self._runs is not None:
+            self._runs.pair(i)  # the run its Doc reads
         cols = self._cols
         texts, fps = cols.texts, cols.fingerprints
         store = texts if isinstance(texts, SourceStore) else None
@@ -156,6 +170,7 @@ class LoadedSources:
         """Every source's :class:`Doc` by number (those already made are kept)."""
         if self._all is not None:
             return self._all
+        self._check_runs()
         cols = self._cols
         n = len(self)
         texts, fps = cols.texts, cols.fingerprints
@@ -181,7 +196,7 @@ class LoadedSources:
 
     def chunk_docs(self) -> Iterator[Doc]:
         """Every loaded chunk's source, by chunk id."""
-        docs = self.everything()
+        docs = self.everything()  # (runs checked)
         firsts = self._firsts
         if firsts is None:
             return map(docs.__getitem__, self._owners)
@@ -257,32 +272,96 @@ class ChunkDocs:
 
 
 class ChunkTable:
-    """Chunks as parallel columns indexed by chunk id (cheap to load and to keep)."""
+    """Chunks as parallel columns indexed by chunk id (cheap to load and to keep).
 
-    __slots__ = ("doc", "end", "end_line", "index", "section", "start", "start_line")
+    A load hands over its chunk columns still in the data file (:meth:`adopt`):
+    they are copied (their blocks checked) only when a column is first read,
+    and the loaded chunks' bound checks (O(chunks), see ``_codec.ChunkBounds``)
+    run before ``start`` or ``end`` is first read.  Chunks appended before
+    then wait in columns of their own, so a load + add + commit reads neither.
+    """
+
+    __slots__ = ("_cols", "_loaded", "_n_loaded", "doc", "section", "unchecked")
 
     def __init__(self) -> None:
         self.doc = ChunkDocs()
-        self.index: array[int] = array("i")
-        self.start: array[int] = array("q")
-        self.end: array[int] = array("q")
-        self.start_line: array[int] = array("i")
-        self.end_line: array[int] = array("i")
+        # index, start, end, start_line, end_line: every chunk's, or only those
+        # appended since a load while the loaded ones are still in the data file.
+        self._cols: list[array[int]] = [array("i"), array("q"), array("q"), array("i"), array("i")]
+        self._loaded: Callable[[], Sequence[Ints]] | None = None
+        self._n_loaded = 0
         self.section: list[str | None] = []
+        self.unchecked: Callable[[], None] | None = None
+
+    def adopt(self, columns: Callable[[], Sequence[Ints]], n: int, unchecked: Callable[[], None] | None) -> None:
+        """Take a load's ``n`` chunks: ``columns()`` gives their index, start, end, start_line
+        and end_line columns, checked; ``unchecked()`` checks their bounds."""
+        self._loaded = columns
+        self._n_loaded = n
+        self.unchecked = unchecked
 
     def __len__(self) -> int:
         return len(self.doc)
+
+    def _columns(self) -> list[array[int]]:
+        loaded = self._loaded
+        if loaded is not None:
+            whole = [copy_array(col.typecode, view) for col, view in zip(self._cols, loaded())]
+            for col, added in zip(whole, self._cols):
+                col.extend(added)
+            self._cols = whole
+            self._loaded = None
+        return self._cols
+
+    @property
+    def index(self) -> array[int]:
+        return self._columns()[0]
+
+    @property
+    def start(self) -> array[int]:
+        if self.unchecked is not None:
+            self._check()
+        return self._columns()[1]
+
+    @property
+    def end(self) -> array[int]:
+        if self.unchecked is not None:
+            self._check()
+        return self._columns()[2]
+
+    @property
+    def start_line(self) -> array[int]:
+        return self._columns()[3]
+
+    @property
+    def end_line(self) -> array[int]:
+        return self._columns()[4]
+
+    def _check(self) -> None:
+        assert self.unchecked is not None
+        self.unchecked()
+        self.unchecked = None
+
+    def added_rows(self, first: int, cids: Sequence[int]) -> list[list[int]]:
+        """Index, start, end, start_line and end_line of chunks ``cids``, all ``first``
+        or later (added since a load: the loaded ones need not be read nor checked)."""
+        if any(cid < first for cid in cids):
+            raise ValueError(f"a chunk before {first} was asked for")
+        base = self._n_loaded if self._loaded is not None else 0
+        at = [cid - base for cid in cids]
+        return [list(map(col.__getitem__, at)) for col in self._cols]
 
     def append(
         self, doc: Doc, index: int, start: int, end: int, start_line: int, end_line: int, section: str | None
     ) -> int:
         cid = len(self.doc)
         self.doc.append(doc)
-        self.index.append(index)
-        self.start.append(start)
-        self.end.append(end)
-        self.start_line.append(start_line)
-        self.end_line.append(end_line)
+        cols = self._cols
+        cols[0].append(index)
+        cols[1].append(start)
+        cols[2].append(end)
+        cols[3].append(start_line)
+        cols[4].append(end_line)
         self.section.append(section)
         return cid
 
@@ -293,11 +372,12 @@ class ChunkTable:
         start_line and end_line of each; returns the first one's id."""
         first = len(self.doc)
         self.doc.extend(docs)
-        self.index.extend(index)
-        self.start.extend(bounds[0::4])
-        self.end.extend(bounds[1::4])
-        self.start_line.fromlist(bounds[2::4].tolist())
-        self.end_line.fromlist(bounds[3::4].tolist())
+        cols = self._cols
+        cols[0].extend(index)
+        cols[1].extend(bounds[0::4])
+        cols[2].extend(bounds[1::4])
+        cols[3].fromlist(bounds[2::4].tolist())
+        cols[4].fromlist(bounds[3::4].tolist())
         self.section.extend(sections)
         return first
 

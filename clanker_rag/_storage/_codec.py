@@ -24,7 +24,7 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import accumulate, pairwise, repeat
+from itertools import accumulate, chain, repeat
 from operator import gt, le
 from pathlib import Path
 from typing import Any, NamedTuple, Union, cast
@@ -33,10 +33,12 @@ from .._exceptions import IndexFormatError
 from . import _segments, _store
 from ._impact_tables import LookupTables, check_tables
 from ._segments import BlockCheck, PartCheck, SegmentRecord
+from ._stored import NameIndex, Offsets, Pread, SourceNames, SourceStore, compressed_reader, strings
 from ._texts import BlockTexts
 from ._tf_column import extend_ints, tf_type
 
 __all__ = [
+    "ChunkBounds",
     "ChunkColumns",
     "Floats",
     "Ints",
@@ -54,12 +56,17 @@ __all__ = [
     "copy_array",
     "open_segment",
     "read",
+    "source_run",
 ]
 
 # A packed array: an array of our own, or a cast of the mapped data file.
 Ints = Union["array[int]", "memoryview[int]"]
 Floats = Union["array[float]", "memoryview[float]"]
 _LITTLE = sys.byteorder == "little"
+# Reads of a big segment's term dictionary checked block by block before it is checked whole.
+CHECKED_READS = 4096
+# A batch of term look-ups at least 1/BULK_SHARE of a dictionary's size decodes it whole instead.
+BULK_SHARE = 64
 
 
 def copy_array(typecode: str, values: Ints | Floats) -> array[Any]:
@@ -120,152 +127,6 @@ class ChunkColumns(NamedTuple):
     section: list[str | None]
 
 
-class _Pread:
-    """Reads a range of the data file with ``os.pread`` instead of through the mapping.
-
-    A text shown in a hit is a few hundred bytes, but touching it through the
-    mapping makes the kernel map the pages around it too (fault-around, 64 KB
-    by default): over many hits that is most of the resident set.  The file
-    is kept open while this object lives.
-    """
-
-    __slots__ = ("__weakref__", "_file", "base")
-
-    def __init__(self, opened: _store.DataFile, base: int) -> None:
-        # The descriptor the load mapped the file with (not the path opened
-        # again): a save may have replaced and deleted the path since, and
-        # this one, like the mapping, keeps reading the file loaded.
-        self._file = opened
-        self.base = base
-
-    def __call__(self, offset: int, length: int) -> bytes:
-        return self.absolute(self.base + offset, length)
-
-    def absolute(self, offset: int, length: int) -> bytes:
-        data = os.pread(self._file.fd, length, offset)
-        if len(data) != length:
-            raise IndexFormatError(f"{self._file.path}: truncated since it was loaded")
-        return data
-
-
-class SourceStore:
-    """Source texts and fingerprints still in the data file, decoded on demand
-    (UTF-8, back to back, with ``n + 1`` offsets each)."""
-
-    __slots__ = ("_blocks", "_fp_offsets", "_fps", "_offsets", "_pread", "_texts", "_unpack", "chars", "where")
-
-    def __init__(
-        self,
-        texts: memoryview,
-        offsets: Ints,
-        fps: memoryview,
-        fp_offsets: Ints,
-        chars: Ints,
-        where: str,
-        pread: _Pread | None = None,
-        blocks: tuple[BlockCheck, int, int] | None = None,
-        unpack: BlockTexts | None = None,
-    ) -> None:
-        # (block checks, where the texts and the fingerprints start in the file)
-        self._blocks = blocks
-        self._unpack = unpack  # compressed texts (format 4): ranges decompressed from their blocks
-        self._texts = texts
-        self._offsets = offsets
-        self._fps = fps
-        self._fp_offsets = fp_offsets
-        self.chars = chars
-        self.where = where
-        self._pread = pread
-
-    def __len__(self) -> int:
-        return len(self._offsets) - 1
-
-    def raw(self, i: int) -> bytes | memoryview:
-        return self._bytes(self._offsets[i], self._offsets[i + 1])
-
-    def span(self, i: int, start: int, end: int) -> str:
-        """Characters ``start .. end - 1`` of source ``i``'s text.
-
-        A text as long in bytes as in characters is ASCII, so its characters
-        are its bytes and only their range is read (and decompressed): a hit
-        in a long file costs its chunk, not the file.  Any other text is
-        decoded whole.
-        """
-        a, b = self._offsets[i], self._offsets[i + 1]
-        if b - a != self.chars[i] or not 0 <= start <= end <= b - a:
-            return self.text(i)[start:end]
-        try:
-            text = str(self._bytes(a + start, a + end), "utf-8", "surrogatepass")
-        except UnicodeDecodeError as exc:
-            raise IndexFormatError(f"{self.where}: a source text is not valid UTF-8 ({exc.reason})") from None
-        if len(text) != end - start:
-            raise IndexFormatError(f"{self.where}: a source text is not the ASCII its saved length says")
-        return text
-
-    def _bytes(self, a: int, b: int) -> bytes | memoryview:
-        if self._unpack is not None:
-            return self._unpack(a, b)
-        blocks, pread = self._blocks, self._pread
-        if blocks is not None:
-            blocks[0].check(blocks[1] + a, blocks[1] + b, None if pread is None else pread.absolute)
-        if pread is not None:
-            return pread(a, b - a)
-        return self._texts[a:b]
-
-    def text(self, i: int) -> str:
-        """Source ``i``'s text, checked against its saved length in characters."""
-        try:
-            text = str(self.raw(i), "utf-8", "surrogatepass")
-        except UnicodeDecodeError as exc:
-            raise IndexFormatError(f"{self.where}: a source text is not valid UTF-8 ({exc.reason})") from None
-        if len(text) != self.chars[i]:
-            raise IndexFormatError(f"{self.where}: a source text is {len(text)} characters, not {self.chars[i]}")
-        return text
-
-    def fingerprint(self, i: int) -> str:
-        a, b = self._fp_offsets[i], self._fp_offsets[i + 1]
-        if self._blocks is not None:
-            self._blocks[0].check(self._blocks[2] + a, self._blocks[2] + b)
-        return str(self._fps[a:b], "utf-8", "surrogatepass")
-
-
-class SourceNames:
-    """Source names still in the data file (UTF-8, back to back, with ``n + 1``
-    offsets), decoded one by one on demand or all at once.
-
-    A big index has hundreds of thousands of names and a search shows a few:
-    decoding them all at load was a tenth of a second and megabytes of
-    strings.  A name that is not valid UTF-8 fails when it is decoded.
-    """
-
-    __slots__ = ("_blob", "_check", "_offsets", "where")
-
-    def __init__(self, blob: memoryview, offsets: Ints, where: str, check: PartCheck | None = None) -> None:
-        self._blob = blob
-        self._offsets = offsets
-        self.where = where
-        self._check = check  # a big segment's block checks of the names, by byte
-
-    def __len__(self) -> int:
-        return len(self._offsets) - 1
-
-    def __getitem__(self, i: int) -> str:
-        if not 0 <= i < len(self):
-            raise IndexError(f"source {i} does not exist")
-        a, b = self._offsets[i], self._offsets[i + 1]
-        if self._check is not None:
-            self._check(a, b)
-        try:
-            return str(self._blob[a:b], "utf-8", "surrogatepass")
-        except UnicodeDecodeError as exc:
-            raise IndexFormatError(f"{self.where}: not valid UTF-8 ({exc})") from None
-
-    def __iter__(self) -> Iterator[str]:
-        if self._check is not None:
-            self._check(0, len(self._blob))
-        return iter(_strings(self._blob, self._offsets, self.where))
-
-
 class SourceColumns(NamedTuple):
     """The sources as columns.  A text is a ``str`` or its UTF-8 bytes (a
     view of a loaded data file); a loaded format 3 index gives a :class:`SourceStore`
@@ -280,6 +141,17 @@ class SourceColumns(NamedTuple):
     # when every source's chunks are one run in source order (as saves lay
     # them out); None otherwise, or when the format does not say.
     first_chunks: Ints | None = None
+    # The same offsets, checked as they are read (a loaded segment's; see _stored.Offsets).
+    chunk_runs: Offsets | None = None
+
+
+def source_run(src: SourceColumns, number: int) -> tuple[int, int]:
+    """Source ``number``'s run of chunk ids, ``[first, last)`` (checked first, when loaded)."""
+    if src.chunk_runs is not None:
+        return src.chunk_runs.pair(number)
+    firsts = src.first_chunks
+    assert firsts is not None
+    return firsts[number], firsts[number + 1]
 
 
 def first_chunks(chunk_sources: Ints, n_sources: int) -> array[int] | None:
@@ -305,28 +177,10 @@ class Snapshot(NamedTuple):
     data_file: _store.DataFile | None = None
     # Format 4: the segment's block checksums, checked as its parts are first read.
     blocks: BlockCheck | None = None
-
-
-class NameIndex:
-    """A segment's source numbers by name: ``find`` is a binary search that decodes about 18 names."""
-
-    __slots__ = ("_names", "_sorted")
-
-    def __init__(self, names: Sequence[str] | SourceNames, sorted_numbers: Ints) -> None:
-        self._names = names
-        self._sorted = sorted_numbers
-
-    def __len__(self) -> int:
-        return len(self._sorted)
-
-    def __getitem__(self, rank: int) -> str:
-        return self._names[self._sorted[rank]]
-
-    def find(self, name: str) -> int | None:
-        i = bisect_left(self, name)
-        if i < len(self) and self[i] == name:
-            return self._sorted[i]
-        return None
+    # A loaded snapshot's chunk-bound checks (run before the bounds are first read).
+    bounds: ChunkBounds | None = None
+    # Chunk columns (by ChunkColumns name) whose blocks are checked when first read, not at load.
+    unchecked_columns: dict[str, PartCheck] | None = None
 
 
 class Segment(NamedTuple):
@@ -357,7 +211,7 @@ class TermDictionary:
     against 48 ms with 64 and 67 ms with none.
     """
 
-    __slots__ = ("_checks", "_fence", "_fences", "_offsets", "_sorted", "_text")
+    __slots__ = ("_budget", "_checks", "_fence", "_fences", "_offsets", "_sorted", "_text", "where")
 
     def __init__(
         self,
@@ -366,6 +220,7 @@ class TermDictionary:
         sorted_ids: Ints,
         fence: int = 1024,
         checks: tuple[PartCheck, PartCheck, PartCheck] | None = None,
+        where: str = "index",
     ) -> None:
         self._fence = fence
         self._text = text
@@ -374,22 +229,48 @@ class TermDictionary:
         self._fences: list[str] | None = None
         # A big segment's block checks of the text, offsets and sorted ids, by item.
         self._checks = checks
+        self._budget = CHECKED_READS
+        self.where = where
 
     def __len__(self) -> int:
         return len(self._sorted)
 
     def term(self, tid: int) -> str:
         if self._checks is not None:
-            self._check_whole()
+            return self._checked_term(tid)
         offsets = self._offsets
         return str(self._text[offsets[tid] : offsets[tid + 1]], "utf-8", "surrogatepass")
 
     def __getitem__(self, rank: int) -> str:
         """The ``rank``-th term in sorted order (what :func:`bisect_left` reads)."""
+        checks = self._checks
+        if checks is not None:
+            checks[2](rank, rank + 1)
         return self.term(self._sorted[rank])
 
+    def _checked_term(self, tid: int) -> str:
+        """Term ``tid``, its blocks checked first: a commit looks up a note's hundred terms,
+        whose binary searches read under half the dictionary's blocks (at 584k terms, 99 of
+        229 for 54 terms), while the fences a search bisects lie in every block.  After
+        ``CHECKED_READS`` such reads the dictionary is checked whole and read unchecked."""
+        assert self._checks is not None
+        self._budget -= 1
+        if self._budget < 0:
+            self._check_whole()
+            return self.term(tid)
+        text_check, offsets_check, _ = self._checks
+        text, offsets = self._text, self._offsets
+        if not 0 <= tid < len(self._sorted):
+            raise IndexFormatError(f"{self.where}: the term dictionary names a term that does not exist")
+        offsets_check(tid, tid + 2)
+        a, b = offsets[tid], offsets[tid + 1]
+        if not 0 <= a <= b <= len(text):
+            raise IndexFormatError(f"{self.where}: the term dictionary's offsets do not match its text")
+        text_check(a, b)
+        return str(text[a:b], "utf-8", "surrogatepass")
+
     def _check_whole(self) -> None:
-        # Checked whole on first use (O(terms), once): a search decodes terms all over it.
+        # Checked whole (O(terms), once): a search decodes terms all over it.
         assert self._checks is not None
         for check, part in zip(self._checks, (self._text, self._offsets, self._sorted)):
             check(0, len(part))
@@ -409,6 +290,9 @@ class TermDictionary:
     def find(self, term: str) -> int | None:
         """The id of ``term``, or None."""
         n = len(self._sorted)
+        if self._checks is not None:  # each read checked: no fences (see _checked_term)
+            i = bisect_left(self, term)
+            return self._sorted[i] if i < n and self[i] == term else None
         fences = self._fences
         if fences is None:
             fences = self._fences = list(map(self.__getitem__, range(0, n, self._fence)))
@@ -417,6 +301,28 @@ class TermDictionary:
         if i < n and self[i] == term:
             return self._sorted[i]
         return None
+
+    def find_all(self, terms: Sequence[str]) -> list[int | None]:
+        """The ids of ``terms`` (None: not saved), as :meth:`find` gives them one by one.
+
+        A big batch (a tail segment's terms replayed at load: the 227k terms
+        of a 20,000-source tail took 15 s CPU to find one by one) decodes the
+        whole dictionary once instead and looks them up in a dict of it, both
+        in C-level passes; the dict is dropped afterwards.
+        """
+        n = len(self._sorted)
+        if len(terms) * BULK_SHARE < n:
+            return list(map(self.find, terms))
+        ids = dict(zip(self.all(), range(n)))
+        if len(ids) != n:
+            raise IndexFormatError(f"{self.where}: the term dictionary names a term twice")
+        return list(map(ids.get, terms))
+
+    def all(self) -> list[str]:
+        """Every term by id, decoded in a few C-level passes (the dictionary checked whole first)."""
+        if self._checks is not None:
+            self._check_whole()
+        return strings(self._text, self._offsets, self.where)
 
 
 @dataclass(eq=False)
@@ -434,7 +340,8 @@ class TermList:
         return self.saved.term(tid) if 0 <= tid < n else self.added[tid - n]
 
     def __iter__(self) -> Iterator[str]:
-        return map(self.__getitem__, range(len(self)))
+        # Every term: decoded together (a tail segment's, replayed at load, are tens of thousands).
+        return chain(self.saved.all(), self.added)
 
     def append(self, term: str) -> None:
         self.added.append(term)
@@ -444,6 +351,9 @@ class TermList:
 
     def find(self, term: str) -> int | None:
         return self.saved.find(term)
+
+    def find_all(self, terms: Sequence[str]) -> list[int | None]:
+        return self.saved.find_all(terms)
 
 
 # -- reading -------------------------------------------------------------------
@@ -469,8 +379,7 @@ def read(folder: str | Path) -> Opened:
                 snap = _read_v3(manifest.body, manifest.data, where, manifest.data_file)
             else:
                 snap = _read_v2(manifest.body, manifest.data, where)
-            _check(snap, where)
-            snap = snap._replace(data_file=manifest.data_file)
+            snap = _check(snap, where)._replace(data_file=manifest.data_file)
         except IndexFormatError:
             raise
         except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
@@ -488,7 +397,8 @@ def _read_commit(body: dict[str, Any], folder: Path, where: str) -> list[Segment
         raise IndexFormatError(f"{where}: the commit names no segment")
     out = []
     for i, value in enumerate(records):
-        seg = open_segment(folder, _segments.SegmentRecord.from_json(value, where), where, first=i == 0)
+        record = _segments.SegmentRecord.from_json(value, where)
+        seg = open_segment(folder, record, where, first=i == 0, lazy=i == 0)
         snap = seg.snap
         if snap.analyzer != body["analyzer"] or snap.bm25 != body["bm25"] or snap.chunking != body["chunking"]:
             raise IndexFormatError(f"{where}: segment {i} was written with other settings than its commit")
@@ -496,20 +406,31 @@ def _read_commit(body: dict[str, Any], folder: Path, where: str) -> list[Segment
     return out
 
 
-def open_segment(folder: Path, record: SegmentRecord, where: str, *, first: bool = False) -> Segment:
-    """Map and check one segment a commit names (FileNotFoundError when it is gone)."""
+def open_segment(
+    folder: Path, record: SegmentRecord, where: str, *, first: bool = False, lazy: bool = False
+) -> Segment:
+    """Map and check one segment a commit names (FileNotFoundError when it is gone).
+
+    ``lazy`` (the first segment of a load, read by a knowledge base that checks
+    each part before it first reads it) leaves the O(sources + chunks) checks
+    for first use: see ``_check`` and ``_stored``."""
     opened = _segments.read_segment(folder, record, where)
     seg_where = str(opened.path)
     try:
-        snap = _read_v3(opened.body, opened.data, seg_where, opened.file, opened.blocks)
+        snap = _read_v3(opened.body, opened.data, seg_where, opened.file, opened.blocks, lazy)
         snap = snap._replace(data_file=opened.file)
         if first and not snap.postings.scored:
             raise IndexFormatError(f"{seg_where}: the first segment of a commit holds no impacts")
-        _check(snap, seg_where)
+        snap = _check(snap, seg_where, lazy=lazy)
         if len(snap.chunks.source) != record.chunks or len(snap.sources.chars) != record.sources:
             raise IndexFormatError(f"{seg_where}: holds other counts than its commit record")
         src = opened.body["sources"]
-        names = NameIndex(snap.sources.names, _view(src["sorted"], opened.data, "i", f"{seg_where}: sources.sorted"))
+        names = NameIndex(
+            snap.sources.names,
+            _view(src["sorted"], opened.data, "i", f"{seg_where}: sources.sorted"),
+            f"{seg_where}: sources.sorted",
+            None if opened.blocks is None else opened.blocks.part(src["sorted"], 4),
+        )
     except IndexFormatError:
         raise
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
@@ -530,58 +451,55 @@ def _view(ref: Any, data: memoryview | None, typecode: str, where: str) -> Any:
     return cast(Any, raw).cast(typecode)
 
 
-def _strings(blob: memoryview, offsets: Ints, where: str) -> list[str]:
-    """The strings laid back to back in ``blob`` at ``offsets`` (one decode when all ASCII)."""
-    try:
-        if bytes(blob).isascii():
-            whole = str(blob, "ascii")
-            return list(map(whole.__getitem__, map(slice, offsets[:-1], offsets[1:])))
-        return [str(blob[a:b], "utf-8", "surrogatepass") for a, b in pairwise(offsets)]
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise IndexFormatError(f"{where}: not valid UTF-8 ({exc})") from None
-
-
 def _sources_v3(
     body: dict[str, Any],
     data: memoryview | None,
     where: str,
     opened: _store.DataFile | None,
-    blocks: BlockCheck | None = None,
+    blocks: BlockCheck | None,
+    n_chunks: int,
+    lazy: bool,
 ) -> SourceColumns:
+    """The sources of a format 3+ segment; ``lazy``: their O(sources) checks wait for first use
+    (see :mod:`._stored`), else they run now."""
     src = body["sources"]
     n = src["count"]
-    if blocks is not None:  # the parts read whole at load: O(sources)
-        for name in ("name_offsets", "text_offsets", "fingerprint_offsets", "chars", "first_chunks", "sorted"):
-            if src.get(name) is not None:
-                blocks.check(src[name][0], src[name][0] + src[name][1])
-        for ref in (src.get("text_blocks") or {}).values():  # block offsets and starts
-            if isinstance(ref, list):
-                blocks.check(ref[0], ref[0] + ref[1])
 
     def column(name: str, typecode: str) -> Any:
         return _view(src[name], data, typecode, f"{where}: sources.{name}")
 
-    def offsets(name: str, size: int) -> Any:
-        values = column(name, "q")
-        if len(values) != n + 1 or values[0] != 0 or values[n] != size or any(map(gt, values[:-1], values[1:])):
-            raise IndexFormatError(f"{where}: sources.{name} do not match their part of the data file")
-        return values
+    def part(name: str, itemsize: int) -> PartCheck | None:
+        return None if blocks is None else blocks.part(src[name], itemsize)
+
+    def offsets(name: str, size: int, within: str = "") -> Offsets:
+        where_ = f"{where}: sources.{name}" + within
+        return Offsets(column(name, "q"), n, size, where_, part(name, 8), eager=not lazy)
 
     name_blob = _store.data_range(src["names"], data, f"{where}: sources.names")
     fp_blob = _store.data_range(src["fingerprints"], data, f"{where}: sources.fingerprints")
     text_blob = _store.data_range(src["texts"], data, f"{where}: sources.texts")
-    pread = _Pread(opened, src["texts"][0]) if opened is not None and hasattr(os, "pread") else None
+    pread = Pread(opened, src["texts"][0]) if opened is not None and hasattr(os, "pread") else None
     packed = src.get("text_blocks")
     unpack = None
     if packed is not None:
         starts = packed.get("starts")  # format 5: blocks end where texts end; format 4: fixed size
+        tables = [packed["offsets"], *([] if starts is None else [starts])]
+
+        def block_tables() -> None:  # the block offsets and starts, checked before they are read
+            if blocks is not None:
+                for ref in tables:
+                    blocks.check(ref[0], ref[0] + ref[1])
+
+        if not lazy:
+            block_tables()
         unpack = BlockTexts(
-            _compressed_reader(text_blob, src["texts"][0], pread, blocks),
+            compressed_reader(text_blob, src["texts"][0], pread, blocks),
             _view(packed["offsets"], data, "q", f"{where}: sources.text_blocks"),
             packed["bytes"],
             f"{where}: sources.texts",
             size=None if starts is not None else packed["size"],
             starts=None if starts is None else _view(starts, data, "q", f"{where}: sources.text_blocks"),
+            before=block_tables if lazy else None,
         )
     names = SourceNames(
         name_blob,
@@ -590,6 +508,7 @@ def _sources_v3(
         None if blocks is None else blocks.part(src["names"]),
     )
     chars = column("chars", "q")
+    chars_check = part("chars", 8)
     store = SourceStore(
         text_blob,
         offsets("text_offsets", len(text_blob) if packed is None else packed["bytes"]),
@@ -600,8 +519,14 @@ def _sources_v3(
         pread,
         None if blocks is None else (blocks, src["texts"][0], src["fingerprints"][0]),
         unpack,
+        chars_check if lazy else None,
     )
-    firsts = None if src.get("first_chunks") is None else column("first_chunks", "q")
+    if not lazy and chars_check is not None:
+        chars_check(0, len(chars))
+    firsts = runs = None
+    if src.get("first_chunks") is not None:
+        runs = offsets("first_chunks", n_chunks, " (runs of chunks)")
+        firsts = runs.values
     metadata: list[dict[str, Any] | None] = [None] * n
     for key, meta in src["metadata"].items():
         if not isinstance(meta, dict):
@@ -609,21 +534,7 @@ def _sources_v3(
         metadata[int(key)] = meta
     if len(chars) != n:
         raise IndexFormatError(f"{where}: the source table is inconsistent")
-    return SourceColumns(names, store, chars, metadata, store, firsts)
-
-
-def _compressed_reader(
-    blob: memoryview, base: int, pread: _Pread | None, blocks: BlockCheck | None
-) -> Callable[[int, int], bytes | memoryview]:
-    """Reads ``length`` bytes at ``offset`` of a compressed texts part (by ``pread`` when it can:
-    see :class:`_Pread`), its blocks checked first."""
-
-    def read(offset: int, length: int) -> bytes | memoryview:
-        if blocks is not None:
-            blocks.check(base + offset, base + offset + length, None if pread is None else pread.absolute)
-        return blob[offset : offset + length] if pread is None else pread(offset, length)
-
-    return read
+    return SourceColumns(names, store, chars, metadata, store, firsts, runs)
 
 
 def _sources_v2(body: dict[str, Any], data: memoryview | None, where: str) -> SourceColumns:
@@ -662,7 +573,9 @@ def _read_v3(
     where: str,
     opened: _store.DataFile | None,
     blocks: BlockCheck | None = None,
+    lazy: bool = False,
 ) -> Snapshot:
+    """A format 3+ segment read in place; ``lazy``: the sources' checks wait for first use."""
     cols = body["chunks"]
 
     def view(value: Any, typecode: str, name: str) -> Any:
@@ -670,8 +583,11 @@ def _read_v3(
 
     post = body["postings"]
     tables = body.get("tables")
+    # A lazily checked segment's chunk columns but the lengths (which a load copies) are checked
+    # when first read (see ChunkBounds); the other parts here are read whole at load.
+    later = {k: v for k, v in cols.items() if k not in ("section", "length")} if lazy and blocks is not None else {}
     if blocks is not None:  # the parts read whole at load: O(chunks + terms)
-        parts = [*(v for k, v in cols.items() if k != "section"), post.get("maxes"), post["offsets"]]
+        parts = [*(v for k, v in cols.items() if k != "section" and k not in later), post.get("maxes"), post["offsets"]]
         for ref in [*parts, body.get("orders", {}).get("offsets")]:
             if ref is not None:
                 blocks.check(ref[0], ref[0] + ref[1])
@@ -687,6 +603,7 @@ def _read_v3(
         checks=None
         if blocks is None
         else (blocks.part(d["text"]), blocks.part(d["offsets"], 8), blocks.part(d["sorted"], 4)),
+        where=f"{where}: dictionary",
     )
     dictionary.check(where)
     if post.get("impacts") is None:  # a format 4 segment after the first: term frequencies only
@@ -738,13 +655,21 @@ def _read_v3(
         body["analyzer"],
         body["bm25"],
         body["chunking"],
-        _sources_v3(body, data, where, opened, blocks),
+        _sources_v3(body, data, where, opened, blocks, len(chunks.source), lazy),
         chunks,
         postings,
         body["stats"]["total_length"],
         body.get("created_by", ""),
         blocks=blocks,
+        unchecked_columns={_COLUMNS[k]: blocks.part(v) for k, v in later.items()} if blocks is not None else None,
     )
+
+
+# The chunk columns' names in a segment body, and in ChunkColumns.
+_COLUMNS = {
+    "source": "source", "index": "ordinal", "start": "start", "end": "end", "start_line": "start_line",
+    "end_line": "end_line", "length": "length",
+}  # fmt: skip
 
 
 def _read_tables(
@@ -825,28 +750,33 @@ def _read_v2(body: dict[str, Any], data: memoryview | None, where: str) -> Snaps
     )
 
 
-def _check(snap: Snapshot, where: str) -> None:
-    """The cross-checks that cost O(chunks + terms), never O(postings)."""
+def _check(snap: Snapshot, where: str, *, lazy: bool = False) -> Snapshot:
+    """The cross-checks that cost O(chunks + terms), never O(postings); returns ``snap``.
+
+    ``lazy`` leaves the O(sources + chunks) ones for first use: the chunk bounds
+    to ``snap.bounds`` (run before the chunk table's bounds are first read),
+    the statistics to the caller (which sums the lengths anyway), the sources'
+    offsets to the columns that read them (see ``_stored``).
+    """
     cols = snap.chunks
     n = len(cols.source)
     if any(len(col) != n for col in cols[1:]):
         raise IndexFormatError(f"{where}: chunk tables have different lengths")
     chars = snap.sources.chars
-    if n and (min(cols.source) < 0 or max(cols.source) >= len(chars)):
-        raise IndexFormatError(f"{where}: a chunk points at a source that does not exist")
-    ends = map(chars.__getitem__, cols.source)
-    if n and (min(cols.start) < 0 or any(map(gt, cols.start, cols.end)) or any(map(gt, cols.end, ends))):
-        raise IndexFormatError(f"{where}: a chunk lies outside its source text")
     firsts = snap.sources.first_chunks
-    if firsts is not None and (
-        len(firsts) != len(chars) + 1
-        or firsts[0] != 0
-        or firsts[len(chars)] != n
-        or any(map(gt, firsts[:-1], firsts[1:]))
+    if firsts is not None and len(firsts) != len(chars) + 1:
+        raise IndexFormatError(f"{where}: sources.first_chunks do not match the chunk table")
+    if (
+        snap.sources.chunk_runs is None
+        and firsts is not None
+        and (firsts[0] != 0 or firsts[len(chars)] != n or any(map(gt, firsts[:-1], firsts[1:])))
     ):
         raise IndexFormatError(f"{where}: sources.first_chunks do not match the chunk table")
-    if sum(cols.length) != snap.total_length:
-        raise IndexFormatError(f"{where}: statistics do not match the chunk table")
+    bounds = ChunkBounds(cols, snap.sources, where, snap.unchecked_columns)
+    if not lazy:
+        bounds()
+        if sum(cols.length) != snap.total_length:
+            raise IndexFormatError(f"{where}: statistics do not match the chunk table")
     post = snap.postings
     n_terms = len(post.terms)
     offsets = post.offsets
@@ -866,3 +796,47 @@ def _check(snap: Snapshot, where: str) -> None:
         if post.tables.n_chunks != n:
             raise IndexFormatError(f"{where}: lookup tables are for another number of chunks")
         check_tables(post.tables, n_terms, where)
+    return snap._replace(bounds=bounds)
+
+
+class ChunkBounds:
+    """The chunk table's checks that cost O(chunks): the blocks of the columns not
+    checked at load (a lazily checked segment's), and in Python, that every
+    chunk's source exists and its text range lies inside that source's text.
+    Each runs once, before what it vouches for is first read."""
+
+    __slots__ = ("_cols", "_done", "_sources", "_unchecked", "where")
+
+    def __init__(
+        self, cols: ChunkColumns, sources: SourceColumns, where: str, unchecked: dict[str, PartCheck] | None
+    ) -> None:
+        self._cols = cols
+        self._sources = sources
+        self._unchecked = dict(unchecked or {})
+        self._done = False
+        self.where = where
+
+    def columns(self, *names: str) -> list[Ints]:
+        """The columns ``names`` (of :class:`ChunkColumns`), their blocks checked."""
+        for name in names:
+            check = self._unchecked.pop(name, None)
+            if check is not None:
+                check(0, len(getattr(self._cols, name)) * getattr(self._cols, name).itemsize)
+        return [getattr(self._cols, name) for name in names]
+
+    def __call__(self) -> None:
+        if self._done:
+            return
+        where = self.where
+        source, start, end = self.columns("source", "start", "end")
+        texts = self._sources.texts
+        if isinstance(texts, SourceStore):
+            texts.check_chars()  # the lengths, block-checked
+        chars = self._sources.chars
+        n = len(source)
+        if n and (min(source) < 0 or max(source) >= len(chars)):
+            raise IndexFormatError(f"{where}: a chunk points at a source that does not exist")
+        ends = map(chars.__getitem__, source)
+        if n and (min(start) < 0 or any(map(gt, start, end)) or any(map(gt, end, ends))):
+            raise IndexFormatError(f"{where}: a chunk lies outside its source text")
+        self._done = True

@@ -139,7 +139,7 @@ class BlockTexts:
     format 5); format 4's blocks are all ``size`` bytes but the last.
     """
 
-    __slots__ = ("_cache", "_offsets", "_read", "_starts", "_total", "where")
+    __slots__ = ("_cache", "_offsets", "_pending", "_read", "_size", "_starts", "_total", "where")
 
     def __init__(
         self,
@@ -150,7 +150,24 @@ class BlockTexts:
         *,
         size: int | None = None,
         starts: Sequence[int] | None = None,
+        before: Callable[[], None] | None = None,
     ) -> None:
+        """``before`` (a lazily checked segment's block checks of ``offsets`` and
+        ``starts``) defers the O(blocks) checks of the block tables to the
+        first read, which runs ``before`` first; without it they run now."""
+        self._read = read
+        self._offsets = offsets
+        self._starts: Sequence[int] = range(1) if starts is None else starts
+        self._size = size
+        self._total = total
+        self._cache: OrderedDict[int, bytes] = OrderedDict()
+        self.where = where
+        self._pending = before
+        if before is None:
+            self._check(starts)
+
+    def _check(self, starts: Sequence[int] | None) -> None:
+        offsets, total, size = self._offsets, self._total, self._size
         found: Sequence[int]
         if starts is not None:
             found = starts
@@ -161,17 +178,17 @@ class BlockTexts:
             ok = n >= 0 and len(offsets) == n + 1
             found = range(0, n * size + 1, size) if ok and size is not None else range(1)
         if not ok or any(map(ge, offsets[:-1], offsets[1:])):
-            raise IndexFormatError(f"{where}: the text blocks do not cover the texts")
-        self._read = read
-        self._offsets = offsets
+            raise IndexFormatError(f"{self.where}: the text blocks do not cover the texts")
         self._starts = found
-        self._total = total
-        self._cache: OrderedDict[int, bytes] = OrderedDict()
-        self.where = where
 
     def __call__(self, a: int, b: int) -> bytes:
         if b <= a:
             return b""
+        pending = self._pending
+        if pending is not None:  # checked on the first read
+            pending()
+            self._check(None if self._size is not None else self._starts)
+            self._pending = None
         starts = self._starts
         first = bisect_right(starts, a) - 1
         last = first if b <= starts[first + 1] else bisect_right(starts, b - 1) - 1
