@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._engine import _collection
+from ._engine._bulk_impacts import spare_core
 from ._engine._collection import CollectionStats
 from ._engine._commits import Commits, Removal, drop_postings, replay, whole_snapshot
 from ._engine._counting import CountedChunk, CountedTexts, TermIds, span_counts
@@ -722,7 +723,9 @@ class KnowledgeBase:
     def _write_whole(self, folder: Path) -> str:
         """Write everything as one scored segment (a full save, or a merge of every segment)."""
         keep = _segments.committed_files(folder)
-        revision, record = _writer.write(folder, self._snapshot(), keep)
+        snap = self._snapshot()
+        fork = len(snap.sources.names) >= _writer.FORK_TEXTS and spare_core()
+        revision, record = _writer.write(folder, snap, keep, fork=fork)
         self._commits.reset([_codec.open_segment(folder, record, str(folder))], len(self._chunks))
         self._idx.touched.clear()
         return revision

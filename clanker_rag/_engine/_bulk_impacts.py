@@ -45,6 +45,7 @@ __all__ = [
     "idle_core",
     "impacts_and_orders",
     "pack_pending",
+    "spare_core",
 ]
 
 # Below this many postings one process does it all: forking a big parent
@@ -108,6 +109,11 @@ def idle_core() -> bool:
     except (AttributeError, OSError):
         return False
     return load < _cpus() - 0.5
+
+
+def spare_core() -> bool:
+    """Whether a forked child may work beside this process now: a safe fork and an idle core."""
+    return can_fork() and idle_core()
 
 
 def _idle_cores(sample: float) -> float | None:

@@ -434,6 +434,11 @@ class InvertedIndex:
         stats = BaseStats(self.n_docs, self.total_len, len(self.dl))
         offsets = array("q", accumulate(lengths, initial=0))
         self._adopt_lists(PackedLists(offsets, docs, tfs, imps, self.gen, stats=stats))
+        if 0 not in lengths:
+            # Every list's largest impact, which a save writes, in C-level passes over views of the
+            # lists (a Python step per term otherwise, once the save asks for them).
+            view = memoryview(imps)
+            self.maxes = array("f", map(max, map(view.__getitem__, map(slice, offsets[:-1], offsets[1:]))))
         self.orders.packed = PackedOrders(order_offsets_of(lengths, ORDER_MIN), positions, self.gen)
 
     def _packed_current(self) -> bool:

@@ -190,13 +190,16 @@ class BatchResult:
 class WorkerTerms:
     """One worker's term numbers -> the index's term ids (-1: not met in an added chunk yet)."""
 
-    __slots__ = ("ids", "strings")
+    __slots__ = ("ids", "resolved", "strings")
 
     def __init__(self) -> None:
         self.strings: list[str] = []  # number -> term, as the worker sent them
         self.ids: list[int] = []
+        self.resolved = 0  # ids[:resolved] holds no -1
 
-    def term_ids(self, keys: array[int], known: int, ids_of: Callable[[list[str]], list[int]]) -> list[int]:
+    def term_ids(
+        self, keys: array[int], known: int, ids_of: Callable[[list[str]], list[int]], made: int = -1
+    ) -> list[int]:
         """The index's id of every number in ``keys`` (several chunks' keys, in
         order; ``known``: the worker's count of numbers once it counted them).
 
@@ -204,9 +207,24 @@ class WorkerTerms:
         hold them, so ``ids_of`` creates new terms in the order adding the
         chunks one by one does.  A number is resolved only once a chunk that
         holds it is added, never for a file that was skipped (a secret, say):
-        its terms must not reach the index.
+        its terms must not reach the index.  ``made`` (when known): the first
+        number the worker made while counting exactly these chunks.
         """
         ids = self.ids
+        if 0 <= made <= known:
+            if made > len(ids):
+                ids.extend(repeat(-1, made - len(ids)))
+            if self.resolved < made:
+                try:
+                    self.resolved = ids.index(-1, self.resolved, made)
+                except ValueError:
+                    self.resolved = made
+            if self.resolved == made == len(ids):
+                # Every earlier number is resolved, and numbers ``made`` to ``known - 1`` were made for
+                # these chunks, in the order they first hold them: resolved without a pass over the keys.
+                ids.extend(ids_of(self.strings[made:known]))
+                self.resolved = known
+                return list(map(ids.__getitem__, keys))
         if known > len(ids):
             ids.extend(repeat(-1, known - len(ids)))
         tids = list(map(ids.__getitem__, keys))

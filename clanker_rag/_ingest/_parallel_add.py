@@ -121,6 +121,7 @@ def _pooled(kb: KnowledgeBase, items: Iterator[Item], workers: int, method: str)
         future, batch = pending.popleft()
         token, fresh, counted, per_text = pool.counted(future)
         worker_terms = terms.setdefault(token, WorkerTerms())
+        made = len(worker_terms.strings)  # the worker's first number made for this batch
         worker_terms.strings.extend(fresh)
         known = counted.known[-1] if counted.known else 0
         whole = CountedTexts(
@@ -129,7 +130,7 @@ def _pooled(kb: KnowledgeBase, items: Iterator[Item], workers: int, method: str)
             counted.labels,
             counted.sizes,
             counted.tfs,
-            partial(worker_terms.term_ids, counted.keys, known),
+            partial(worker_terms.term_ids, counted.keys, known, made=made),
         )
         # The usual case, new sources only, in one pass; else text by text.
         at_once = kb.add_counted(batch, whole)

@@ -6,9 +6,10 @@ what changed, a commit point, merges on disk), format 4's segments, commit
 points, block checksums and merge policy (``_segments``), atomic checksummed
 writes and mapped loads (``_store``), the inter-process writer lock
 (``_lock``), the impact lookup tables a save writes and a query builds
-(``_impact_tables``), compressed stored texts (``_texts``), narrow columns of
-term frequencies and impact orders (``_tf_column``, ``_order_column``) and the
-save walk over posting lists (``_lists``).
+(``_impact_tables``), compressed stored texts (``_texts``, a big save's in a
+forked child: ``_texts_child``), narrow columns of term frequencies and
+impact orders (``_tf_column``, ``_order_column``) and the save walk over
+posting lists (``_lists``).
 
 May import: the package's leaves.  Must not import: the engine, the
 knowledge base or anything above; storage knows bytes and typed columns,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import accumulate, compress, repeat
-from operator import sub
+from operator import gt, mul, sub
 from typing import Protocol
 
 from ._codec import Floats, Ints, Postings, TermList
@@ -78,11 +78,9 @@ def without_empty_lists(post: Postings, lengths: Sequence[int], order_lengths: S
 
 def order_offsets_of(lengths: Iterable[int], order_min: int) -> array[int]:
     """Order offsets for lists of ``lengths`` where every list longer than ``order_min`` has an order."""
-    return array("q", accumulate(map(_if_longer, lengths, repeat(order_min)), initial=0))
-
-
-def _if_longer(length: int, order_min: int) -> int:
-    return length if length > order_min else 0
+    # length * (length > order_min): the length or 0, without a Python call per list.
+    lengths = list(lengths)
+    return array("q", accumulate(map(mul, lengths, map(gt, lengths, repeat(order_min))), initial=0))
 
 
 def lengths_of(offsets: Ints) -> Iterator[int]:

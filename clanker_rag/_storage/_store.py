@@ -178,9 +178,17 @@ class Blob:
         if sys.byteorder != "little":  # pragma: no cover - big-endian hosts
             values = array(code, values)
             values.byteswap()
-        if isinstance(values, array):
-            return self.add(values.tobytes())
-        return self.add(values)
+        # A view, not a copy: the values are written as they are (the arrays of a
+        # snapshot being saved do not change meanwhile; see :meth:`release`).
+        return self.add(memoryview(values))
+
+    def release(self) -> None:
+        """Let go of the views of the values added (an array viewed cannot grow until then)."""
+        for part in self.parts:
+            if isinstance(part, memoryview):
+                part.release()
+        self.parts = []
+        self.size = 0
 
     def text(self, value: str) -> list[int]:
         # surrogatepass: a text decoded with surrogateescape round-trips too.

@@ -26,6 +26,7 @@ from array import array
 from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import accumulate, islice
 from operator import ge
 from typing import Any
 
@@ -39,7 +40,7 @@ __all__ = ["CACHED", "COMPRESS", "LEVEL", "TEXT_BLOCK", "BlockTexts", "compress_
 # decompressing (see bench/results/h28size.md).
 COMPRESS = True
 TEXT_BLOCK = 4 * 1024
-LEVEL = 6
+LEVEL = 1
 # Blocks kept decompressed, per segment: at most 16 MiB of 4 KiB blocks.  500
 # queries of 10 hits on the stdlib corpus read about 3,300 blocks: kept, the
 # same queries again (an agent asking again, a proxy's repeated question) cost
@@ -59,6 +60,11 @@ class Compressed:
         self.total = 0
 
 
+# Pieces joined and cut into blocks at a time: a few megabytes in memory at once,
+# and one C-level join and a few passes per window instead of Python steps per piece.
+_WINDOW = 4096
+
+
 def compress_blocks(pieces: Iterable[bytes | memoryview], block: int) -> tuple[Iterator[bytes], Compressed]:
     """``pieces`` laid end to end, cut into blocks that end where a piece ends
     (a piece longer than ``block`` bytes is cut every ``block`` bytes), each
@@ -66,28 +72,43 @@ def compress_blocks(pieces: Iterable[bytes | memoryview], block: int) -> tuple[I
     complete once they are."""
     out = Compressed()
 
-    def emit(data: bytes | bytearray, end: int) -> bytes:
-        packed = zlib.compress(data, LEVEL)
-        out.block_offsets.append(out.block_offsets[-1] + len(packed))
-        out.starts.append(end)
-        return packed
-
     def blocks() -> Iterator[bytes]:
-        buf = bytearray()
-        offsets = out.text_offsets
-        for piece in pieces:
-            raw = memoryview(piece).cast("B")
-            if buf and len(buf) + len(raw) > block:
-                yield emit(buf, offsets[-1])  # the piece opens a block of its own
-                buf = bytearray()
-            buf += raw
-            offsets.append(offsets[-1] + len(raw))
-            while len(buf) > block:  # a piece longer than a block
-                yield emit(bytes(buf[:block]), offsets[-1] - len(buf) + block)
-                del buf[:block]
-        if buf:
-            yield emit(buf, offsets[-1])
-        out.total = offsets[-1]
+        offsets, starts = out.text_offsets, out.starts
+        it = iter(pieces)
+        carry: bytes | memoryview = b""  # the bytes of the block still open, from ``begin``
+        begin = pos = 0
+        while window := list(islice(it, _WINDOW)):
+            window = [p if isinstance(p, bytes) or p.format == "B" else p.cast("B") for p in window]
+            lengths = list(map(len, window))
+            data = b"".join([carry, *window])
+            base = begin
+            first = len(starts)
+            # Where blocks end: a Python step per piece, but only integer arithmetic.
+            for n in lengths:
+                if pos > begin and pos + n - begin > block:
+                    starts.append(pos)  # the piece opens a block of its own
+                    begin = pos
+                pos += n
+                if pos - begin > block:  # a piece longer than a block: cut every ``block`` bytes
+                    cuts = (pos - begin - 1) // block
+                    starts.extend(range(begin + block, begin + cuts * block + 1, block))
+                    begin += cuts * block
+            ends_of = accumulate(lengths, initial=offsets[-1])
+            next(ends_of)  # (the last offset again)
+            offsets.extend(ends_of)
+            view = memoryview(data)
+            ends = starts[first:]
+            for a, b in zip(starts[first - 1 : -1], ends):
+                packed = zlib.compress(view[a - base : b - base], LEVEL)
+                out.block_offsets.append(out.block_offsets[-1] + len(packed))
+                yield packed
+            carry = view[begin - base :]
+        if pos > begin:
+            starts.append(pos)
+            packed = zlib.compress(carry, LEVEL)
+            out.block_offsets.append(out.block_offsets[-1] + len(packed))
+            yield packed
+        out.total = pos
 
     return blocks(), out
 
@@ -101,7 +122,8 @@ def write_texts(
         ref, offsets = blob.run(pieces)
         return ref, offsets, None
     blocks, packed = compress_blocks(pieces, TEXT_BLOCK)
-    ref, _ = blob.run(blocks)
+    # One part: a part per block would be a Python step each in the checksums and the writes.
+    ref = blob.add(b"".join(blocks))
     record = {
         "bytes": packed.total,
         "offsets": blob.array(packed.block_offsets, "q"),

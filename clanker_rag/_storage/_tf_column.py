@@ -46,6 +46,14 @@ def narrow_tfs(tfs: Ints) -> Ints:
     if _LITTLE and view.itemsize == 4 and not any(raw[i::4].tobytes().strip(b"\0") for i in (1, 2, 3)):
         # Every high byte zero: the low bytes are the uint8 values (three C-level scans, no item loop).
         return array("B", raw[0::4].tobytes())
+    if _LITTLE and view.itemsize == 4 and not any(raw[i::4].tobytes().strip(b"\0") for i in (2, 3)):
+        # The two high bytes zero: the uint16 values are the two low bytes of each (slices, no item loop).
+        low = bytearray(2 * len(view))
+        low[0::2] = raw[0::4]
+        low[1::2] = raw[1::4]
+        narrow: array[int] = array("H")
+        narrow.frombytes(low)
+        return narrow
     for code in TF_TYPES[1:]:
         try:
             return array(code, tfs)

@@ -28,10 +28,10 @@ from ._codec import (
 from ._impact_tables import TableParts, build_tables
 from ._order_column import order_parts
 from ._segments import SegmentRecord
-from ._texts import write_texts
+from ._texts_child import Texts, start_texts
 from ._tf_column import tf_part
 
-__all__ = ["commit", "merge_segments", "settings_of", "write", "write_segment"]
+__all__ = ["FORK_TEXTS", "commit", "merge_segments", "settings_of", "write", "write_segment"]
 
 
 def settings_of(snap: Snapshot) -> dict[str, Any]:
@@ -39,11 +39,14 @@ def settings_of(snap: Snapshot) -> dict[str, Any]:
     return {"created_by": snap.created_by, "analyzer": snap.analyzer, "bm25": snap.bm25, "chunking": snap.chunking}
 
 
-def write(folder: str | Path, snap: Snapshot, keep: Iterable[str] = ()) -> tuple[str, SegmentRecord]:
+def write(
+    folder: str | Path, snap: Snapshot, keep: Iterable[str] = (), *, fork: bool = False
+) -> tuple[str, SegmentRecord]:
     """Atomically write ``snap`` as the folder's whole index: one scored segment and
-    a commit point naming it; returns the new revision and the segment's record."""
+    a commit point naming it; returns the new revision and the segment's record.
+    ``fork``: a core is idle for a child compressing the texts (see ``_texts_child``)."""
     folder = Path(folder)
-    record = write_segment(folder, snap, scored=True)
+    record = write_segment(folder, snap, scored=True, fork=fork)
     return commit(folder, settings_of(snap), [record], keep), record
 
 
@@ -54,19 +57,34 @@ def commit(folder: Path, settings: dict[str, Any], records: Sequence[SegmentReco
     return _segments.write_commit(folder, body, records, keep)
 
 
-def write_segment(folder: Path, snap: Snapshot, *, scored: bool) -> SegmentRecord:
+def write_segment(folder: Path, snap: Snapshot, *, scored: bool, fork: bool = False) -> SegmentRecord:
     """Write ``snap`` as one immutable segment file.  A *scored* segment also holds
     impacts, impact orders and lookup tables (the first segment of a commit); the
     others hold term frequencies only: their impacts are computed at load."""
     blob = _store.Blob()
-    src = snap.sources
-    texts = src.texts
-    text_items: Iterable[str | bytes | memoryview] = (
-        map(texts.raw, range(len(texts))) if isinstance(texts, SourceStore) else texts
+    texts = snap.sources.texts
+    # The texts compress (in a child, when one may fork) while the rest is laid out.  Only texts
+    # held in memory: a loaded segment's would be read (and inflated) all at once first.
+    pending = (
+        start_texts(map(texts.raw, range(len(texts))), fork=False)
+        if isinstance(texts, SourceStore)
+        else start_texts(texts, fork=fork and len(texts) >= FORK_TEXTS)
     )
+    try:
+        return _write_segment(folder, snap, scored, blob, pending)
+    finally:
+        pending.abandon()
+        blob.release()
+
+
+# Fewer texts are compressed in this process: a fork costs more than it saves.
+FORK_TEXTS = 20_000
+
+
+def _write_segment(folder: Path, snap: Snapshot, scored: bool, blob: _store.Blob, pending: Texts) -> SegmentRecord:
+    src = snap.sources
     fps = src.fingerprints
     fp_items = map(fps.fingerprint, range(len(fps))) if isinstance(fps, SourceStore) else fps
-    text_ref, text_offsets, packed = write_texts(blob, map(_utf8, text_items))
     names = list(src.names)
     name_ref, name_offsets = blob.run(names)
     fp_ref, fp_offsets = blob.run(fp_items)
@@ -77,9 +95,9 @@ def write_segment(folder: Path, snap: Snapshot, *, scored: bool) -> SegmentRecor
         "name_offsets": blob.array(name_offsets, "q"),
         # Source numbers in name order: a commit finds a removed source's number by binary search.
         "sorted": blob.array(array("i", sorted(range(len(names)), key=names.__getitem__)), "i"),
-        "texts": text_ref,
-        "text_offsets": blob.array(text_offsets, "q"),
-        "text_blocks": packed,
+        "texts": None,  # (added last, below)
+        "text_offsets": None,
+        "text_blocks": None,
         "chars": blob.array(src.chars, "q"),
         "fingerprints": fp_ref,
         "fingerprint_offsets": blob.array(fp_offsets, "q"),
@@ -128,6 +146,8 @@ def write_segment(folder: Path, snap: Snapshot, *, scored: bool) -> SegmentRecor
         body["postings"]["maxes"] = blob.array(post.maxes, "f")
         body["orders"] = order_parts(blob, post.positions, post.order_offsets)
         body["tables"] = _write_tables(blob, build_tables(post.offsets, post.chunks, post.impacts, len(cols.source)))
+    text_ref, text_offsets, packed = pending.add_to(blob)
+    sources.update(texts=text_ref, text_offsets=blob.array(text_offsets, "q"), text_blocks=packed)
     return _segments.write_segment(folder, body, blob)
 
 
@@ -143,11 +163,6 @@ def _write_tables(blob: _store.Blob, parts: TableParts) -> dict[str, Any]:
         "slot_terms": blob.array(parts.slot_terms, "i"),
         "slots": blob.run(_bytes_of(parts.slots))[0],
     }
-
-
-def _utf8(value: str | bytes | memoryview) -> bytes | memoryview:
-    # surrogatepass: a text decoded with surrogateescape round-trips too.
-    return value.encode("utf-8", "surrogatepass") if isinstance(value, str) else value
 
 
 def merge_segments(segments: Sequence[Segment]) -> Snapshot:

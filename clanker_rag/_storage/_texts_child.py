@@ -1,0 +1,183 @@
+"""A save's stored texts compressed in a forked child while this process writes the rest.
+
+Compressing the texts is the largest single step of saving a fresh build
+(about a third of the save at 75k chunks) and needs nothing else of the
+segment, so when the caller says a core is idle a child forked at the start
+of the save compresses them (:func:`._texts.compress_blocks`, the same
+blocks) into an anonymous shared mapping while this process lays out the
+chunks, postings and tables; the texts part is then added to the data file
+where the one-process path adds it, so the file is the same byte for byte.
+When the child cannot start or fails, this process compresses them itself.
+The child writes nothing but the mapping: a kill at any moment leaves no file.
+"""
+
+from __future__ import annotations
+
+import gc
+import mmap
+import os
+import signal
+import threading
+from array import array
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from . import _texts
+from ._store import Blob
+from ._texts import compress_blocks, write_texts
+
+__all__ = ["Texts", "start_texts"]
+
+Piece = str | bytes | memoryview
+_HEAD = 3  # int64s before the arrays: blocks, uncompressed bytes, compressed bytes
+_MAX_FD = 1 << 20
+
+
+def _utf8(value: Piece) -> bytes | memoryview:
+    # surrogatepass: a text decoded with surrogateescape round-trips too.
+    return value.encode("utf-8", "surrogatepass") if isinstance(value, str) else value
+
+
+class Texts:
+    """The texts of a segment being written: compressed by a child, or here when added."""
+
+    def __init__(self, pieces: Iterable[Piece], block: int) -> None:
+        self._pieces = pieces
+        self._block = block
+        self._pid = 0
+        self._shared: mmap.mmap | None = None
+        self._start = 0  # where the child put the compressed bytes in the mapping
+        self._count = 0  # how many texts the child compresses
+
+    def add_to(self, blob: Blob) -> tuple[list[int], array[int], dict[str, Any] | None]:
+        """What :func:`._texts.write_texts` adds and returns, from the child's work when it did it."""
+        got = self._collect(blob) if self._pid else None
+        return got if got is not None else write_texts(blob, map(_utf8, self._pieces))
+
+    def abandon(self) -> None:
+        """Stop the child (the save failed or was interrupted) and reap it."""
+        if self._pid:
+            try:
+                os.kill(self._pid, signal.SIGKILL)
+                os.waitpid(self._pid, 0)
+            except OSError:
+                pass
+            self._pid = 0
+        self._close()
+
+    def _close(self) -> None:
+        if self._shared is not None:
+            self._shared.close()
+            self._shared = None
+
+    def _collect(self, blob: Blob) -> tuple[list[int], array[int], dict[str, Any]] | None:
+        try:
+            _, status = os.waitpid(self._pid, 0)
+        except BaseException:  # interrupted while waiting: the child goes too
+            self.abandon()
+            raise
+        self._pid = 0
+        try:
+            if not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
+                return None
+            assert self._shared is not None
+            with memoryview(self._shared) as view:
+                head = array("q")
+                head.frombytes(view[: 8 * _HEAD])
+                n_blocks, total, size = head
+                at = 8 * _HEAD
+                columns = []
+                for count in (self._count + 1, n_blocks + 1, n_blocks + 1):
+                    column = array("q")
+                    column.frombytes(view[at : at + 8 * count])
+                    columns.append(column)
+                    at += 8 * count
+                ref = blob.add(bytes(view[self._start : self._start + size]))
+            text_offsets, starts, block_offsets = columns
+            record = {"bytes": total, "offsets": blob.array(block_offsets, "q"), "starts": blob.array(starts, "q")}
+            return ref, text_offsets, record
+        finally:
+            self._close()
+
+
+def start_texts(pieces: Iterable[Piece], *, fork: bool) -> Texts:
+    """The texts of a segment about to be written (read once), compressed in a forked child
+    when ``fork`` (the caller's word that forking is safe and a core is idle) and they are
+    a sequence."""
+    texts = Texts(pieces, _texts.TEXT_BLOCK)
+    safe = hasattr(os, "fork") and threading.active_count() == 1
+    if fork and safe and _texts.COMPRESS and isinstance(pieces, Sequence):
+        _fork(texts, pieces)
+    return texts
+
+
+def _layout(pieces: Sequence[Piece], block: int) -> tuple[int, int]:
+    """Where the child's compressed bytes start in its mapping, and its size: room for the
+    head and the columns with the most blocks there can be (UTF-8 takes at most 4 bytes a
+    character), then the bytes (zlib never grows a block by more than a little)."""
+    raw = sum(len(p) if isinstance(p, bytes) else (4 * len(p) if isinstance(p, str) else p.nbytes) for p in pieces)
+    blocks = len(pieces) + raw // max(block, 1) + 1
+    start = 8 * (_HEAD + len(pieces) + 1 + 2 * (blocks + 1))
+    return start, start + raw + raw // 256 + 64 * blocks
+
+
+def _fork(texts: Texts, pieces: Sequence[Piece]) -> None:
+    block = texts._block
+    start, size = _layout(pieces, block)
+    try:
+        shared = mmap.mmap(-1, size)  # anonymous, shared with the child
+    except (OSError, ValueError, OverflowError):
+        return
+    # Ctrl-C reaches the whole process group: the child must not unwind this
+    # process's stack, so SIGINT is held back over the fork and ignored in the child.
+    held = hasattr(signal, "pthread_sigmask") and threading.current_thread() is threading.main_thread()
+    if held:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        pid = os.fork()
+    except OSError:
+        pid = -1
+    if pid == 0:  # pragma: no cover - runs in the child, which never returns
+        code = 1
+        try:
+            if held:
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+            gc.disable()  # the collector would write to (and copy) every inherited page
+            # Nothing here needs a file: closed, the index folder's lock (an inherited flock)
+            # goes with this process's parent even when it is killed before this child ends.
+            os.closerange(3, _MAX_FD)
+            code = _child(shared, pieces, block, start)
+        finally:
+            os._exit(code)
+    if pid < 0:
+        shared.close()
+    else:
+        texts._pid, texts._shared, texts._start, texts._count = pid, shared, start, len(pieces)
+    if held:
+        try:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # a Ctrl-C held back is raised here
+        except BaseException:
+            texts.abandon()
+            raise
+
+
+def _child(shared: mmap.mmap, pieces: Sequence[Piece], block: int, start: int) -> int:  # pragma: no cover
+    # (Runs in the child.)  The compressed bytes from ``start``, then the head and the columns.
+    blocks, done = compress_blocks(map(_utf8, pieces), block)
+    with memoryview(shared) as view:
+        at = start
+        for packed in blocks:
+            view[at : at + len(packed)] = packed
+            at += len(packed)
+        n_blocks = len(done.starts) - 1
+        head = array("q", [n_blocks, done.total, at - start])
+        pos = 0
+        for column in (head, done.text_offsets, done.starts, done.block_offsets):
+            raw = memoryview(column).cast("B")
+            if pos + len(raw) > start:
+                return 1
+            view[pos : pos + len(raw)] = raw
+            pos += len(raw)
+            raw.release()
+    return 0
