@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from clanker_rag import IndexFormatError, KnowledgeBase
-from clanker_rag._storage import _segments, _store
+from clanker_rag._storage import _segments, _store, _texts
 
 N = 120
 NAMES = [f"doc{i:03d}.txt" for i in range(N)]
@@ -38,6 +38,9 @@ def text(i: int) -> str:
 def folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """An index of N sources saved with small checksum blocks, loaded as if big (not hashed at load)."""
     monkeypatch.setattr(_segments, "BLOCK_SIZE", 64)
+    # Text blocks of about one text each: the block tables then span several checksum
+    # blocks, and their middle items share none with the parts a load reads.
+    monkeypatch.setattr(_texts, "TEXT_BLOCK", 64)
     kb = KnowledgeBase(chunk_size=8, stride=4)
     for i, name in enumerate(NAMES):
         kb.add_text(text(i), name)
@@ -130,8 +133,8 @@ DAMAGED = [
     ("sources.chars", 8, ITEM, read_its_text),
     ("sources.first_chunks", 8, ITEM + 1, remove_it),
     ("sources.first_chunks", 8, ITEM + 1, search),
-    ("sources.text_blocks.offsets", 8, 1, read_its_text),
-    ("sources.text_blocks.starts", 8, 1, read_its_text),
+    ("sources.text_blocks.offsets", 8, MID // 2, read_its_text),
+    ("sources.text_blocks.starts", 8, MID // 2, read_its_text),
     ("chunks.source", 4, MID, search),
     ("chunks.index", 4, MID, search),
     ("chunks.start", 8, MID, search),
