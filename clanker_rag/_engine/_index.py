@@ -33,6 +33,7 @@ from .._storage._lists import order_offsets_of, walk_postings
 from .._storage._tf_column import extend_ints
 from . import _search
 from ._bulk_impacts import impacts_and_orders, pack_pending
+from ._held import Held
 from ._lookups import ImpactLookups, TermImpacts
 from ._norms import LengthNorms
 from ._orders import ImpactOrders
@@ -104,6 +105,8 @@ class InvertedIndex:
         self.stale_trust = 0
         # Chunks removed since the lists were packed: stale terms' packed lists still hold them.
         self.dead: set[int] = set()
+        # Removed chunks whose postings stay in the lists until each list is next read (see _held).
+        self.held = Held()
 
     # -- building -------------------------------------------------------------
     def _new_term(self, term: str) -> int:
@@ -287,11 +290,56 @@ class InvertedIndex:
             docs.fromlist(pending[0::2])
             tfs.fromlist(pending[1::2])
             self.imp_gen[tid] = -1
+        if self.held.cids and self.held.due(tid):
+            docs = self._sweep(tid, docs)
         return docs
+
+    def _sweep(self, tid: int, docs: Ints) -> Ints:
+        """The term's list without the chunks held since it was last swept (see ``_held``)."""
+        held = self.held
+        at = held.positions(tid, docs, self.dl)
+        if not at:
+            held.swept_of(tid, (), ())
+            return docs
+        tfs = self._tf(tid)
+        gone, gone_tfs = list(map(docs.__getitem__, at)), list(map(tfs.__getitem__, at))
+        # The runs between the removed postings, copied whole (a memcpy each).
+        new_docs, new_tfs = array("i"), array("I")
+        for a, b in zip([0, *[p + 1 for p in at]], [*at, len(docs)]):
+            extend_ints(new_docs, docs[a:b])
+            extend_ints(new_tfs, tfs[a:b])  # a loaded list's may be saved narrower
+        # The columns change together, and the counts after: an interrupt leaves the
+        # list as it was (swept again) or its counts short (see drop_held).
+        self.docs[tid], self.tfs[tid], self.imps[tid] = new_docs, new_tfs, array("f")
+        self.imp_gen[tid] = -1
+        held.swept_of(tid, gone, gone_tfs)
+        return new_docs
+
+    def hold(self, cid: int) -> None:
+        """Chunk ``cid``, about to be forgotten, keeps its postings until each list is next read."""
+        self.held.hold(cid, self.dl[cid])
+
+    def drop_held(self, terms_of: Callable[[int], Iterable[str]]) -> list[int]:
+        """Sweep every held chunk out of the lists now (a whole save reads every list
+        raw): the lists of the terms ``terms_of(cid)`` gives each.  Returns the chunks
+        those left postings of (an analyser that no longer reproduces what was
+        indexed); then every list was swept."""
+        held = self.held
+        for cid in held.cids:
+            for term in set(terms_of(cid)):
+                tid = self.term_id(term)
+                if tid is not None:
+                    self.fold(tid)
+        short = held.short()
+        if short:
+            self.fold_all()
+        self.held = Held()
+        return short
 
     def fold_all(self) -> None:
         for tid in range(len(self.terms)):
             self.fold(tid)
+        self.held = Held()  # no list holds a held chunk any more
 
     def remove(self, cid: int, terms: Iterable[str]) -> int:
         """Drop chunk ``cid`` from the postings of ``terms``; returns the summed tf removed.
@@ -365,6 +413,8 @@ class InvertedIndex:
 
     def refresh(self) -> None:
         """Bring every term's impacts and impact order up to date (before a save)."""
+        if self.held.cids:  # the bulk passes read lists raw: none may hold a removed chunk
+            self.fold_all()  # (a caller that knows the removed chunks' terms: drop_held, far cheaper)
         if self.packed_lists is None and self.docs.count(None) == len(self.docs):
             self._freeze()
             return
