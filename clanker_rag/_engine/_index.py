@@ -30,7 +30,7 @@ from .._exceptions import IndexFormatError
 from .._storage._codec import Floats, Ints, Postings, TermList, copy_array
 from .._storage._impact_tables import StoredTables
 from .._storage._lists import order_offsets_of, walk_postings
-from .._storage._tf_column import extend_ints
+from .._storage._tf_column import TF_TYPES, extend_ints
 from . import _search
 from ._bulk_impacts import impacts_and_orders, pack_pending
 from ._held import Held
@@ -271,10 +271,11 @@ class InvertedIndex:
             docs = self._cut(tid)
             tfs = self.tfs[tid]
         assert tfs is not None
-        if not isinstance(docs, array) or not isinstance(tfs, array):
+        if not isinstance(docs, array) or not isinstance(tfs, array) or tfs.typecode != "I":
             # The impacts are not copied: every caller changes the list, which
             # makes them stale (imp_gen -1), and they are recomputed before use.
-            docs, tfs = copy_array("i", docs), copy_array("I", tfs)
+            # (A swept list keeps its frequencies as narrow as saved: widened here.)
+            docs, tfs = docs if isinstance(docs, array) else copy_array("i", docs), copy_array("I", tfs)
             self.docs[tid], self.tfs[tid], self.imps[tid] = docs, tfs, array("f")
         return docs, tfs
 
@@ -290,7 +291,8 @@ class InvertedIndex:
             docs.fromlist(pending[0::2])
             tfs.fromlist(pending[1::2])
             self.imp_gen[tid] = -1
-        if self.held.cids and self.held.due(tid):
+        held = self.held
+        if held.cids and held.swept.get(tid, 0) < len(held.cids):  # (Held.due, inline: every read asks)
             docs = self._sweep(tid, docs)
         return docs
 
@@ -304,7 +306,9 @@ class InvertedIndex:
         tfs = self._tf(tid)
         gone, gone_tfs = list(map(docs.__getitem__, at)), list(map(tfs.__getitem__, at))
         # The runs between the removed postings, copied whole (a memcpy each).
-        new_docs, new_tfs = array("i"), array("I")
+        # Frequencies as narrow as they were saved (widening costs a pass item by item; see _owned).
+        narrow = memoryview(tfs).format
+        new_docs, new_tfs = array("i"), array(narrow if narrow in TF_TYPES else "I")
         for a, b in zip([0, *[p + 1 for p in at]], [*at, len(docs)]):
             extend_ints(new_docs, docs[a:b])
             extend_ints(new_tfs, tfs[a:b])  # a loaded list's may be saved narrower
@@ -639,9 +643,9 @@ class InvertedIndex:
         stale = self._stale_of(tid) if self.imp_gen[tid] != self.gen else None
         return (1.0, 1.0) if stale is None else (stale.lo, stale.hi)
 
-    def bound(self, tid: int, w: float, cands: list[int]) -> Iterable[float]:
+    def bound(self, tid: int, w: float, cands: list[int], highest: int = -1) -> Iterable[float]:
         """``w`` times the term's packed impact at each of ``cands`` when stale (see
-        :meth:`scales`), else :meth:`lookup`."""
+        :meth:`scales`), else :meth:`lookup` (``highest``: at least the largest of ``cands``, or -1)."""
         stale = self._stale_of(tid) if cands and self.imp_gen[tid] != self.gen else None
         if stale is None:
             return self.lookup(tid, w, cands)
@@ -650,7 +654,7 @@ class InvertedIndex:
         base = stale.base
         term = TermImpacts(tid, base.docs, base.imps, False)
         lookups, gen, n = self.base_lookups, lists.gen, stale.first_new
-        return stale.bound(w, cands, lambda below: lookups.lookup(term, 1.0, below, gen, n))
+        return stale.bound(w, cands, lambda below: lookups.lookup(term, 1.0, below, gen, n), highest)
 
     def imps_of(self, tid: int) -> Floats:
         """The term's impacts as last computed (current after :meth:`impacts`)."""
@@ -672,9 +676,10 @@ class InvertedIndex:
         imps = self.impacts(tid)[0]
         return imps if w == 1.0 else map(mul, imps, repeat(w))
 
-    def lookup(self, tid: int, w: float, cands: list[int]) -> Iterable[float]:
-        """The term's contribution to each of ``cands`` (0.0 where absent)."""
+    def lookup(self, tid: int, w: float, cands: list[int], highest: int = -1) -> Iterable[float]:
+        """The term's contribution to each of ``cands`` (0.0 where absent; ``highest``: at
+        least the largest of ``cands``, or -1)."""
         stale = self._stale_of(tid) if cands else None  # (folds the term when it builds one)
         if stale is not None and self.imp_gen[tid] != self.gen and stale.worth_looking(len(cands)):
-            return stale.lookup(self.bm25, w, cands, self.dl)
+            return stale.lookup(self.bm25, w, cands, self.dl, highest)
         return self.lookups.lookup(self._term(tid), w, cands, self.gen, len(self.dl))

@@ -114,16 +114,18 @@ class StaleTerm:
     length: int  # of the current list
     looked: int = 0  # candidates scored by :meth:`lookup` so far
 
-    def bound(self, w: float, cands: list[int], saved: Callable[[list[int]], Iterable[float]]) -> Iterable[float]:
+    def bound(
+        self, w: float, cands: list[int], saved: Callable[[list[int]], Iterable[float]], highest: int = -1
+    ) -> Iterable[float]:
         """``w`` times the term's saved impact at each of ``cands`` (its exact one for
         an added posting), from the saved table or ``saved`` (the packed impacts at
         chunks below :attr:`first_new`): the exact impacts lie within ``lo`` and
-        ``hi`` times these."""
+        ``hi`` times these.  ``highest``: at least the largest of ``cands`` (-1: not known)."""
         table = self.table
         if table is not None:
             saved = partial(saved_lookup, table)
         n = self.first_new
-        if self.packed_all or max(cands) < n:
+        if self.packed_all or (highest if highest >= 0 else max(cands)) < n:
             vals = saved(cands)
             return vals if w == 1.0 else map(mul, vals, repeat(w))
         below = list(map(min, cands, repeat(n - 1)))
@@ -138,11 +140,12 @@ class StaleTerm:
         self.looked += n
         return self.looked * RECOMPUTE_SHARE < self.length
 
-    def lookup(self, bm: BM25, w: float, cands: list[int], dl: Sequence[int]) -> Iterable[float]:
-        """``w`` times the term's exact impact at each of ``cands`` (0.0 where absent)."""
+    def lookup(self, bm: BM25, w: float, cands: list[int], dl: Sequence[int], highest: int = -1) -> Iterable[float]:
+        """``w`` times the term's exact impact at each of ``cands`` (0.0 where absent;
+        ``highest`` as for :meth:`bound`)."""
         docs, tfs = self.base.docs, self.base.tfs
         slots = None if self.table is None else self.table[1]
-        highest = 0 if self.packed_all else max(cands)
+        highest = 0 if self.packed_all else highest if highest >= 0 else max(cands)
         late = bool(self.added) and highest >= self.first_new
         if slots is not None and highest < len(slots):
             at = list(map(slots.__getitem__, cands))

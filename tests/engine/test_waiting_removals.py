@@ -248,3 +248,25 @@ def test_a_writer_that_never_searches_holds_a_bounded_backlog(tmp_path: Path, ch
     fresh = fresh_build(live)
     for q in QUERIES:
         assert ranked(kb, q) == ranked(fresh, q)
+
+
+def test_a_swept_list_saved_narrow_takes_a_large_frequency_after(tmp_path: Path, cheap) -> None:
+    def whole(live: dict[str, str]) -> KnowledgeBase:  # one chunk a source
+        kb = KnowledgeBase(chunk_size=None, analyzer=plain)
+        for source, body in live.items():
+            kb.add_text(body, source)
+        return kb
+
+    live = base(20)
+    whole(live).save(tmp_path)  # every tf fits a byte: saved as uint8
+    kb = KnowledgeBase.load(tmp_path, analyzer=plain)
+    kb.remove("s1")
+    del live["s1"]
+    assert ranked(kb, "t1 t2") == ranked(whole(live), "t1 t2")  # sweeps those lists, kept narrow
+    live["many"] = "t1 " * 300 + "t2"
+    kb.add_text(live["many"], "many")
+    fresh = whole(live)
+    for q in QUERIES:
+        assert ranked(kb, q) == ranked(fresh, q)
+    tid = kb._index.term_id("t1")
+    assert tid is not None and kb._index.tfs_of(tid)[-1] == 300
