@@ -649,12 +649,14 @@ class InvertedIndex:
         stale = self._stale_of(tid) if cands and self.imp_gen[tid] != self.gen else None
         if stale is None:
             return self.lookup(tid, w, cands)
-        lists = self.packed_lists
-        assert lists is not None  # a stale term's
-        base = stale.base
-        term = TermImpacts(tid, base.docs, base.imps, False)
-        lookups, gen, n = self.base_lookups, lists.gen, stale.first_new
-        return stale.bound(w, cands, lambda below: lookups.lookup(term, 1.0, below, gen, n), highest)
+        if stale.saved is None:
+            lists = self.packed_lists
+            assert lists is not None  # a stale term's
+            base = stale.base
+            term = TermImpacts(tid, base.docs, base.imps, False)
+            lookups, gen, n = self.base_lookups, lists.gen, stale.first_new
+            stale.use_packed(lambda below: lookups.lookup(term, 1.0, below, gen, n))
+        return stale.bound(w, cands, highest)
 
     def imps_of(self, tid: int) -> Floats:
         """The term's impacts as last computed (current after :meth:`impacts`)."""

@@ -237,11 +237,15 @@ def _seed(
 
 
 def _candidates(index: ScoredLists, chunks: set[int], allowed: Container[int] | None, dead: bool) -> list[int]:
-    """``chunks`` that may be scored: allowed, and (``dead``: some run holds removed ones) not removed."""
+    """``chunks`` (the caller's, changed here) that may be scored: allowed, and (``dead``:
+    some run holds removed ones) not removed."""
     if dead:
         gone = index.dead
-        # A set difference costs the smaller side (the removed chunks are usually few).
-        chunks = chunks - gone if len(gone) < len(chunks) else set(without_dead(chunks, index.dl))
+        # In place, this costs the smaller side (the removed chunks are usually few).
+        if len(gone) < len(chunks):
+            chunks.difference_update(gone)
+        else:
+            chunks = set(without_dead(chunks, index.dl))
     return list(chunks if allowed is None else filter(allowed.__contains__, chunks))
 
 

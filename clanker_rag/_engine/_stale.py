@@ -113,17 +113,22 @@ class StaleTerm:
     norms: Norms  # the length norms of chunks in this generation
     length: int  # of the current list
     looked: int = 0  # candidates scored by :meth:`lookup` so far
+    # The packed impacts at given chunks below first_new (see :meth:`use_packed`).
+    saved: Callable[[list[int]], Iterable[float]] | None = None
 
-    def bound(
-        self, w: float, cands: list[int], saved: Callable[[list[int]], Iterable[float]], highest: int = -1
-    ) -> Iterable[float]:
-        """``w`` times the term's saved impact at each of ``cands`` (its exact one for
-        an added posting), from the saved table or ``saved`` (the packed impacts at
-        chunks below :attr:`first_new`): the exact impacts lie within ``lo`` and
-        ``hi`` times these.  ``highest``: at least the largest of ``cands`` (-1: not known)."""
+    def use_packed(self, packed: Callable[[list[int]], Iterable[float]]) -> None:
+        """Read the packed impacts from the saved table, or else through ``packed``
+        (at chunks below :attr:`first_new`), from now on."""
         table = self.table
-        if table is not None:
-            saved = partial(saved_lookup, table)
+        self.saved = packed if table is None else partial(saved_lookup, table)
+
+    def bound(self, w: float, cands: list[int], highest: int = -1) -> Iterable[float]:
+        """``w`` times the term's packed impact at each of ``cands`` (its exact one for
+        an added posting; :meth:`use_packed` first): the exact impacts lie within
+        ``lo`` and ``hi`` times these.  ``highest``: at least the largest of ``cands``
+        (-1: not known)."""
+        saved = self.saved
+        assert saved is not None  # use_packed was called
         n = self.first_new
         if self.packed_all or (highest if highest >= 0 else max(cands)) < n:
             vals = saved(cands)
