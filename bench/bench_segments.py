@@ -13,7 +13,9 @@ included, equal the fresh build's.
 
     python bench/bench_segments.py [--commits 19] [--rounds 3] [--max-chunks N] [--keep DIR]
 
-``--keep DIR`` keeps the folders in DIR and reuses them on the next run.
+``--keep DIR`` keeps the folders in DIR and reuses them on the next run; a folder
+``bench_commits.py --work`` left (``ours``, ``merged``, ``fresh``, ``queries.json``:
+e.g. its ``--scale`` run, 225k chunks, 21 segments) is reused as it is.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ sys.path.insert(0, str(HERE))
 
 import bench_commits  # noqa: E402
 
+REUSED = ("ours", "merged", "fresh", "queries.json")
+
 
 def query(folder: Path, work: Path) -> dict[str, object]:
     """One cold run in a fresh process: load, then each query once."""
@@ -51,7 +55,7 @@ def child(folder: str, work: Path) -> dict[str, object]:
     kb = KnowledgeBase.load(folder)
     load = time.perf_counter() - t0
     c1, t1 = time.process_time(), time.perf_counter()
-    top = [[(h.source, h.score) for h in kb.search(q, 10)] for q in qs]
+    top = [[(h.source, h.score) for h in kb.search(q, 10) if h.text] for q in qs]  # texts fetched, as a caller would
     wall, cpu = time.perf_counter() - t1, time.process_time() - c1
     return {"load_s": load, "qps": len(qs) / wall, "cpu_qps": len(qs) / cpu, "top": json.dumps(top)}
 
@@ -83,7 +87,7 @@ def main() -> None:
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench-segments-"))
     m = args.max_chunks
     try:
-        if not (work / "done").exists():
+        if not (work / "done").exists() and not all((work / f).exists() for f in REUSED):
             work.mkdir(parents=True, exist_ok=True)
             prepare(work, args.commits, m)
         ours = work / "ours"
