@@ -133,8 +133,9 @@ class StaleTerm:
         if self.packed_all or (highest if highest >= 0 else max(cands)) < n:
             vals = saved(cands)
             return vals if w == 1.0 else map(mul, vals, repeat(w))
-        below = list(map(min, cands, repeat(n - 1)))
-        vals = map(mul, saved(below), map(lt, cands, repeat(n)))
+        # Chunks added since are in no packed list: read at chunk 0 (x * True is x), then masked.
+        packed = list(map(lt, cands, repeat(n)))
+        vals = map(mul, saved(list(map(mul, cands, packed))), packed)
         if self.added:
             vals = map(add, vals, map(self.added.get, cands, repeat(0.0)))
         return vals if w == 1.0 else map(mul, vals, repeat(w))
@@ -152,9 +153,14 @@ class StaleTerm:
         slots = None if self.table is None else self.table[1]
         highest = 0 if self.packed_all else highest if highest >= 0 else max(cands)
         late = bool(self.added) and highest >= self.first_new
-        if slots is not None and highest < len(slots):
-            at = list(map(slots.__getitem__, cands))
-            found: list[bool] = list(map(truth, at))
+        if slots is not None and len(slots) >= self.first_new:  # (a table covers every packed chunk)
+            if highest < len(slots):
+                at = list(map(slots.__getitem__, cands))
+                found: list[bool] = list(map(truth, at))
+            else:  # chunks added since lie past the table, in no packed list: read at chunk 0, masked
+                inside = list(map(lt, cands, repeat(len(slots))))
+                at = list(map(slots.__getitem__, map(mul, cands, inside)))
+                found = list(map(and_, map(truth, at), inside))
             idx: Iterable[int] = map(sub, at, repeat(1))  # -1 where absent: any tf, masked below
         else:
             last = len(docs) - 1

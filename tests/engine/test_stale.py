@@ -160,6 +160,13 @@ def test_a_bound_on_the_largest_candidate_changes_no_value(cands, slack, w):
         for term in ("t0", "t2", "t5"):
             tid = index.vocab[term]
             assert index.scales(tid) != (1.0, 1.0)  # served stale
+            stale = index._stale_of(tid)
+            assert stale is not None
+            # The packed impact at a packed chunk, the exact one at a chunk added since.
+            docs, imps = list(stale.base.docs), list(stale.base.imps)
+            packed = [imps[docs.index(c)] if c in docs else 0.0 for c in cands]
+            saved = [v if c < stale.first_new else stale.added.get(c, 0.0) for c, v in zip(cands, packed)]
             for highest in (max(cands), max(cands) + slack):
                 assert list(index.bound(tid, w, cands, highest)) == list(index.bound(tid, w, cands))
+                assert list(index.bound(tid, w, cands, highest)) == [v * w for v in saved]
                 assert list(index.lookup(tid, w, cands, highest)) == list(index.lookup(tid, w, cands))
