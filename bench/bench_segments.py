@@ -13,7 +13,9 @@ included, equal the fresh build's.
 
     python bench/bench_segments.py [--commits 19] [--rounds 3] [--max-chunks N] [--keep DIR]
 
-``--keep DIR`` keeps the folders in DIR and reuses them on the next run.
+``--keep DIR`` keeps the folders in DIR and reuses them on the next run; a folder
+``bench_commits.py --work`` left (``ours``, ``merged``, ``fresh``, ``queries.json``:
+e.g. its ``--scale`` run, 225k chunks, 21 segments) is reused as it is.
 """
 
 from __future__ import annotations
@@ -32,40 +34,42 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import bench_commits  # noqa: E402
-import corpus  # noqa: E402
+
+REUSED = ("ours", "merged", "fresh", "queries.json")
 
 
-def query(folder: Path, m: int) -> dict[str, object]:
+def query(folder: Path, work: Path) -> dict[str, object]:
     """One cold run in a fresh process: load, then each query once."""
     out = subprocess.run(
-        [sys.executable, __file__, "--child", str(folder), str(m)], check=True, capture_output=True, text=True
+        [sys.executable, __file__, "--child", str(folder), str(work)], check=True, capture_output=True, text=True
     )
     result: dict[str, object] = json.loads(out.stdout.strip().splitlines()[-1])
     return result
 
 
-def child(folder: str, m: int) -> dict[str, object]:
+def child(folder: str, work: Path) -> dict[str, object]:
     from clanker_rag import KnowledgeBase
 
-    qs = corpus.queries(bench_commits.texts(m), 500)
+    qs = json.loads((work / "queries.json").read_text())
     t0 = time.perf_counter()
     kb = KnowledgeBase.load(folder)
     load = time.perf_counter() - t0
     c1, t1 = time.process_time(), time.perf_counter()
-    top = [[(h.source, h.score) for h in kb.search(q, 10)] for q in qs]
+    top = [[(h.source, h.score) for h in kb.search(q, 10) if h.text] for q in qs]  # texts fetched, as a caller would
     wall, cpu = time.perf_counter() - t1, time.process_time() - c1
     return {"load_s": load, "qps": len(qs) / wall, "cpu_qps": len(qs) / cpu, "top": json.dumps(top)}
 
 
 def prepare(work: Path, commits: int, m: int) -> None:
     ours = work / "ours"
-    bench_commits.run("build", ours, max_chunks=m)
+    bench_commits.write_corpus(False, m, work)  # the chunks and queries every step reads
+    bench_commits.run("build", ours, work)
     for i in range(commits):
-        bench_commits.run("add-nomerge", ours, f"c{i}")
-        bench_commits.run("remove-nomerge", ours, str(2000 + 7 * i))
-    bench_commits.run("fresh", ours, str(work / "fresh"))
+        bench_commits.run("add-nomerge", ours, work, f"c{i}")
+        bench_commits.run("remove-nomerge", ours, work, str(2000 + 7 * i))
+    bench_commits.run("fresh", ours, work, str(work / "fresh"))
     shutil.copytree(ours, work / "merged", ignore=shutil.ignore_patterns(".lock"))
-    bench_commits.run("optimize", work / "merged")
+    bench_commits.run("optimize", work / "merged", work)
     (work / "done").write_text("ok")
 
 
@@ -78,22 +82,22 @@ def main() -> None:
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(args.child[0], int(args.child[1]))))
+        print(json.dumps(child(args.child[0], Path(args.child[1]))))
         return
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench-segments-"))
     m = args.max_chunks
     try:
-        if not (work / "done").exists():
+        if not (work / "done").exists() and not all((work / f).exists() for f in REUSED):
             work.mkdir(parents=True, exist_ok=True)
             prepare(work, args.commits, m)
         ours = work / "ours"
         n_segments = len(json.loads((ours / "index.json").read_text())["body"]["segments"])
-        ref = query(work / "fresh", m)
+        ref = query(work / "fresh", work)
         segs: list[dict[str, object]] = []
         merges: list[dict[str, object]] = []
         for _ in range(args.rounds):
-            segs.append(query(ours, m))
-            merges.append(query(work / "merged", m))
+            segs.append(query(ours, work))
+            merges.append(query(work / "merged", work))
         med = bench_commits.median
 
         def col(runs: list[dict[str, object]], key: str) -> list[float]:

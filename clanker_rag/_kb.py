@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import heapq
 import json
+import logging
 import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -35,8 +36,11 @@ if TYPE_CHECKING:
 
 __all__ = ["Explanation", "KnowledgeBase", "default_index_path"]
 
+log = logging.getLogger(__name__)
+
 # Removed chunks whose postings may wait for the next read (see _drop); beyond, they are dropped at once.
 _WAITING_MAX = 50_000
+_PURGED = "analyser output changed for %s chunk %d; purging by full scan"
 
 
 _FEEDBACK_DOCS = 10
@@ -127,22 +131,27 @@ class KnowledgeBase:
 
     @property
     def _index(self) -> InvertedIndex:
-        """The index, with the postings of removed chunks dropped (what a read needs; an add,
-        a removal or a commit uses ``_idx`` itself)."""
-        if self._waiting:
-            self._settle()
+        """The index as a read sees it: each list drops the removed chunks it still
+        holds when read (see ``_engine/_held.py``), so a search pays for the lists it reads."""
         return self._idx
 
     def _settle(self) -> None:
-        waiting = self._waiting
+        """Drop every waiting removal's postings now, found by the terms of its text (before
+        a whole save, which reads every list, and for a writer's backlog)."""
+        ct, an, docs = self._chunks, self.analyzer, {gone.cid: gone.doc for gone in self._waiting}
+
+        def terms_of(cid: int) -> list[str]:
+            section = ct.section[cid]
+            return [*an(docs[cid].text[ct.start[cid] : ct.end[cid]]), *(an(section) if section else ())]
+
         try:
-            while waiting:
-                gone = waiting[-1]
-                drop_postings(self._idx, self.analyzer, self._chunks, gone.doc, gone.cid, gone.length)
-                waiting.pop()
+            short = self._idx.drop_held(terms_of) if docs else []
         except BaseException:
             self._torn = True
             raise
+        for cid in short:  # postings a changed analyser no longer finds: purged by a full scan
+            log.warning(_PURGED, docs[cid].source, ct.index[cid])
+        self._waiting.clear()
 
     @property
     def _docs(self) -> dict[str, Doc]:
@@ -448,6 +457,7 @@ class KnowledgeBase:
             for cid in cids:
                 if wait:
                     self._waiting.append(Removal(doc, cid, index.dl[cid]))
+                    index.hold(cid)
                 else:
                     drop_postings(index, self.analyzer, ct, doc, cid, index.dl[cid])
                 index.forget(cid)
@@ -625,6 +635,7 @@ class KnowledgeBase:
     # -- persistence ---------------------------------------------------------
     def _snapshot(self) -> _codec.Snapshot:
         """What a save writes: live chunks renumbered densely, sources in chunk order."""
+        self._settle()
         index = self._index
         try:
             index.refresh()

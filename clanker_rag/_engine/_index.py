@@ -30,9 +30,10 @@ from .._exceptions import IndexFormatError
 from .._storage._codec import Floats, Ints, Postings, TermList, copy_array
 from .._storage._impact_tables import StoredTables
 from .._storage._lists import order_offsets_of, walk_postings
-from .._storage._tf_column import extend_ints
+from .._storage._tf_column import TF_TYPES, extend_ints
 from . import _search
 from ._bulk_impacts import impacts_and_orders, pack_pending
+from ._held import Held
 from ._lookups import ImpactLookups, TermImpacts
 from ._norms import LengthNorms
 from ._orders import ImpactOrders
@@ -104,6 +105,8 @@ class InvertedIndex:
         self.stale_trust = 0
         # Chunks removed since the lists were packed: stale terms' packed lists still hold them.
         self.dead: set[int] = set()
+        # Removed chunks whose postings stay in the lists until each list is next read (see _held).
+        self.held = Held()
 
     # -- building -------------------------------------------------------------
     def _new_term(self, term: str) -> int:
@@ -270,10 +273,11 @@ class InvertedIndex:
             docs = self._cut(tid)
             tfs = self.tfs[tid]
         assert tfs is not None
-        if not isinstance(docs, array) or not isinstance(tfs, array):
+        if not isinstance(docs, array) or not isinstance(tfs, array) or tfs.typecode != "I":
             # The impacts are not copied: every caller changes the list, which
             # makes them stale (imp_gen -1), and they are recomputed before use.
-            docs, tfs = copy_array("i", docs), copy_array("I", tfs)
+            # (A swept list keeps its frequencies as narrow as saved: widened here.)
+            docs, tfs = docs if isinstance(docs, array) else copy_array("i", docs), copy_array("I", tfs)
             self.docs[tid], self.tfs[tid], self.imps[tid] = docs, tfs, array("f")
         return docs, tfs
 
@@ -289,11 +293,59 @@ class InvertedIndex:
             docs.fromlist(pending[0::2])
             tfs.fromlist(pending[1::2])
             self.imp_gen[tid] = -1
+        held = self.held
+        if held.cids and held.swept.get(tid, 0) < len(held.cids):  # (Held.due, inline: every read asks)
+            docs = self._sweep(tid, docs)
         return docs
+
+    def _sweep(self, tid: int, docs: Ints) -> Ints:
+        """The term's list without the chunks held since it was last swept (see ``_held``)."""
+        held = self.held
+        at = held.positions(tid, docs, self.dl)
+        if not at:
+            held.swept_of(tid, (), ())
+            return docs
+        tfs = self._tf(tid)
+        gone, gone_tfs = list(map(docs.__getitem__, at)), list(map(tfs.__getitem__, at))
+        # The runs between the removed postings, copied whole (a memcpy each).
+        # Frequencies as narrow as they were saved (widening costs a pass item by item; see _owned).
+        narrow = memoryview(tfs).format
+        new_docs, new_tfs = array("i"), array(narrow if narrow in TF_TYPES else "I")
+        for a, b in zip([0, *[p + 1 for p in at]], [*at, len(docs)]):
+            extend_ints(new_docs, docs[a:b])
+            extend_ints(new_tfs, tfs[a:b])  # a loaded list's may be saved narrower
+        # The columns change together, and the counts after: an interrupt leaves the
+        # list as it was (swept again) or its counts short (see drop_held).
+        self.docs[tid], self.tfs[tid], self.imps[tid] = new_docs, new_tfs, array("f")
+        self.imp_gen[tid] = -1
+        held.swept_of(tid, gone, gone_tfs)
+        return new_docs
+
+    def hold(self, cid: int) -> None:
+        """Chunk ``cid``, about to be forgotten, keeps its postings until each list is next read."""
+        self.held.hold(cid, self.dl[cid])
+
+    def drop_held(self, terms_of: Callable[[int], Iterable[str]]) -> list[int]:
+        """Sweep every held chunk out of the lists now (a whole save reads every list
+        raw): the lists of the terms ``terms_of(cid)`` gives each.  Returns the chunks
+        those left postings of (an analyser that no longer reproduces what was
+        indexed); then every list was swept."""
+        held = self.held
+        for cid in held.cids:
+            for term in set(terms_of(cid)):
+                tid = self.term_id(term)
+                if tid is not None:
+                    self.fold(tid)
+        short = held.short()
+        if short:
+            self.fold_all()
+        self.held = Held()
+        return short
 
     def fold_all(self) -> None:
         for tid in range(len(self.terms)):
             self.fold(tid)
+        self.held = Held()  # no list holds a held chunk any more
 
     def remove(self, cid: int, terms: Iterable[str]) -> int:
         """Drop chunk ``cid`` from the postings of ``terms``; returns the summed tf removed.
@@ -367,6 +419,8 @@ class InvertedIndex:
 
     def refresh(self) -> None:
         """Bring every term's impacts and impact order up to date (before a save)."""
+        if self.held.cids:  # the bulk passes read lists raw: none may hold a removed chunk
+            self.fold_all()  # (a caller that knows the removed chunks' terms: drop_held, far cheaper)
         if self.packed_lists is None and self.docs.count(None) == len(self.docs):
             self._freeze()
             return
@@ -596,18 +650,20 @@ class InvertedIndex:
         stale = self._stale_of(tid) if self.imp_gen[tid] != self.gen else None
         return (1.0, 1.0) if stale is None else (stale.lo, stale.hi)
 
-    def bound(self, tid: int, w: float, cands: list[int]) -> Iterable[float]:
+    def bound(self, tid: int, w: float, cands: list[int], highest: int = -1) -> Iterable[float]:
         """``w`` times the term's packed impact at each of ``cands`` when stale (see
-        :meth:`scales`), else :meth:`lookup`."""
+        :meth:`scales`), else :meth:`lookup` (``highest``: at least the largest of ``cands``, or -1)."""
         stale = self._stale_of(tid) if cands and self.imp_gen[tid] != self.gen else None
         if stale is None:
             return self.lookup(tid, w, cands)
-        lists = self.packed_lists
-        assert lists is not None  # a stale term's
-        base = stale.base
-        term = TermImpacts(tid, base.docs, base.imps, False)
-        lookups, gen, n = self.base_lookups, lists.gen, stale.first_new
-        return stale.bound(w, cands, lambda below: lookups.lookup(term, 1.0, below, gen, n))
+        if stale.saved is None:
+            lists = self.packed_lists
+            assert lists is not None  # a stale term's
+            base = stale.base
+            term = TermImpacts(tid, base.docs, base.imps, False)
+            lookups, gen, n = self.base_lookups, lists.gen, stale.first_new
+            stale.use_packed(lambda below: lookups.lookup(term, 1.0, below, gen, n))
+        return stale.bound(w, cands, highest)
 
     def imps_of(self, tid: int) -> Floats:
         """The term's impacts as last computed (current after :meth:`impacts`)."""
@@ -629,9 +685,10 @@ class InvertedIndex:
         imps = self.impacts(tid)[0]
         return imps if w == 1.0 else map(mul, imps, repeat(w))
 
-    def lookup(self, tid: int, w: float, cands: list[int]) -> Iterable[float]:
-        """The term's contribution to each of ``cands`` (0.0 where absent)."""
+    def lookup(self, tid: int, w: float, cands: list[int], highest: int = -1) -> Iterable[float]:
+        """The term's contribution to each of ``cands`` (0.0 where absent; ``highest``: at
+        least the largest of ``cands``, or -1)."""
         stale = self._stale_of(tid) if cands else None  # (folds the term when it builds one)
         if stale is not None and self.imp_gen[tid] != self.gen and stale.worth_looking(len(cands)):
-            return stale.lookup(self.bm25, w, cands, self.dl)
+            return stale.lookup(self.bm25, w, cands, self.dl, highest)
         return self.lookups.lookup(self._term(tid), w, cands, self.gen, len(self.dl))

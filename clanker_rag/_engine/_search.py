@@ -93,15 +93,17 @@ class ScoredLists(Protocol):
     def order_ready(self, tid: int) -> bool:
         """Whether the term's impact order is at hand, or worth sorting now."""
 
-    def lookup(self, tid: int, w: float, cands: list[int]) -> Iterable[float]:
-        """``w`` times the term's impact at each of ``cands`` (0.0 where absent)."""
+    def lookup(self, tid: int, w: float, cands: list[int], highest: int = -1) -> Iterable[float]:
+        """``w`` times the term's impact at each of ``cands`` (0.0 where absent);
+        ``highest``, when not -1, is at least the largest of ``cands``."""
 
     def scales(self, tid: int) -> tuple[float, float]:
         """``(lo, hi)``: :meth:`lookup`'s values lie within ``lo`` and ``hi`` times
         :meth:`bound`'s ((1.0, 1.0): :meth:`bound` is :meth:`lookup`)."""
 
-    def bound(self, tid: int, w: float, cands: list[int]) -> Iterable[float]:
-        """``w`` times the term's saved impact at each of ``cands`` (see :meth:`scales`)."""
+    def bound(self, tid: int, w: float, cands: list[int], highest: int = -1) -> Iterable[float]:
+        """``w`` times the term's saved impact at each of ``cands`` (see :meth:`scales`;
+        ``highest`` as for :meth:`lookup`)."""
 
 
 def plan_of(index: ScoredLists, weights: Mapping[int, float]) -> Plan:
@@ -235,11 +237,15 @@ def _seed(
 
 
 def _candidates(index: ScoredLists, chunks: set[int], allowed: Container[int] | None, dead: bool) -> list[int]:
-    """``chunks`` that may be scored: allowed, and (``dead``: some run holds removed ones) not removed."""
+    """``chunks`` (the caller's, changed here) that may be scored: allowed, and (``dead``:
+    some run holds removed ones) not removed."""
     if dead:
         gone = index.dead
-        # A set difference costs the smaller side (the removed chunks are usually few).
-        chunks = chunks - gone if len(gone) < len(chunks) else set(without_dead(chunks, index.dl))
+        # In place, this costs the smaller side (the removed chunks are usually few).
+        if len(gone) < len(chunks):
+            chunks.difference_update(gone)
+        else:
+            chunks = set(without_dead(chunks, index.dl))
     return list(chunks if allowed is None else filter(allowed.__contains__, chunks))
 
 
@@ -273,13 +279,16 @@ def full_scores(
     high = max(1.0, max([hi for _, hi in scales]))
     if low == 1.0 and high == 1.0:
         return _summed(index.lookup, plan, cands, theta, bounds, absent, last)
-    cands, sums = _summed(index.bound, plan, cands, theta / high, [b / high for b in bounds], absent, last + 1)
+    # Every list below is a part of ``cands``: their largest, found once, bounds each
+    # (a stale term must know whether some candidate was added since its lists were packed).
+    highest = max(cands)
+    cands, sums = _summed(index.bound, plan, cands, theta / high, [b / high for b in bounds], absent, last + 1, highest)
     if theta <= 0.0 and 0 < k <= len(cands):
         theta = heapq.nlargest(k, sums)[-1] * low * (1.0 - _FLOOR_SLACK)
     by_bound = sorted(range(len(cands)), key=sums.__getitem__, reverse=True)
     ranked = list(map(cands.__getitem__, by_bound))
     head = k if 0 < k < len(ranked) else len(ranked)
-    found, scores = _summed(index.lookup, plan, ranked[:head], theta, bounds, absent, last)
+    found, scores = _summed(index.lookup, plan, ranked[:head], theta, bounds, absent, last, highest)
     if head < len(ranked):
         if len(scores) >= k:
             theta = max(theta, heapq.nlargest(k, scores)[-1])
@@ -288,7 +297,9 @@ def full_scores(
         floor = (theta - _UB_ABS) / (high * (1.0 + _UB_ABS))
         n = sum(map(ge, map(sums.__getitem__, by_bound[head:]), repeat(floor)))
         if n:
-            more, more_scores = _summed(index.lookup, plan, ranked[head : head + n], theta, bounds, absent, last)
+            more, more_scores = _summed(
+                index.lookup, plan, ranked[head : head + n], theta, bounds, absent, last, highest
+            )
             found.extend(more)
             scores.extend(more_scores)
     return found, scores
@@ -301,10 +312,11 @@ _UB_ABS = 1e-9
 
 
 def _summed(
-    lookup: Callable[[int, float, list[int]], Iterable[float]], plan: Plan, cands: list[int], theta: float,
-    bounds: list[float], absent: Container[int], last: int,
+    lookup: Callable[[int, float, list[int], int], Iterable[float]], plan: Plan, cands: list[int], theta: float,
+    bounds: list[float], absent: Container[int], last: int, highest: int = -1,
 ) -> tuple[list[int], list[float]]:  # fmt: skip
-    """:func:`full_scores` with ``lookup``'s values, pruning after the terms before plan position ``last``."""
+    """:func:`full_scores` with ``lookup``'s values, pruning after the terms before plan position
+    ``last`` (``highest``: at least the largest of ``cands``, or -1)."""
     scores: list[float] | None = None
     rest = sum(bounds)
     for i, ((_, tid, w), bound) in enumerate(zip(plan, bounds)):
@@ -313,7 +325,7 @@ def _summed(
         rest -= bound
         if i in absent:
             continue
-        found = lookup(tid, w, cands)
+        found = lookup(tid, w, cands, highest)
         # 0.0 + x is x, bit for bit, so the first term needs no addition.
         scores = list(found) if scores is None else list(map(add, scores, found))
         if theta > 0.0 and i < last:

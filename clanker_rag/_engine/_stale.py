@@ -113,21 +113,29 @@ class StaleTerm:
     norms: Norms  # the length norms of chunks in this generation
     length: int  # of the current list
     looked: int = 0  # candidates scored by :meth:`lookup` so far
+    # The packed impacts at given chunks below first_new (see :meth:`use_packed`).
+    saved: Callable[[list[int]], Iterable[float]] | None = None
 
-    def bound(self, w: float, cands: list[int], saved: Callable[[list[int]], Iterable[float]]) -> Iterable[float]:
-        """``w`` times the term's saved impact at each of ``cands`` (its exact one for
-        an added posting), from the saved table or ``saved`` (the packed impacts at
-        chunks below :attr:`first_new`): the exact impacts lie within ``lo`` and
-        ``hi`` times these."""
+    def use_packed(self, packed: Callable[[list[int]], Iterable[float]]) -> None:
+        """Read the packed impacts from the saved table, or else through ``packed``
+        (at chunks below :attr:`first_new`), from now on."""
         table = self.table
-        if table is not None:
-            saved = partial(saved_lookup, table)
+        self.saved = packed if table is None else partial(saved_lookup, table)
+
+    def bound(self, w: float, cands: list[int], highest: int = -1) -> Iterable[float]:
+        """``w`` times the term's packed impact at each of ``cands`` (its exact one for
+        an added posting; :meth:`use_packed` first): the exact impacts lie within
+        ``lo`` and ``hi`` times these.  ``highest``: at least the largest of ``cands``
+        (-1: not known)."""
+        saved = self.saved
+        assert saved is not None  # use_packed was called
         n = self.first_new
-        if self.packed_all or max(cands) < n:
+        if self.packed_all or (highest if highest >= 0 else max(cands)) < n:
             vals = saved(cands)
             return vals if w == 1.0 else map(mul, vals, repeat(w))
-        below = list(map(min, cands, repeat(n - 1)))
-        vals = map(mul, saved(below), map(lt, cands, repeat(n)))
+        # Chunks added since are in no packed list: read at chunk 0 (x * True is x), then masked.
+        packed = list(map(lt, cands, repeat(n)))
+        vals = map(mul, saved(list(map(mul, cands, packed))), packed)
         if self.added:
             vals = map(add, vals, map(self.added.get, cands, repeat(0.0)))
         return vals if w == 1.0 else map(mul, vals, repeat(w))
@@ -138,15 +146,21 @@ class StaleTerm:
         self.looked += n
         return self.looked * RECOMPUTE_SHARE < self.length
 
-    def lookup(self, bm: BM25, w: float, cands: list[int], dl: Sequence[int]) -> Iterable[float]:
-        """``w`` times the term's exact impact at each of ``cands`` (0.0 where absent)."""
+    def lookup(self, bm: BM25, w: float, cands: list[int], dl: Sequence[int], highest: int = -1) -> Iterable[float]:
+        """``w`` times the term's exact impact at each of ``cands`` (0.0 where absent;
+        ``highest`` as for :meth:`bound`)."""
         docs, tfs = self.base.docs, self.base.tfs
         slots = None if self.table is None else self.table[1]
-        highest = 0 if self.packed_all else max(cands)
+        highest = 0 if self.packed_all else highest if highest >= 0 else max(cands)
         late = bool(self.added) and highest >= self.first_new
-        if slots is not None and highest < len(slots):
-            at = list(map(slots.__getitem__, cands))
-            found: list[bool] = list(map(truth, at))
+        if slots is not None and len(slots) >= self.first_new:  # (a table covers every packed chunk)
+            if highest < len(slots):
+                at = list(map(slots.__getitem__, cands))
+                found: list[bool] = list(map(truth, at))
+            else:  # chunks added since lie past the table, in no packed list: read at chunk 0, masked
+                inside = list(map(lt, cands, repeat(len(slots))))
+                at = list(map(slots.__getitem__, map(mul, cands, inside)))
+                found = list(map(and_, map(truth, at), inside))
             idx: Iterable[int] = map(sub, at, repeat(1))  # -1 where absent: any tf, masked below
         else:
             last = len(docs) - 1

@@ -29,7 +29,7 @@ def test_skipping_terms_without_the_candidates_keeps_every_score(terms, cand_set
             return (1.0, 1.0)
 
         @staticmethod
-        def lookup(tid, w, some):
+        def lookup(tid, w, some, highest=-1):
             looked_up.append(tid)
             table = terms[tid][1]
             return [table.get(c, 0.0) * w for c in some]
@@ -126,11 +126,11 @@ def test_pruning_on_saved_impacts_keeps_every_chunk_that_may_reach_theta_or_the_
             return (r * (1 - margin), r * (1 + margin))
 
         @staticmethod
-        def bound(tid, w, some):
+        def bound(tid, w, some, highest=-1):
             return [terms[tid][0][1].get(c, 0.0) * w for c in some]
 
         @staticmethod
-        def lookup(tid, w, some):
+        def lookup(tid, w, some, highest=-1):
             return [exact_of[tid].get(c, 0.0) * w for c in some]
 
     cands = sorted(cand_set)

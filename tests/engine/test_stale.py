@@ -143,3 +143,30 @@ def test_a_stale_search_scores_candidates_without_recomputing_the_lists():
         # Their impacts were never recomputed: still the packed generation's.
         assert all(index.imp_gen[index.vocab[t]] != index.gen for t in ("t3", "t4", "t8", "t9"))
         assert any(term.added for term in stale) and any(term.dead for term in stale)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 81), min_size=1, max_size=40), st.integers(0, 5), st.sampled_from([1.0, 0.5]))
+def test_a_bound_on_the_largest_candidate_changes_no_value(cands, slack, w):
+    # full_scores finds the largest candidate once and hands it to every term's bound and lookup.
+    with patched((_index, "ORDER_MIN", 2), (_stale, "RECOMPUTE_SHARE", 0)):
+        live = {f"s{i}": " ".join(VOCAB[j] for j in range(12) if (i * 5 + j * 7) % 4 < 2) for i in range(80)}
+        kb = fresh(live, "lucene")
+        kb._index.refresh()
+        kb.remove("s3")
+        kb.add_text("t0 t1 t2 t2 late", "late")
+        kb.add_text("t2 t5", "later")
+        index = kb._index
+        for term in ("t0", "t2", "t5"):
+            tid = index.vocab[term]
+            assert index.scales(tid) != (1.0, 1.0)  # served stale
+            stale = index._stale_of(tid)
+            assert stale is not None
+            # The packed impact at a packed chunk, the exact one at a chunk added since.
+            docs, imps = list(stale.base.docs), list(stale.base.imps)
+            packed = [imps[docs.index(c)] if c in docs else 0.0 for c in cands]
+            saved = [v if c < stale.first_new else stale.added.get(c, 0.0) for c, v in zip(cands, packed)]
+            for highest in (max(cands), max(cands) + slack):
+                assert list(index.bound(tid, w, cands, highest)) == list(index.bound(tid, w, cands))
+                assert list(index.bound(tid, w, cands, highest)) == [v * w for v in saved]
+                assert list(index.lookup(tid, w, cands, highest)) == list(index.lookup(tid, w, cands))
