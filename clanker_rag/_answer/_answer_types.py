@@ -141,6 +141,12 @@ _SHAPES: dict[str, re.Pattern[str]] = {
 # The word "default" itself: in a question, it asks what a default is; in a table header, the
 # column holds defaults.
 _DEFAULT_WORD = re.compile(r"\bdefault(?:s|ed)?\b", re.I)
+# A question asks for a default without the word: what is used "when none is given", "if it is not
+# set", "if omitted".  Documentation states it as a default ("``string`` by default").
+_ASKS_DEFAULT = re.compile(
+    r"\b(?:when|if) (?:none|nothing|no \w+|it|they|one) (?:is|are) (?:not )?(?:given|set|specified|passed|provided)\b"
+    r"|\bif (?:omitted|left out|not (?:given|set|specified|passed|provided))\b"
+)
 # "which/what NOUN ..." with a noun no cue names: documentation answers it with a name.
 _WHICH_RE = re.compile(r"^(?:which|what) (?!(?:is|are|was|were|does|do|did|can|should|happens|if)\b)[\w-]+")
 
@@ -175,7 +181,7 @@ def focus_types(question: str) -> frozenset[str]:
         found.add(IDENT)
     if found & {IDENT, FLAG}:
         found.add(LITERAL)
-    if says_default(text):
+    if says_default(text) or _ASKS_DEFAULT.search(text):
         found.add(DEFAULT)
     return frozenset(found)
 
