@@ -227,3 +227,12 @@ def test_closest_typed_keeps_some_candidates_and_only_candidates(words: list[str
 def test_inline_code_is_a_known_type_a_question_never_expects() -> None:
     assert LITERAL in types_in("`0`")
     assert LITERAL not in expected_types("Which value is `0`?")
+
+
+def test_closest_typed_skips_a_token_the_question_writes_itself() -> None:
+    question = "Which file does the command read besides .env?"
+    passage = "It reads ``.env`` and ``.flaskenv`` from the folder it is started in."
+    found = closest_typed(passage, question, expected_types(question))
+    assert found and all(".flaskenv" in word for word in found)
+    # When the question's own token is the only one, it stays.
+    assert closest_typed("It reads ``.env`` first.", question, expected_types(question)) == ["``.env``"]
