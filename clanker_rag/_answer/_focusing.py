@@ -424,7 +424,8 @@ class FocusedRetriever:
     The types are :func:`~._answer_types.focus_types` (inline code, a stated
     default), and for a "which" question a name written as code that holds the
     question's words counts them again (:func:`named_terms`); a table row is read
-    with its header (:func:`table_rows`).
+    with its header (:func:`table_rows`); a number the question spells out
+    counts where a sentence writes its digits (:func:`spelled_numbers`).
     ``pick`` > 1 shows first the passage, of the top ``pick``, holding the best
     sentence of them all (:func:`best_sentence`, scaled by the passage's score
     to the power ``rank_prior``); that passage stays first whatever its type.
