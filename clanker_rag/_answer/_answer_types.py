@@ -105,7 +105,11 @@ _NOUN = "(" + "|".join(_HEADS) + r")(?:s|es)?\b"
 # "what is the", then at most two modifiers, then the noun; a second cue noun right after it is
 # the compound's head ("file size" asks for a size).
 _LEAD = r"\b(?:what|which) (?:(?:is|are|was|were) (?:the |a |an )?)?(?:[\w-]+ ){0,2}?"
-_HEAD_RE = re.compile(_LEAD + _NOUN + "(?: " + _NOUN + ")?")
+# A second cue noun in "-s" before a determiner is the question's verb: "which config key limits
+# the size" asks for a key, "which error codes does it return" for codes.
+_VERB_S = r"(?!s (?:the|a|an|its|their|every|all|each|any|this|that|these|those)\b)"
+_NOUN2 = "(" + "|".join(_HEADS) + r")" + _VERB_S + r"(?:s|es)?\b"
+_HEAD_RE = re.compile(_LEAD + _NOUN + "(?: " + _NOUN2 + ")?")
 # "How do I ..." asks for something to write: a call, a keyword argument, an option.
 _HOWTO_RE = re.compile(r"^(?:how (?:do|can|should|would) (?:i|you|we)|how to)\b")
 _CUES: dict[str, re.Pattern[str]] = {
@@ -141,6 +145,12 @@ _SHAPES: dict[str, re.Pattern[str]] = {
 # The word "default" itself: in a question, it asks what a default is; in a table header, the
 # column holds defaults.
 _DEFAULT_WORD = re.compile(r"\bdefault(?:s|ed)?\b", re.I)
+# A question asks for a default without the word: what is used "when none is given", "if it is not
+# set", "if omitted".  Documentation states it as a default ("``string`` by default").
+_ASKS_DEFAULT = re.compile(
+    r"\b(?:when|if) (?:none|nothing|no \w+|it|they|one) (?:is|are) (?:not )?(?:given|set|specified|passed|provided)\b"
+    r"|\bif (?:omitted|left out|not (?:given|set|specified|passed|provided))\b"
+)
 # "which/what NOUN ..." with a noun no cue names: documentation answers it with a name.
 _WHICH_RE = re.compile(r"^(?:which|what) (?!(?:is|are|was|were|does|do|did|can|should|happens|if)\b)[\w-]+")
 
@@ -148,12 +158,14 @@ _WHICH_RE = re.compile(r"^(?:which|what) (?!(?:is|are|was|were|does|do|did|can|s
 def expected_types(question: str) -> frozenset[str]:
     """The answer types ``question`` asks for (see the module doc); empty when none is clear."""
     text = " ".join(question.lower().split())
+    if _HOWTO_RE.match(text):
+        # The words after "how do I" say the task, not the answer's form: "how do I count how many
+        # times -v was given" asks for the argument to write, not for a number.
+        return frozenset((IDENT, FLAG))
     found = {kind for kind, cue in _CUES.items() if cue.search(text)}
     head = head_noun(text)
     if head:
         found.add(_HEADS[head])
-    elif not found and _HOWTO_RE.match(text):
-        found.update((IDENT, FLAG))
     return frozenset(found)
 
 
@@ -175,7 +187,7 @@ def focus_types(question: str) -> frozenset[str]:
         found.add(IDENT)
     if found & {IDENT, FLAG}:
         found.add(LITERAL)
-    if says_default(text):
+    if says_default(text) or _ASKS_DEFAULT.search(text):
         found.add(DEFAULT)
     return frozenset(found)
 

@@ -181,6 +181,10 @@ def _unit_terms(
     """
     # Only what would be shown counts: a long sentence is scored on its first ``budget`` characters.
     unit_terms = [terms.intersection(analyzer(text[a : min(b, a + budget)])) for a, b in spans]
+    spelled = spelled_numbers(terms, analyzer)
+    if spelled:
+        for found, (a, b) in zip(unit_terms, spans):
+            found.update(term for term, digits in spelled.items() if digits.search(text, a, min(b, a + budget)))
     for k, lead in _lead_ins(text, spans).items():
         # "BM25 is scored with:", a code block, "with k1 = 1.2.": the fact ends a sentence its
         # lead-in began, so it is about the lead-in's words too.
@@ -269,6 +273,26 @@ def named_terms(text: str, terms: set[str], analyzer: Callable[[str], list[str]]
         parts = set(analyzer(name))
         if parts and not parts <= terms:
             out |= parts & terms
+    return out
+
+
+# Numbers a user spells out that documentation writes as digits ("four workers", "-w 4").  Not "one":
+# in English it is as often a pronoun ("the one that") or "a single" as the number 1.
+_NUMBER_WORDS = ("two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve")
+
+
+def spelled_numbers(terms: set[str], analyzer: Callable[[str], list[str]]) -> dict[str, re.Pattern[str]]:
+    """Query term -> the digits it spells, for the number words among ``terms`` ("four" -> ``4``).
+
+    A question says "four worker processes"; the docs' command line says
+    ``-w 4``.  The digits match as a number of their own, not inside a
+    longer one, a version or a decimal ("14", "4.2" are not four).
+    """
+    out: dict[str, re.Pattern[str]] = {}
+    for value, word in enumerate(_NUMBER_WORDS, start=2):
+        for term in analyzer(word):
+            if term in terms:
+                out[term] = re.compile(rf"(?<![\w.]){value}(?![\w]|\.\d)")
     return out
 
 
@@ -400,7 +424,8 @@ class FocusedRetriever:
     The types are :func:`~._answer_types.focus_types` (inline code, a stated
     default), and for a "which" question a name written as code that holds the
     question's words counts them again (:func:`named_terms`); a table row is read
-    with its header (:func:`table_rows`).
+    with its header (:func:`table_rows`); a number the question spells out
+    counts where a sentence writes its digits (:func:`spelled_numbers`).
     ``pick`` > 1 shows first the passage, of the top ``pick``, holding the best
     sentence of them all (:func:`best_sentence`, scaled by the passage's score
     to the power ``rank_prior``); that passage stays first whatever its type.

@@ -139,6 +139,11 @@ def one_of(words: Sequence[str]) -> str:
     return expr(trie)
 
 
+def _bare(word: str) -> str:
+    """``word`` without its quoting, markup and surrounding punctuation, lower case."""
+    return word.strip("`'\".,;:!?()[]{}*").lower()
+
+
 def _forms(word: str) -> tuple[str, ...]:
     """The ways an answer may write ``word``: as written, and without its trailing punctuation."""
     bare = word.rstrip(".,;:!?|)")
@@ -176,6 +181,11 @@ def closest_typed(
     """
     words = passage.split()
     typed = [i for i, word in enumerate(words) if _typed(word, expected)]
+    # A token the question writes itself is what it asks about, not the answer ("besides
+    # ``.env``, which file ..."): the others go first, when there are others.
+    asked = {bare for word in question.split() if (bare := _bare(word))}
+    new = [i for i in typed if _bare(words[i]) not in asked]
+    typed = new or typed
     if len(typed) <= 1:
         return [words[i] for i in typed]
     analyze = analyzer or Analyzer()

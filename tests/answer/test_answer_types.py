@@ -44,6 +44,12 @@ from clanker_rag._types import Hit
         ("Which environment variable sets the key?", {"env"}),
         ("Who maintains the project?", set()),
         ("Why is the cache rebuilt?", set()),
+        # A how-to asks for what to write, whatever cue words its task holds.
+        ("How do I count how many times -v was given?", {"identifier", "flag"}),
+        ("How can I set the timeout in seconds?", {"identifier", "flag"}),
+        # "limits" before "the" is the verb: the question asks for the key.
+        ("Which config key limits the size of the request?", {"identifier"}),
+        ("Which error codes does it return?", {"number"}),
     ],
 )
 def test_expected_types(question: str, expected: set[str]) -> None:
@@ -85,6 +91,9 @@ def test_types_in(text: str, kind: str, held: bool) -> None:
         ("What is the default maximum file size?", "size"),
         ("Which options skip files?", "option"),
         ("How many workers does it start?", None),
+        ("Which request attribute limits the size of a field?", "attribute"),
+        ("Which error codes does the server send?", "code"),
+        ("What file size limit applies?", "size"),
     ],
 )
 def test_head_noun(question: str, head: str | None) -> None:
@@ -218,3 +227,12 @@ def test_closest_typed_keeps_some_candidates_and_only_candidates(words: list[str
 def test_inline_code_is_a_known_type_a_question_never_expects() -> None:
     assert LITERAL in types_in("`0`")
     assert LITERAL not in expected_types("Which value is `0`?")
+
+
+def test_closest_typed_skips_a_token_the_question_writes_itself() -> None:
+    question = "Which file does the command read besides .env?"
+    passage = "It reads ``.env`` and ``.flaskenv`` from the folder it is started in."
+    found = closest_typed(passage, question, expected_types(question))
+    assert found and all(".flaskenv" in word for word in found)
+    # When the question's own token is the only one, it stays.
+    assert closest_typed("It reads ``.env`` first.", question, expected_types(question)) == ["``.env``"]

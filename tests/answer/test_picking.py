@@ -18,6 +18,7 @@ from clanker_rag._answer._answer_types import (
 from clanker_rag._answer._focusing import (
     FocusedRetriever,
     best_sentence,
+    focus_sentence,
     named_terms,
     new_types,
     table_rows,
@@ -212,3 +213,43 @@ def test_table_rows_are_units_after_their_header(text: str) -> None:
         assert all(header < row < len(spans) for row in rows)
         assert header not in seen and not seen & set(rows)
         seen |= {header, *rows}
+
+
+# -- what a question says in other words ----------------------------------------------
+
+
+def test_a_spelled_out_number_matches_its_digits_alone() -> None:
+    from clanker_rag._answer._focusing import spelled_numbers
+
+    found = spelled_numbers(terms("How do I start four workers?"), ANALYZER)
+    assert set(found) == {"four"}
+    digits = found["four"]
+    assert digits.search("gunicorn -w 4 app") and digits.search("(4)")
+    for other in ("14 workers", "version 4.2", "x4", "40"):
+        assert not digits.search(other), other
+    # "one" is as often a pronoun as a number.
+    assert spelled_numbers(terms("Which one starts the server?"), ANALYZER) == {}
+
+
+def test_the_sentence_writing_the_spelled_number_as_digits_wins() -> None:
+    question = "How do I start the server with four worker processes?"
+    text = "Each worker is a process.\n\nStart the server with -w 4.\n"
+    out = focus_sentence(hit(text, "deploy.rst", 1.0), terms(question), ANALYZER, 200)
+    assert "-w 4" in out.text
+
+
+def test_a_question_asks_for_a_default_in_other_words() -> None:
+    for question in (
+        "Which converter is used for a variable when none is given?",
+        "What does the loader use if it is not set?",
+        "Which port is used if omitted?",
+    ):
+        assert DEFAULT in focus_types(question), question
+    assert DEFAULT not in focus_types("Which option is given to the server?")
+    question = "Which converter is used when none is given?"
+    text = (
+        "Rules are written ``<converter(arguments):name>``.\n\n"
+        "If no converter is given, the ``string`` converter is used by default.\n"
+    )
+    out = FocusedRetriever(Fixed(hit(text, "routing.rst", 1.0)), sentence=True, answer_types=True).search(question, 1)
+    assert "string" in out[0].text
