@@ -20,7 +20,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "clanker_rag"
 MAX_LINES = 900
 
 LAYERS = [
-    {"_exceptions", "_types", "_gc_pause", "_sse"},
+    {"_exceptions", "_types", "_gc_pause", "_forking", "_sse"},
     {"_validate", "_urls", "_text"},
     {"_storage"},
     {"_engine"},

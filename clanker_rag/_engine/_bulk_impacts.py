@@ -18,10 +18,8 @@ run side by side too.
 
 from __future__ import annotations
 
-import gc
 import mmap
 import os
-import signal
 import sys
 import threading
 import time
@@ -34,6 +32,7 @@ from itertools import accumulate, compress, islice, repeat
 from operator import gt, rshift
 from typing import Any
 
+from .._forking import Child, start_child
 from ._scoring import BM25, bulk_impacts, impact_orders
 
 __all__ = [
@@ -329,36 +328,26 @@ def _ordered(lengths: Sequence[int], mid: int, order_min: int) -> int:
 
 
 class _Child:
-    """A forked child computing some lists into a shared mapping."""
+    """A forked child computing some lists into a shared mapping (laid out as ``layout``)."""
 
-    def __init__(self, pid: int, shared: mmap.mmap, layout: _Layout) -> None:
-        self.pid = pid
-        self.shared = shared
+    def __init__(self, child: Child, layout: _Layout) -> None:
+        self.child = child
         self.layout = layout
 
     def abandon(self) -> None:
         """Stop the child (this process failed or was interrupted) and reap it."""
-        try:
-            os.kill(self.pid, signal.SIGKILL)
-            os.waitpid(self.pid, 0)
-        except OSError:
-            pass
-        finally:
-            self.shared.close()
+        self.child.abandon()
 
     def collect(self, into: Sequence[array[Any]]) -> bool:
         """Append the child's arrays to ``into`` (one each, as laid out);
         False, with nothing appended, when it failed."""
+        child = self.child
+        ok = child.succeeded()  # (interrupted while waiting: the child goes too)
         try:
-            _, status = os.waitpid(self.pid, 0)
-        except BaseException:  # interrupted while waiting: the child goes too
-            self.abandon()
-            raise
-        try:
-            if not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
+            if not ok:
                 return False
             # Straight from the mapping: no copy of the child's bytes in between.
-            with memoryview(self.shared) as view:
+            with memoryview(child.shared) as view:
                 at = 0
                 for have, (code, count) in zip(into, self.layout, strict=True):
                     size = count * array(code).itemsize
@@ -366,70 +355,29 @@ class _Child:
                     at += size
             return True
         finally:
-            self.shared.close()
+            child.close()
 
 
 def _forked(
     job: Callable[[tuple[int, int]], Sequence[array[Any]]], terms: tuple[int, int], layout: _Layout
 ) -> _Child | None:
     """Start a child writing ``job(terms)`` (arrays as ``layout`` says) into
-    a shared mapping; None when it cannot start."""
-    size = max(1, sum(count * array(code).itemsize for code, count in layout))
-    try:
-        shared = mmap.mmap(-1, size)  # anonymous and shared with the child
-    except (OSError, ValueError):
-        return None
-    # Ctrl-C reaches the whole process group: the child must not unwind
-    # this process's stack (its handlers might save a half-built index), so
-    # SIGINT is held back over the fork and ignored in the child; this
-    # process takes it and abandons the child.
-    held = _hold_sigint()
-    try:
-        pid = os.fork()
-    except OSError:
-        _release_sigint(held)
-        shared.close()
-        return None
-    if pid == 0:  # pragma: no cover - runs in the child, which never returns
-        code = 1
-        try:
-            if held:
-                signal.signal(signal.SIGINT, signal.SIG_IGN)
-                _release_sigint(held)
-            # The collector would write to every object of the inherited heap
-            # (copying its pages); the child allocates little that cycles.
-            gc.disable()
-            parts = job(terms)
-            if len(parts) == len(layout) and all(
-                part.typecode == want and len(part) == count for part, (want, count) in zip(parts, layout)
-            ):
-                with memoryview(shared) as view:
-                    at = 0
-                    for part in parts:
-                        raw = memoryview(part).cast("B")
-                        view[at : at + len(raw)] = raw
-                        at += len(raw)
-                        raw.release()
-                code = 0
-        finally:
-            os._exit(code)
-    child = _Child(pid, shared, layout)
-    try:
-        _release_sigint(held)  # a Ctrl-C held back is raised here
-    except BaseException:
-        child.abandon()
-        raise
-    return child
+    a shared mapping (:func:`.._forking.start_child`); None when it cannot start."""
 
+    def run(shared: mmap.mmap) -> int:  # pragma: no cover - runs in the child
+        parts = job(terms)
+        if len(parts) != len(layout) or not all(
+            part.typecode == want and len(part) == count for part, (want, count) in zip(parts, layout)
+        ):
+            return 1
+        with memoryview(shared) as view:
+            at = 0
+            for part in parts:
+                raw = memoryview(part).cast("B")
+                view[at : at + len(raw)] = raw
+                at += len(raw)
+                raw.release()
+        return 0
 
-def _hold_sigint() -> bool:
-    """Block SIGINT in this thread (True) where the platform can."""
-    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
-        return False
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    return True
-
-
-def _release_sigint(held: bool) -> None:
-    if held:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    child = start_child(sum(count * array(code).itemsize for code, count in layout), run)
+    return None if child is None else _Child(child, layout)

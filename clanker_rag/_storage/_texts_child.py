@@ -13,15 +13,14 @@ The child writes nothing but the mapping: a kill at any moment leaves no file.
 
 from __future__ import annotations
 
-import gc
 import mmap
 import os
-import signal
 import threading
 from array import array
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from .._forking import Child, start_child
 from . import _texts
 from ._store import Blob
 from ._texts import compress_blocks, write_texts
@@ -30,7 +29,6 @@ __all__ = ["Texts", "start_texts"]
 
 Piece = str | bytes | memoryview
 _HEAD = 3  # int64s before the arrays: blocks, uncompressed bytes, compressed bytes
-_MAX_FD = 1 << 20
 
 
 def _utf8(value: Piece) -> bytes | memoryview:
@@ -44,44 +42,29 @@ class Texts:
     def __init__(self, pieces: Iterable[Piece], block: int) -> None:
         self._pieces = pieces
         self._block = block
-        self._pid = 0
-        self._shared: mmap.mmap | None = None
+        self._child: Child | None = None
         self._start = 0  # where the child put the compressed bytes in the mapping
         self._count = 0  # how many texts the child compresses
 
     def add_to(self, blob: Blob) -> tuple[list[int], array[int], dict[str, Any] | None]:
         """What :func:`._texts.write_texts` adds and returns, from the child's work when it did it."""
-        got = self._collect(blob) if self._pid else None
+        got = self._collect(blob) if self._child is not None else None
         return got if got is not None else write_texts(blob, map(_utf8, self._pieces))
 
     def abandon(self) -> None:
         """Stop the child (the save failed or was interrupted) and reap it."""
-        if self._pid:
-            try:
-                os.kill(self._pid, signal.SIGKILL)
-                os.waitpid(self._pid, 0)
-            except OSError:
-                pass
-            self._pid = 0
-        self._close()
-
-    def _close(self) -> None:
-        if self._shared is not None:
-            self._shared.close()
-            self._shared = None
+        if self._child is not None:
+            self._child.abandon()
+            self._child = None
 
     def _collect(self, blob: Blob) -> tuple[list[int], array[int], dict[str, Any]] | None:
+        child, self._child = self._child, None
+        assert child is not None
+        ok = child.succeeded()  # (interrupted while waiting: the child goes too)
         try:
-            _, status = os.waitpid(self._pid, 0)
-        except BaseException:  # interrupted while waiting: the child goes too
-            self.abandon()
-            raise
-        self._pid = 0
-        try:
-            if not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
+            if not ok:
                 return None
-            assert self._shared is not None
-            with memoryview(self._shared) as view:
+            with memoryview(child.shared) as view:
                 head = array("q")
                 head.frombytes(view[: 8 * _HEAD])
                 n_blocks, total, size = head
@@ -97,7 +80,7 @@ class Texts:
             record = {"bytes": total, "offsets": blob.array(block_offsets, "q"), "starts": blob.array(starts, "q")}
             return ref, text_offsets, record
         finally:
-            self._close()
+            child.close()
 
 
 def start_texts(pieces: Iterable[Piece], *, fork: bool) -> Texts:
@@ -124,42 +107,11 @@ def _layout(pieces: Sequence[Piece], block: int) -> tuple[int, int]:
 def _fork(texts: Texts, pieces: Sequence[Piece]) -> None:
     block = texts._block
     start, size = _layout(pieces, block)
-    try:
-        shared = mmap.mmap(-1, size)  # anonymous, shared with the child
-    except (OSError, ValueError, OverflowError):
-        return
-    # Ctrl-C reaches the whole process group: the child must not unwind this
-    # process's stack, so SIGINT is held back over the fork and ignored in the child.
-    held = hasattr(signal, "pthread_sigmask") and threading.current_thread() is threading.main_thread()
-    if held:
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        pid = os.fork()
-    except OSError:
-        pid = -1
-    if pid == 0:  # pragma: no cover - runs in the child, which never returns
-        code = 1
-        try:
-            if held:
-                signal.signal(signal.SIGINT, signal.SIG_IGN)
-                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-            gc.disable()  # the collector would write to (and copy) every inherited page
-            # Nothing here needs a file: closed, the index folder's lock (an inherited flock)
-            # goes with this process's parent even when it is killed before this child ends.
-            os.closerange(3, _MAX_FD)
-            code = _child(shared, pieces, block, start)
-        finally:
-            os._exit(code)
-    if pid < 0:
-        shared.close()
-    else:
-        texts._pid, texts._shared, texts._start, texts._count = pid, shared, start, len(pieces)
-    if held:
-        try:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # a Ctrl-C held back is raised here
-        except BaseException:
-            texts.abandon()
-            raise
+    # The child needs no file: closed, the index folder's lock (an inherited flock)
+    # goes with this process even when it is killed before the child ends.
+    child = start_child(size, lambda shared: _child(shared, pieces, block, start), close_files=True)
+    if child is not None:
+        texts._child, texts._start, texts._count = child, start, len(pieces)
 
 
 def _child(shared: mmap.mmap, pieces: Sequence[Piece], block: int, start: int) -> int:  # pragma: no cover
