@@ -10,7 +10,6 @@ that reads it raises ``IndexFormatError`` rather than give a wrong answer.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from array import array
 from collections.abc import Callable
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _forge import rewrite_segment
 
 from clanker_rag import IndexFormatError, KnowledgeBase
 from clanker_rag._storage import _segments, _store, _texts
@@ -78,23 +78,14 @@ def flip(folder: Path, part: str, item: int, itemsize: int) -> None:
 def forge(folder: Path, part: str, typecode: str, edit: Callable[[array[Any]], None]) -> None:
     """Rewrite ``part``'s values with ``edit`` and fix every checksum (the block checksums are
     dropped, as in a segment written before them), as a careful forger would."""
-    path, body, doc = segment(folder)
-    start, size = ref(body, part)
-    data = bytearray(path.read_bytes())
-    values = array(typecode, bytes(data[start : start + size]))
-    edit(values)
-    data[start : start + size] = values.tobytes()
-    body.pop("blocks")
-    (record,) = doc["body"]["segments"]
-    off = record["body"][0]
-    raw = json.dumps(body, ensure_ascii=True, separators=(",", ":")).encode()
-    data[off:] = raw
-    path.write_bytes(data)
-    record.update(body=[off, len(raw)], body_sha256=hashlib.sha256(raw).hexdigest(), size=len(data))
-    record["sha256"] = hashlib.sha256(data).hexdigest()
-    canon = json.dumps(doc["body"], ensure_ascii=True, separators=(",", ":"))
-    doc["sha256"] = hashlib.sha256(canon.encode()).hexdigest()
-    (folder / "index.json").write_text(json.dumps(doc))
+
+    def edit_data(body: dict[str, Any], data: bytearray) -> None:
+        start, size = ref(body, part)
+        values = array(typecode, bytes(data[start : start + size]))
+        edit(values)
+        data[start : start + size] = values.tobytes()
+
+    rewrite_segment(folder, lambda body: body.pop("blocks"), edit_data)
 
 
 def every_name_looked_up(kb: KnowledgeBase) -> None:

@@ -12,6 +12,7 @@ from itertools import accumulate, pairwise
 from pathlib import Path
 
 import pytest
+from _forge import rewrite_segment
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -114,31 +115,6 @@ def test_data_file_is_named_by_content_and_old_ones_go(tmp_path):
     kb.save(tmp_path)
     assert not first.exists() and len(list(tmp_path.glob("data-*.bin"))) == 2
     assert KnowledgeBase.load(tmp_path).sources() == ["fox.txt", "greek.txt", "more.txt", "new.txt"]
-
-
-def rewrite_segment(folder, edit_body=None, edit_data=None):
-    """Change the (only) segment's body or bytes and fix every checksum, as a careful forger would."""
-    import hashlib
-
-    path = folder / "index.json"
-    doc = json.loads(path.read_text())
-    (record,) = doc["body"]["segments"]
-    seg = folder / record["file"]
-    data = bytearray(seg.read_bytes())
-    off, length = record["body"]
-    body = json.loads(data[off : off + length])
-    if edit_body is not None:
-        edit_body(body)
-    if edit_data is not None:
-        edit_data(body, data)
-    text = json.dumps(body, ensure_ascii=True, separators=(",", ":")).encode()
-    data[off:] = text
-    seg.write_bytes(data)
-    record.update(body=[off, len(text)], body_sha256=hashlib.sha256(text).hexdigest(), size=len(data))
-    record["sha256"] = hashlib.sha256(data).hexdigest()
-    body_text = json.dumps(doc["body"], ensure_ascii=True, separators=(",", ":"))
-    doc["sha256"] = hashlib.sha256(body_text.encode()).hexdigest()
-    path.write_text(json.dumps(doc))
 
 
 def test_newer_format_version_is_refused(tmp_path):
