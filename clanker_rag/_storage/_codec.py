@@ -595,8 +595,9 @@ def _read_v3(
             if ref is not None:
                 blocks.check(ref[0], ref[0] + ref[1])
         if tables is not None:
-            for name in ("dense_terms", "slot_terms"):
-                blocks.check(tables[name][0], tables[name][0] + tables[name][1])
+            for name in ("dense_terms", "slot_terms", "slot_spans"):
+                if name in tables:
+                    blocks.check(tables[name][0], tables[name][0] + tables[name][1])
     chunks = _chunk_columns(cols, view)
     d = body["dictionary"]
     dictionary = TermDictionary(
@@ -686,11 +687,12 @@ def _read_tables(
     if tables is None:  # saved before tables existed
         return None
     old = "slot_impacts" in tables  # formats 3-5 saved each slot table's impacts again
+    packed = "slot_spans" in tables  # format 7 compresses each slot table
     checks = None
     if blocks is not None:
         checks = (
             blocks.part(tables["dense"], 4),
-            blocks.part(tables["slots"], 2),
+            blocks.part(tables["slots"], 1 if packed else 2),
             blocks.part(tables["slot_impacts"] if old else post["impacts"], 4),
             blocks.part(tables["slot_offsets"] if old else [0, 0], 8),
         )
@@ -699,12 +701,13 @@ def _read_tables(
         view(tables["dense_terms"], "i", "tables.dense_terms"),
         view(tables["dense"], "f", "tables.dense"),
         view(tables["slot_terms"], "i", "tables.slot_terms"),
-        view(tables["slots"], "H", "tables.slots"),
+        view(tables["slots"], "B" if packed else "H", "tables.slots"),
         view(post["impacts"], "f", "postings.impacts"),
         view(post["offsets"], "q", "postings.offsets"),
         view(tables["slot_impacts"], "f", "tables.slot_impacts") if old else None,
         view(tables["slot_offsets"], "q", "tables.slot_offsets") if old else None,
         checks,
+        view(tables["slot_spans"], "q", "tables.slot_spans") if packed else None,
     )
 
 
