@@ -257,15 +257,6 @@ class StoredTables:
         self._slot = dict(zip(tables.slot_terms, range(len(tables.slot_terms))))
         self._views: dict[int, Table] = {}
 
-    def pending_bytes(self, tid: int) -> int:
-        """The compressed size of the term's slot table while it is not yet inflated, else 0
-        (inflating costs about as much as binary-searching one candidate per 50 bytes)."""
-        spans = self._tables.slot_spans
-        if spans is None or tid in self._views:
-            return 0
-        i = self._slot.get(tid)
-        return 0 if i is None else spans[i + 1] - spans[i]
-
     def table(self, tid: int, length: int) -> Table | None:
         """The term's table (its list is ``length`` long), or None when none was saved."""
         found = self._views.get(tid)

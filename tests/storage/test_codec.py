@@ -4,6 +4,7 @@ import json
 import mmap
 import shutil
 import zlib
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -163,7 +164,7 @@ def unpacked_slots(tables):
     """A format 7 segment's slot tables inflated and laid end to end, as formats 3-6 saved them."""
     spans = tables.slot_spans
     assert spans is not None
-    return b"".join(zlib.decompress(tables.slots[a:b], -15) for a, b in zip(spans, spans[1:]))
+    return b"".join(zlib.decompress(tables.slots[a:b], -15) for a, b in pairwise(spans))
 
 
 def test_v6_fixture_serves_its_uncompressed_slot_tables_and_saves_them_compressed(tmp_path, monkeypatch):
