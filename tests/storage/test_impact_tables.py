@@ -184,7 +184,7 @@ def test_packed_slot_tables_inflate_to_the_tables_built(lists, slot_limit):
     assert [zlib.decompress(p, -15) for p in packed.slots] == [bytes(s) for s in built.slots]
     spans = array("q", accumulate(map(len, packed.slots), initial=0))
     dense = array("f", b"".join(map(bytes, packed.dense)))
-    slots = b"".join(packed.slots)
+    slots = memoryview(b"".join(packed.slots))
     tables = LookupTables(60, packed.dense_terms, dense, packed.slot_terms, slots, impacts, offsets, slot_spans=spans)
     check_tables(tables, len(lists), "here")
     stored = StoredTables(tables, "here")
