@@ -26,6 +26,7 @@ from ._codec import (
     first_chunks,
 )
 from ._impact_tables import PackedParts, pack_tables
+from ._offset_column import offset_part
 from ._order_column import order_parts
 from ._segments import SegmentRecord
 from ._texts_child import Texts, start_texts
@@ -131,14 +132,10 @@ def _write_segment(folder: Path, snap: Snapshot, scored: bool, blob: _store.Blob
         },
         "dictionary": {
             "text": blob.add(b"".join(encoded)),
-            "offsets": blob.array(term_offsets, "q"),
+            **_offsets(blob, term_offsets),
             "sorted": blob.array(sorted_ids, "i"),
         },
-        "postings": {
-            "offsets": blob.array(post.offsets, "q"),
-            "chunks": blob.array(post.chunks, "i"),
-            **tf_part(blob, post.tfs),
-        },
+        "postings": {**_offsets(blob, post.offsets), "chunks": blob.array(post.chunks, "i"), **tf_part(blob, post.tfs)},
     }
     if scored:
         assert post.maxes is not None and post.order_offsets is not None and post.positions is not None
@@ -149,6 +146,11 @@ def _write_segment(folder: Path, snap: Snapshot, scored: bool, blob: _store.Blob
     text_ref, text_offsets, packed = pending.add_to(blob)
     sources.update(texts=text_ref, text_offsets=blob.array(text_offsets, "q"), text_blocks=packed)
     return _segments.write_segment(folder, body, blob)
+
+
+def _offsets(blob: _store.Blob, offsets: Any) -> dict[str, Any]:
+    ref, code = offset_part(blob, offsets)
+    return {"offsets": ref, "offsets_type": code}
 
 
 def _bytes_of(arrays: Iterable[array[Any]]) -> Iterator[memoryview]:
