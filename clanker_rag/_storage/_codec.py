@@ -32,6 +32,7 @@ from typing import Any, NamedTuple, Union, cast
 from .._exceptions import IndexFormatError
 from . import _segments, _store
 from ._impact_tables import LookupTables, check_tables
+from ._offset_column import offset_type
 from ._order_column import WideOrders, read_orders
 from ._segments import BlockCheck, PartCheck, SegmentRecord
 from ._stored import NameIndex, Offsets, Pread, SourceNames, SourceStore, compressed_reader, strings
@@ -595,24 +596,25 @@ def _read_v3(
             if ref is not None:
                 blocks.check(ref[0], ref[0] + ref[1])
         if tables is not None:
-            for name in ("dense_terms", "slot_terms"):
-                blocks.check(tables[name][0], tables[name][0] + tables[name][1])
+            for name in ("dense_terms", "slot_terms", "slot_spans"):
+                if name in tables:
+                    blocks.check(tables[name][0], tables[name][0] + tables[name][1])
     chunks = _chunk_columns(cols, view)
     d = body["dictionary"]
     dictionary = TermDictionary(
         _store.data_range(d["text"], data, f"{where}: dictionary.text"),
-        view(d["offsets"], "q", "dictionary.offsets"),
+        view(d["offsets"], offset_type(d, where), "dictionary.offsets"),
         view(d["sorted"], "i", "dictionary.sorted"),
         checks=None
         if blocks is None
-        else (blocks.part(d["text"]), blocks.part(d["offsets"], 8), blocks.part(d["sorted"], 4)),
+        else (blocks.part(d["text"]), blocks.part(d["offsets"], _size(d, where)), blocks.part(d["sorted"], 4)),
         where=f"{where}: dictionary",
     )
     dictionary.check(where)
     if post.get("impacts") is None:  # a format 4 segment after the first: term frequencies only
         postings = Postings(
             TermList(dictionary, []),
-            view(post["offsets"], "q", "postings.offsets"),
+            view(post["offsets"], offset_type(post, where), "postings.offsets"),
             view(post["chunks"], "i", "postings.chunks"),
             view(post["tfs"], tf_type(post, where), "postings.tfs"),
             array("f"),
@@ -623,7 +625,7 @@ def _read_v3(
             checks=None
             if blocks is None
             else PostingChecks(
-                blocks.part(post["offsets"], 8),
+                blocks.part(post["offsets"], _size(post, where)),
                 blocks.part(post["chunks"], 4),
                 blocks.part(post["tfs"], array(tf_type(post, where)).itemsize),
                 blocks.part([0, 0]),
@@ -635,22 +637,22 @@ def _read_v3(
         orders = read_orders(body["orders"], view, where, None if blocks is None else blocks.part)
         postings = Postings(
             TermList(dictionary, []),
-            view(post["offsets"], "q", "postings.offsets"),
+            view(post["offsets"], offset_type(post, where), "postings.offsets"),
             view(post["chunks"], "i", "postings.chunks"),
             view(post["tfs"], tf_type(post, where), "postings.tfs"),
             view(post["impacts"], "f", "postings.impacts"),
             view(post["maxes"], "f", "postings.maxes"),
             orders.offsets,
             orders.positions,
-            _read_tables(tables, post, body["stats"]["chunks"], view, blocks),
+            _read_tables(tables, post, body["stats"]["chunks"], view, blocks, where),
             checks=None
             if blocks is None
             else PostingChecks(
-                blocks.part(post["offsets"], 8),
+                blocks.part(post["offsets"], _size(post, where)),
                 blocks.part(post["chunks"], 4),
                 blocks.part(post["tfs"], array(tf_type(post, where)).itemsize),
                 blocks.part(post["impacts"], 4),
-                blocks.part(body["orders"]["offsets"], 8),
+                blocks.part(body["orders"]["offsets"], _size(body["orders"], where)),
                 blocks.part(orders.ref, orders.positions.itemsize),
             ),
             wide_orders=orders.wide,
@@ -676,21 +678,28 @@ _COLUMNS = {
 }  # fmt: skip
 
 
+def _size(section: dict[str, Any], where: str) -> int:
+    """The item size of a section's saved ``offsets``."""
+    return array(offset_type(section, where)).itemsize
+
+
 def _read_tables(
     tables: Any,
     post: dict[str, Any],
     n_chunks: int,
     view: Callable[[Any, str, str], Any],
     blocks: BlockCheck | None,
+    where: str,
 ) -> LookupTables | None:
     if tables is None:  # saved before tables existed
         return None
     old = "slot_impacts" in tables  # formats 3-5 saved each slot table's impacts again
+    packed = "slot_spans" in tables  # format 7 compresses each slot table
     checks = None
     if blocks is not None:
         checks = (
             blocks.part(tables["dense"], 4),
-            blocks.part(tables["slots"], 2),
+            blocks.part(tables["slots"], 1 if packed else 2),
             blocks.part(tables["slot_impacts"] if old else post["impacts"], 4),
             blocks.part(tables["slot_offsets"] if old else [0, 0], 8),
         )
@@ -699,12 +708,13 @@ def _read_tables(
         view(tables["dense_terms"], "i", "tables.dense_terms"),
         view(tables["dense"], "f", "tables.dense"),
         view(tables["slot_terms"], "i", "tables.slot_terms"),
-        view(tables["slots"], "H", "tables.slots"),
+        view(tables["slots"], "B" if packed else "H", "tables.slots"),
         view(post["impacts"], "f", "postings.impacts"),
-        view(post["offsets"], "q", "postings.offsets"),
+        view(post["offsets"], offset_type(post, where), "postings.offsets"),
         view(tables["slot_impacts"], "f", "tables.slot_impacts") if old else None,
         view(tables["slot_offsets"], "q", "tables.slot_offsets") if old else None,
         checks,
+        view(tables["slot_spans"], "q", "tables.slot_spans") if packed else None,
     )
 
 

@@ -23,6 +23,7 @@ from operator import gt, sub
 from typing import Any, NamedTuple, Union
 
 from .._exceptions import IndexFormatError
+from ._offset_column import offset_part, offset_type
 from ._store import Blob
 
 __all__ = ["SHORT_LIMIT", "SavedOrders", "WideOrders", "order_parts", "read_orders", "read_wide", "widened"]
@@ -87,8 +88,10 @@ def order_parts(blob: Blob, positions: Ints, offsets: Ints) -> dict[str, Any]:
     short.append(_narrowed(view[at:]))
     if not _LITTLE:  # pragma: no cover - big-endian hosts
         long.byteswap()
+    ref, code = offset_part(blob, offsets)
     return {
-        "offsets": blob.array(offsets, "q"),
+        "offsets": ref,
+        "offsets_type": code,
         "short": blob.add(b"".join(short)),
         "wide_terms": blob.array(array("i", wide), "i"),
         "wide": blob.add(long.tobytes()),
@@ -128,7 +131,7 @@ def read_orders(
 ) -> SavedOrders:
     """The orders a segment body names (``view(ref, typecode, name)`` maps a part; ``part(ref,
     itemsize)`` gives a big segment's block checks of one)."""
-    offsets = view(orders["offsets"], "q", "orders.offsets")
+    offsets = view(orders["offsets"], offset_type(orders, where), "orders.offsets")
     if "short" not in orders:  # formats 3-5: every order int32
         return SavedOrders(offsets, view(orders["positions"], "i", "orders.positions"), orders["positions"], None)
     wide = read_wide(

@@ -25,7 +25,8 @@ from ._codec import (
     SourceStore,
     first_chunks,
 )
-from ._impact_tables import TableParts, build_tables
+from ._impact_tables import PackedParts, pack_tables
+from ._offset_column import offset_part
 from ._order_column import order_parts
 from ._segments import SegmentRecord
 from ._texts_child import Texts, start_texts
@@ -131,37 +132,41 @@ def _write_segment(folder: Path, snap: Snapshot, scored: bool, blob: _store.Blob
         },
         "dictionary": {
             "text": blob.add(b"".join(encoded)),
-            "offsets": blob.array(term_offsets, "q"),
+            **_offsets(blob, term_offsets),
             "sorted": blob.array(sorted_ids, "i"),
         },
-        "postings": {
-            "offsets": blob.array(post.offsets, "q"),
-            "chunks": blob.array(post.chunks, "i"),
-            **tf_part(blob, post.tfs),
-        },
+        "postings": {**_offsets(blob, post.offsets), "chunks": blob.array(post.chunks, "i"), **tf_part(blob, post.tfs)},
     }
     if scored:
         assert post.maxes is not None and post.order_offsets is not None and post.positions is not None
         body["postings"]["impacts"] = blob.array(post.impacts, "f")
         body["postings"]["maxes"] = blob.array(post.maxes, "f")
         body["orders"] = order_parts(blob, post.positions, post.order_offsets)
-        body["tables"] = _write_tables(blob, build_tables(post.offsets, post.chunks, post.impacts, len(cols.source)))
+        body["tables"] = _write_tables(blob, pack_tables(post.offsets, post.chunks, post.impacts, len(cols.source)))
     text_ref, text_offsets, packed = pending.add_to(blob)
     sources.update(texts=text_ref, text_offsets=blob.array(text_offsets, "q"), text_blocks=packed)
     return _segments.write_segment(folder, body, blob)
+
+
+def _offsets(blob: _store.Blob, offsets: Any) -> dict[str, Any]:
+    ref, code = offset_part(blob, offsets)
+    return {"offsets": ref, "offsets_type": code}
 
 
 def _bytes_of(arrays: Iterable[array[Any]]) -> Iterator[memoryview]:
     return (memoryview(a).cast("B") for a in arrays)
 
 
-def _write_tables(blob: _store.Blob, parts: TableParts) -> dict[str, Any]:
+def _write_tables(blob: _store.Blob, parts: PackedParts) -> dict[str, Any]:
     # Format 6: a slot table's impacts are its list's (postings.impacts), not saved again.
+    # Format 7: each slot table compressed on its own, found by its span.
+    slots, spans = blob.run(parts.slots)
     return {
         "dense_terms": blob.array(parts.dense_terms, "i"),
         "dense": blob.run(_bytes_of(parts.dense))[0],
         "slot_terms": blob.array(parts.slot_terms, "i"),
-        "slots": blob.run(_bytes_of(parts.slots))[0],
+        "slots": slots,
+        "slot_spans": blob.array(spans, "q"),
     }
 
 

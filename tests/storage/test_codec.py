@@ -3,6 +3,8 @@
 import json
 import mmap
 import shutil
+import zlib
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -16,8 +18,9 @@ from clanker_rag._storage._codec import TermDictionary, read
 DATA = Path(__file__).parents[1] / "data"
 # index_v4 was saved by format 4 with its texts in fixed 64-byte zlib blocks (format 5 ends blocks with texts);
 # index_v5 is index_v4 saved by format 5 with a lookup table for every list (format 6 no longer saves a slot
-# table's impacts again beside its list's).
-FIXTURES = {version: DATA / f"index_v{version}" for version in (1, 2, 3, 4, 5)}
+# table's impacts again beside its list's); index_v6 is index_v5 saved by format 6, a table for every list
+# (format 7 compresses each slot table).
+FIXTURES = {version: DATA / f"index_v{version}" for version in (1, 2, 3, 4, 5, 6)}
 
 TEXTS = {
     "greek.txt": "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu",
@@ -41,10 +44,10 @@ def ranked(kb, query, k=10):
 QUERIES = ["lazy fox", "café résumé", "parse header", "alpha kappa mu", "escaped byte", "nothing here at all"]
 
 
-def test_saved_index_is_format_6_and_read_in_place(tmp_path):
+def test_saved_index_is_format_7_and_read_in_place(tmp_path):
     build().save(tmp_path)
     manifest = json.loads((tmp_path / "index.json").read_text())
-    assert manifest["format_version"] == 6
+    assert manifest["format_version"] == 7
     assert "terms" not in manifest["body"]  # the vocabulary lives in the data file
     (segment,) = manifest["body"]["segments"]  # a fresh save writes one segment
     assert segment["chunks"] == len(build()) and segment["deleted"] == []
@@ -98,8 +101,8 @@ def test_resaving_a_loaded_index_over_itself_keeps_every_text(tmp_path):
     assert len(named) == 1 and named < {p.name for p in tmp_path.glob("data-*.bin")}
 
 
-@pytest.mark.parametrize("version", [1, 2, 3, 4, 5])
-def test_every_format_fixture_loads_and_saves_as_format_6(tmp_path, version):
+@pytest.mark.parametrize("version", [1, 2, 3, 4, 5, 6])
+def test_every_format_fixture_loads_and_saves_as_format_7(tmp_path, version):
     # tests/data/index_v<N> were written by format_version N and are never rewritten.
     shutil.copytree(FIXTURES[version], tmp_path / "old")
     kb = KnowledgeBase.load(tmp_path / "old")
@@ -108,7 +111,7 @@ def test_every_format_fixture_loads_and_saves_as_format_6(tmp_path, version):
     assert kb.source_metadata("greek.txt") == {"n": 1}
     kb.save(tmp_path / "new")
     again = KnowledgeBase.load(tmp_path / "new")
-    assert json.loads((tmp_path / "new" / "index.json").read_text())["format_version"] == 6
+    assert json.loads((tmp_path / "new" / "index.json").read_text())["format_version"] == 7
     assert again.sources() == kb.sources()
     for q in ["lazy dog", "kappa", "echo w3 pad", "quick brown"]:
         assert ranked(again, q) == ranked(kb, q)
@@ -151,7 +154,37 @@ def test_v5_fixture_serves_its_saved_slot_impacts_and_saves_tables_without_them(
     v5.save(tmp_path)
     new = read(tmp_path).segments[0].snap.postings.tables
     assert new is not None and new.slot_impacts is None and new.slot_offsets is None
-    assert list(new.slot_terms) == list(old.slot_terms) and bytes(new.slots) == bytes(old.slots)
+    assert list(new.slot_terms) == list(old.slot_terms) and unpacked_slots(new) == bytes(old.slots)
+    again = KnowledgeBase.load(tmp_path)
+    assert [ranked(again, q) for q in queries] == expected
+    assert not again._index.lookups.cache.entries
+
+
+def unpacked_slots(tables):
+    """A format 7 segment's slot tables inflated and laid end to end, as formats 3-6 saved them."""
+    spans = tables.slot_spans
+    assert spans is not None
+    return b"".join(zlib.decompress(tables.slots[a:b], -15) for a, b in pairwise(spans))
+
+
+def test_v6_fixture_serves_its_uncompressed_slot_tables_and_saves_them_compressed(tmp_path, monkeypatch):
+    v5 = KnowledgeBase.load(FIXTURES[5])
+    v6 = KnowledgeBase.load(FIXTURES[6])
+    queries = ["echo w3 pad", "lazy dog", "alpha", "quick brown fox", "kappa lambda", "w3 w7 pad"]
+    expected = [ranked(v5, q) for q in queries]
+    assert [ranked(v6, q) for q in queries] == expected
+    assert v6._index.lookups.saved is not None and not v6._index.lookups.cache.entries, "its tables served"
+    old = read(FIXTURES[6]).segments[0].snap.postings.tables
+    assert old is not None and old.slot_spans is None and old.slot_terms and old.dense_terms
+    assert len(old.slots) == len(old.slot_terms) * old.n_chunks  # one uint16 a chunk, uncompressed
+    monkeypatch.setattr(_impact_tables, "STORED_MIN", 1)
+    monkeypatch.setattr(_impact_tables, "STORED_SHARE", 10**9)
+    monkeypatch.setattr(_impact_tables, "SLOT_LIMIT", 30)
+    v6.save(tmp_path)
+    new = read(tmp_path).segments[0].snap.postings.tables
+    assert new is not None and new.slot_spans is not None and len(new.slots) < 2 * len(old.slots)
+    assert list(new.slot_terms) == list(old.slot_terms) and unpacked_slots(new) == bytes(old.slots)
+    assert bytes(new.dense) == bytes(old.dense)
     again = KnowledgeBase.load(tmp_path)
     assert [ranked(again, q) for q in queries] == expected
     assert not again._index.lookups.cache.entries

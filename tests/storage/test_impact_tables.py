@@ -1,7 +1,10 @@
 """Lookup tables saved with an index: same scores as binary search, used only while current, checked at load."""
 
+import json
+import zlib
 from array import array
 from contextlib import contextmanager
+from itertools import accumulate
 from pathlib import Path
 
 import pytest
@@ -13,7 +16,17 @@ import clanker_rag._engine._lookups as lookups_module
 import clanker_rag._storage._impact_tables as tables_module
 from clanker_rag import IndexFormatError, KnowledgeBase
 from clanker_rag._engine._pruning import probe
-from clanker_rag._storage._impact_tables import LookupTables, StoredTables, build_tables, check_tables, lookup
+from clanker_rag._storage import _segments, _store
+from clanker_rag._storage._codec import read
+from clanker_rag._storage._impact_tables import (
+    LookupTables,
+    StoredTables,
+    build_tables,
+    check_tables,
+    deflate,
+    lookup,
+    pack_tables,
+)
 
 FIXTURE_V3 = Path(__file__).parents[1] / "data" / "index_v3"
 
@@ -149,3 +162,106 @@ def test_an_index_saved_before_tables_loads_and_searches(tmp_path):
     kb.save(tmp_path / "again")  # a save writes the tables it lacked
     again = KnowledgeBase.load(tmp_path / "again")
     assert [(h.source, h.score) for h in again.search("quick fox", k=3)] == [(h.source, h.score) for h in hits]
+
+
+lists = st.lists(st.lists(st.integers(0, 59), max_size=60).map(lambda c: sorted(set(c))), min_size=1, max_size=8)
+
+
+@settings(max_examples=60, deadline=None)
+@given(lists, st.integers(1, 70))
+def test_packed_slot_tables_inflate_to_the_tables_built(lists, slot_limit):
+    offsets = array("q", [0])
+    chunks = array("i")
+    for docs in lists:
+        chunks.extend(docs)
+        offsets.append(len(chunks))
+    impacts = array("f", [float(i % 13) + 0.5 for i in range(len(chunks))])
+    with tables_for_every_list(slot_limit):
+        built = build_tables(offsets, chunks, impacts, 60)
+        packed = pack_tables(offsets, chunks, impacts, 60)
+    assert packed.slot_terms == built.slot_terms and packed.dense_terms == built.dense_terms
+    assert [bytes(d) for d in packed.dense] == [bytes(d) for d in built.dense]
+    assert [zlib.decompress(p, -15) for p in packed.slots] == [bytes(s) for s in built.slots]
+    spans = array("q", accumulate(map(len, packed.slots), initial=0))
+    dense = array("f", b"".join(map(bytes, packed.dense)))
+    slots = memoryview(b"".join(packed.slots))
+    tables = LookupTables(60, packed.dense_terms, dense, packed.slot_terms, slots, impacts, offsets, slot_spans=spans)
+    check_tables(tables, len(lists), "here")
+    stored = StoredTables(tables, "here")
+    cands = list(range(60))
+    for tid in range(len(lists)):
+        a, b = offsets[tid], offsets[tid + 1]
+        table = stored.table(tid, b - a)
+        if table is not None:
+            assert list(lookup(table, cands)) == list(probe(chunks[a:b], impacts[a:b], 1.0, cands))
+
+
+def packed_one(payload):
+    """Tables of 4 chunks whose one slot table (term 0: chunks 1, 3) is saved as ``payload``."""
+    return LookupTables(
+        4,
+        array("i"),
+        array("f"),
+        array("i", [0]),
+        payload,
+        array("f", [0.5, 1.5]),
+        array("q", [0, 2]),
+        slot_spans=array("q", [0, len(payload)]),
+    )
+
+
+def test_a_packed_slot_table_reads_back():
+    good = packed_one(deflate(array("H", [0, 1, 0, 2]).tobytes()))
+    check_tables(good, 1, "here")
+    table = StoredTables(good, "here").table(0, 2)
+    assert table is not None and list(lookup(table, [0, 1, 2, 3])) == [0.0, 0.5, 0.0, 1.5]
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b"not a zlib stream at all",
+        deflate(array("H", [0, 1, 0]).tobytes()),  # a slot short
+        deflate(array("H", [0, 1, 0, 2, 0]).tobytes()),  # a slot over
+        deflate(array("H", [0, 1, 0, 2]).tobytes())[:-3],  # cut short
+    ],
+    ids=["garbage", "short", "long", "truncated"],
+)
+def test_a_packed_slot_table_that_does_not_inflate_to_its_slots_is_refused_when_first_used(payload):
+    tables = packed_one(payload)
+    check_tables(tables, 1, "here")  # the O(tables) checks at load cannot see inside a table
+    with pytest.raises(IndexFormatError, match="lookup table 0 does not inflate"):
+        StoredTables(tables, "here").table(0, 2)
+
+
+@pytest.mark.parametrize(
+    "spans", [array("q", [1, 9]), array("q", [0, 8]), array("q", [0]), array("q", [0, 0])], ids=str
+)
+def test_packed_slot_spans_that_do_not_fit_their_part_are_refused(spans):
+    tables = packed_one(deflate(array("H", [0, 1, 0, 2]).tobytes()))
+    with pytest.raises(IndexFormatError, match="lookup tables"):
+        check_tables(tables._replace(slot_spans=spans), 1, "here")
+
+
+def test_a_flipped_bit_in_a_saved_slot_table_fails_when_its_term_is_first_searched(tmp_path, monkeypatch):
+    monkeypatch.setattr(_segments, "BLOCK_SIZE", 64)
+    texts = [" ".join(VOCAB[i % 7 : i % 7 + 5]) for i in range(60)]
+    with tables_for_every_list():
+        build(texts).save(tmp_path)
+    monkeypatch.setattr(_store, "VERIFY_AT_LOAD", 0)  # as if big: checked block by block
+    seg = read(tmp_path).segments[0].snap
+    tables = seg.postings.tables
+    assert tables is not None and tables.slot_spans is not None and len(tables.slot_terms) > 2
+    i = len(tables.slot_terms) // 2
+    term = seg.postings.terms[tables.slot_terms[i]]
+    at = (tables.slot_spans[i] + tables.slot_spans[i + 1]) // 2  # a byte inside table i
+    (record,) = json.loads((tmp_path / "index.json").read_text())["body"]["segments"]
+    (path,) = tmp_path.glob("data-*.bin")
+    data = bytearray(path.read_bytes())
+    off, length = record["body"]
+    data[json.loads(data[off : off + length])["tables"]["slots"][0] + at] ^= 0x01
+    path.write_bytes(data)
+    kb = KnowledgeBase.load(tmp_path)  # the table is not read at load
+    assert kb.search(VOCAB[0])
+    with pytest.raises(IndexFormatError, match="checksum"):
+        kb.search(term)

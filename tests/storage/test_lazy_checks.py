@@ -213,7 +213,8 @@ def test_a_flipped_bit_in_the_term_dictionary_fails_when_a_commit_looks_the_term
     term = KnowledgeBase.load(folder)._idx.terms[10]
     path, body, _ = segment(folder)
     start = ref(body, "dictionary.text")[0]
-    offsets = array("q", path.read_bytes()[slice(*(lambda r: (r[0], r[0] + r[1]))(ref(body, "dictionary.offsets")))])
+    at, size = ref(body, "dictionary.offsets")
+    offsets = array(body["dictionary"].get("offsets_type", "q"), path.read_bytes()[at : at + size])
     data = bytearray(path.read_bytes())
     data[start + offsets[10]] ^= 0x01
     path.write_bytes(data)

@@ -1,0 +1,102 @@
+"""Offsets saved narrow (format 7): uint32 when they fit, int64 otherwise, read back exactly; damage is refused."""
+
+import json
+from array import array
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from clanker_rag import IndexFormatError, KnowledgeBase
+from clanker_rag._storage import _segments, _store
+from clanker_rag._storage._offset_column import offset_part, offset_type
+
+SECTIONS = ("postings", "orders", "dictionary")
+
+
+def segment(folder):
+    """The (only) segment's path and body."""
+    (record,) = json.loads((folder / "index.json").read_text())["body"]["segments"]
+    path = folder / record["file"]
+    off, length = record["body"]
+    return path, json.loads(path.read_bytes()[off : off + length])
+
+
+def flip(folder, part, item, itemsize):
+    """Flip the low bit of item ``item`` of ``section.offsets``, every checksum left as saved."""
+    path, body = segment(folder)
+    section, _, key = part.partition(".")
+    start, size = body[section][key]
+    assert item * itemsize < size
+    data = bytearray(path.read_bytes())
+    data[start + item * itemsize] ^= 0x01
+    path.write_bytes(data)
+
+
+def saved(blob, ref, code):
+    return array(code, b"".join(bytes(p) for p in blob.parts)[ref[0] : ref[0] + ref[1]])
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.integers(0, 1 << 34), max_size=40).map(sorted), st.sampled_from(["q", "I", "view"]))
+def test_offsets_round_trip_in_the_narrowest_type_that_holds_them(values, given_as):
+    if given_as == "I" and values and values[-1] >= 1 << 32:
+        given_as = "q"
+    offsets = array("q" if given_as == "view" else given_as, values)
+    blob = _store.Blob()
+    ref, code = offset_part(blob, memoryview(offsets) if given_as == "view" else offsets)
+    assert list(saved(blob, ref, code)) == values
+    assert code == ("I" if not values or values[-1] < 1 << 32 else "q")
+
+
+@pytest.mark.parametrize("code", ["i", "Q", "", 8])
+def test_an_unknown_offsets_type_is_refused(code):
+    with pytest.raises(IndexFormatError, match="offsets_type"):
+        offset_type({"offsets_type": code}, "here")
+    assert offset_type({}, "here") == "q"  # formats 3-6 saved int64 offsets
+
+
+def build():
+    kb = KnowledgeBase(chunk_size=8, stride=4)
+    for i in range(40):
+        kb.add_text(f"alpha{i % 7} beta{i % 5} words of source {i} " + "filler " * (i % 9), f"doc{i:03d}.txt")
+    return kb
+
+
+def ranked(kb, q):
+    return [(h.source, h.score, h.text) for h in kb.search(q)]
+
+
+def test_a_save_writes_uint32_offsets_and_searches_as_before(tmp_path):
+    kb = build()
+    kb.save(tmp_path)
+    _, body = segment(tmp_path)
+    assert [body[s]["offsets_type"] for s in SECTIONS] == ["I", "I", "I"]
+    loaded = KnowledgeBase.load(tmp_path)
+    for q in ("alpha3 words", "beta1 filler", "source 17", "alpha0 alpha1 beta4"):
+        assert ranked(loaded, q) == ranked(kb, q)
+
+
+@pytest.mark.parametrize("section", ["postings", "orders"])
+def test_a_flipped_bit_in_list_or_order_offsets_fails_at_load(tmp_path, monkeypatch, section):
+    monkeypatch.setattr(_segments, "BLOCK_SIZE", 64)
+    build().save(tmp_path)
+    monkeypatch.setattr(_store, "VERIFY_AT_LOAD", 0)  # as if big: checked block by block
+    _, body = segment(tmp_path)
+    n = body[section]["offsets"][1] // 4
+    flip(tmp_path, f"{section}.offsets", n // 2, 4)
+    with pytest.raises(IndexFormatError, match="checksum mismatch"):
+        KnowledgeBase.load(tmp_path)
+
+
+def test_a_flipped_bit_in_the_dictionary_offsets_fails_when_a_term_is_first_looked_up(tmp_path, monkeypatch):
+    monkeypatch.setattr(_segments, "BLOCK_SIZE", 64)
+    build().save(tmp_path)
+    monkeypatch.setattr(_store, "VERIFY_AT_LOAD", 0)
+    _, body = segment(tmp_path)
+    flip(tmp_path, "dictionary.offsets", body["dictionary"]["offsets"][1] // 8, 4)
+    kb = KnowledgeBase.load(tmp_path)  # the dictionary is read as terms are looked up
+    with pytest.raises(IndexFormatError, match="checksum mismatch"):
+        for i in range(40):
+            kb.search(f"alpha{i % 7} beta{i % 5} source {i} words filler")
+    assert json.loads((tmp_path / "index.json").read_text())["format_version"] == 7
