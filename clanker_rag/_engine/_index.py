@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import Callable, Collection, Container, Iterable, Mapping
 from functools import partial
 from itertools import accumulate, chain, compress, repeat
-from operator import add, gt, is_, mul, ne, not_
+from operator import is_, mul, ne
 from typing import Any
 
 from .._exceptions import IndexFormatError
@@ -33,7 +33,6 @@ from .._storage._lists import order_offsets_of, walk_postings
 from .._storage._tf_column import TF_TYPES, extend_ints
 from . import _search
 from ._bulk_impacts import impacts_and_orders, pack_pending
-from ._fill import float32s
 from ._held import Held
 from ._lookups import ImpactLookups, TermImpacts
 from ._norms import LengthNorms
@@ -489,10 +488,12 @@ class InvertedIndex:
         stats = BaseStats(self.n_docs, self.total_len, len(self.dl))
         offsets = array("q", accumulate(lengths, initial=0))
         self._adopt_lists(PackedLists(offsets, docs, tfs, imps, self.gen, stats=stats))
-        order_offsets = order_offsets_of(lengths, ORDER_MIN)
         if 0 not in lengths:
-            self.maxes = _largest(lengths, offsets, imps, order_offsets, positions)
-        self.orders.packed = PackedOrders(order_offsets, positions, self.gen)
+            # Every list's largest impact, which a save writes, in C-level passes over views of the
+            # lists (a Python step per term otherwise, once the save asks for them).
+            view = memoryview(imps)
+            self.maxes = array("f", map(max, map(view.__getitem__, map(slice, offsets[:-1], offsets[1:]))))
+        self.orders.packed = PackedOrders(order_offsets_of(lengths, ORDER_MIN), positions, self.gen)
 
     def _packed_current(self) -> bool:
         """Whether the packed lists and orders still hold every list as it is."""
@@ -691,24 +692,3 @@ class InvertedIndex:
         if stale is not None and self.imp_gen[tid] != self.gen and stale.worth_looking(len(cands)):
             return stale.lookup(self.bm25, w, cands, self.dl, highest)
         return self.lookups.lookup(self._term(tid), w, cands, self.gen, len(self.dl))
-
-
-def _largest(lengths: Ints, offsets: Ints, imps: Floats, order_offsets: Ints, positions: Ints) -> array[float]:
-    """Every (non-empty) list's largest impact, which a save writes, in C-level passes (a
-    Python step per term otherwise, once the save asks for them): a list with an impact
-    order holds it at its first position, a shorter one's is the max() of its few impacts."""
-    n = len(lengths)
-    longer = list(map(gt, lengths, repeat(ORDER_MIN)))
-    out = [0.0] * n
-    short = list(compress(range(n), map(not_, longer)))
-    view = memoryview(imps)
-    ends = map(offsets.__getitem__, map(add, short, repeat(1)))
-    _consume(
-        map(out.__setitem__, short, map(max, map(view.__getitem__, map(slice, map(offsets.__getitem__, short), ends))))
-    )
-    ordered = list(compress(range(n), longer))
-    tops = map(
-        add, map(offsets.__getitem__, ordered), map(positions.__getitem__, map(order_offsets.__getitem__, ordered))
-    )
-    _consume(map(out.__setitem__, ordered, map(imps.__getitem__, tops)))
-    return float32s(out)

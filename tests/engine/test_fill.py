@@ -5,7 +5,7 @@ from __future__ import annotations
 import struct
 from array import array
 from collections.abc import Sequence
-from itertools import accumulate, pairwise
+from itertools import pairwise
 
 import pytest
 from _profiles import examples
@@ -14,9 +14,7 @@ from hypothesis import strategies as st
 
 from clanker_rag._engine import _fill
 from clanker_rag._engine._fill import float32s, int32s, retyped_int32s
-from clanker_rag._engine._index import ORDER_MIN, _largest
 from clanker_rag._engine._scoring import impact_order, impact_orders
-from clanker_rag._storage._lists import order_offsets_of
 
 INT32_MAX = 2**31 - 1
 # Doubles, including ones that round to the same float32 and ones that do not fit one's
@@ -116,15 +114,3 @@ def test_float32s_falls_back_to_the_array_module_where_struct_refuses() -> None:
     with pytest.raises(TypeError):
         float32s([1.0, "x"])  # type: ignore[list-item]
     assert bits(float32s([1.0, 3, True])) == bits(array("f", [1.0, 3, True]))
-
-
-@settings(max_examples=examples(300), deadline=None)
-@given(st.lists(st.lists(st.floats(0.0, 20.0, width=32), min_size=1, max_size=80), min_size=1, max_size=12))
-def test_largest_impacts_read_from_the_orders_are_each_lists_max(lists: list[list[float]]) -> None:
-    imps = array("f", [x for one in lists for x in one])
-    lengths = array("i", map(len, lists))
-    offsets = array("q", accumulate(lengths, initial=0))
-    positions = impact_orders(imps, offsets, ORDER_MIN)
-    got = _largest(lengths, offsets, imps, order_offsets_of(lengths, ORDER_MIN), positions)
-    assert got.typecode == "f"
-    assert got.tobytes() == array("f", [max(imps[a:b]) for a, b in pairwise(offsets)]).tobytes()
