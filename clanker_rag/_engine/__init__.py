@@ -8,7 +8,8 @@ impacts at given chunks from ``_lookups`` and impact orders from
 ``_orders``), the chunks' length norms (``_norms``); BM25 and its
 variants as small pure functions (``_scoring``), the pure bound helpers of
 the search (``_pruning``), the one definition of a chunk's term counts (``_counting``),
-the bulk impact pass of a fresh build (``_bulk_impacts``), scoring with a
+the bulk impact pass of a fresh build (``_bulk_impacts``) and its cheaper array
+fills (``_fill``), scoring with a
 whole collection's statistics (``_collection``, the sharded index's hook),
 the chunk and source tables (``_sources``), the index's self-filling dicts
 (``_vocab``), and a cheap save's bookkeeping: what a commit holds and what

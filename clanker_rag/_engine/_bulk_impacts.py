@@ -33,6 +33,7 @@ from operator import gt, rshift
 from typing import Any
 
 from .._forking import Child, start_child
+from ._fill import retyped_int32s
 from ._scoring import BM25, bulk_impacts, impact_orders
 
 __all__ = [
@@ -296,14 +297,14 @@ def _packed_part(
     of ``plists``; ``free`` is called once they are packed, before the rest."""
     lo, hi = terms
     bm, n_docs, norms, dls, avgdl, order_min = stats
-    # One fromlist per list: no flat list of every posting in between.
-    pairs = array("i")
+    # One fromlist per list: no flat list of every posting in between; unsigned, the
+    # array module's conversion that parses no format (see _fill): chunk ids and tfs are >= 0.
+    pairs = array("I")
     _consume(map(pairs.fromlist, islice(plists, lo, hi)))
     if free is not None:
         free()
-    docs = pairs[0::2]
-    tfs = array("I")
-    tfs.frombytes(memoryview(pairs[1::2]).cast("B"))
+    docs = retyped_int32s(pairs[0::2])
+    tfs = pairs[1::2]
     del pairs
     part_lengths = lengths[lo:hi]
     offsets = array("q", accumulate(part_lengths, initial=0))

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Iterable
-from operator import ne
+from itertools import repeat
+from operator import gt, mul, ne
 from typing import NamedTuple
 
 from .._exceptions import IndexFormatError
@@ -188,7 +189,9 @@ def packed_postings(
             orders.wide.check(0, len(orders.wide.positions))
     lengths = array("q", lengths_of(offsets))
     order_lengths = array("q", lengths_of(order_offsets))
-    ordered = (n if n > order_min else 0 for n in lengths)  # what each list's order must hold
+    # What each list's order must hold: its length if over order_min, else 0 (n * True == n),
+    # in C-level passes (a generator here took a Python step per term: 0.5 s at 600k terms).
+    ordered = map(mul, lengths, map(gt, lengths, repeat(order_min)))
     if any(map(ne, order_lengths, ordered)):
         return None
     if min(maxes, default=0.0) < 0:  # the maxima were not needed yet

@@ -50,6 +50,7 @@ from operator import add, eq, ge, lt, mul, truediv
 from typing import Any
 
 from .._exceptions import ConfigError
+from ._fill import float32s, retyped_int32s
 
 __all__ = [
     "BM25",
@@ -197,7 +198,23 @@ def impact_order(imps: Sequence[float], hint: Sequence[int] | None = None) -> ar
         and _is_order(imps, hint)
     ):
         return array("i", hint)
-    return array("i", sorted(range(len(imps)), key=imps.__getitem__, reverse=True))
+    return _sorted_positions(imps, array("I"))
+
+
+def _floats_list(values: Sequence[float]) -> list[float]:
+    """``values`` as a list (an array's or a memoryview's in one C-level call)."""
+    if isinstance(values, (array, memoryview)):
+        return values.tolist()  # type: ignore[return-value]
+    return list(values)
+
+
+def _sorted_positions(imps: Sequence[float], into: array[int]) -> array[int]:
+    """``into`` (an ``array("I")``) with ``imps``'s positions by decreasing impact appended,
+    as ``array("i")``.  The sort reads the impacts from a list of them (no float made per
+    key) and the positions go in unsigned (see ``_fill``): the same order, a quarter faster."""
+    keys = _floats_list(imps)
+    into.fromlist(sorted(range(len(keys)), key=keys.__getitem__, reverse=True))
+    return retyped_int32s(into)
 
 
 def _is_order(imps: Sequence[float], order: Sequence[int]) -> bool:
@@ -230,17 +247,19 @@ def bulk_impacts(
     by_df[0] = 0.0
     idfs = list(map(by_df.__getitem__, lengths))
     weights = tf_weights(bm, tfs, norms, docs, dls, avgdl)
-    return array("f", map(mul, chain.from_iterable(map(repeat, idfs, lengths)), weights))
+    return float32s(map(mul, chain.from_iterable(map(repeat, idfs, lengths)), weights))
 
 
 def impact_orders(imps: Sequence[float], offsets: Sequence[int], order_min: int) -> array[int]:
     """:func:`impact_order` of every list longer than ``order_min`` (list ``t``
     is ``imps[offsets[t]:offsets[t + 1]]``), laid end to end."""
-    positions: array[int] = array("i")
+    positions: array[int] = array("I")
+    fill = positions.fromlist
     for a, b in pairwise(offsets):
         if b - a > order_min:
-            positions.extend(impact_order(imps[a:b]))
-    return positions
+            keys = _floats_list(imps[a:b])
+            fill(sorted(range(b - a), key=keys.__getitem__, reverse=True))
+    return retyped_int32s(positions)
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,6 +50,7 @@ from operator import eq
 from typing import Any
 
 from .._engine._counting import CountedChunk, TermIds, span_counts
+from .._engine._fill import int32s
 from .._gc_pause import collector_paused
 from .._text._analysis import Analyzer
 from .._text._chunking import Chunker
@@ -333,13 +334,15 @@ class _Tally:
         self.tfs: list[int] = []
 
     def counted(self) -> Counted:
+        # The counts are >= 0: filled unsigned, the array module's conversion that parses no
+        # format (see _engine._fill; a pass over every posting, twice).
         return Counted(
             array("q", self.bounds),
             self.labels,
-            array("i", self.sizes),
-            array("i", self.known),
-            array("i", self.keys),
-            array("i", self.tfs),
+            int32s(self.sizes),
+            int32s(self.known),
+            int32s(self.keys),
+            int32s(self.tfs),
         )
 
 
