@@ -45,7 +45,7 @@ from bench.answers_qa import load as load_own  # noqa: E402
 from bench.bench_docs import PACKAGES, fetch  # noqa: E402
 from clanker_rag._answer import _ask  # noqa: E402
 from clanker_rag._answer._answer_types import asks_how, focus_types  # noqa: E402
-from clanker_rag._answer._focusing import focus_sentence  # noqa: E402
+from clanker_rag._answer._focusing import SentenceQuery, focus_sentence  # noqa: E402
 from clanker_rag._answer._learned import FEATURES, candidates  # noqa: E402
 from clanker_rag._answer._prompts import base_prompt  # noqa: E402
 from clanker_rag._answer._windows import is_changelog  # noqa: E402
@@ -57,14 +57,9 @@ LEARNED = ROOT / "clanker_rag" / "_answer" / "_learned.py"
 OWN = "clanker"
 DEV = (*PACKAGES, OWN)
 TOP = 3
-PENALTIES = (0.003, 0.01, 0.03, 0.1, 0.3)
-# Feature sets tried: every feature, and the rule score with the passage's rank alone (what a
-# re-weighting of the current rules can do).
-FEATURE_SETS = {
-    "all": FEATURES,
-    "rule+rank": ("rule", "rule_best", "rank1", "rank2", "ratio"),
-    "no-rule": tuple(f for f in FEATURES if f not in ("rule", "rule_best", "prev_rule", "next_rule")),
-}
+PENALTIES = (0.01, 0.03, 0.1, 0.3, 1.0)
+PICKS = (2, 3)
+CONFIGS = [(pick, penalty) for pick in PICKS for penalty in PENALTIES]
 
 
 @dataclass
@@ -74,6 +69,8 @@ class Question:
     top3: bool
     # pick -> (features of each candidate, label of each candidate, index of the rules' choice)
     sets: dict[int, tuple[np.ndarray, np.ndarray, int]]
+    texts: list[str]  # the window each candidate of pick 3 would inject (for reading failures)
+    question: str = ""
 
 
 class _Recording:
@@ -118,17 +115,18 @@ def question(kb: KnowledgeBase, collection: str, qa: QA) -> Question:
     howto = asks_how(query)
     budget, attach, prior = _ask.ANSWER_FOCUS_CHARS or 200, _ask.ANSWER_ATTACH_CHARS, _ask.ANSWER_RANK_PRIOR
     sets = {}
+    texts: list[str] = []
     for pick in (2, 3):
-        found = candidates(hits[:pick], terms, analyzer, budget, expected, attach, prior, howto)
-        labels = [
-            correct(focus_sentence(hits[c.hit], terms, analyzer, budget, expected, attach, c.unit, howto).text, qa)
-            for c in found
+        found = candidates(hits[:pick], SentenceQuery(query, terms, analyzer, budget, expected, attach, prior, howto))
+        texts = [
+            focus_sentence(hits[c.hit], terms, analyzer, budget, expected, attach, c.unit, howto).text for c in found
         ]
+        labels = [correct(text, qa) for text in texts]
         x = np.array([c.features for c in found], dtype=float).reshape(len(found), len(FEATURES))
         rule = next((k for k, c in enumerate(found) if c.features[FEATURES.index("rule_best")] == 1.0), 0)
         sets[pick] = (x, np.array(labels, dtype=float), rule)
     top3 = any(correct(h.text, qa) for h in kb.search(qa.question, TOP))
-    return Question(qa.id, collection, top3, sets)
+    return Question(qa.id, collection, top3, sets, texts, qa.question)
 
 
 def gather(cache: Path) -> list[Question]:
@@ -155,20 +153,22 @@ def fit(qs: Sequence[Question], pick: int, cols: list[int], penalty: float) -> n
     allx = np.vstack([g[0] for g in groups])
     mean, std = allx.mean(axis=0), allx.std(axis=0)
     std[std < 1e-9] = 1.0
-    scaled = [((x - mean) / std, y) for x, y in groups]
+    x = (allx - mean) / std
+    pos = np.concatenate([g[1] for g in groups])
+    starts = np.cumsum([0] + [len(g[1]) for g in groups[:-1]])
+    group = np.repeat(np.arange(len(groups)), [len(g[1]) for g in groups])
+    n = len(groups)
 
     def loss(w: np.ndarray) -> tuple[float, np.ndarray]:
-        total, grad = 0.0, np.zeros_like(w)
-        for x, y in scaled:
-            s = x @ w
-            m = s.max()
-            p = np.exp(s - m)
-            z = p.sum()
-            pos = p[y]
-            zp = pos.sum()
-            total += math.log(z) - math.log(zp)
-            grad += x.T @ (p / z) - x[y].T @ (pos / zp)
-        n = len(scaled)
+        # Per question: log(sum over all candidates) - log(sum over those holding the answer).
+        s = x @ w
+        top = np.maximum.reduceat(s, starts)
+        p = np.exp(s - top[group])
+        z = np.add.reduceat(p, starts)
+        zp = np.add.reduceat(np.where(pos, p, 0.0), starts)
+        total = float(np.sum(np.log(z) - np.log(zp)))
+        coef = p / z[group] - np.where(pos, p, 0.0) / zp[group]
+        grad = x.T @ coef
         return total / n + 0.5 * penalty * float(w @ w), grad / n + penalty * w
 
     res = minimize(loss, np.zeros(len(cols)), jac=True, method="L-BFGS-B", options={"maxiter": 500, "gtol": 1e-9})
@@ -186,24 +186,47 @@ def chosen(q: Question, pick: int, cols: list[int], w: np.ndarray) -> bool:
 
 
 def rules(q: Question, pick: int = 2) -> bool:
-    x, y, rule = q.sets[pick]
+    _, y, rule = q.sets[pick]
     return bool(len(y)) and bool(y[rule])
 
 
-def loco(qs: Sequence[Question], pick: int, names: Sequence[str], penalty: float) -> dict[str, int]:
-    cols = [FEATURES.index(f) for f in names]
+def loco(qs: Sequence[Question], pick: int, penalty: float, names: Sequence[str] = DEV) -> dict[str, int]:
+    """Collection -> questions whose injected text holds the answer, each scored by weights fitted without it."""
+    cols = list(range(len(FEATURES)))
     out = {}
-    for held in DEV:
-        w = fit([q for q in qs if q.collection != held], pick, cols, penalty)
+    for held in names:
+        w = fit([q for q in qs if q.collection != held and q.collection in names], pick, cols, penalty)
         out[held] = sum(chosen(q, pick, cols, w) for q in qs if q.collection == held and q.top3)
     return out
 
 
-def write_weights(w: Sequence[float], command: str) -> None:
+def best_config(results: dict[tuple[int, float], dict[str, int]]) -> tuple[int, float]:
+    """The configuration with the most answers; ties to the smaller pick and the larger penalty."""
+    return max(results, key=lambda c: (sum(results[c].values()), -c[0], c[1]))
+
+
+def nested(qs: Sequence[Question]) -> dict[str, tuple[int, tuple[int, float]]]:
+    """Collection -> (answers, configuration) with the configuration chosen by a LOCO over the other eight."""
+    cols = list(range(len(FEATURES)))
+    out = {}
+    for held in DEV:
+        rest = [name for name in DEV if name != held]
+        config = best_config({c: loco(qs, *c, names=rest) for c in CONFIGS})
+        w = fit([q for q in qs if q.collection != held], config[0], cols, config[1])
+        out[held] = (sum(chosen(q, config[0], cols, w) for q in qs if q.collection == held and q.top3), config)
+    return out
+
+
+def write_weights(w: Sequence[float], pick: int, command: str) -> None:
     text = LEARNED.read_text(encoding="utf-8")
     body = "".join(f"    {x!r},  # {name}\n" for name, x in zip(FEATURES, w))
-    new = f"# Fitted by ``{command}`` (see bench/results/h26learn.md).\nWEIGHTS: tuple[float, ...] = (\n{body})\n"
-    pattern = re.compile(r"# Fitted by ``.*?``.*?\nWEIGHTS: tuple\[float, \.\.\.\] = \((?:.*?\n)*?\)\n", re.S)
+    new = (
+        f"# Fitted by ``{command}`` (bench/results/h26learn.md): passages weighed, weights.\n"
+        f"PICK = {pick}\nWEIGHTS: tuple[float, ...] = (\n{body})\n"
+    )
+    # The comment, PICK and the weights one a line, up to the closing parenthesis alone on its line.
+    head = r"# Fitted by ``[^\n]*\nPICK = \d+\n"
+    pattern = re.compile(head + r"WEIGHTS: tuple\[float, \.\.\.\] = \(\n(?:    [^\n]*\n)*\)\n")
     text, n = pattern.subn(lambda _: new, text, count=1)
     if n != 1:
         raise SystemExit(f"no WEIGHTS block found in {LEARNED}")
@@ -214,6 +237,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "clanker-rag-bench-docs")
     parser.add_argument("--write", action="store_true", help="write the chosen weights into _learned.py")
+    parser.add_argument("--nested", action="store_true", help="also choose the configuration inside each fold")
     args = parser.parse_args()
     qs = gather(args.cache)
     in_top = {name: sum(q.top3 for q in qs if q.collection == name) for name in DEV}
@@ -223,28 +247,29 @@ def main() -> int:
     print(f"{len(qs)} questions, {total} with the answer in the top 3; some candidate holds it: {oracle}")
     print(f"rules (pick 2): {sum(base.values())}/{total}")
     results = {}
-    for set_name, names in FEATURE_SETS.items():
-        for pick in (2, 3):
-            for penalty in PENALTIES:
-                per = loco(qs, pick, names, penalty)
-                results[(set_name, pick, penalty)] = per
-                print(f"learned {set_name:<9} pick {pick} penalty {penalty:<6}: {sum(per.values())}/{total}", flush=True)
-    best = max(results, key=lambda key: (sum(results[key].values()), -PENALTIES.index(key[2])))
-    set_name, pick, penalty = best
-    print(f"\nchosen: {set_name}, pick {pick}, penalty {penalty}")
-    print(f"{'collection':<10} {'top 3':>5} {'rules':>11} {'learned':>11}")
+    for pick, penalty in CONFIGS:
+        results[(pick, penalty)] = per = loco(qs, pick, penalty)
+        print(f"learned pick {pick} penalty {penalty:<5}: {sum(per.values())}/{total}", flush=True)
+    pick, penalty = best = best_config(results)
+    print(f"\nchosen by LOCO: pick {pick}, penalty {penalty}")
+    inner = nested(qs) if args.nested else {}
+    head = f"{'collection':<10} {'top 3':>5} {'rules':>11} {'learned':>11}"
+    print(head + (f" {'nested':>11}  (config chosen on the other eight)" if inner else ""))
     for name in DEV:
         n, r, learned = in_top[name], base[name], results[best][name]
-        print(f"{name:<10} {n:>5} {r:>4} ({r / n:>4.0%}) {learned:>4} ({learned / n:>4.0%})")
+        line = f"{name:<10} {n:>5} {r:>4} ({r / n:>4.0%}) {learned:>4} ({learned / n:>4.0%})"
+        if inner:
+            line += f" {inner[name][0]:>4} ({inner[name][0] / n:>4.0%})  {inner[name][1]}"
+        print(line)
     r, learned = sum(base.values()), sum(results[best].values())
-    print(f"{'all':<10} {total:>5} {r:>4} ({r / total:>4.0%}) {learned:>4} ({learned / total:>4.0%})")
+    line = f"{'all':<10} {total:>5} {r:>4} ({r / total:>4.0%}) {learned:>4} ({learned / total:>4.0%})"
+    if inner:
+        got = sum(v[0] for v in inner.values())
+        line += f" {got:>4} ({got / total:>4.0%})"
+    print(line)
     if args.write:
-        cols = [FEATURES.index(f) for f in FEATURE_SETS[set_name]]
-        w = fit(qs, pick, cols, penalty)
-        full = [0.0] * len(FEATURES)
-        for c, x in zip(cols, w):
-            full[c] = round(float(x), 6)
-        write_weights(full, "python bench/train_selector.py --write")
+        w = fit(qs, pick, list(range(len(FEATURES))), penalty)
+        write_weights([round(float(x), 6) for x in w], pick, "python bench/train_selector.py --write")
         print(f"weights written to {LEARNED.relative_to(ROOT)} (pick {pick})")
     return 0
 

@@ -27,7 +27,15 @@ from .._types import Hit, HitLike, Retriever
 from ._answer_types import DEFAULT, IDENT, LITERAL, asks_how, code_names, focus_types, says_default, tokens_of, types_in
 from ._windows import attached, body_owner, is_changelog
 
-__all__ = ["FocusedRetriever", "SentenceChooser", "SentenceUnits", "focus_hit", "focus_sentence", "sentence_units"]
+__all__ = [
+    "FocusedRetriever",
+    "SentenceChooser",
+    "SentenceQuery",
+    "SentenceUnits",
+    "focus_hit",
+    "focus_sentence",
+    "sentence_units",
+]
 
 # Prefix of the pseudo-terms that stand for answer types (no analyser emits a NUL).
 _TYPE_MARK = "\0type:"
@@ -345,11 +353,21 @@ def mark_kind(term: str) -> str | None:
     return "name" if term.startswith(_NAME_MARK) else None
 
 
-# Chooses (hit, sentence) among the top passages: best_sentence's signature.
-SentenceChooser = Callable[
-    [Sequence[HitLike], set[str], Callable[[str], list[str]], int, frozenset[str], int | None, float, bool],
-    tuple[int, int],
-]
+class SentenceQuery(NamedTuple):
+    """What a sentence chooser is told about the question (the arguments of :func:`best_sentence`)."""
+
+    query: str
+    terms: set[str]
+    analyzer: Callable[[str], list[str]]
+    budget: int
+    expected: frozenset[str]
+    attach: int | None
+    rank_prior: float
+    howto: bool
+
+
+# Chooses (hit, sentence) among the top passages, instead of best_sentence (e.g. ``_learned``).
+SentenceChooser = Callable[[Sequence[HitLike], SentenceQuery], tuple[int, int]]
 
 
 def best_sentence(
@@ -500,7 +518,7 @@ class FocusedRetriever:
         self.pick = pick
         self.rank_prior = rank_prior
         # Another way to choose the sentence among the top ``pick`` passages (``_learned``); None: best_sentence.
-        self.chooser: SentenceChooser = chooser or best_sentence
+        self.chooser = chooser
         self.answer_types = answer_types
         self.retriever = retriever
         self.budget = budget
@@ -520,9 +538,15 @@ class FocusedRetriever:
         howto = self.answer_types and asks_how(query)
         unit = None
         if self.pick > 1 and len(hits) > 1:
-            first, unit = self.chooser(
-                hits[: self.pick], terms, self.analyzer, self.budget, expected, self.attach, self.rank_prior, howto
-            )
+            if self.chooser is None:
+                first, unit = best_sentence(
+                    hits[: self.pick], terms, self.analyzer, self.budget, expected, self.attach, self.rank_prior, howto
+                )
+            else:
+                asked = SentenceQuery(
+                    query, terms, self.analyzer, self.budget, expected, self.attach, self.rank_prior, howto
+                )
+                first, unit = self.chooser(hits[: self.pick], asked)
             hits = [hits[first], *hits[:first], *hits[first + 1 :]]
         out = [
             focus_sentence(
