@@ -67,6 +67,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from bench.answers_qa import QA, contains, correct  # noqa: E402
 from bench.answers_qa import load as load_own  # noqa: E402
+from clanker_rag._answer import _ask  # noqa: E402
 from clanker_rag._answer._ask import BASE_MODE, answer_controller, ask_events  # noqa: E402
 from clanker_rag._answer._prompts import STOP, base_prompt, strip_label  # noqa: E402
 from clanker_rag._kb import KnowledgeBase  # noqa: E402
@@ -344,7 +345,10 @@ def main() -> int:
     parser.add_argument("--url", help="a running llama.cpp server to use instead of starting one")
     parser.add_argument("--label", help="store the records in bench/results/docs_answers.json under this name")
     parser.add_argument("-v", "--verbose", action="store_true", help="print every question")
+    parser.add_argument("--chooser", choices=_ask.CHOOSERS, help="how ask chooses the sentence (default: its own)")
     args = parser.parse_args()
+    if args.chooser:
+        _ask.ANSWER_CHOOSER = args.chooser
     items = load(args.collections)
     kbs = {name: knowledge_base(name, args.cache) for name in args.collections}
     bad = problems(items, kbs)

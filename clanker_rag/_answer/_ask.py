@@ -21,10 +21,13 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from .._exceptions import ConfigError
 from .._stream._controller import InjectEvent, RagController, StreamEvent, TextEvent
 from .._types import Retriever
 from ._focusing import FocusedRetriever
 from ._grammars import LEAD_WORDS, CopyingBackend
+from ._learned import PICK as LEARNED_PICK
+from ._learned import learned_sentence
 from ._prompts import ANSWER_LABEL, CHAT_PROMPT, STOP, after_block, base_prompt
 from ._repetition import loops_at_end
 
@@ -70,6 +73,10 @@ ANSWER_CHANGELOG_LAST = True
 # prior 0.5/1/2: 82/82/81. Pick 2 costs our docs two (a second passage's near-tie) and gains the four nine.
 ANSWER_PICK = 2
 ANSWER_RANK_PRIOR = 1.0
+# How that sentence is chosen: "rules" (best_sentence, above) or "learned" (_learned.learned_sentence,
+# a linear score fitted by bench/train_selector.py over the top _learned.PICK passages).
+ANSWER_CHOOSER = "rules"
+CHOOSERS = ("rules", "learned")
 # Answers after a block limited to the injected passages' words (llama.cpp grammar, _grammars).
 ANSWER_COPY = True
 # ... and to hold a block word of the type the question asks for, when the block has one.
@@ -149,6 +156,7 @@ def answer_controller(
     changelog_last: bool = ANSWER_CHANGELOG_LAST,
     pick: int = ANSWER_PICK,
     rank_prior: float = ANSWER_RANK_PRIOR,
+    chooser: str | None = None,
     stop: Sequence[str] = STOP,
     **options: Any,
 ) -> RagController:
@@ -156,8 +164,14 @@ def answer_controller(
 
     ``focus_chars`` cuts each passage to the lines around the query's words
     (:class:`~clanker_rag._answer._focusing.FocusedRetriever`); ``None`` keeps whole chunks.
+    ``chooser`` (one of :data:`CHOOSERS`, default :data:`ANSWER_CHOOSER`, read when called) says how
+    the sentence shown is chosen among the top passages.
     ``options`` (``min_score``, ``show_blocks``...) go to the controller as they are.
     """
+    chooser = ANSWER_CHOOSER if chooser is None else chooser
+    if chooser not in CHOOSERS:
+        raise ConfigError(f"chooser must be one of {', '.join(CHOOSERS)}, got {chooser!r}")
+    learned = chooser == "learned"
     if focus_chars is not None:
         retriever = FocusedRetriever(
             retriever,
@@ -166,8 +180,9 @@ def answer_controller(
             answer_types=answer_types,
             attach=attach_chars,
             changelog_last=changelog_last,
-            pick=pick,
+            pick=LEARNED_PICK if learned else pick,
             rank_prior=rank_prior,
+            chooser=learned_sentence if learned else None,
         )
     return RagController(
         retriever,

@@ -19,6 +19,7 @@ import dataclasses
 import math
 import re
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 from .._exceptions import ConfigError
 from .._text._analysis import Analyzer
@@ -26,7 +27,15 @@ from .._types import Hit, HitLike, Retriever
 from ._answer_types import DEFAULT, IDENT, LITERAL, asks_how, code_names, focus_types, says_default, tokens_of, types_in
 from ._windows import attached, body_owner, is_changelog
 
-__all__ = ["FocusedRetriever", "focus_hit", "focus_sentence"]
+__all__ = [
+    "FocusedRetriever",
+    "SentenceChooser",
+    "SentenceQuery",
+    "SentenceUnits",
+    "focus_hit",
+    "focus_sentence",
+    "sentence_units",
+]
 
 # Prefix of the pseudo-terms that stand for answer types (no analyser emits a NUL).
 _TYPE_MARK = "\0type:"
@@ -309,6 +318,58 @@ def _weights(unit_terms: Sequence[set[str]]) -> dict[str, float]:
     return weight
 
 
+class SentenceUnits(NamedTuple):
+    """A passage's sentences as :func:`best_sentence` weighs them (for other choosers, e.g. ``_learned``)."""
+
+    spans: list[tuple[int, int]]  # [start, end) of each sentence in the passage's text
+    terms: list[set[str]]  # the query terms each counts, with the marks below
+    lead_ins: dict[int, int]  # sentence -> the one that began it, for prose resumed after code
+
+
+def sentence_units(
+    hit: HitLike,
+    terms: set[str],
+    analyzer: Callable[[str], list[str]],
+    budget: int,
+    expected: frozenset[str] = frozenset(),
+    attach: int | None = None,
+    howto: bool = False,
+) -> SentenceUnits:
+    """The sentences of ``hit`` and the query terms (and answer-type marks) each counts."""
+    spans = _sentences(hit.text) or [(0, len(hit.text))]
+    found = _unit_terms(hit.text, spans, terms, analyzer, budget, expected, attach, howto)
+    return SentenceUnits(spans, found, _lead_ins(hit.text, spans))
+
+
+def term_weights(unit_terms: Sequence[set[str]]) -> dict[str, float]:
+    """Each term's weight over ``unit_terms`` as :func:`best_sentence` weighs it."""
+    return _weights(unit_terms)
+
+
+def mark_kind(term: str) -> str | None:
+    """``"shape"`` or ``"default"`` for an answer-type mark, ``"name"`` for a name mark, None for a query term."""
+    if term.startswith(_TYPE_MARK):
+        return term[len(_TYPE_MARK) :]
+    return "name" if term.startswith(_NAME_MARK) else None
+
+
+class SentenceQuery(NamedTuple):
+    """What a sentence chooser is told about the question (the arguments of :func:`best_sentence`)."""
+
+    query: str
+    terms: set[str]
+    analyzer: Callable[[str], list[str]]
+    budget: int
+    expected: frozenset[str]
+    attach: int | None
+    rank_prior: float
+    howto: bool
+
+
+# Chooses (hit, sentence) among the top passages, instead of best_sentence (e.g. ``_learned``).
+SentenceChooser = Callable[[Sequence[HitLike], SentenceQuery], tuple[int, int]]
+
+
 def best_sentence(
     hits: Sequence[HitLike],
     terms: set[str],
@@ -447,6 +508,7 @@ class FocusedRetriever:
         changelog_last: bool = False,
         pick: int = 1,
         rank_prior: float = 0.0,
+        chooser: SentenceChooser | None = None,
     ) -> None:
         if budget < 40:
             raise ConfigError(f"budget must be >= 40 characters, got {budget}")
@@ -455,6 +517,8 @@ class FocusedRetriever:
         self.changelog_last = changelog_last
         self.pick = pick
         self.rank_prior = rank_prior
+        # Another way to choose the sentence among the top ``pick`` passages (``_learned``); None: best_sentence.
+        self.chooser = chooser
         self.answer_types = answer_types
         self.retriever = retriever
         self.budget = budget
@@ -474,9 +538,15 @@ class FocusedRetriever:
         howto = self.answer_types and asks_how(query)
         unit = None
         if self.pick > 1 and len(hits) > 1:
-            first, unit = best_sentence(
-                hits[: self.pick], terms, self.analyzer, self.budget, expected, self.attach, self.rank_prior, howto
-            )
+            if self.chooser is None:
+                first, unit = best_sentence(
+                    hits[: self.pick], terms, self.analyzer, self.budget, expected, self.attach, self.rank_prior, howto
+                )
+            else:
+                asked = SentenceQuery(
+                    query, terms, self.analyzer, self.budget, expected, self.attach, self.rank_prior, howto
+                )
+                first, unit = self.chooser(hits[: self.pick], asked)
             hits = [hits[first], *hits[:first], *hits[first + 1 :]]
         out = [
             focus_sentence(
