@@ -48,6 +48,7 @@ third held-out set, written the same way after the second had been reported on.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -101,6 +102,8 @@ OWN = "clanker"
 COLLECTIONS = (*PACKAGES, OWN)
 DEFAULT_COLLECTIONS = tuple(name for name in COLLECTIONS if name not in HELD_OUT)
 TOP = 3
+# Options of answer_controller the command line sets (``--follow``), for both measures.
+OPTIONS: dict[str, Any] = {}
 
 
 @dataclass(frozen=True)
@@ -245,7 +248,7 @@ def injected(kb: KnowledgeBase, item: Item) -> Record:
     qa = item.qa()
     top = kb.search(item.question, TOP)
     rec = _Recording(kb)
-    ctl = answer_controller(rec, BASE_MODE, question=item.question)
+    ctl = answer_controller(rec, BASE_MODE, question=item.question, **OPTIONS)
     blocks, chunks = [], []
     for ev in ctl.events(_nothing, base_prompt(item.question, BASE_MODE), question=item.question):
         if isinstance(ev, InjectEvent):
@@ -281,7 +284,7 @@ def classify(rec: Record) -> str | None:
     return "model copied wrong"
 
 
-def answer(kb: KnowledgeBase, item: Item, url: str, rec: Record) -> None:
+def answer(kb: KnowledgeBase, item: Item, url: str, rec: Record, baseline: bool = True) -> None:
     from clanker_rag.backends import LlamaCppBackend
 
     started = time.perf_counter()
@@ -289,10 +292,12 @@ def answer(kb: KnowledgeBase, item: Item, url: str, rec: Record) -> None:
     rec.answer = "".join(ev.text for ev in events if isinstance(ev, TextEvent)).strip()
     rec.seconds = time.perf_counter() - started
     rec.correct = correct(rec.answer, item.qa())
+    rec.failure = classify(rec)
+    if not baseline:
+        return
     llama = LlamaCppBackend(url, n_predict=96, temperature=0.0, cache_prompt=True, timeout=300)
     rec.baseline = strip_label("".join(t.text for t in llama(base_prompt(item.question, "none"), STOP)))
     rec.baseline_correct = correct(rec.baseline, item.qa())
-    rec.failure = classify(rec)
 
 
 # -- report ----------------------------------------------------------------------------
@@ -344,11 +349,19 @@ def main() -> int:
     parser.add_argument("--model", action="store_true", help="also ask the shipped model (starts llama.cpp)")
     parser.add_argument("--url", help="a running llama.cpp server to use instead of starting one")
     parser.add_argument("--label", help="store the records in bench/results/docs_answers.json under this name")
+    parser.add_argument(
+        "--follow", type=int, help="the shown sentence takes the sentences after it within N characters (0: off)"
+    )
+    parser.add_argument("--no-baseline", action="store_true", help="skip the no-retrieval answers (half the time)")
     parser.add_argument("-v", "--verbose", action="store_true", help="print every question")
     parser.add_argument("--chooser", choices=_ask.CHOOSERS, help="how ask chooses the sentence (default: its own)")
     args = parser.parse_args()
     if args.chooser:
         _ask.ANSWER_CHOOSER = args.chooser
+    if args.follow is not None:
+        OPTIONS["follow_chars"] = args.follow
+        # ask_events builds its controller with answer_controller's defaults: the model path gets them too.
+        _ask.answer_controller = functools.partial(answer_controller, **OPTIONS)  # type: ignore[assignment]
     items = load(args.collections)
     kbs = {name: knowledge_base(name, args.cache) for name in args.collections}
     bad = problems(items, kbs)
@@ -362,13 +375,13 @@ def main() -> int:
         if args.url:
             url = args.url.rstrip("/")
             for item, rec in zip(items, records):
-                answer(kbs[item.collection], item, url, rec)
+                answer(kbs[item.collection], item, url, rec, not args.no_baseline)
         else:
             from _llama_server import LlamaServer
 
             with LlamaServer() as server:
                 for item, rec in zip(items, records):
-                    answer(kbs[item.collection], item, server.url, rec)
+                    answer(kbs[item.collection], item, server.url, rec, not args.no_baseline)
     for rec in records:
         if rec.correct is None:
             rec.failure = (

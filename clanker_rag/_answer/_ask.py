@@ -81,6 +81,9 @@ ANSWER_RANK_PRIOR = 1.0
 # they were not, learned 53 (nested) / 62 against 50. The weights use all nine collections.
 ANSWER_CHOOSER = "learned"
 CHOOSERS = ("rules", "learned")
+# The shown sentence takes the whole sentences after it while the span fits this many characters
+# (0: the sentence alone); see bench/results/h26two.md.
+ANSWER_FOLLOW_CHARS = 0
 # Answers after a block limited to the injected passages' words (llama.cpp grammar, _grammars).
 ANSWER_COPY = True
 # ... and to hold a block word of the type the question asks for, when the block has one.
@@ -161,6 +164,7 @@ def answer_controller(
     pick: int = ANSWER_PICK,
     rank_prior: float = ANSWER_RANK_PRIOR,
     chooser: str | None = None,
+    follow_chars: int = ANSWER_FOLLOW_CHARS,
     stop: Sequence[str] = STOP,
     **options: Any,
 ) -> RagController:
@@ -187,6 +191,7 @@ def answer_controller(
             pick=LEARNED_PICK if learned else pick,
             rank_prior=rank_prior,
             chooser=learned_sentence if learned else None,
+            follow=follow_chars,
         )
     return RagController(
         retriever,

@@ -45,6 +45,8 @@ _NAME_MARK = "\0name:"
 # (bench/RESULTS.md: 1.5 to 3 chose the same sentences on the tune half, 1 fewer, a filter fewer).
 _TYPE_WEIGHT = 2.0
 # A line that starts a new unit of text (not a wrapped line of the previous sentence).
+# The most characters a sentence and the ones after it may fill: a block, not a page.
+_MAX_FOLLOW = 4000
 _BLOCK_START = re.compile(r"[ \t]*(?:$|\n|[|#>]|[-*+] |\d+[.)] |```)", re.M)
 
 
@@ -415,6 +417,7 @@ def focus_sentence(
     attach: int | None = None,
     unit: int | None = None,
     howto: bool = False,
+    follow: int = 0,
 ) -> HitLike:
     """``hit`` cut to its one sentence (or line, or table row) holding the most query-term weight.
 
@@ -431,6 +434,12 @@ def focus_sentence(
     block or list its colon introduces, the body of the heading or directive
     it is, the directive line whose body it opens; and a sentence in a
     directive's body counts the directive line's query terms too.
+
+    With ``follow`` (a budget in characters, 0: off), the sentence also takes
+    the whole sentences after it in the passage while the shown span fits
+    ``follow`` characters: the sentence that repeats the question's words is
+    often followed by the one that answers ("... line length. The default
+    is 88.").
 
     The sentence comes back on one line (each whitespace run made one
     space), so its ``text`` is the slice ``start:end`` of the document up to
@@ -452,10 +461,24 @@ def focus_sentence(
     end = min(end, start + budget)
     if attach is not None:
         start, end = attached(text, start, end, max(attach, end - start))
+    if follow and end >= spans[unit][1]:
+        # Not after a sentence cut at ``budget``: its own rest comes first.
+        end = _followed(spans, start, end, follow)
     first = text.count("\n", 0, start)
     out = _window(hit, start, end, first, first + text.count("\n", start, end))
     # One line: a model copying a wrapped sentence stops at its first line break.
     return dataclasses.replace(out, text=" ".join(out.text.split()))
+
+
+def _followed(spans: Sequence[tuple[int, int]], start: int, end: int, budget: int) -> int:
+    """``end`` moved past the whole sentences of ``spans`` after it while ``[start, end)`` fits ``budget``."""
+    for a, b in spans:
+        if a < end:
+            continue
+        if b - start > budget:
+            break
+        end = b
+    return end
 
 
 def _window(hit: HitLike, start: int, end: int, first_line: int, last_line: int) -> Hit:
@@ -492,7 +515,9 @@ class FocusedRetriever:
     to the power ``rank_prior``); that passage stays first whatever its type.
     ``analyzer`` turns text into terms (default: the wrapped retriever's own
     ``analyzer`` if it has one, else the standard English analyser), so query
-    and lines match the way the index matches them.  Keyword arguments of
+    and lines match the way the index matches them.  ``follow`` > 0 (characters)
+    lets the sentence take the whole sentences after it within that budget
+    (:func:`focus_sentence`).  Keyword arguments of
     :meth:`search` (filters) pass through.
     """
 
@@ -509,9 +534,13 @@ class FocusedRetriever:
         pick: int = 1,
         rank_prior: float = 0.0,
         chooser: SentenceChooser | None = None,
+        follow: int = 0,
     ) -> None:
         if budget < 40:
             raise ConfigError(f"budget must be >= 40 characters, got {budget}")
+        if follow != 0 and not 40 <= follow <= _MAX_FOLLOW:
+            raise ConfigError(f"follow must be 0 (off) or 40..{_MAX_FOLLOW} characters, got {follow!r}")
+        self.follow = follow
         self.sentence = sentence
         self.attach = attach
         self.changelog_last = changelog_last
@@ -550,7 +579,15 @@ class FocusedRetriever:
             hits = [hits[first], *hits[:first], *hits[first + 1 :]]
         out = [
             focus_sentence(
-                hit, terms, self.analyzer, self.budget, expected, self.attach, unit if i == 0 else None, howto
+                hit,
+                terms,
+                self.analyzer,
+                self.budget,
+                expected,
+                self.attach,
+                unit if i == 0 else None,
+                howto,
+                self.follow,
             )
             for i, hit in enumerate(hits)
         ]

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from clanker_rag._answer._focusing import FocusedRetriever, focus_sentence
 from clanker_rag._answer._windows import attached, body_owner, is_changelog
+from clanker_rag._exceptions import ConfigError
 from clanker_rag._text._analysis import Analyzer
 from clanker_rag._types import Hit
 
@@ -99,14 +101,15 @@ def test_release_notes_go_after_the_passages_that_explain() -> None:
     assert [h.source for h in moved] == ["docs/cli.md", "CHANGES.rst"]
 
 
-def test_pick_shows_the_passage_whose_sentence_answers() -> None:
-    class Two:
-        def search(self, query: str, k: int = 10, **kwargs: object) -> list[Hit]:
-            return [
-                Hit("Workers start.\n\nWorkers stop.\n\nWorkers wait.", "a.md", 2.0),
-                Hit("Workers read the files in parallel.", "b.md", 1.0),
-            ]
+class Two:
+    def search(self, query: str, k: int = 10, **kwargs: object) -> list[Hit]:
+        return [
+            Hit("Workers start.\n\nWorkers stop.\n\nWorkers wait.", "a.md", 2.0),
+            Hit("Workers read the files in parallel.", "b.md", 1.0),
+        ]
 
+
+def test_pick_shows_the_passage_whose_sentence_answers() -> None:
     first = FocusedRetriever(Two(), sentence=True).search("which workers read files", 2)
     picked = FocusedRetriever(Two(), sentence=True, pick=2).search("which workers read files", 2)
     assert first[0].source == "a.md"
@@ -132,3 +135,57 @@ def test_a_sentence_of_a_paragraph_ending_in_a_colon_takes_its_block() -> None:
     assert text[a:b].startswith("To explore") and text[a:b].endswith(">>>")
     # The paragraph and its block do not fit: the sentence alone.
     assert attached(text, start, end, 70) == (start, end)
+
+
+LINE_LENGTH = (
+    "Black reformats every file it is given.\n\n"
+    "Long lines are split to fit the configured line length. The default is 88 characters.\n"
+    "Strings are normalised to double quotes unless told otherwise by an option.\n"
+)
+
+
+def follow_shown(follow: int, text: str = LINE_LENGTH) -> Hit:
+    terms = set(Analyzer()("How long may a line be, what is the configured line length?"))
+    shown = focus_sentence(Hit(text, "black.md", 1.0, start=0, end=len(text)), terms, Analyzer(), 200, follow=follow)
+    assert isinstance(shown, Hit)
+    return shown
+
+
+def test_follow_takes_the_answer_in_the_sentence_after_the_matching_one() -> None:
+    # The sentence repeating the question's words holds no number; the next one answers.
+    assert follow_shown(0).text == "Long lines are split to fit the configured line length."
+    shown = follow_shown(120)
+    assert shown.text == "Long lines are split to fit the configured line length. The default is 88 characters."
+    assert LINE_LENGTH[shown.start : shown.end] == shown.text
+
+
+def test_follow_keeps_whole_sentences_within_its_budget() -> None:
+    # The next sentence does not fit 80 characters: the sentence alone, never a cut one.
+    assert follow_shown(80).text == follow_shown(0).text
+    # 160 characters take the next sentence but not the line after it (162 characters from the start).
+    shown = follow_shown(160)
+    assert shown.end - shown.start <= 160 and shown.text.endswith("88 characters.")
+    assert "Strings" in follow_shown(400).text
+
+
+@given(st.text(alphabet="ab .\n", max_size=200), st.integers(40, 300))
+def test_follow_shows_the_sentence_and_never_more_than_its_budget(text: str, follow: int) -> None:
+    terms = {"a"}
+    alone = focus_sentence(Hit(text, "s", 1.0, start=0, end=len(text)), terms, Analyzer(), 40)
+    shown = focus_sentence(Hit(text, "s", 1.0, start=0, end=len(text)), terms, Analyzer(), 40, follow=follow)
+    assert isinstance(alone, Hit) and isinstance(shown, Hit)
+    assert shown.start == alone.start and shown.end >= alone.end
+    if shown.end > alone.end:
+        assert shown.end - shown.start <= follow
+
+
+@pytest.mark.parametrize("follow", [-1, 1, 39, 4001])
+def test_follow_outside_its_range_is_refused_with_the_value(follow: int) -> None:
+    with pytest.raises(ConfigError, match=rf"follow must be 0 \(off\) or 40\.\.4000 characters, got {follow}"):
+        FocusedRetriever(Two(), sentence=True, follow=follow)
+
+
+def test_follow_at_the_ends_of_its_range_is_accepted() -> None:
+    assert FocusedRetriever(Two(), follow=0).follow == 0
+    assert FocusedRetriever(Two(), follow=40).follow == 40
+    assert FocusedRetriever(Two(), follow=4000).follow == 4000
