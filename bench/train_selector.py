@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.answers_qa import QA, correct  # noqa: E402
 from bench.answers_qa import load as load_own  # noqa: E402
-from bench.bench_docs import PACKAGES, fetch  # noqa: E402
+from bench.bench_docs import HELD_OUT, PACKAGES, fetch  # noqa: E402
 from clanker_rag._answer import _ask  # noqa: E402
 from clanker_rag._answer._answer_types import asks_how, focus_types  # noqa: E402
 from clanker_rag._answer._focusing import SentenceQuery, focus_sentence  # noqa: E402
@@ -55,7 +55,8 @@ from clanker_rag._types import HitLike  # noqa: E402
 QA_PATH = ROOT / "bench" / "docs_qa.jsonl"
 LEARNED = ROOT / "clanker_rag" / "_answer" / "_learned.py"
 OWN = "clanker"
-DEV = (*PACKAGES, OWN)
+# The held-out collections are never trained on: they are how the weights are judged.
+DEV = tuple(name for name in (*PACKAGES, OWN) if name not in HELD_OUT)
 TOP = 3
 PENALTIES = (0.01, 0.03, 0.1, 0.3, 1.0)
 PICKS = (2, 3)
