@@ -34,6 +34,8 @@ __all__ = [
     "SentenceUnits",
     "focus_hit",
     "focus_sentence",
+    "rule_scores",
+    "rules_sentence",
     "sentence_units",
 ]
 
@@ -177,6 +179,7 @@ def _lead_ins(text: str, spans: Sequence[tuple[int, int]]) -> dict[int, int]:
 def _unit_terms(
     text: str,
     spans: Sequence[tuple[int, int]],
+    lead_ins: dict[int, int],
     terms: set[str],
     analyzer: Callable[[str], list[str]],
     budget: int,
@@ -185,6 +188,8 @@ def _unit_terms(
     howto: bool = False,
 ) -> list[set[str]]:
     """The query terms (and answer-type marks) each sentence of ``text`` counts; see :func:`focus_sentence`.
+
+    ``lead_ins`` is :func:`_lead_ins` of ``spans`` (found once: choosers read it too).
 
     A name holding the question's words answers "which ..." questions only:
     in a how-to (``howto``), ``serving`` in a module name is the question's
@@ -196,7 +201,7 @@ def _unit_terms(
     if spelled:
         for found, (a, b) in zip(unit_terms, spans):
             found.update(term for term, digits in spelled.items() if digits.search(text, a, min(b, a + budget)))
-    for k, lead in _lead_ins(text, spans).items():
+    for k, lead in lead_ins.items():
         # "BM25 is scored with:", a code block, "with k1 = 1.2.": the fact ends a sentence its
         # lead-in began, so it is about the lead-in's words too.
         unit_terms[k] |= unit_terms[lead]
@@ -339,13 +344,28 @@ def sentence_units(
 ) -> SentenceUnits:
     """The sentences of ``hit`` and the query terms (and answer-type marks) each counts."""
     spans = _sentences(hit.text) or [(0, len(hit.text))]
-    found = _unit_terms(hit.text, spans, terms, analyzer, budget, expected, attach, howto)
-    return SentenceUnits(spans, found, _lead_ins(hit.text, spans))
+    lead_ins = _lead_ins(hit.text, spans)
+    found = _unit_terms(hit.text, spans, lead_ins, terms, analyzer, budget, expected, attach, howto)
+    return SentenceUnits(spans, found, lead_ins)
 
 
 def term_weights(unit_terms: Sequence[set[str]]) -> dict[str, float]:
     """Each term's weight over ``unit_terms`` as :func:`best_sentence` weighs it."""
     return _weights(unit_terms)
+
+
+def rule_scores(
+    hits: Sequence[HitLike], unit_terms: Sequence[Sequence[set[str]]], weight: dict[str, float], rank_prior: float
+) -> list[list[float]]:
+    """Each sentence's score as :func:`best_sentence` ranks it: its terms' weight, times (hit score / first
+    hit's score) ** ``rank_prior``; ``unit_terms`` holds each hit's sentences' terms."""
+    top = hits[0].score if hits else 0.0
+    out = []
+    for hit, units in zip(hits, unit_terms):
+        scale = (hit.score / top) ** rank_prior if top > 0 and hit.score > 0 else 1.0
+        # Summed in a fixed order: equal sentences tie exactly whatever the hash seed.
+        out.append([scale * sum(weight[t] for t in sorted(found)) for found in units])
+    return out
 
 
 def mark_kind(term: str) -> str | None:
@@ -392,20 +412,21 @@ def best_sentence(
     rank_prior``, so a lower hit must answer clearly better to be shown.
     Ties go to the higher-ranked hit and the earlier sentence.
     """
-    per_hit = []
-    for hit in hits:
-        spans = _sentences(hit.text) or [(0, len(hit.text))]
-        per_hit.append(_unit_terms(hit.text, spans, terms, analyzer, budget, expected, attach, howto))
+    per_hit = [sentence_units(hit, terms, analyzer, budget, expected, attach, howto).terms for hit in hits]
     weight = _weights([found for units in per_hit for found in units])
-    top = hits[0].score if hits else 0.0
     best, best_score = (0, 0), -1.0
-    for i, (hit, units) in enumerate(zip(hits, per_hit)):
-        scale = (hit.score / top) ** rank_prior if top > 0 and hit.score > 0 else 1.0
-        for u, found in enumerate(units):
-            score = scale * sum(weight[t] for t in sorted(found))
+    for i, scores in enumerate(rule_scores(hits, per_hit, weight, rank_prior)):
+        for u, score in enumerate(scores):
             if score > best_score + 1e-9:
                 best, best_score = (i, u), score
     return best
+
+
+def rules_sentence(hits: Sequence[HitLike], asked: SentenceQuery) -> tuple[int, int]:
+    """:func:`best_sentence` as a :data:`SentenceChooser` (:class:`FocusedRetriever`'s default)."""
+    return best_sentence(
+        hits, asked.terms, asked.analyzer, asked.budget, asked.expected, asked.attach, asked.rank_prior, asked.howto
+    )
 
 
 def focus_sentence(
@@ -452,7 +473,7 @@ def focus_sentence(
     if not spans:
         return hit
     if unit is None or not 0 <= unit < len(spans):
-        unit_terms = _unit_terms(text, spans, terms, analyzer, budget, expected, attach, howto)
+        unit_terms = _unit_terms(text, spans, _lead_ins(text, spans), terms, analyzer, budget, expected, attach, howto)
         weight = _weights(unit_terms)
         # Summed in a fixed order: equal sentences tie exactly whatever the hash seed.
         scores = [sum(weight[t] for t in sorted(found)) for found in unit_terms]
@@ -546,8 +567,8 @@ class FocusedRetriever:
         self.changelog_last = changelog_last
         self.pick = pick
         self.rank_prior = rank_prior
-        # Another way to choose the sentence among the top ``pick`` passages (``_learned``); None: best_sentence.
-        self.chooser = chooser
+        # How the sentence is chosen among the top ``pick`` passages (``_learned``); None: best_sentence.
+        self.chooser: SentenceChooser = rules_sentence if chooser is None else chooser
         self.answer_types = answer_types
         self.retriever = retriever
         self.budget = budget
@@ -567,15 +588,10 @@ class FocusedRetriever:
         howto = self.answer_types and asks_how(query)
         unit = None
         if self.pick > 1 and len(hits) > 1:
-            if self.chooser is None:
-                first, unit = best_sentence(
-                    hits[: self.pick], terms, self.analyzer, self.budget, expected, self.attach, self.rank_prior, howto
-                )
-            else:
-                asked = SentenceQuery(
-                    query, terms, self.analyzer, self.budget, expected, self.attach, self.rank_prior, howto
-                )
-                first, unit = self.chooser(hits[: self.pick], asked)
+            asked = SentenceQuery(
+                query, terms, self.analyzer, self.budget, expected, self.attach, self.rank_prior, howto
+            )
+            first, unit = self.chooser(hits[: self.pick], asked)
             hits = [hits[first], *hits[:first], *hits[first + 1 :]]
         out = [
             focus_sentence(

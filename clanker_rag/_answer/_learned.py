@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from .._types import HitLike
 from ._answer_types import DEFAULT, FLAG, IDENT, LITERAL, NUMBER, code_names, says_default, types_in
-from ._focusing import SentenceQuery, SentenceUnits, mark_kind, sentence_units, term_weights
+from ._focusing import SentenceQuery, SentenceUnits, mark_kind, rule_scores, sentence_units, term_weights
 from ._windows import attached, is_changelog
 
 __all__ = ["FEATURES", "PICK", "WEIGHTS", "Candidate", "candidates", "learned_sentence", "score"]
@@ -197,13 +197,11 @@ def candidates(hits: Sequence[HitLike], asked: SentenceQuery) -> list[Candidate]
     asked_numbers = set(_NUMBER_RE.findall(asked.query))
     asked_flags = set(_FLAG_RE.findall(asked.query))
     raw: list[tuple[int, int, int, int, dict[str, float]]] = []
-    rules: list[list[float]] = []
+    rules = rule_scores(hits, [u.terms for u in units], weight, rank_prior)
     for i, (hit, unit) in enumerate(zip(hits, units)):
         text = hit.text
         ratio = hit.score / top if top > 0 and hit.score > 0 else 1.0
-        scale = ratio**rank_prior
         changelog = float(is_changelog(hit.source, text))
-        rules.append([scale * sum(weight[t] for t in sorted(found)) for found in unit.terms])
         covers = [sum(mark_kind(t) is None for t in found) / len(terms) if terms else 0.0 for found in unit.terms]
         n = len(unit.spans)
         for u, ((a, b), found) in enumerate(zip(unit.spans, unit.terms)):
@@ -284,6 +282,7 @@ def candidates(hits: Sequence[HitLike], asked: SentenceQuery) -> list[Candidate]
     best_window = max((f["window_terms"] for *_, f in raw), default=0.0)
     # best_sentence's choice: the highest rule score, ties to the higher passage and earlier sentence.
     chosen = max(range(len(flat)), key=lambda k: (flat[k], -k)) if flat else -1
+    best_hit, best_unit = (raw[chosen][0], raw[chosen][1]) if chosen >= 0 else (-1, -1)
     out = []
     for k, (i, u, start, end, f) in enumerate(raw):
         per = rules[i]
@@ -294,7 +293,6 @@ def candidates(hits: Sequence[HitLike], asked: SentenceQuery) -> list[Candidate]
         f["prev_rule"] = _relative(per[u - 1], best_rule) if u > 0 else 0.0
         f["next_rule"] = _relative(per[u + 1], best_rule) if u + 1 < len(per) else 0.0
         f["default_x_prev_rule"] = f["prev_rule"] if asks_default else 0.0
-        best_hit, best_unit = (raw[chosen][0], raw[chosen][1]) if chosen >= 0 else (-1, -1)
         f["after_best"] = float(i == best_hit and u == best_unit + 1)
         f["before_best"] = float(i == best_hit and u == best_unit - 1)
         f["rule_order"] = 1.0 / (1.0 + sum(r > flat[k] for r in flat))

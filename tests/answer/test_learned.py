@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _passages import Fixed, hit
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -21,24 +22,9 @@ from clanker_rag._answer._focusing import FocusedRetriever, SentenceQuery, best_
 from clanker_rag._answer._learned import FEATURES, PICK, WEIGHTS, candidates, learned_sentence, score
 from clanker_rag._exceptions import ConfigError
 from clanker_rag._text._analysis import Analyzer
-from clanker_rag._types import Hit
 
 ANALYZER = Analyzer()
 ROOT = Path(__file__).resolve().parents[2]
-
-
-class Fixed:
-    """A retriever returning the same hits, best first."""
-
-    def __init__(self, *hits: Hit) -> None:
-        self.hits = list(hits)
-
-    def search(self, query: str, k: int = 10, **kwargs: object) -> list[Hit]:
-        return self.hits[:k]
-
-
-def hit(text: str, source: str, score: float) -> Hit:
-    return Hit(text, source, score, start=0, end=len(text), start_line=1, end_line=text.count("\n") + 1)
 
 
 def asked(question: str, budget: int = 200, attach: int | None = 320) -> SentenceQuery:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from _passages import Fixed, hit
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -24,23 +25,8 @@ from clanker_rag._answer._focusing import (
     table_rows,
 )
 from clanker_rag._text._analysis import Analyzer
-from clanker_rag._types import Hit
 
 ANALYZER = Analyzer()
-
-
-class Fixed:
-    """A retriever returning the same hits, best first."""
-
-    def __init__(self, *hits: Hit) -> None:
-        self.hits = list(hits)
-
-    def search(self, query: str, k: int = 10, **kwargs: object) -> list[Hit]:
-        return self.hits[:k]
-
-
-def hit(text: str, source: str, score: float) -> Hit:
-    return Hit(text, source, score, start=0, end=len(text), start_line=1, end_line=text.count("\n") + 1)
 
 
 def terms(question: str) -> set[str]:
