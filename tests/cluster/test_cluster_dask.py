@@ -45,8 +45,13 @@ def client():
     # distributed keeps one offload thread for the process's life once used; other tests decide
     # how to start worker processes by whether threads run (clanker_rag._ingest._parallel), so stop it.
     stop_offload_thread()
-    left = [t.name for t in threading.enumerate() if t not in threads_before and t.is_alive()]
-    assert not left, f"the cluster left threads running: {left}"
+    # A nanny's "watch process join" thread ends just after its process is reaped: on a busy
+    # machine that is after the loop above, so threads get the same bounded wait as processes.
+    left = [t for t in threading.enumerate() if t not in threads_before and t.is_alive()]
+    for thread in left:
+        thread.join(timeout=max(0.0, deadline - time.monotonic()))
+    left = [t for t in left if t.is_alive()]
+    assert not left, f"the cluster left threads running: {[t.name for t in left]}"
 
 
 def cluster_processes(before):
