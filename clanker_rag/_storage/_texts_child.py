@@ -23,7 +23,7 @@ from typing import Any
 from .._forking import Child, start_child
 from . import _texts
 from ._store import Blob
-from ._texts import compress_blocks, write_texts
+from ._texts import blocks_record, compress_blocks, write_texts
 
 __all__ = ["Texts", "start_texts"]
 
@@ -77,7 +77,7 @@ class Texts:
                     at += 8 * count
                 ref = blob.add(bytes(view[self._start : self._start + size]))
             text_offsets, starts, block_offsets = columns
-            record = {"bytes": total, "offsets": blob.array(block_offsets, "q"), "starts": blob.array(starts, "q")}
+            record = blocks_record(blob, total, block_offsets, starts)
             return ref, text_offsets, record
         finally:
             child.close()

@@ -99,4 +99,4 @@ def test_a_flipped_bit_in_the_dictionary_offsets_fails_when_a_term_is_first_look
     with pytest.raises(IndexFormatError, match="checksum mismatch"):
         for i in range(40):
             kb.search(f"alpha{i % 7} beta{i % 5} source {i} words filler")
-    assert json.loads((tmp_path / "index.json").read_text())["format_version"] == 7
+    assert json.loads((tmp_path / "index.json").read_text())["format_version"] == 8

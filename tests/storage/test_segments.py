@@ -72,7 +72,8 @@ op = st.one_of(
 def test_any_history_of_commits_searches_as_one_fresh_build(tmp_path_factory, first, ops, compress):
     policy = Policy(merge_factor=2, full_share=0.6, full_below=0)
     saved, _segments.POLICY = _segments.POLICY, policy
-    was, _texts.COMPRESS, _texts.TEXT_BLOCK = _texts.COMPRESS, compress, 32  # texts across blocks
+    was, size = _texts.COMPRESS, _texts.TEXT_BLOCK
+    _texts.COMPRESS, _texts.TEXT_BLOCK = compress, 32  # texts across blocks
     try:
         folder = tmp_path_factory.mktemp("seg")
         live: dict[str, str] = {}
@@ -112,7 +113,7 @@ def test_any_history_of_commits_searches_as_one_fresh_build(tmp_path_factory, fi
             assert kb.source_text(source) == body
     finally:
         _segments.POLICY = saved
-        _texts.COMPRESS, _texts.TEXT_BLOCK = was, 4 * 1024
+        _texts.COMPRESS, _texts.TEXT_BLOCK = was, size
 
 
 def test_a_commit_writes_only_the_new_segment_and_marks(tmp_path, segmented):
