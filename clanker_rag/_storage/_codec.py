@@ -512,6 +512,7 @@ def _sources_v3(
             before=block_tables if lazy else None,
             # Inflated only as far as a read needs when a checksum vouches for the blocks.
             partial=blocks is not None or (data is not None and len(data) <= _store.VERIFY_AT_LOAD),
+            raw=packed.get("raw") is True,
         )
     names = SourceNames(
         name_blob,

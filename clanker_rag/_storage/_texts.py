@@ -71,12 +71,28 @@ class Compressed:
 _WINDOW = 4096
 
 
-def compress_blocks(pieces: Iterable[bytes | memoryview], block: int) -> tuple[Iterator[bytes], Compressed]:
+def _packer(raw: bool) -> Callable[[bytes | memoryview], bytes]:
+    if not raw:
+        return lambda data: zlib.compress(data, LEVEL)
+
+    def deflate(data: bytes | memoryview) -> bytes:
+        packer = zlib.compressobj(LEVEL, zlib.DEFLATED, -15)
+        return packer.compress(data) + packer.flush()
+
+    return deflate
+
+
+def compress_blocks(
+    pieces: Iterable[bytes | memoryview], block: int, raw: bool = False
+) -> tuple[Iterator[bytes], Compressed]:
     """``pieces`` laid end to end, cut into blocks that end where a piece ends
     (a piece longer than ``block`` bytes is cut every ``block`` bytes), each
-    compressed.  The blocks are produced as they are consumed; the offsets are
-    complete once they are."""
+    compressed: a zlib stream, or with ``raw`` a raw deflate stream (format 8,
+    when the segment's block checksums cover the bytes: no Adler-32 to compute
+    on every read, nor 6 bytes of header and trailer a block).  The blocks are
+    produced as they are consumed; the offsets are complete once they are."""
     out = Compressed()
+    pack = _packer(raw)
 
     def blocks() -> Iterator[bytes]:
         offsets, starts = out.text_offsets, out.starts
@@ -105,13 +121,13 @@ def compress_blocks(pieces: Iterable[bytes | memoryview], block: int) -> tuple[I
             view = memoryview(data)
             ends = starts[first:]
             for a, b in zip(starts[first - 1 : -1], ends):
-                packed = zlib.compress(view[a - base : b - base], LEVEL)
+                packed = pack(view[a - base : b - base])
                 out.block_offsets.append(out.block_offsets[-1] + len(packed))
                 yield packed
             carry = view[begin - base :]
         if pos > begin:
             starts.append(pos)
-            packed = zlib.compress(carry, LEVEL)
+            packed = pack(carry)
             out.block_offsets.append(out.block_offsets[-1] + len(packed))
             yield packed
         out.total = pos
@@ -120,28 +136,31 @@ def compress_blocks(pieces: Iterable[bytes | memoryview], block: int) -> tuple[I
 
 
 def write_texts(
-    blob: Blob, pieces: Iterable[bytes | memoryview]
+    blob: Blob, pieces: Iterable[bytes | memoryview], raw: bool = False
 ) -> tuple[list[int], array[int], dict[str, Any] | None]:
     """Add the texts to ``blob``: the part's range, each text's offsets (uncompressed
-    when compressed), and the body's ``text_blocks`` record (None: not compressed)."""
+    when compressed), and the body's ``text_blocks`` record (None: not compressed);
+    ``raw``: raw deflate blocks (see :func:`compress_blocks`)."""
     if not COMPRESS:
         ref, offsets = blob.run(pieces)
         return ref, offsets, None
-    blocks, packed = compress_blocks(pieces, TEXT_BLOCK)
+    blocks, packed = compress_blocks(pieces, TEXT_BLOCK, raw)
     # One part: a part per block would be a Python step each in the checksums and the writes.
     ref = blob.add(b"".join(blocks))
-    return ref, packed.text_offsets, blocks_record(blob, packed.total, packed.block_offsets, packed.starts)
+    return ref, packed.text_offsets, blocks_record(blob, packed.total, packed.block_offsets, packed.starts, raw)
 
 
-def blocks_record(blob: Blob, total: int, block_offsets: array[int], starts: array[int]) -> dict[str, Any]:
+def blocks_record(blob: Blob, total: int, block_offsets: array[int], starts: array[int], raw: bool) -> dict[str, Any]:
     """The body's ``text_blocks``: the uncompressed total and the block tables, added to ``blob``
-    as uint32 when they fit (format 8, ``type``: both count bytes of at most ``total``), else int64."""
+    as uint32 when they fit (format 8, ``type``: both count bytes of at most ``total``), else int64;
+    ``raw``: the blocks are raw deflate streams (format 8), else zlib streams."""
     code = "I" if total < 1 << 32 and (not block_offsets or block_offsets[-1] < 1 << 32) else "q"
     return {
         "bytes": total,
         "offsets": blob.array(array(code, block_offsets)),
         "starts": blob.array(array(code, starts)),
         "type": code,
+        "raw": raw,
     }
 
 
@@ -152,7 +171,7 @@ class BlockTexts:
     format 5); format 4's blocks are all ``size`` bytes but the last.
     """
 
-    __slots__ = ("_cache", "_offsets", "_partial", "_pending", "_read", "_size", "_starts", "_total", "where")
+    __slots__ = ("_cache", "_offsets", "_partial", "_pending", "_read", "_size", "_starts", "_total", "_wbits", "where")
 
     def __init__(
         self,
@@ -165,6 +184,7 @@ class BlockTexts:
         starts: Sequence[int] | None = None,
         before: Callable[[], None] | None = None,
         partial: bool = False,
+        raw: bool = False,
     ) -> None:
         """``before`` (a lazily checked segment's block checks of ``offsets`` and
         ``starts``) defers the O(blocks) checks of the block tables to the
@@ -173,9 +193,11 @@ class BlockTexts:
         ``partial``: the compressed bytes are vouched for by a checksum of their
         own (the segment's block CRCs, or the whole file hashed at load), so a read
         may inflate a block only up to the end of what it needs (zlib checks its
-        own Adler-32 only at a stream's end); otherwise every block is inflated whole."""
+        own Adler-32 only at a stream's end); otherwise every block is inflated whole.
+        ``raw``: the blocks are raw deflate streams (format 8), not zlib streams."""
         self._read = read
         self._partial = partial
+        self._wbits = -15 if raw else 15
         self._offsets = offsets
         self._starts: Sequence[int] = range(1) if starts is None else starts
         self._size = size
@@ -232,10 +254,10 @@ class BlockTexts:
         try:
             if self._partial and 0 <= need < size:
                 # A prefix: a hit costs the bytes up to its end, half a block on average.
-                data = zlib.decompressobj().decompress(self._read(start, end - start), need)
+                data = zlib.decompressobj(self._wbits).decompress(self._read(start, end - start), need)
                 size = need
-            else:
-                data = zlib.decompress(self._read(start, end - start))
+            else:  # sized at once: no copy as the output grows
+                data = zlib.decompress(self._read(start, end - start), self._wbits, max(size, 1))
         except zlib.error as exc:
             raise IndexFormatError(f"{self.where}: a text block does not decompress ({exc})") from None
         if len(data) != size:

@@ -46,6 +46,8 @@ Ints = Union["array[int]", "memoryview[int]"]
 Floats = Union["array[float]", "memoryview[float]"]
 _LITTLE = sys.byteorder == "little"
 TF_TYPES = ("B", "H", "I")
+_UNSIGNED = ("B", "H", "I")
+_WIDER = ("H", "I", "q", "Q")  # what a zero-extended unsigned value stays the same in
 # A uint8 column's item for a count of 255 or more: the count is in the overflow table.
 OVERFLOW = 255
 # The overflow table is used when at most 1/OVERFLOW_SHARE of the postings count 255 or more
@@ -145,8 +147,17 @@ def extend_ints(out: array[Any], values: Ints | Floats) -> None:
     """Append ``values`` to ``out``: one memcpy when their items are as wide, else one
     C-level pass widening each (term frequencies saved narrower, see :func:`narrow_tfs`)."""
     view = memoryview(values)
-    if view.itemsize == out.itemsize:
+    width, wide = view.itemsize, out.itemsize
+    if width == wide:
         out.frombytes(view.cast("B"))
+    elif _LITTLE and width < wide and view.format in _UNSIGNED and out.typecode in _WIDER and len(view) > 64:
+        # Zero-extended by strided byte copies (``width`` C-level passes), not an int per item:
+        # uint32 offsets and bounds into int64 columns, uint8 counts into uint32 lists.
+        raw = view.cast("B")
+        out_bytes = bytearray(wide * len(view))
+        for i in range(width):
+            out_bytes[i::wide] = raw[i::width]
+        out.frombytes(out_bytes)
     else:
         out.extend(view)
 
@@ -215,7 +226,9 @@ def split_overflow(tfs: Ints) -> Overflow | None:
 def tf_part(blob: Blob, tfs: Tfs) -> dict[str, Any]:
     """The body keys of a segment's term frequencies, added to ``blob`` narrowed."""
     if isinstance(tfs, TfColumn):  # a loaded column copied whole: its parts as they are
-        return _overflow_part(blob, Overflow(_array(tfs.narrow, "B"), _array(tfs.positions, "q"), _array(tfs.values, "I")))
+        return _overflow_part(
+            blob, Overflow(_array(tfs.narrow, "B"), _array(tfs.positions, "q"), _array(tfs.values, "I"))
+        )
     narrow = narrow_tfs(tfs)
     split = split_overflow(narrow)
     if split is not None:
