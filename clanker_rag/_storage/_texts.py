@@ -246,7 +246,7 @@ class BlockTexts:
         """Block ``k`` inflated, or (``partial``) at least its first ``need`` bytes."""
         cache = self._cache
         found = cache.get(k)
-        if found is not None and (need >= 0 and len(found) >= need or len(found) == self._size_of(k)):
+        if found is not None and ((need >= 0 and len(found) >= need) or len(found) == self._size_of(k)):
             cache.move_to_end(k)
             return found
         start, end = self._offsets[k], self._offsets[k + 1]

@@ -129,10 +129,10 @@ def _child(shared: mmap.mmap, pieces: Sequence[Piece], block: int, start: int, r
         head = array("q", [n_blocks, done.total, at - start])
         pos = 0
         for column in (head, done.text_offsets, done.starts, done.block_offsets):
-            raw = memoryview(column).cast("B")
-            if pos + len(raw) > start:
+            data = memoryview(column).cast("B")
+            if pos + len(data) > start:
                 return 1
-            view[pos : pos + len(raw)] = raw
-            pos += len(raw)
-            raw.release()
+            view[pos : pos + len(data)] = data
+            pos += len(data)
+            data.release()
     return 0

@@ -140,7 +140,7 @@ class TfColumn(Sequence[int]):
             raise IndexFormatError(f"{self.where}: the term-frequency overflow table is inconsistent")
 
 
-Tfs = Union[Ints, TfColumn]
+Tfs = Union["array[int]", "memoryview[int]", TfColumn]
 
 
 def extend_ints(out: array[Any], values: Ints | Floats) -> None:

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from clanker_rag import IndexFormatError, KnowledgeBase
 from clanker_rag._storage import _segments, _store, _tf_column
 from clanker_rag._storage._codec import read
-from clanker_rag._storage._tf_column import OVERFLOW, TfColumn, narrow_tfs, split_overflow, tf_part, tf_type
 from clanker_rag._storage._store import Blob
+from clanker_rag._storage._tf_column import OVERFLOW, TfColumn, narrow_tfs, split_overflow, tf_part, tf_type
 
 counts = st.lists(
     st.one_of(st.integers(1, 254), st.integers(1, 254), st.integers(1, 254), st.integers(255, 70_000)), max_size=200
