@@ -17,7 +17,15 @@ from clanker_rag import IndexFormatError, KnowledgeBase
 from clanker_rag._storage import _segments, _store, _tf_column
 from clanker_rag._storage._codec import read
 from clanker_rag._storage._store import Blob
-from clanker_rag._storage._tf_column import OVERFLOW, TfColumn, narrow_tfs, split_overflow, tf_part, tf_type
+from clanker_rag._storage._tf_column import (
+    OVERFLOW,
+    TfColumn,
+    extend_ints,
+    narrow_tfs,
+    split_overflow,
+    tf_part,
+    tf_type,
+)
 
 counts = st.lists(
     st.one_of(st.integers(1, 254), st.integers(1, 254), st.integers(1, 254), st.integers(255, 70_000)), max_size=200
@@ -217,3 +225,15 @@ def test_an_overflow_entry_its_column_does_not_mark_fails_when_its_list_is_read(
     with pytest.raises(IndexFormatError, match="does not mark"):
         for q in QUERIES:
             kb.search(q)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.sampled_from(["B", "H", "I"]), st.sampled_from(["H", "I", "q", "Q"]), st.data())
+def test_extend_ints_widens_unsigned_items_exactly(code, into, data):
+    width = array(code).itemsize
+    values = data.draw(st.lists(st.integers(0, (1 << (8 * width)) - 1), max_size=300))
+    out = array(into, [7])
+    if array(into).itemsize < width:
+        return
+    extend_ints(out, memoryview(array(code, values)))  # a long run takes the strided copy
+    assert list(out) == [7, *values]
