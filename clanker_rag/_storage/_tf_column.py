@@ -24,7 +24,7 @@ from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
 from operator import le
-from typing import Any, NamedTuple, Union, overload
+from typing import Any, NamedTuple, Union, cast, overload
 
 from .._exceptions import IndexFormatError
 from ._store import Blob
@@ -155,7 +155,7 @@ def extend_ints(out: array[Any], values: Ints | Floats) -> None:
         # wider item), not an int per item: uint32 bounds into int64 columns (1.7 ms at 225k
         # chunks against 12 ms), uint8 counts into uint32 lists.
         out_bytes = bytearray(wide * len(view))
-        with memoryview(out_bytes).cast(view.format) as items:
+        with memoryview(out_bytes).cast(cast(Any, view.format)) as items:
             items[0 :: wide // width] = view
         out.frombytes(out_bytes)
     else:

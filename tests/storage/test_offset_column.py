@@ -65,7 +65,7 @@ def test_columns_in_any_order_round_trip_as_uint32_when_every_value_fits(values,
 
 def test_column_types_default_to_int64_and_unknown_ones_are_refused():
     assert column_type(None, "sources.chars", "here") == column_type({}, "sources.chars", "here") == "q"
-    with pytest.raises(IndexFormatError, match="the type of sources.chars is 'i'"):
+    with pytest.raises(IndexFormatError, match=r"the type of sources\.chars is 'i'"):
         column_type({"sources.chars": "i"}, "sources.chars", "here")
 
 
