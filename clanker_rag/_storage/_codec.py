@@ -3,7 +3,7 @@
 :mod:`._store` knows manifests, data files, checksums and atomic writes; this
 module knows what goes in them.  :func:`write` lays out a :class:`Snapshot`
 (sources, chunk table, postings) and :func:`read` gives one back, for every
-format version (1 to 4 are read, 5 is written).
+format version (1 to 8 are read, 8 is written).
 
 Format 3 is read in place.  The data file is mapped (``mmap``) and the
 postings, impacts, impact orders and per-term offsets are ``memoryview`` casts
@@ -91,7 +91,7 @@ class Postings(NamedTuple):
     terms: Sequence[str] | TermList
     offsets: Ints
     chunks: Ints
-    tfs: Tfs  # a TfColumn: saved as uint8 with the large counts apart (format 8)
+    tfs: Tfs  # or a TfColumn: saved as uint8 with the counts of 255 or more apart (format 8)
     impacts: Floats
     maxes: Floats | None
     order_offsets: Ints | None
