@@ -443,9 +443,9 @@ class InvertedIndex:
         pending = self.pending
         for tid in range(len(self.terms)):
             if lists is not None and self.docs[tid] is None and lists.holds(tid) and tid not in pending:
-                raw_docs, _ = lists.raw(tid)  # (checks the blocks of both)
+                raw_docs, raw_tfs = lists.raw(tid)  # (checks the blocks of both)
                 docs.frombytes(raw_docs)
-                extend_ints(tfs, lists.tfs[lists.offsets[tid] : lists.offsets[tid + 1]])  # may be saved narrower
+                extend_ints(tfs, raw_tfs)  # may be saved narrower
                 lengths.append(len(raw_docs) // docs.itemsize)
             else:
                 d = self.fold(tid)

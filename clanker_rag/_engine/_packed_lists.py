@@ -22,6 +22,7 @@ from .._exceptions import IndexFormatError
 from .._storage._codec import Floats, Ints, PostingChecks, Postings, TermList
 from .._storage._lists import lengths_of, without_empty_lists
 from .._storage._order_column import WideOrders, widened
+from .._storage._tf_column import TfColumn, Tfs
 
 __all__ = ["BaseStats", "PackedLists", "PackedOrders", "TermLists", "packed_postings"]
 
@@ -51,7 +52,7 @@ class PackedLists:
         self,
         offsets: Ints,
         docs: Ints,
-        tfs: Ints,
+        tfs: Tfs,
         imps: Floats,
         gen: int,
         *,
@@ -69,7 +70,8 @@ class PackedLists:
         list is first read (the offsets were checked at load).
         """
         self.docs: Ints = memoryview(docs)
-        self.tfs: Ints = memoryview(tfs)
+        # A column saved with its large counts apart patches them into the slices it cuts.
+        self.tfs: Tfs = tfs if isinstance(tfs, TfColumn) else memoryview(tfs)
         self.imps: Floats = memoryview(imps)
         self.offsets: Ints = memoryview(offsets)
         self.n_terms = len(offsets) - 1
@@ -95,14 +97,14 @@ class PackedLists:
             raise IndexFormatError(f"{self.where}: a posting points at a chunk that does not exist")
         return TermLists(d, self.tfs[a:b], self.imps[a:b])
 
-    def raw(self, tid: int) -> tuple[memoryview, memoryview]:
-        """The bytes of the term's chunk ids and frequencies (checked), for a repack."""
+    def raw(self, tid: int) -> tuple[memoryview, Ints]:
+        """The bytes of the term's chunk ids and its frequencies (checked), for a repack."""
         offsets, checks = self.offsets, self.checks
         a, b = offsets[tid], offsets[tid + 1]
         if checks is not None:
             checks.chunks(a, b)
             checks.tfs(a, b)
-        return memoryview(self.docs[a:b]).cast("B"), memoryview(self.tfs[a:b]).cast("B")
+        return memoryview(self.docs[a:b]).cast("B"), self.tfs[a:b]
 
     def lengths(self) -> Iterable[int]:
         return lengths_of(self.offsets)

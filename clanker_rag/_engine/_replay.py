@@ -17,13 +17,14 @@ from itertools import accumulate, chain, compress, repeat
 from operator import ne
 
 from .._storage._codec import Ints, Postings
+from .._storage._tf_column import Tfs
 from ._index import InvertedIndex
 
 __all__ = ["add_lists", "postings_since"]
 
 
 def add_lists(
-    index: InvertedIndex, dls: Sequence[int], tids: Sequence[int], offsets: Ints, chunks: Ints, tfs: Ints,
+    index: InvertedIndex, dls: Sequence[int], tids: Sequence[int], offsets: Ints, chunks: Ints, tfs: Tfs,
     renumber: Sequence[int],
 ) -> None:  # fmt: skip
     """Add ``len(dls)`` chunks (ids from ``len(index.dl)`` on, of lengths ``dls``) given list by list:

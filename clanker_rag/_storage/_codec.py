@@ -3,7 +3,7 @@
 :mod:`._store` knows manifests, data files, checksums and atomic writes; this
 module knows what goes in them.  :func:`write` lays out a :class:`Snapshot`
 (sources, chunk table, postings) and :func:`read` gives one back, for every
-format version (1 to 4 are read, 5 is written).
+format version (1 to 8 are read, 8 is written).
 
 Format 3 is read in place.  The data file is mapped (``mmap``) and the
 postings, impacts, impact orders and per-term offsets are ``memoryview`` casts
@@ -32,12 +32,12 @@ from typing import Any, NamedTuple, Union, cast
 from .._exceptions import IndexFormatError
 from . import _segments, _store
 from ._impact_tables import LookupTables, check_tables
-from ._offset_column import offset_type
+from ._offset_column import column_type, offset_type
 from ._order_column import WideOrders, read_orders
 from ._segments import BlockCheck, PartCheck, SegmentRecord
 from ._stored import NameIndex, Offsets, Pread, SourceNames, SourceStore, compressed_reader, strings
 from ._texts import BlockTexts
-from ._tf_column import extend_ints, tf_type
+from ._tf_column import TfColumn, Tfs, extend_ints, tf_type
 
 __all__ = [
     "ChunkBounds",
@@ -91,7 +91,7 @@ class Postings(NamedTuple):
     terms: Sequence[str] | TermList
     offsets: Ints
     chunks: Ints
-    tfs: Ints
+    tfs: Tfs  # or a TfColumn: saved as uint8 with the counts of 255 or more apart (format 8)
     impacts: Floats
     maxes: Floats | None
     order_offsets: Ints | None
@@ -468,6 +468,10 @@ def _sources_v3(
     (see :mod:`._stored`), else they run now."""
     src = body["sources"]
     n = src["count"]
+    types = body.get("types")
+
+    def code(name: str) -> str:  # int64 before format 8, uint32 when it fits since
+        return column_type(types, f"sources.{name}", where)
 
     def column(name: str, typecode: str) -> Any:
         return _view(src[name], data, typecode, f"{where}: sources.{name}")
@@ -477,7 +481,8 @@ def _sources_v3(
 
     def offsets(name: str, size: int, within: str = "") -> Offsets:
         where_ = f"{where}: sources.{name}" + within
-        return Offsets(column(name, "q"), n, size, where_, part(name, 8), eager=not lazy)
+        typecode = code(name)
+        return Offsets(column(name, typecode), n, size, where_, part(name, array(typecode).itemsize), eager=not lazy)
 
     name_blob = _store.data_range(src["names"], data, f"{where}: sources.names")
     fp_blob = _store.data_range(src["fingerprints"], data, f"{where}: sources.fingerprints")
@@ -496,14 +501,18 @@ def _sources_v3(
 
         if not lazy:
             block_tables()
+        block_type = column_type(packed, "type", f"{where}: sources.text_blocks")
         unpack = BlockTexts(
             compressed_reader(text_blob, src["texts"][0], pread, blocks),
-            _view(packed["offsets"], data, "q", f"{where}: sources.text_blocks"),
+            _view(packed["offsets"], data, block_type, f"{where}: sources.text_blocks"),
             packed["bytes"],
             f"{where}: sources.texts",
             size=None if starts is not None else packed["size"],
-            starts=None if starts is None else _view(starts, data, "q", f"{where}: sources.text_blocks"),
+            starts=None if starts is None else _view(starts, data, block_type, f"{where}: sources.text_blocks"),
             before=block_tables if lazy else None,
+            # Inflated only as far as a read needs when a checksum vouches for the blocks.
+            partial=blocks is not None or (data is not None and len(data) <= _store.VERIFY_AT_LOAD),
+            raw=packed.get("raw") is True,
         )
     names = SourceNames(
         name_blob,
@@ -511,8 +520,8 @@ def _sources_v3(
         f"{where}: sources.names",
         None if blocks is None else blocks.part(src["names"]),
     )
-    chars = column("chars", "q")
-    chars_check = part("chars", 8)
+    chars = column("chars", code("chars"))
+    chars_check = part("chars", chars.itemsize)
     store = SourceStore(
         text_blob,
         offsets("text_offsets", len(text_blob) if packed is None else packed["bytes"]),
@@ -557,13 +566,16 @@ def _sources_v2(body: dict[str, Any], data: memoryview | None, where: str) -> So
     return SourceColumns(names, texts, array("q", map(len, texts)), metadata, fingerprints)
 
 
-def _chunk_columns(cols: dict[str, Any], read: Callable[[Any, str, str], Any]) -> ChunkColumns:
-    """The chunk columns of any format; ``read(value, typecode, name)`` maps (v3) or copies (v1, v2) one."""
+def _chunk_columns(
+    cols: dict[str, Any], read: Callable[[Any, str, str], Any], types: Any = None, where: str = ""
+) -> ChunkColumns:
+    """The chunk columns of any format; ``read(value, typecode, name)`` maps (v3) or copies (v1, v2)
+    one; ``types``: the body's (format 8: the bounds as uint32 when they fit)."""
     return ChunkColumns(
         read(cols["source"], "i", "chunks.source"),
         read(cols["index"], "i", "chunks.index"),
-        read(cols["start"], "q", "chunks.start"),
-        read(cols["end"], "q", "chunks.end"),
+        read(cols["start"], column_type(types, "chunks.start", where), "chunks.start"),
+        read(cols["end"], column_type(types, "chunks.end", where), "chunks.end"),
         read(cols["start_line"], "i", "chunks.start_line"),
         read(cols["end_line"], "i", "chunks.end_line"),
         read(cols["length"], "i", "chunks.length"),
@@ -599,7 +611,7 @@ def _read_v3(
             for name in ("dense_terms", "slot_terms", "slot_spans"):
                 if name in tables:
                     blocks.check(tables[name][0], tables[name][0] + tables[name][1])
-    chunks = _chunk_columns(cols, view)
+    chunks = _chunk_columns(cols, view, body.get("types"), where)
     d = body["dictionary"]
     dictionary = TermDictionary(
         _store.data_range(d["text"], data, f"{where}: dictionary.text"),
@@ -616,7 +628,7 @@ def _read_v3(
             TermList(dictionary, []),
             view(post["offsets"], offset_type(post, where), "postings.offsets"),
             view(post["chunks"], "i", "postings.chunks"),
-            view(post["tfs"], tf_type(post, where), "postings.tfs"),
+            _tfs(post, view, blocks, where),
             array("f"),
             None,
             None,
@@ -639,7 +651,7 @@ def _read_v3(
             TermList(dictionary, []),
             view(post["offsets"], offset_type(post, where), "postings.offsets"),
             view(post["chunks"], "i", "postings.chunks"),
-            view(post["tfs"], tf_type(post, where), "postings.tfs"),
+            _tfs(post, view, blocks, where),
             view(post["impacts"], "f", "postings.impacts"),
             view(post["maxes"], "f", "postings.maxes"),
             orders.offsets,
@@ -676,6 +688,26 @@ _COLUMNS = {
     "source": "source", "index": "ordinal", "start": "start", "end": "end", "start_line": "start_line",
     "end_line": "end_line", "length": "length",
 }  # fmt: skip
+
+
+def _tfs(post: dict[str, Any], view: Callable[[Any, str, str], Any], blocks: BlockCheck | None, where: str) -> Tfs:
+    """A segment's term frequencies: a view of the column, or with its overflow table (format 8)."""
+    narrow = view(post["tfs"], tf_type(post, where), "postings.tfs")
+    over = post.get("tf_overflow")
+    if over is None:
+        return cast(Tfs, narrow)
+    if blocks is not None:  # O(overflows): checked at load
+        for ref in (over["positions"], over["values"]):
+            blocks.check(ref[0], ref[0] + ref[1])
+    column = TfColumn(
+        narrow,
+        view(over["positions"], "q", "postings.tf_overflow.positions"),
+        view(over["values"], "I", "postings.tf_overflow.values"),
+        f"{where}: postings.tfs",
+        None if blocks is None else blocks.part(post["tfs"], 1),
+    )
+    column.check_table()
+    return column
 
 
 def _size(section: dict[str, Any], where: str) -> int:

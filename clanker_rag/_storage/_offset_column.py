@@ -1,4 +1,4 @@
-"""Offsets of a segment's lists and terms: saved as uint32 when they fit, int64 otherwise.
+"""Offsets and other counts of a segment: saved as uint32 when they fit, int64 otherwise.
 
 A list's, an order's or a term's offsets count items or bytes of one part
 of one segment, so below 4 GiB (every index measured, by far: 18.4M postings
@@ -6,7 +6,12 @@ at 225k chunks) uint32 holds them and saves 4 bytes a term in each of
 ``postings.offsets``, ``orders.offsets`` and ``dictionary.offsets`` (7 MB at
 225k chunks).  Format 7 records the item type beside each
 (``offsets_type``: ``"I"`` or ``"q"``; int64 when absent, as formats 3-6
-saved them).  Readers take the items as ints through a typed view either way.
+saved them).  Format 8 does the same for the sources' name, text and
+fingerprint offsets, lengths and runs of chunks, the chunks' start and end
+and the text block tables (6 MB at 225k chunks), recording their types in
+the body's ``types`` (``"sources.chars": "I"``...; the text blocks' in
+``text_blocks.type``).  Readers take the items as ints through a typed view
+either way.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from typing import Any, Union
 from .._exceptions import IndexFormatError
 from ._store import Blob
 
-__all__ = ["OFFSET_TYPES", "offset_part", "offset_type"]
+__all__ = ["OFFSET_TYPES", "column_type", "int_part", "offset_part", "offset_type"]
 
 Ints = Union["array[int]", "memoryview[int]"]
 OFFSET_TYPES = ("I", "q")
@@ -32,6 +37,26 @@ def offset_part(blob: Blob, offsets: Ints) -> tuple[list[int], str]:
     if not len(offsets) or offsets[-1] < _UINT32_END:  # ascending: the last is the largest
         return blob.array(array("I", offsets)), "I"
     return blob.array(offsets if code == "q" else array("q", offsets)), "q"
+
+
+def int_part(blob: Blob, values: Ints) -> tuple[list[int], str]:
+    """Add non-negative ``values`` (in any order) to ``blob`` as uint32 when they fit, else int64:
+    the part's range and item type (format 8: the sources' offsets and lengths, the chunks' bounds)."""
+    code = values.typecode if isinstance(values, array) else memoryview(values).format
+    if code == "I":
+        return blob.array(values), "I"
+    if not len(values) or (min(values) >= 0 and max(values) < _UINT32_END):
+        return blob.array(array("I", values)), "I"
+    return blob.array(values if code == "q" else array("q", values)), "q"
+
+
+def column_type(types: Any, name: str, where: str) -> str:
+    """The item type of column ``name`` in a segment body's ``types`` (int64 when absent, as
+    formats 3-7 saved every one)."""
+    code = types.get(name, "q") if isinstance(types, dict) else "q"
+    if code not in OFFSET_TYPES:
+        raise IndexFormatError(f"{where}: the type of {name} is {code!r}, not one of {', '.join(OFFSET_TYPES)}")
+    return str(code)
 
 
 def offset_type(section: dict[str, Any], where: str) -> str:

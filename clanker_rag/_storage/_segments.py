@@ -58,7 +58,7 @@ __all__ = [
     "write_segment",
 ]
 
-COMMIT_VERSION = 7
+COMMIT_VERSION = 8
 # Checked blocks: a flipped bit anywhere in a block fails its CRC when the block is first read.
 BLOCK_SIZE = 64 * 1024
 

@@ -86,7 +86,7 @@ __all__ = [
 ]
 
 FORMAT_NAME = "clanker-rag-index"
-FORMAT_VERSION = 7
+FORMAT_VERSION = 8
 # Data files up to this size are hashed at load (see the module docstring).
 VERIFY_AT_LOAD = 64 * 1024 * 1024
 _ALIGN = 8

@@ -21,9 +21,9 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .._forking import Child, start_child
-from . import _texts
+from . import _segments, _texts
 from ._store import Blob
-from ._texts import compress_blocks, write_texts
+from ._texts import blocks_record, compress_blocks, write_texts
 
 __all__ = ["Texts", "start_texts"]
 
@@ -42,6 +42,8 @@ class Texts:
     def __init__(self, pieces: Iterable[Piece], block: int) -> None:
         self._pieces = pieces
         self._block = block
+        # Raw deflate blocks when the segment's block checksums will cover them (see _texts).
+        self._raw = _segments.BLOCK_SIZE > 0
         self._child: Child | None = None
         self._start = 0  # where the child put the compressed bytes in the mapping
         self._count = 0  # how many texts the child compresses
@@ -49,7 +51,7 @@ class Texts:
     def add_to(self, blob: Blob) -> tuple[list[int], array[int], dict[str, Any] | None]:
         """What :func:`._texts.write_texts` adds and returns, from the child's work when it did it."""
         got = self._collect(blob) if self._child is not None else None
-        return got if got is not None else write_texts(blob, map(_utf8, self._pieces))
+        return got if got is not None else write_texts(blob, map(_utf8, self._pieces), self._raw)
 
     def abandon(self) -> None:
         """Stop the child (the save failed or was interrupted) and reap it."""
@@ -77,7 +79,7 @@ class Texts:
                     at += 8 * count
                 ref = blob.add(bytes(view[self._start : self._start + size]))
             text_offsets, starts, block_offsets = columns
-            record = {"bytes": total, "offsets": blob.array(block_offsets, "q"), "starts": blob.array(starts, "q")}
+            record = blocks_record(blob, total, block_offsets, starts, self._raw)
             return ref, text_offsets, record
         finally:
             child.close()
@@ -109,14 +111,15 @@ def _fork(texts: Texts, pieces: Sequence[Piece]) -> None:
     start, size = _layout(pieces, block)
     # The child needs no file: closed, the index folder's lock (an inherited flock)
     # goes with this process even when it is killed before the child ends.
-    child = start_child(size, lambda shared: _child(shared, pieces, block, start), close_files=True)
+    raw = texts._raw
+    child = start_child(size, lambda shared: _child(shared, pieces, block, start, raw), close_files=True)
     if child is not None:
         texts._child, texts._start, texts._count = child, start, len(pieces)
 
 
-def _child(shared: mmap.mmap, pieces: Sequence[Piece], block: int, start: int) -> int:  # pragma: no cover
+def _child(shared: mmap.mmap, pieces: Sequence[Piece], block: int, start: int, raw: bool) -> int:  # pragma: no cover
     # (Runs in the child.)  The compressed bytes from ``start``, then the head and the columns.
-    blocks, done = compress_blocks(map(_utf8, pieces), block)
+    blocks, done = compress_blocks(map(_utf8, pieces), block, raw)
     with memoryview(shared) as view:
         at = start
         for packed in blocks:
@@ -126,10 +129,10 @@ def _child(shared: mmap.mmap, pieces: Sequence[Piece], block: int, start: int) -
         head = array("q", [n_blocks, done.total, at - start])
         pos = 0
         for column in (head, done.text_offsets, done.starts, done.block_offsets):
-            raw = memoryview(column).cast("B")
-            if pos + len(raw) > start:
+            data = memoryview(column).cast("B")
+            if pos + len(data) > start:
                 return 1
-            view[pos : pos + len(raw)] = raw
-            pos += len(raw)
-            raw.release()
+            view[pos : pos + len(data)] = data
+            pos += len(data)
+            data.release()
     return 0

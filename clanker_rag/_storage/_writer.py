@@ -26,7 +26,7 @@ from ._codec import (
     first_chunks,
 )
 from ._impact_tables import PackedParts, pack_tables
-from ._offset_column import offset_part
+from ._offset_column import int_part, offset_part
 from ._order_column import order_parts
 from ._segments import SegmentRecord
 from ._texts_child import Texts, start_texts
@@ -90,19 +90,26 @@ def _write_segment(folder: Path, snap: Snapshot, scored: bool, blob: _store.Blob
     name_ref, name_offsets = blob.run(names)
     fp_ref, fp_offsets = blob.run(fp_items)
     firsts = first_chunks(snap.chunks.source, len(names))
+    # Format 8: offsets, lengths and bounds as uint32 when they fit (their types in the body's "types").
+    types: dict[str, str] = {}
+
+    def narrow(name: str, values: Any) -> list[int]:
+        ref, types[name] = int_part(blob, values)
+        return ref
+
     sources = {
         "count": len(names),
         "names": name_ref,
-        "name_offsets": blob.array(name_offsets, "q"),
+        "name_offsets": narrow("sources.name_offsets", name_offsets),
         # Source numbers in name order: a commit finds a removed source's number by binary search.
         "sorted": blob.array(array("i", sorted(range(len(names)), key=names.__getitem__)), "i"),
         "texts": None,  # (added last, below)
         "text_offsets": None,
         "text_blocks": None,
-        "chars": blob.array(src.chars, "q"),
+        "chars": narrow("sources.chars", src.chars),
         "fingerprints": fp_ref,
-        "fingerprint_offsets": blob.array(fp_offsets, "q"),
-        "first_chunks": None if firsts is None else blob.array(firsts, "q"),
+        "fingerprint_offsets": narrow("sources.fingerprint_offsets", fp_offsets),
+        "first_chunks": None if firsts is None else narrow("sources.first_chunks", firsts),
         # Sparse: most sources of a big index have none.
         "metadata": {str(i): meta for i, meta in enumerate(src.metadata) if meta},
     }
@@ -123,8 +130,8 @@ def _write_segment(folder: Path, snap: Snapshot, scored: bool, blob: _store.Blob
         "chunks": {
             "source": blob.array(cols.source, "i"),
             "index": blob.array(cols.ordinal, "i"),
-            "start": blob.array(cols.start, "q"),
-            "end": blob.array(cols.end, "q"),
+            "start": narrow("chunks.start", cols.start),
+            "end": narrow("chunks.end", cols.end),
             "start_line": blob.array(cols.start_line, "i"),
             "end_line": blob.array(cols.end_line, "i"),
             "length": blob.array(cols.length, "i"),
@@ -144,7 +151,8 @@ def _write_segment(folder: Path, snap: Snapshot, scored: bool, blob: _store.Blob
         body["orders"] = order_parts(blob, post.positions, post.order_offsets)
         body["tables"] = _write_tables(blob, pack_tables(post.offsets, post.chunks, post.impacts, len(cols.source)))
     text_ref, text_offsets, packed = pending.add_to(blob)
-    sources.update(texts=text_ref, text_offsets=blob.array(text_offsets, "q"), text_blocks=packed)
+    sources.update(texts=text_ref, text_offsets=narrow("sources.text_offsets", text_offsets), text_blocks=packed)
+    body["types"] = types
     return _segments.write_segment(folder, body, blob)
 
 

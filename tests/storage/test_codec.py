@@ -14,13 +14,15 @@ from hypothesis import strategies as st
 from clanker_rag import IndexFormatError, KnowledgeBase
 from clanker_rag._storage import _impact_tables, _segments, _store, _texts
 from clanker_rag._storage._codec import TermDictionary, read
+from clanker_rag._storage._tf_column import TfColumn
 
 DATA = Path(__file__).parents[1] / "data"
 # index_v4 was saved by format 4 with its texts in fixed 64-byte zlib blocks (format 5 ends blocks with texts);
 # index_v5 is index_v4 saved by format 5 with a lookup table for every list (format 6 no longer saves a slot
 # table's impacts again beside its list's); index_v6 is index_v5 saved by format 6, a table for every list
-# (format 7 compresses each slot table).
-FIXTURES = {version: DATA / f"index_v{version}" for version in (1, 2, 3, 4, 5, 6)}
+# (format 7 compresses each slot table); index_v7 is index_v6 saved by format 7 the same way (format 8 saves
+# the sources' and chunks' offsets as uint32 and the term frequencies as uint8 with the large ones apart).
+FIXTURES = {version: DATA / f"index_v{version}" for version in (1, 2, 3, 4, 5, 6, 7)}
 
 TEXTS = {
     "greek.txt": "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu",
@@ -44,10 +46,10 @@ def ranked(kb, query, k=10):
 QUERIES = ["lazy fox", "café résumé", "parse header", "alpha kappa mu", "escaped byte", "nothing here at all"]
 
 
-def test_saved_index_is_format_7_and_read_in_place(tmp_path):
+def test_saved_index_is_format_8_and_read_in_place(tmp_path):
     build().save(tmp_path)
     manifest = json.loads((tmp_path / "index.json").read_text())
-    assert manifest["format_version"] == 7
+    assert manifest["format_version"] == 8
     assert "terms" not in manifest["body"]  # the vocabulary lives in the data file
     (segment,) = manifest["body"]["segments"]  # a fresh save writes one segment
     assert segment["chunks"] == len(build()) and segment["deleted"] == []
@@ -101,8 +103,8 @@ def test_resaving_a_loaded_index_over_itself_keeps_every_text(tmp_path):
     assert len(named) == 1 and named < {p.name for p in tmp_path.glob("data-*.bin")}
 
 
-@pytest.mark.parametrize("version", [1, 2, 3, 4, 5, 6])
-def test_every_format_fixture_loads_and_saves_as_format_7(tmp_path, version):
+@pytest.mark.parametrize("version", [1, 2, 3, 4, 5, 6, 7])
+def test_every_format_fixture_loads_and_saves_as_format_8(tmp_path, version):
     # tests/data/index_v<N> were written by format_version N and are never rewritten.
     shutil.copytree(FIXTURES[version], tmp_path / "old")
     kb = KnowledgeBase.load(tmp_path / "old")
@@ -111,7 +113,7 @@ def test_every_format_fixture_loads_and_saves_as_format_7(tmp_path, version):
     assert kb.source_metadata("greek.txt") == {"n": 1}
     kb.save(tmp_path / "new")
     again = KnowledgeBase.load(tmp_path / "new")
-    assert json.loads((tmp_path / "new" / "index.json").read_text())["format_version"] == 7
+    assert json.loads((tmp_path / "new" / "index.json").read_text())["format_version"] == 8
     assert again.sources() == kb.sources()
     for q in ["lazy dog", "kappa", "echo w3 pad", "quick brown"]:
         assert ranked(again, q) == ranked(kb, q)
@@ -188,6 +190,35 @@ def test_v6_fixture_serves_its_uncompressed_slot_tables_and_saves_them_compresse
     again = KnowledgeBase.load(tmp_path)
     assert [ranked(again, q) for q in queries] == expected
     assert not again._index.lookups.cache.entries
+
+
+def test_v7_fixture_reads_its_int64_columns_and_saves_them_as_uint32(tmp_path):
+    v6 = KnowledgeBase.load(FIXTURES[6])
+    v7 = KnowledgeBase.load(FIXTURES[7])
+    queries = ["echo w3 pad", "lazy dog", "alpha", "quick brown fox", "kappa lambda", "w3 w7 pad"]
+    expected = [ranked(v6, q) for q in queries]
+    assert [ranked(v7, q) for q in queries] == expected
+    assert all(v7.source_text(s) == v6.source_text(s) for s in v6.sources())
+    (old,) = read(FIXTURES[7]).segments
+    assert "types" not in json.loads(_segment_body(FIXTURES[7]))  # format 7: every offset column int64
+    assert memoryview(old.snap.sources.chars).format == "q" and memoryview(old.snap.chunks.start).format == "q"
+    v7.save(tmp_path)
+    body = json.loads(_segment_body(tmp_path))
+    assert set(body["types"].values()) == {"I"} and len(body["types"]) == 7
+    assert body["sources"]["text_blocks"]["type"] == "I"
+    (new,) = read(tmp_path).segments
+    assert list(new.snap.sources.chars) == list(old.snap.sources.chars)
+    assert list(new.snap.chunks.start) == list(old.snap.chunks.start)
+    assert list(new.snap.chunks.end) == list(old.snap.chunks.end)
+    again = KnowledgeBase.load(tmp_path)
+    assert [ranked(again, q) for q in queries] == expected
+    assert all(again.source_text(s) == v6.source_text(s) for s in v6.sources())
+
+
+def _segment_body(folder):
+    (record,) = json.loads((folder / "index.json").read_text())["body"]["segments"]
+    off, length = record["body"]
+    return (folder / record["file"]).read_bytes()[off : off + length]
 
 
 def test_large_data_file_is_not_hashed_at_load_but_verify_catches_damage(tmp_path, monkeypatch):
@@ -338,7 +369,9 @@ def test_term_frequencies_are_saved_as_narrow_as_they_fit_and_score_the_same(tmp
 
     make(texts).save(tmp_path / "a")
     ((snap, _, _),) = read(tmp_path / "a").segments
-    assert memoryview(snap.postings.tfs).format == code
+    tfs = snap.postings.tfs
+    assert not isinstance(tfs, TfColumn)  # one large count among few postings: the column widened
+    assert memoryview(tfs).format == code
     assert max(snap.postings.tfs) == repeat
     kb = KnowledgeBase.load(tmp_path / "a")
     queries = ["zebra", "lazy fox", "zebra fox", *QUERIES]

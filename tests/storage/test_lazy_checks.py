@@ -46,6 +46,8 @@ def folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         kb.add_text(text(i), name)
     kb.save(tmp_path)
     monkeypatch.setattr(_store, "VERIFY_AT_LOAD", 0)
+    _, body, _ = segment(tmp_path)  # format 8: the columns damaged below saved as uint32 (4-byte items)
+    assert set(body["types"].values()) == {"I"} and body["sources"]["text_blocks"]["type"] == "I"
     return tmp_path
 
 
@@ -116,20 +118,20 @@ def search(kb: KnowledgeBase) -> None:
 
 # (part, item size, item, the first use that reads it)
 DAMAGED = [
-    ("sources.name_offsets", 8, ITEM, list_sources),
-    ("sources.name_offsets", 8, ITEM + 1, every_name_looked_up),
+    ("sources.name_offsets", 4, ITEM, list_sources),
+    ("sources.name_offsets", 4, ITEM + 1, every_name_looked_up),
     ("sources.sorted", 4, ITEM, every_name_looked_up),
-    ("sources.text_offsets", 8, ITEM + 1, read_its_text),
-    ("sources.fingerprint_offsets", 8, ITEM + 1, replace_it),
-    ("sources.chars", 8, ITEM, read_its_text),
-    ("sources.first_chunks", 8, ITEM + 1, remove_it),
-    ("sources.first_chunks", 8, ITEM + 1, search),
-    ("sources.text_blocks.offsets", 8, MID // 2, read_its_text),
-    ("sources.text_blocks.starts", 8, MID // 2, read_its_text),
+    ("sources.text_offsets", 4, ITEM + 1, read_its_text),
+    ("sources.fingerprint_offsets", 4, ITEM + 1, replace_it),
+    ("sources.chars", 4, ITEM, read_its_text),
+    ("sources.first_chunks", 4, ITEM + 1, remove_it),
+    ("sources.first_chunks", 4, ITEM + 1, search),
+    ("sources.text_blocks.offsets", 4, MID // 2, read_its_text),
+    ("sources.text_blocks.starts", 4, MID // 2, read_its_text),
     ("chunks.source", 4, MID, search),
     ("chunks.index", 4, MID, search),
-    ("chunks.start", 8, MID, search),
-    ("chunks.end", 8, MID, search),
+    ("chunks.start", 4, MID, search),
+    ("chunks.end", 4, MID, search),
     ("chunks.start_line", 4, MID, search),
     ("chunks.end_line", 4, MID, search),
 ]
@@ -146,7 +148,7 @@ def test_a_flipped_bit_in_a_lazily_checked_column_fails_when_first_read(folder, 
 @pytest.mark.parametrize("part", ["sources.text_offsets", "chunks.start"])
 def test_a_commit_that_does_not_read_a_damaged_column_succeeds_and_the_damage_stays_found(folder, monkeypatch, part):
     monkeypatch.setattr(_segments, "POLICY", _segments.Policy(full_share=0.9, full_below=0))  # a cheap commit
-    flip(folder, part, ITEM + 1, 8)
+    flip(folder, part, ITEM + 1, 4)
     kb = KnowledgeBase.load(folder)
     kb.add_text("a new note", "note.md")
     kb.remove(NAMES[3])
@@ -179,16 +181,16 @@ def set_item(i: int, value: Callable[[array[Any]], int]) -> Callable[[array[Any]
 
 # (part, typecode, edit, the first use that reads it, what the error says)
 INCONSISTENT = [
-    ("sources.name_offsets", "q", swap(ITEM), list_sources, "name_offsets do not match"),
-    ("sources.name_offsets", "q", swap(ITEM), every_name_looked_up, "name_offsets do not match"),
+    ("sources.name_offsets", "I", swap(ITEM), list_sources, "name_offsets do not match"),
+    ("sources.name_offsets", "I", swap(ITEM), every_name_looked_up, "name_offsets do not match"),
     ("sources.sorted", "i", set_item(ITEM, lambda v: N + 5), every_name_looked_up, "a source that does not exist"),
-    ("sources.text_offsets", "q", swap(ITEM), read_its_text, "text_offsets do not match"),
-    ("sources.fingerprint_offsets", "q", swap(ITEM), replace_it, "fingerprint_offsets do not match"),
-    ("sources.first_chunks", "q", swap(ITEM), remove_it, "first_chunks .*do not match"),
-    ("sources.first_chunks", "q", swap(ITEM), search, "first_chunks .*do not match"),
-    ("sources.text_blocks.starts", "q", swap(1), read_its_text, "text blocks do not cover"),
-    ("chunks.start", "q", set_item(5, lambda v: 10_000), search, "lies outside its source text"),
-    ("chunks.end", "q", set_item(5, lambda v: 10_000), search, "lies outside its source text"),
+    ("sources.text_offsets", "I", swap(ITEM), read_its_text, "text_offsets do not match"),
+    ("sources.fingerprint_offsets", "I", swap(ITEM), replace_it, "fingerprint_offsets do not match"),
+    ("sources.first_chunks", "I", swap(ITEM), remove_it, "first_chunks .*do not match"),
+    ("sources.first_chunks", "I", swap(ITEM), search, "first_chunks .*do not match"),
+    ("sources.text_blocks.starts", "I", swap(1), read_its_text, "text blocks do not cover"),
+    ("chunks.start", "I", set_item(5, lambda v: 10_000), search, "lies outside its source text"),
+    ("chunks.end", "I", set_item(5, lambda v: 10_000), search, "lies outside its source text"),
     ("chunks.source", "i", set_item(5, lambda v: N + 5), search, "points at a source that does not exist"),
 ]
 

@@ -1,4 +1,5 @@
-"""Offsets saved narrow (format 7): uint32 when they fit, int64 otherwise, read back exactly; damage is refused."""
+"""Offsets saved narrow (format 7; the sources' and chunks' columns since format 8): uint32 when they fit, int64
+otherwise, read back exactly; damage is refused."""
 
 import json
 from array import array
@@ -9,7 +10,7 @@ from hypothesis import strategies as st
 
 from clanker_rag import IndexFormatError, KnowledgeBase
 from clanker_rag._storage import _segments, _store
-from clanker_rag._storage._offset_column import offset_part, offset_type
+from clanker_rag._storage._offset_column import column_type, int_part, offset_part, offset_type
 
 SECTIONS = ("postings", "orders", "dictionary")
 
@@ -47,6 +48,25 @@ def test_offsets_round_trip_in_the_narrowest_type_that_holds_them(values, given_
     ref, code = offset_part(blob, memoryview(offsets) if given_as == "view" else offsets)
     assert list(saved(blob, ref, code)) == values
     assert code == ("I" if not values or values[-1] < 1 << 32 else "q")
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.integers(0, 1 << 34), max_size=40), st.sampled_from(["q", "I", "view"]))
+def test_columns_in_any_order_round_trip_as_uint32_when_every_value_fits(values, given_as):
+    if given_as == "I" and any(v >= 1 << 32 for v in values):
+        given_as = "q"
+    column = array("q" if given_as == "view" else given_as, values)
+    blob = _store.Blob()
+    ref, code = int_part(blob, memoryview(column) if given_as == "view" else column)
+    assert list(saved(blob, ref, code)) == values
+    assert code == ("I" if all(v < 1 << 32 for v in values) else "q")
+    assert column_type({"x": code}, "x", "here") == code
+
+
+def test_column_types_default_to_int64_and_unknown_ones_are_refused():
+    assert column_type(None, "sources.chars", "here") == column_type({}, "sources.chars", "here") == "q"
+    with pytest.raises(IndexFormatError, match=r"the type of sources\.chars is 'i'"):
+        column_type({"sources.chars": "i"}, "sources.chars", "here")
 
 
 @pytest.mark.parametrize("code", ["i", "Q", "", 8])
@@ -99,4 +119,4 @@ def test_a_flipped_bit_in_the_dictionary_offsets_fails_when_a_term_is_first_look
     with pytest.raises(IndexFormatError, match="checksum mismatch"):
         for i in range(40):
             kb.search(f"alpha{i % 7} beta{i % 5} source {i} words filler")
-    assert json.loads((tmp_path / "index.json").read_text())["format_version"] == 7
+    assert json.loads((tmp_path / "index.json").read_text())["format_version"] == 8

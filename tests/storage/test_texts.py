@@ -13,16 +13,19 @@ from clanker_rag._storage import _texts
 from clanker_rag._storage._texts import BlockTexts, compress_blocks
 
 
-def packed(pieces: list[bytes], block: int) -> tuple[BlockTexts, list[int], list[bytes]]:
-    """The pieces compressed in blocks of about ``block`` bytes: a reader, their offsets and the blocks."""
-    blocks, done = compress_blocks(pieces, block)
+def packed(
+    pieces: list[bytes], block: int, partial: bool = False, raw: bool = False
+) -> tuple[BlockTexts, list[int], list[bytes]]:
+    """The pieces compressed in blocks of about ``block`` bytes: a reader, their offsets and the blocks
+    (``partial``: the reader inflates a block only as far as a read needs; ``raw``: raw deflate blocks)."""
+    blocks, done = compress_blocks(pieces, block, raw)
     out = list(blocks)
     blob = b"".join(out)
 
     def read(offset: int, length: int) -> bytes:
         return blob[offset : offset + length]
 
-    texts = BlockTexts(read, done.block_offsets, done.total, "t", starts=done.starts)
+    texts = BlockTexts(read, done.block_offsets, done.total, "t", starts=done.starts, partial=partial, raw=raw)
     return texts, list(done.text_offsets), out
 
 
@@ -32,12 +35,16 @@ def packed(pieces: list[bytes], block: int) -> tuple[BlockTexts, list[int], list
     st.sampled_from([1, 3, 8, 32, 4096]),
     st.lists(st.tuples(st.integers(0, 500), st.integers(0, 500)), max_size=20),
     st.integers(1, 4),
+    st.booleans(),
+    st.booleans(),
 )
-def test_any_range_reads_back_exactly_whatever_the_cache_holds(pieces, block, ranges, cached):
+def test_any_range_reads_back_exactly_whatever_the_cache_holds(pieces, block, ranges, cached, partial, raw):
     was = _texts.CACHED
     _texts.CACHED = cached  # a tiny cache: partial and whole blocks evicted and read again
     try:
-        texts, offsets, _ = packed(pieces, block)
+        texts, offsets, blocks = packed(pieces, block, partial, raw)
+        # Raw deflate streams (no zlib header or Adler-32) or zlib streams, as asked.
+        assert b"".join(zlib.decompress(b, -15 if raw else 15) for b in blocks) == b"".join(pieces)
         whole = b"".join(pieces)
         for i, piece in enumerate(pieces):
             assert texts(offsets[i], offsets[i + 1]) == piece
