@@ -633,8 +633,9 @@ class KnowledgeBase:
         return out
 
     # -- persistence ---------------------------------------------------------
-    def _snapshot(self) -> _codec.Snapshot:
-        """What a save writes: live chunks renumbered densely, sources in chunk order."""
+    def _snapshot(self, refreshed: Callable[[], object] = lambda: None) -> _codec.Snapshot:
+        """What a save writes: live chunks renumbered densely, sources in chunk order (``refreshed``: called once
+        the index is refreshed, before the rest is made)."""
         self._settle()
         index = self._index
         try:
@@ -642,6 +643,7 @@ class KnowledgeBase:
         except BaseException:
             self._torn = True
             raise
+        refreshed()
         settings = self._settings()
         return whole_snapshot(settings, self._chunks, self._docs, index, index.saved_postings)
 
@@ -734,9 +736,18 @@ class KnowledgeBase:
     def _write_whole(self, folder: Path) -> str:
         """Write everything as one scored segment (a full save, or a merge of every segment)."""
         keep = _segments.committed_files(folder)
-        snap = self._snapshot()
-        fork = len(snap.sources.names) >= _writer.FORK_TEXTS and spare_core()
-        revision, record = _writer.write(folder, snap, keep, fork=fork)
+        early: list[_writer.Texts] = []  # a fresh build's texts, compressed by a child while the snapshot is made
+
+        def compress_texts() -> None:  # (in the order a save writes them when every source has chunks: checked)
+            if (docs := self._doc_map) is not None and len(docs) >= _writer.FORK_TEXTS and spare_core():
+                early.append(_writer.start_texts(list(map(attrgetter("stored"), docs.values())), fork=True))
+
+        try:  # (a core was idle for the early child: the writer may fork again if it drops it)
+            snap = self._snapshot(compress_texts)
+            fork = bool(early) or (len(snap.sources.names) >= _writer.FORK_TEXTS and spare_core())
+            revision, record = _writer.write(folder, snap, keep, fork=fork, texts=early[0] if early else None)
+        finally:
+            list(map(_writer.Texts.abandon, early))
         self._commits.reset([_codec.open_segment(folder, record, str(folder))], len(self._chunks))
         self._idx.touched.clear()
         return revision
