@@ -634,8 +634,7 @@ class KnowledgeBase:
 
     # -- persistence ---------------------------------------------------------
     def _snapshot(self, refreshed: Callable[[], object] = lambda: None) -> _codec.Snapshot:
-        """What a save writes: live chunks renumbered densely, sources in chunk order (``refreshed``: called once
-        the index is refreshed, before the rest is made)."""
+        """What a save writes: live chunks numbered densely, sources in chunk order (``refreshed()`` once refreshed)."""
         self._settle()
         index = self._index
         try:
@@ -736,11 +735,12 @@ class KnowledgeBase:
     def _write_whole(self, folder: Path) -> str:
         """Write everything as one scored segment (a full save, or a merge of every segment)."""
         keep = _segments.committed_files(folder)
-        early: list[_writer.Texts] = []  # a fresh build's texts, compressed by a child while the snapshot is made
+        early: list[_writer.Texts] = []  # a new index's texts, compressed by a child while the snapshot is made
 
-        def compress_texts() -> None:  # (in the order a save writes them when every source has chunks: checked)
-            if (docs := self._doc_map) is not None and len(docs) >= _writer.FORK_TEXTS and spare_core():
-                early.append(_writer.start_texts(list(map(attrgetter("stored"), docs.values())), fork=True))
+        def compress_texts() -> None:  # in the order a whole save writes them (checked): sources without chunks last
+            if self._loaded is None and len(docs := self._docs) >= _writer.FORK_TEXTS and spare_core():  # (own texts)
+                texts = [doc.stored for doc in sorted(docs.values(), key=lambda doc: not doc.cids)]  # (stable)
+                early.append(_writer.start_texts(texts, fork=True))
 
         try:  # (a core was idle for the early child: the writer may fork again if it drops it)
             snap = self._snapshot(compress_texts)

@@ -147,16 +147,34 @@ def test_a_fresh_builds_texts_compress_in_a_child_forked_before_the_snapshot(tmp
 
 
 @needs_fork
-def test_texts_in_another_order_than_the_save_writes_are_compressed_again(tmp_path, forking):
-    # A source without chunks (an empty text) is written after those with chunks, while it
-    # is among the first sources added: the child started early compresses the texts in
-    # the wrong order and is dropped, and a child forked then compresses them in the right one.
+def test_sources_without_chunks_are_last_in_the_early_childs_texts_as_in_the_save(tmp_path, forking):
+    # An empty text has no chunks: a whole save writes it after the sources with chunks.
     texts = sample_texts()
     texts.insert(3, ("", "empty"))
+    texts.insert(7, ("\u26cf \u26d1", "no words"))
     want = reference(tmp_path, texts)
     forking.clear()
     build(texts).save(tmp_path / "kb")
-    assert forking == ["fork", "snapshot", "fork"]
+    assert forking == ["fork", "snapshot"]
+    assert data_bytes(tmp_path / "kb") == want
+
+
+@needs_fork
+def test_early_texts_other_than_the_snapshots_are_dropped_and_compressed_again(tmp_path, forking, monkeypatch):
+    from clanker_rag._storage import _writer
+
+    texts = sample_texts()
+    want = reference(tmp_path, texts)
+    real_start, calls = _writer.start_texts, []
+
+    def reversed_first(pieces: Any, fork: bool) -> Any:  # the early child's texts in the wrong order
+        calls.append(1)
+        return real_start(pieces[::-1] if len(calls) == 1 else pieces, fork=fork)
+
+    monkeypatch.setattr(_writer, "start_texts", reversed_first)
+    forking.clear()
+    build(texts).save(tmp_path / "kb")
+    assert forking == ["fork", "snapshot", "fork"]  # dropped at the layout, forked again there
     assert data_bytes(tmp_path / "kb") == want
 
 
@@ -202,3 +220,19 @@ def test_a_save_failing_after_the_early_fork_reaps_the_child_and_writes_nothing(
     kb.save(tmp_path / "kb")  # the knowledge base is whole: saved again, the same bytes
     assert data_bytes(tmp_path / "kb") == want
     assert KnowledgeBase.load(tmp_path / "kb").search("word3", 3)
+
+
+@needs_fork
+def test_a_loaded_index_saved_whole_forks_for_its_texts_only_at_the_layout(tmp_path, forking):
+    # A loaded source's stored text is read again from the data file each time it is asked
+    # for: the early child's texts could never be the snapshot's, so none is started.
+    from clanker_rag import KnowledgeBase
+
+    texts = sample_texts()
+    build(texts).save(tmp_path / "first")
+    kb = KnowledgeBase.load(tmp_path / "first")
+    kb.add_text("one more text", "more")
+    forking.clear()
+    kb.save(tmp_path / "kb")
+    assert forking == ["snapshot", "fork"]
+    assert data_bytes(tmp_path / "kb") == reference(tmp_path, [*texts, ("one more text", "more")])
