@@ -59,8 +59,11 @@ IDLE_SAMPLE_S = 0.05
 # per posting (long lists to sort) than the child's mostly short lists, and
 # this process also appends the child's arrays.  Measured at 225k chunks:
 # 0.5 gave 11.0 s of CPU here against 9.3 s in the child; 0.6, 8.5 s
-# against 10.3 s (the child waited for).
-CHILD_SHARE = 0.55
+# against 10.3 s (the child waited for).  Since each process also finds its
+# lists' largest impacts (a step per list: the child's half holds most of
+# the lists), 0.55 gave 4.9 s here against 5.5 s in the child, and 5.7
+# against 6.5 under load: 0.52 evens them.
+CHILD_SHARE = 0.52
 
 Packed = tuple["array[float]", "array[int]"]
 # Chunk ids, tfs, impacts, orders and largest impacts of packed lists.
