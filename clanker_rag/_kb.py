@@ -633,8 +633,8 @@ class KnowledgeBase:
         return out
 
     # -- persistence ---------------------------------------------------------
-    def _snapshot(self) -> _codec.Snapshot:
-        """What a save writes: live chunks renumbered densely, sources in chunk order."""
+    def _snapshot(self, refreshed: Callable[[], object] = lambda: None) -> _codec.Snapshot:
+        """What a save writes: live chunks numbered densely, sources in chunk order (``refreshed()`` once refreshed)."""
         self._settle()
         index = self._index
         try:
@@ -642,6 +642,7 @@ class KnowledgeBase:
         except BaseException:
             self._torn = True
             raise
+        refreshed()
         settings = self._settings()
         return whole_snapshot(settings, self._chunks, self._docs, index, index.saved_postings)
 
@@ -734,9 +735,19 @@ class KnowledgeBase:
     def _write_whole(self, folder: Path) -> str:
         """Write everything as one scored segment (a full save, or a merge of every segment)."""
         keep = _segments.committed_files(folder)
-        snap = self._snapshot()
-        fork = len(snap.sources.names) >= _writer.FORK_TEXTS and spare_core()
-        revision, record = _writer.write(folder, snap, keep, fork=fork)
+        early: list[_writer.Texts] = []  # a new index's texts, compressed by a child while the snapshot is made
+
+        def compress_texts() -> None:  # in the order a whole save writes them (checked): sources without chunks last
+            if self._loaded is None and len(docs := self._docs) >= _writer.FORK_TEXTS and spare_core():  # (own texts)
+                texts = [doc.stored for doc in sorted(docs.values(), key=lambda doc: not doc.cids)]  # (stable)
+                early.append(_writer.start_texts(texts, fork=True))
+
+        try:  # (a core was idle for the early child: the writer may fork again if it drops it)
+            snap = self._snapshot(compress_texts)
+            fork = bool(early) or (len(snap.sources.names) >= _writer.FORK_TEXTS and spare_core())
+            revision, record = _writer.write(folder, snap, keep, fork=fork, texts=early[0] if early else None)
+        finally:
+            list(map(_writer.Texts.abandon, early))
         self._commits.reset([_codec.open_segment(folder, record, str(folder))], len(self._chunks))
         self._idx.touched.clear()
         return revision

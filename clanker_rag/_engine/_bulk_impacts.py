@@ -29,7 +29,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, MutableMapping, Sequence
 from functools import partial
 from itertools import accumulate, compress, islice, repeat
-from operator import gt, rshift
+from operator import add, and_, gt, mul, not_, rshift, truth
 from typing import Any
 
 from .._forking import Child, start_child
@@ -44,6 +44,7 @@ __all__ = [
     "can_fork",
     "idle_core",
     "impacts_and_orders",
+    "list_maxes",
     "pack_pending",
     "spare_core",
 ]
@@ -58,12 +59,15 @@ IDLE_SAMPLE_S = 0.05
 # per posting (long lists to sort) than the child's mostly short lists, and
 # this process also appends the child's arrays.  Measured at 225k chunks:
 # 0.5 gave 11.0 s of CPU here against 9.3 s in the child; 0.6, 8.5 s
-# against 10.3 s (the child waited for).
-CHILD_SHARE = 0.55
+# against 10.3 s (the child waited for).  Since each process also finds its
+# lists' largest impacts (a step per list: the child's half holds most of
+# the lists), 0.55 gave 4.9 s here against 5.5 s in the child, and 5.7
+# against 6.5 under load: 0.52 evens them.
+CHILD_SHARE = 0.52
 
 Packed = tuple["array[float]", "array[int]"]
-# Chunk ids, tfs, impacts and orders of packed lists.
-PackedLists = tuple["array[int]", "array[int]", "array[float]", "array[int]"]
+# Chunk ids, tfs, impacts, orders and largest impacts of packed lists.
+PackedLists = tuple["array[int]", "array[int]", "array[float]", "array[int]", "array[float]"]
 # A child's arrays: typecode and length of each, in the order it writes them.
 _Layout = Sequence[tuple[str, int]]
 # What _part takes before the range of lists.
@@ -221,6 +225,37 @@ def impacts_and_orders(
     return imps, positions
 
 
+def list_maxes(imps: array[float], lengths: Sequence[int], positions: Sequence[int], order_min: int) -> array[float]:
+    """Each list's largest impact (-1.0 for an empty list), lists laid end to end with
+    their orders (:func:`impact_orders`): a long list's is the impact its order puts
+    first (the first of the largest, as ``max`` finds it), a short one's the ``max`` of
+    its few impacts: one Python float made per long list, not one per posting."""
+    n = len(lengths)
+    offsets = array("q", accumulate(lengths, initial=0))
+    long = list(map(gt, lengths, repeat(order_min)))
+    order_offsets = list(accumulate(map(mul, lengths, long), initial=0))
+    maxes = array("f", repeat(-1.0, n))
+    firsts = map(positions.__getitem__, compress(order_offsets, long))
+    _consume(
+        map(
+            maxes.__setitem__,
+            compress(range(n), long),
+            map(imps.__getitem__, map(add, compress(offsets, long), firsts)),
+        )
+    )
+    short = list(map(and_, map(truth, lengths), map(not_, long)))  # (0 < length <= order_min)
+    view = memoryview(imps)
+    ends = compress(islice(offsets, 1, None), short)
+    _consume(
+        map(
+            maxes.__setitem__,
+            compress(range(n), short),
+            map(max, map(view.__getitem__, map(slice, compress(offsets, short), ends))),
+        )
+    )
+    return maxes
+
+
 def pack_pending(
     pending: MutableMapping[int, list[int]],
     n_terms: int,
@@ -232,14 +267,15 @@ def pack_pending(
     order_min: int,
     *,
     split_min: int = SPLIT_MIN,
-) -> tuple[array[int], array[int], array[int], array[float], array[int]]:
-    """Lengths, chunk ids, tfs, impacts and orders of terms ``0`` to
-    ``n_terms - 1`` packed end to end from their ``pending`` lists
+) -> tuple[array[int], array[int], array[int], array[float], array[int], array[float]]:
+    """Lengths, chunk ids, tfs, impacts, orders and largest impacts (:func:`list_maxes`)
+    of terms ``0`` to ``n_terms - 1`` packed end to end from their ``pending`` lists
     (``[chunk id, tf, chunk id, tf, ...]``; a term without one has none).
 
     The values of :func:`impacts_and_orders` over the packed lists, bit for
-    bit.  With at least ``split_min`` postings, a safe fork and an idle core,
-    a child packs and computes the last :data:`CHILD_SHARE` of the postings.
+    bit (the largest impacts found by each process for its own lists).  With at
+    least ``split_min`` postings, a safe fork and an idle core, a child packs
+    and computes the last :data:`CHILD_SHARE` of the postings.
     Empties ``pending``: alone, as soon as its lists are packed (as few of
     them and their copies live at once as can be); with a child, only once
     it is collected (freeing the lists sooner would write to pages it still
@@ -264,6 +300,7 @@ def pack_pending(
         ("I", child_postings),
         ("f", child_postings),
         ("i", _ordered(lengths, mid, order_min)),
+        ("f", n_terms - mid),
     )
     child = _forked(partial(_packed_part, plists, lengths, stats), (mid, n_terms), layout)
     try:
@@ -274,11 +311,10 @@ def pack_pending(
         raise
     if child is None or not child.collect(mine):
         # The lists are all still here: this process packs the child's half.
-        docs, tfs, imps, positions = _packed_part(plists, lengths, stats, (mid, n_terms), free)
-        mine[0].extend(docs)
-        mine[1].extend(tfs)
-        mine[2].extend(imps)
-        mine[3].extend(positions)
+        ours: Sequence[array[Any]] = mine
+        theirs: Sequence[array[Any]] = _packed_part(plists, lengths, stats, (mid, n_terms), free)
+        for have, got in zip(ours, theirs, strict=True):
+            have.extend(got)
     free()  # (again, after a failed child: nothing left)
     return (lengths, *mine)
 
@@ -293,8 +329,8 @@ def _packed_part(
     terms: tuple[int, int],
     free: Callable[[], None] | None = None,
 ) -> PackedLists:
-    """Chunk ids, tfs, impacts and orders of lists ``terms[0]`` to ``terms[1] - 1``
-    of ``plists``; ``free`` is called once they are packed, before the rest."""
+    """Chunk ids, tfs, impacts, orders and largest impacts of lists ``terms[0]`` to
+    ``terms[1] - 1`` of ``plists``; ``free`` is called once they are packed, before the rest."""
     lo, hi = terms
     bm, n_docs, norms, dls, avgdl, order_min = stats
     # One fromlist per list: no flat list of every posting in between; unsigned, the
@@ -309,7 +345,7 @@ def _packed_part(
     part_lengths = lengths[lo:hi]
     offsets = array("q", accumulate(part_lengths, initial=0))
     imps, positions = _part(bm, n_docs, part_lengths, offsets, tfs, docs, norms, dls, avgdl, order_min, (0, hi - lo))
-    return docs, tfs, imps, positions
+    return docs, tfs, imps, positions, list_maxes(imps, part_lengths, positions, order_min)
 
 
 def _split(offsets: Sequence[int], split_min: int, share: float) -> int | None:

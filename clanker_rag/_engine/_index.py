@@ -482,13 +482,22 @@ class InvertedIndex:
         self._adopt(lengths, docs, tfs, imps, positions)
 
     def _adopt(
-        self, lengths: array[int], docs: array[int], tfs: array[int], imps: array[float], positions: Ints
+        self,
+        lengths: array[int],
+        docs: array[int],
+        tfs: array[int],
+        imps: array[float],
+        positions: Ints,
+        maxes: array[float] | None = None,
     ) -> None:
-        """Adopt packed lists with their impacts and orders (all laid end to end) as the packed lists."""
+        """Adopt packed lists with their impacts and orders (all laid end to end) as the packed
+        lists (``maxes``: their largest impacts, when the bulk pass found them)."""
         stats = BaseStats(self.n_docs, self.total_len, len(self.dl))
         offsets = array("q", accumulate(lengths, initial=0))
         self._adopt_lists(PackedLists(offsets, docs, tfs, imps, self.gen, stats=stats))
-        if 0 not in lengths:
+        if maxes is not None and 0 not in lengths:
+            self.maxes = maxes
+        elif 0 not in lengths:
             # Every list's largest impact, which a save writes, in C-level passes over views of the
             # lists (a Python step per term otherwise, once the save asks for them).
             view = memoryview(imps)

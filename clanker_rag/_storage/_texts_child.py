@@ -18,6 +18,7 @@ import os
 import threading
 from array import array
 from collections.abc import Iterable, Sequence
+from operator import is_
 from typing import Any
 
 from .._forking import Child, start_child
@@ -47,6 +48,11 @@ class Texts:
         self._child: Child | None = None
         self._start = 0  # where the child put the compressed bytes in the mapping
         self._count = 0  # how many texts the child compresses
+
+    def holds(self, pieces: Sequence[Piece]) -> bool:
+        """Whether these are exactly the texts being compressed (the same objects, in order)."""
+        mine = self._pieces
+        return isinstance(mine, Sequence) and len(mine) == len(pieces) and all(map(is_, mine, pieces))
 
     def add_to(self, blob: Blob) -> tuple[list[int], array[int], dict[str, Any] | None]:
         """What :func:`._texts.write_texts` adds and returns, from the child's work when it did it."""

@@ -32,7 +32,7 @@ from ._segments import SegmentRecord
 from ._texts_child import Texts, start_texts
 from ._tf_column import tf_part
 
-__all__ = ["FORK_TEXTS", "commit", "merge_segments", "settings_of", "write", "write_segment"]
+__all__ = ["FORK_TEXTS", "Texts", "commit", "merge_segments", "settings_of", "start_texts", "write", "write_segment"]
 
 
 def settings_of(snap: Snapshot) -> dict[str, Any]:
@@ -41,13 +41,15 @@ def settings_of(snap: Snapshot) -> dict[str, Any]:
 
 
 def write(
-    folder: str | Path, snap: Snapshot, keep: Iterable[str] = (), *, fork: bool = False
+    folder: str | Path, snap: Snapshot, keep: Iterable[str] = (), *, fork: bool = False, texts: Texts | None = None
 ) -> tuple[str, SegmentRecord]:
     """Atomically write ``snap`` as the folder's whole index: one scored segment and
     a commit point naming it; returns the new revision and the segment's record.
-    ``fork``: a core is idle for a child compressing the texts (see ``_texts_child``)."""
+    ``fork``: a core is idle for a child compressing the texts (see ``_texts_child``);
+    ``texts``: the snapshot's texts already being compressed (:func:`start_texts`
+    called before the snapshot was made), used only when they are exactly its texts."""
     folder = Path(folder)
-    record = write_segment(folder, snap, scored=True, fork=fork)
+    record = write_segment(folder, snap, scored=True, fork=fork, texts=texts)
     return commit(folder, settings_of(snap), [record], keep), record
 
 
@@ -58,19 +60,28 @@ def commit(folder: Path, settings: dict[str, Any], records: Sequence[SegmentReco
     return _segments.write_commit(folder, body, records, keep)
 
 
-def write_segment(folder: Path, snap: Snapshot, *, scored: bool, fork: bool = False) -> SegmentRecord:
+def write_segment(
+    folder: Path, snap: Snapshot, *, scored: bool, fork: bool = False, texts: Texts | None = None
+) -> SegmentRecord:
     """Write ``snap`` as one immutable segment file.  A *scored* segment also holds
     impacts, impact orders and lookup tables (the first segment of a commit); the
-    others hold term frequencies only: their impacts are computed at load."""
+    others hold term frequencies only: their impacts are computed at load.
+    ``texts``: as :func:`write` takes them."""
     blob = _store.Blob()
-    texts = snap.sources.texts
-    # The texts compress (in a child, when one may fork) while the rest is laid out.  Only texts
-    # held in memory: a loaded segment's would be read (and inflated) all at once first.
-    pending = (
-        start_texts(map(texts.raw, range(len(texts))), fork=False)
-        if isinstance(texts, SourceStore)
-        else start_texts(texts, fork=fork and len(texts) >= FORK_TEXTS)
-    )
+    stored = snap.sources.texts
+    pending: Texts
+    if texts is not None and not isinstance(stored, SourceStore) and texts.holds(stored):
+        pending = texts  # started earlier, on exactly these texts: the same bytes
+    else:
+        if texts is not None:
+            texts.abandon()
+        # The texts compress (in a child, when one may fork) while the rest is laid out.  Only texts
+        # held in memory: a loaded segment's would be read (and inflated) all at once first.
+        pending = (
+            start_texts(map(stored.raw, range(len(stored))), fork=False)
+            if isinstance(stored, SourceStore)
+            else start_texts(stored, fork=fork and len(stored) >= FORK_TEXTS)
+        )
     try:
         return _write_segment(folder, snap, scored, blob, pending)
     finally:

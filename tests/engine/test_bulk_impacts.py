@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from clanker_rag._engine import _bulk_impacts
-from clanker_rag._engine._scoring import BM25, impact_order, norm_values
+from clanker_rag._engine._scoring import BM25, impact_order, impact_orders, norm_values
 
 needs_fork = pytest.mark.skipif(not _bulk_impacts.can_fork(), reason="no safe fork here (one CPU, or no os.fork)")
 
@@ -241,7 +241,13 @@ def packed_by_hand(pending, n_terms, stats: Stats, order_min):
     imps, positions = _bulk_impacts.impacts_and_orders(
         bm, n, lengths, tfs, docs, norms, dls, avgdl, order_min, split_min=10**12
     )
-    return lengths, docs, tfs, imps, positions
+    return lengths, docs, tfs, imps, positions, maxes_by_hand(imps, lengths)
+
+
+def maxes_by_hand(imps, lengths):
+    # Each list's largest impact, max() over all of it (-1.0 for an empty list).
+    offsets = list(accumulate(lengths, initial=0))
+    return array("f", [max(imps[a:b]) if b > a else -1.0 for a, b in pairwise(offsets)])
 
 
 def as_bytes(packed):
@@ -433,3 +439,15 @@ def test_a_ctrl_c_reaching_the_forked_child_is_left_to_this_process():
     # This process's own handling of SIGINT is as it was.
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, set())
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.floats(-4.0, 4.0, width=32), max_size=40), min_size=1, max_size=12), st.integers(0, 8))
+def test_largest_impacts_read_from_the_orders_equal_max_over_each_list(lists, order_min):
+    # Ties (and 0.0 beside -0.0) included: the order's first is the first of the largest, as max finds it.
+    imps = array("f", [v for values in lists for v in values])
+    lengths = array("i", map(len, lists))
+    offsets = array("q", accumulate(lengths, initial=0))
+    positions = impact_orders(imps, offsets, order_min)
+    got = _bulk_impacts.list_maxes(imps, lengths, positions, order_min)
+    assert got.tobytes() == maxes_by_hand(imps, lengths).tobytes()
