@@ -27,7 +27,7 @@ from .._types import Retriever
 from ._focusing import FocusedRetriever
 from ._grammars import LEAD_WORDS, CopyingBackend
 from ._learned import PICK as LEARNED_PICK
-from ._learned import learned_sentence
+from ._learned import learned_sentence, learned_sentences
 from ._prompts import ANSWER_LABEL, CHAT_PROMPT, STOP, after_block, base_prompt
 from ._repetition import loops_at_end
 
@@ -86,6 +86,9 @@ CHOOSERS = ("rules", "learned")
 # 400 lifts the injected text holding the answer from 135 to 158 of 223 in the top 3, but the model
 # answers 124 of 256 either way (16 won, 16 lost: it copies the wrong sentence of the longer block).
 ANSWER_FOLLOW_CHARS = 0
+# With the learned chooser, the block shows its best this many windows (the best-scoring sentences
+# whose windows do not overlap, best first), each as one passage; the block holds at least that many.
+ANSWER_WINDOWS = 1
 # Answers after a block limited to the injected passages' words (llama.cpp grammar, _grammars).
 ANSWER_COPY = True
 # ... and to hold a block word of the type the question asks for, when the block has one.
@@ -167,6 +170,7 @@ def answer_controller(
     rank_prior: float = ANSWER_RANK_PRIOR,
     chooser: str | None = None,
     follow_chars: int = ANSWER_FOLLOW_CHARS,
+    windows: int | None = None,
     stop: Sequence[str] = STOP,
     **options: Any,
 ) -> RagController:
@@ -176,12 +180,17 @@ def answer_controller(
     (:class:`~clanker_rag._answer._focusing.FocusedRetriever`); ``None`` keeps whole chunks.
     ``chooser`` (one of :data:`CHOOSERS`, default :data:`ANSWER_CHOOSER`, read when called) says how
     the sentence shown is chosen among the top passages.
+    ``windows`` (default :data:`ANSWER_WINDOWS`, read when called): with the learned chooser, the
+    block shows that chooser's best this many windows first, and at least that many passages.
     ``options`` (``min_score``, ``show_blocks``...) go to the controller as they are.
     """
     chooser = ANSWER_CHOOSER if chooser is None else chooser
+    windows = ANSWER_WINDOWS if windows is None else windows
     if chooser not in CHOOSERS:
         raise ConfigError(f"chooser must be one of {', '.join(CHOOSERS)}, got {chooser!r}")
     learned = chooser == "learned"
+    # The rules choose one sentence only: more windows are the learned ranking's.
+    windows = windows if learned and focus_chars is not None and sentence else 1
     if focus_chars is not None:
         retriever = FocusedRetriever(
             retriever,
@@ -194,10 +203,12 @@ def answer_controller(
             rank_prior=rank_prior,
             chooser=learned_sentence if learned else None,
             follow=follow_chars,
+            ranker=learned_sentences if learned else None,
+            windows=windows,
         )
     return RagController(
         retriever,
-        k=k,
+        k=max(k, windows),
         tools=mode in ("tools", "both"),
         questions=mode in ("context", "both"),
         block_chars=block_chars,
