@@ -88,7 +88,13 @@ CHOOSERS = ("rules", "learned")
 ANSWER_FOLLOW_CHARS = 0
 # With the learned chooser, the block shows its best this many windows (the best-scoring sentences
 # whose windows do not overlap, best first), each as one passage; the block holds at least that many.
+# Decided on the twelve dev collections (bench/results/h26choose.md): 2 windows lift the injected text
+# holding the answer from 218 to 265 of 338 in the top 3 (leave-one-collection-out), but Gemma-3-270M
+# answers 41 against 42 of 105 (marshmallow, markdown, scrapy) and takes longer: it copies the wrong
+# window. 1 for the base-model path; 2 serves a reader that can tell the windows apart.
 ANSWER_WINDOWS = 1
+# With several windows (best first), the asked-for word comes from the earliest one that holds one.
+ANSWER_FIRST_TYPED = False
 # Answers after a block limited to the injected passages' words (llama.cpp grammar, _grammars).
 ANSWER_COPY = True
 # ... and to hold a block word of the type the question asks for, when the block has one.
@@ -147,10 +153,12 @@ def probe_server(base_url: str, timeout: float = 5.0) -> ServerInfo:
     return ServerInfo(True, template, not special)
 
 
-def copying(generate: G, question: str) -> G | CopyingBackend:
+def copying(generate: G, question: str, first: bool | None = None) -> G | CopyingBackend:
     """``generate`` (a llama.cpp backend) with answers held to each block's words, as
-    ``ask`` and ``serve`` answer a base model (:data:`ANSWER_COPY`, :data:`ANSWER_TYPED_COPY`)."""
-    return CopyingBackend(generate, question, typed=ANSWER_TYPED_COPY) if ANSWER_COPY else generate
+    ``ask`` and ``serve`` answer a base model (:data:`ANSWER_COPY`, :data:`ANSWER_TYPED_COPY`);
+    ``first`` (default :data:`ANSWER_FIRST_TYPED`): the typed word from the earliest passage holding one."""
+    first = ANSWER_FIRST_TYPED if first is None else first
+    return CopyingBackend(generate, question, typed=ANSWER_TYPED_COPY, first=first) if ANSWER_COPY else generate
 
 
 def answer_controller(
@@ -188,6 +196,8 @@ def answer_controller(
     windows = ANSWER_WINDOWS if windows is None else windows
     if chooser not in CHOOSERS:
         raise ConfigError(f"chooser must be one of {', '.join(CHOOSERS)}, got {chooser!r}")
+    if isinstance(windows, bool) or not isinstance(windows, int) or not 1 <= windows <= 5:
+        raise ConfigError(f"windows must be an integer 1..5, got {windows!r}")
     learned = chooser == "learned"
     # The rules choose one sentence only: more windows are the learned ranking's.
     windows = windows if learned and focus_chars is not None and sentence else 1

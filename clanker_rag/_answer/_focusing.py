@@ -553,8 +553,11 @@ class FocusedRetriever:
     ``analyzer`` if it has one, else the standard English analyser), so query
     and lines match the way the index matches them.  ``follow`` > 0 (characters)
     lets the sentence take the whole sentences after it within that budget
-    (:func:`focus_sentence`).  Keyword arguments of
-    :meth:`search` (filters) pass through.
+    (:func:`focus_sentence`).  ``windows`` > 1 with a ``ranker`` (a
+    :data:`SentenceRanker`, e.g. ``_learned.learned_sentences``) shows that
+    ranker's best ``windows`` sentences of the top ``pick`` passages first,
+    in its order, each cut from its passage (two may come from one passage).
+    Keyword arguments of :meth:`search` (filters) pass through.
     """
 
     def __init__(

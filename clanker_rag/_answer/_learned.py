@@ -15,6 +15,10 @@ cross-validation; regenerate them with::
 
     python bench/train_selector.py --write
 
+:func:`ranked` orders the candidates by that score and keeps those whose
+windows do not overlap: the best few windows, for a block that shows more
+than one (``answer_controller(windows=N)``).
+
 Pure standard library: the score is a dot product.
 """
 

@@ -321,6 +321,9 @@ def test_ask_with_two_windows_injects_both_and_the_rules_keep_one() -> None:
     assert not (a.source == b.source and a.start < b.end and b.start < a.end)
     rules = answer_controller(Fixed(*hits), question=question, chooser="rules", windows=2, k=1)
     assert rules.k == 1
+    for bad in (0, 6, True, 1.5):
+        with pytest.raises(ConfigError, match="windows"):
+            answer_controller(Fixed(*hits), question=question, windows=bad)  # type: ignore[arg-type]
 
 
 def test_a_unit_is_code_when_indented_fenced_or_inside_a_fence() -> None:
