@@ -94,6 +94,7 @@ ANSWER_FOLLOW_CHARS = 0
 # window. 1 for the base-model path; 2 serves a reader that can tell the windows apart.
 ANSWER_WINDOWS = 1
 # With several windows (best first), the asked-for word comes from the earliest one that holds one.
+# With 2 windows on marshmallow, markdown and scrapy: 44 against 41 of 105 answered (1 window: 42).
 ANSWER_FIRST_TYPED = False
 # Answers after a block limited to the injected passages' words (llama.cpp grammar, _grammars).
 ANSWER_COPY = True

@@ -22,6 +22,7 @@ from clanker_rag._answer._focusing import FocusedRetriever, SentenceQuery, best_
 from clanker_rag._answer._learned import FEATURES, PICK, WEIGHTS, candidates, learned_sentence, score
 from clanker_rag._exceptions import ConfigError
 from clanker_rag._text._analysis import Analyzer
+from clanker_rag._types import Hit
 
 ANALYZER = Analyzer()
 ROOT = Path(__file__).resolve().parents[2]
@@ -318,6 +319,7 @@ def test_ask_with_two_windows_injects_both_and_the_rules_keep_one() -> None:
     shown = two.retriever.search(question, two.k)
     assert two.k == 2 and len(shown[: two.k]) == 2
     a, b = shown[0], shown[1]
+    assert isinstance(a, Hit) and isinstance(b, Hit)
     assert not (a.source == b.source and a.start < b.end and b.start < a.end)
     rules = answer_controller(Fixed(*hits), question=question, chooser="rules", windows=2, k=1)
     assert rules.k == 1
