@@ -27,7 +27,7 @@ from .._types import Retriever
 from ._focusing import FocusedRetriever
 from ._grammars import LEAD_WORDS, CopyingBackend
 from ._learned import PICK as LEARNED_PICK
-from ._learned import learned_sentence
+from ._learned import learned_sentence, learned_sentences
 from ._prompts import ANSWER_LABEL, CHAT_PROMPT, STOP, after_block, base_prompt
 from ._repetition import loops_at_end
 
@@ -86,6 +86,16 @@ CHOOSERS = ("rules", "learned")
 # 400 lifts the injected text holding the answer from 135 to 158 of 223 in the top 3, but the model
 # answers 124 of 256 either way (16 won, 16 lost: it copies the wrong sentence of the longer block).
 ANSWER_FOLLOW_CHARS = 0
+# With the learned chooser, the block shows its best this many windows (the best-scoring sentences
+# whose windows do not overlap, best first), each as one passage; the block holds at least that many.
+# Decided on the twelve dev collections (bench/results/h26choose.md): 2 windows lift the injected text
+# holding the answer from 218 to 265 of 338 in the top 3 (leave-one-collection-out), but Gemma-3-270M
+# answers 41 against 42 of 105 (marshmallow, markdown, scrapy) and takes longer: it copies the wrong
+# window. 1 for the base-model path; 2 serves a reader that can tell the windows apart.
+ANSWER_WINDOWS = 1
+# With several windows (best first), the asked-for word comes from the earliest one that holds one.
+# With 2 windows on marshmallow, markdown and scrapy: 44 against 41 of 105 answered (1 window: 42).
+ANSWER_FIRST_TYPED = False
 # Answers after a block limited to the injected passages' words (llama.cpp grammar, _grammars).
 ANSWER_COPY = True
 # ... and to hold a block word of the type the question asks for, when the block has one.
@@ -144,10 +154,12 @@ def probe_server(base_url: str, timeout: float = 5.0) -> ServerInfo:
     return ServerInfo(True, template, not special)
 
 
-def copying(generate: G, question: str) -> G | CopyingBackend:
+def copying(generate: G, question: str, first: bool | None = None) -> G | CopyingBackend:
     """``generate`` (a llama.cpp backend) with answers held to each block's words, as
-    ``ask`` and ``serve`` answer a base model (:data:`ANSWER_COPY`, :data:`ANSWER_TYPED_COPY`)."""
-    return CopyingBackend(generate, question, typed=ANSWER_TYPED_COPY) if ANSWER_COPY else generate
+    ``ask`` and ``serve`` answer a base model (:data:`ANSWER_COPY`, :data:`ANSWER_TYPED_COPY`);
+    ``first`` (default :data:`ANSWER_FIRST_TYPED`): the typed word from the earliest passage holding one."""
+    first = ANSWER_FIRST_TYPED if first is None else first
+    return CopyingBackend(generate, question, typed=ANSWER_TYPED_COPY, first=first) if ANSWER_COPY else generate
 
 
 def answer_controller(
@@ -167,6 +179,7 @@ def answer_controller(
     rank_prior: float = ANSWER_RANK_PRIOR,
     chooser: str | None = None,
     follow_chars: int = ANSWER_FOLLOW_CHARS,
+    windows: int | None = None,
     stop: Sequence[str] = STOP,
     **options: Any,
 ) -> RagController:
@@ -176,12 +189,19 @@ def answer_controller(
     (:class:`~clanker_rag._answer._focusing.FocusedRetriever`); ``None`` keeps whole chunks.
     ``chooser`` (one of :data:`CHOOSERS`, default :data:`ANSWER_CHOOSER`, read when called) says how
     the sentence shown is chosen among the top passages.
+    ``windows`` (default :data:`ANSWER_WINDOWS`, read when called): with the learned chooser, the
+    block shows that chooser's best this many windows first, and at least that many passages.
     ``options`` (``min_score``, ``show_blocks``...) go to the controller as they are.
     """
     chooser = ANSWER_CHOOSER if chooser is None else chooser
+    windows = ANSWER_WINDOWS if windows is None else windows
     if chooser not in CHOOSERS:
         raise ConfigError(f"chooser must be one of {', '.join(CHOOSERS)}, got {chooser!r}")
+    if isinstance(windows, bool) or not isinstance(windows, int) or not 1 <= windows <= 5:
+        raise ConfigError(f"windows must be an integer 1..5, got {windows!r}")
     learned = chooser == "learned"
+    # The rules choose one sentence only: more windows are the learned ranking's.
+    windows = windows if learned and focus_chars is not None and sentence else 1
     if focus_chars is not None:
         retriever = FocusedRetriever(
             retriever,
@@ -194,10 +214,12 @@ def answer_controller(
             rank_prior=rank_prior,
             chooser=learned_sentence if learned else None,
             follow=follow_chars,
+            ranker=learned_sentences if learned else None,
+            windows=windows,
         )
     return RagController(
         retriever,
-        k=k,
+        k=max(k, windows),
         tools=mode in ("tools", "both"),
         questions=mode in ("context", "both"),
         block_chars=block_chars,

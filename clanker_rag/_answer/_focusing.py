@@ -31,9 +31,11 @@ __all__ = [
     "FocusedRetriever",
     "SentenceChooser",
     "SentenceQuery",
+    "SentenceRanker",
     "SentenceUnits",
     "focus_hit",
     "focus_sentence",
+    "is_code_at",
     "rule_scores",
     "rules_sentence",
     "sentence_units",
@@ -150,10 +152,19 @@ def _sentences(text: str) -> list[tuple[int, int]]:
     return [(a + len(text[a:b]) - len(text[a:b].lstrip()), b) for a, b in spans]
 
 
+def _fences(text: str) -> list[int]:
+    return [m.start() for m in re.finditer(r"^[ \t]*```", text, re.M)]
+
+
 def _is_code(text: str, at: int, fenced: list[int]) -> bool:
     """Whether the unit starting at ``at`` is code: an indented line, a fence or inside one."""
     line = text[text.rfind("\n", 0, at) + 1 :]
     return line.startswith(("    ", "\t", "```")) or sum(f < at for f in fenced) % 2 == 1
+
+
+def is_code_at(text: str, at: int) -> bool:
+    """Whether the unit of ``text`` starting at ``at`` is code (:func:`_is_code`, the fences found here)."""
+    return _is_code(text, at, _fences(text))
 
 
 def _lead_ins(text: str, spans: Sequence[tuple[int, int]]) -> dict[int, int]:
@@ -162,7 +173,7 @@ def _lead_ins(text: str, spans: Sequence[tuple[int, int]]) -> dict[int, int]:
     A unit resumes a sentence when it starts in lower case and only code
     separates it from an earlier prose unit ending with a colon.
     """
-    fenced = [m.start() for m in re.finditer(r"^[ \t]*```", text, re.M)]
+    fenced = _fences(text)
     code = [_is_code(text, a, fenced) for a, _ in spans]
     out: dict[int, int] = {}
     for k, (a, _) in enumerate(spans):
@@ -390,6 +401,10 @@ class SentenceQuery(NamedTuple):
 
 # Chooses (hit, sentence) among the top passages, instead of best_sentence (e.g. ``_learned``).
 SentenceChooser = Callable[[Sequence[HitLike], SentenceQuery], tuple[int, int]]
+# Ranks the n best (hit, sentence) pairs among the top passages, best first, their windows apart.
+SentenceRanker = Callable[[Sequence[HitLike], SentenceQuery, int], list[tuple[int, int]]]
+# The most windows a ranker may put first.
+_MAX_WINDOWS = 5
 
 
 def best_sentence(
@@ -538,8 +553,11 @@ class FocusedRetriever:
     ``analyzer`` if it has one, else the standard English analyser), so query
     and lines match the way the index matches them.  ``follow`` > 0 (characters)
     lets the sentence take the whole sentences after it within that budget
-    (:func:`focus_sentence`).  Keyword arguments of
-    :meth:`search` (filters) pass through.
+    (:func:`focus_sentence`).  ``windows`` > 1 with a ``ranker`` (a
+    :data:`SentenceRanker`, e.g. ``_learned.learned_sentences``) shows that
+    ranker's best ``windows`` sentences of the top ``pick`` passages first,
+    in its order, each cut from its passage (two may come from one passage).
+    Keyword arguments of :meth:`search` (filters) pass through.
     """
 
     def __init__(
@@ -556,11 +574,19 @@ class FocusedRetriever:
         rank_prior: float = 0.0,
         chooser: SentenceChooser | None = None,
         follow: int = 0,
+        ranker: SentenceRanker | None = None,
+        windows: int = 1,
     ) -> None:
         if budget < 40:
             raise ConfigError(f"budget must be >= 40 characters, got {budget}")
         if follow != 0 and not 40 <= follow <= _MAX_FOLLOW:
             raise ConfigError(f"follow must be 0 (off) or 40..{_MAX_FOLLOW} characters, got {follow!r}")
+        if not 1 <= windows <= _MAX_WINDOWS:
+            raise ConfigError(f"windows must be 1..{_MAX_WINDOWS}, got {windows!r}")
+        if windows > 1 and ranker is None:
+            raise ConfigError("windows > 1 needs a ranker (a SentenceRanker) to choose them")
+        self.ranker = ranker
+        self.windows = windows
         self.follow = follow
         self.sentence = sentence
         self.attach = attach
@@ -586,33 +612,28 @@ class FocusedRetriever:
             return [focus_hit(hit, terms, self.analyzer, self.budget) for hit in hits]
         expected = focus_types(query) if self.answer_types else frozenset()
         howto = self.answer_types and asks_how(query)
-        unit = None
+        # (hit, sentence) chosen among the top passages, shown first in this order.
+        chosen: list[tuple[int, int]] = []
         if self.pick > 1 and len(hits) > 1:
             asked = SentenceQuery(
                 query, terms, self.analyzer, self.budget, expected, self.attach, self.rank_prior, howto
             )
-            first, unit = self.chooser(hits[: self.pick], asked)
-            hits = [hits[first], *hits[:first], *hits[first + 1 :]]
+            if self.ranker is not None and self.windows > 1:
+                chosen = self.ranker(hits[: self.pick], asked, self.windows)
+            else:
+                chosen = [self.chooser(hits[: self.pick], asked)]
+        used = {i for i, _ in chosen}
+        order = [(i, u) for i, u in chosen] + [(i, None) for i in range(len(hits)) if i not in used]
         out = [
-            focus_sentence(
-                hit,
-                terms,
-                self.analyzer,
-                self.budget,
-                expected,
-                self.attach,
-                unit if i == 0 else None,
-                howto,
-                self.follow,
-            )
-            for i, hit in enumerate(hits)
+            focus_sentence(hits[i], terms, self.analyzer, self.budget, expected, self.attach, unit, howto, self.follow)
+            for i, unit in order
         ]
         if expected:
             # A passage whose best sentence holds no token of the asked-for type (and a query
             # term) cannot answer; the ones that can go first, each group in rank order.
             fits = [bool(expected & types_in(h.text)) and bool(terms.intersection(self.analyzer(h.text))) for h in out]
-            # A sentence chosen among several passages weighed the type already: it stays first.
-            keep = 1 if unit is not None else 0
+            # Sentences chosen among several passages weighed the type already: they stay first.
+            keep = len(chosen)
             rest = list(zip(out[keep:], fits[keep:]))
             out = out[:keep] + [h for h, ok in rest if ok] + [h for h, ok in rest if not ok]
         return out

@@ -221,6 +221,7 @@ def copy_grammar(
     question: str = "",
     expected: frozenset[str] = frozenset(),
     analyzer: Callable[[str], list[str]] | None = None,
+    typed_from: str | None = None,
 ) -> str:
     """A GBNF grammar: one line of up to 24 words taken from ``passage`` (or ``question`` if it has none).
 
@@ -230,7 +231,9 @@ def copy_grammar(
     of the question), an answer must hold a passage word of such a type when
     the passage has one, and of several, one nearest the question's words
     (:func:`closest_typed`): asked "which status", the model cannot answer
-    with the row's error name alone.
+    with the row's error name alone.  ``typed_from`` (default: ``passage``)
+    is the text whose typed words count: a block's best window, when it
+    shows several.
     """
     words: dict[str, None] = {}
     # The question's own words only when the passage has none: free to use them, a small model
@@ -241,7 +244,8 @@ def copy_grammar(
     if not words:
         return 'root ::= [^\\n]* "\\n"'
     alternatives = one_of(list(words))
-    typed = closest_typed(passage, question, expected, analyzer) if expected else []
+    source = passage if typed_from is None else typed_from
+    typed = closest_typed(source, question, expected, analyzer) if expected else []
     if not typed:
         return f'root ::= " " word (" " word){{0,{_MAX_WORDS - 1}}} "\\n"\nword ::= {alternatives}\n'
     forms = dict.fromkeys(f for w in typed for f in _forms(w))
@@ -257,14 +261,19 @@ class CopyingBackend:
     Pass :meth:`observe` to the controller as ``on_block``: each injected
     block's passages, as shown, become words an answer may use.
     ``typed=True`` also makes an answer hold a passage word of the type the
-    question asks for, when the passages have one (:func:`copy_grammar`).
+    question asks for, when the passages have one (:func:`copy_grammar`);
+    with ``first=True``, one of the earliest passage that has such a word.
 
     ``inner`` is called as ``inner(prompt, stop, options=...)``: the
     :class:`~clanker_rag.backends.LlamaCppBackend` signature.
     """
 
-    def __init__(self, inner: Callable[..., Iterator[Any]], question: str = "", *, typed: bool = False) -> None:
+    def __init__(
+        self, inner: Callable[..., Iterator[Any]], question: str = "", *, typed: bool = False, first: bool = False
+    ) -> None:
         self.inner = inner
+        # The typed word from the earliest passage that has one: passages ranked best first.
+        self.first = first
         self.question = question
         self.expected = expected_types(question) if typed else frozenset()
         self.analyzer = Analyzer()
@@ -280,5 +289,9 @@ class CopyingBackend:
             options = {"grammar": TOOL_GRAMMAR}
         elif prompt.rstrip(" ").endswith(ANSWER_LABEL) and self.passages:
             passage = "\n".join(self.passages)
-            options = {"grammar": copy_grammar(passage, self.question, self.expected, self.analyzer)}
+            typed_from = None
+            if self.first and self.expected:
+                found = (p for p in self.passages if closest_typed(p, self.question, self.expected, self.analyzer))
+                typed_from = next(found, None)
+            options = {"grammar": copy_grammar(passage, self.question, self.expected, self.analyzer, typed_from)}
         return self.inner(prompt, stop, options=options)

@@ -15,6 +15,10 @@ cross-validation; regenerate them with::
 
     python bench/train_selector.py --write
 
+:func:`ranked` orders the candidates by that score and keeps those whose
+windows do not overlap: the best few windows, for a block that shows more
+than one (``answer_controller(windows=N)``).
+
 Pure standard library: the score is a dot product.
 """
 
@@ -28,10 +32,28 @@ from dataclasses import dataclass
 
 from .._types import HitLike
 from ._answer_types import DEFAULT, FLAG, IDENT, LITERAL, NUMBER, code_names, says_default, types_in
-from ._focusing import SentenceQuery, SentenceUnits, mark_kind, rule_scores, sentence_units, term_weights
+from ._focusing import (
+    SentenceQuery,
+    SentenceUnits,
+    is_code_at,
+    mark_kind,
+    rule_scores,
+    sentence_units,
+    term_weights,
+)
 from ._windows import attached, is_changelog
 
-__all__ = ["FEATURES", "PICK", "WEIGHTS", "Candidate", "candidates", "learned_sentence", "score"]
+__all__ = [
+    "FEATURES",
+    "PICK",
+    "WEIGHTS",
+    "Candidate",
+    "candidates",
+    "learned_sentence",
+    "learned_sentences",
+    "ranked",
+    "score",
+]
 
 FEATURES: tuple[str, ...] = (
     "rule",  # the rule score (best_sentence's, rank prior included) over the best candidate's
@@ -170,13 +192,6 @@ def _relative(value: float, best: float) -> float:
     return value / best if best > 0 else 0.0
 
 
-def _is_code(text: str, at: int) -> bool:
-    line = text[text.rfind("\n", 0, at) + 1 :]
-    if line.startswith(("    ", "\t", "```")):
-        return True
-    return text.count("```", 0, at) % 2 == 1
-
-
 def _pairs(terms: Sequence[str]) -> set[tuple[str, str]]:
     return set(itertools.pairwise(terms))
 
@@ -217,7 +232,7 @@ def candidates(hits: Sequence[HitLike], asked: SentenceQuery) -> list[Candidate]
             new_name = any(not set(analyzer(name)) <= terms for name in code_names(window))
             digit = any(ch.isdigit() for ch in sentence)
             default = says_default(sentence)
-            is_code = _is_code(text, a)
+            is_code = is_code_at(text, a)
             states = _STATES_DEFAULT_RE.search(window) is not None
             new_number = bool(set(_NUMBER_RE.findall(window)) - asked_numbers)
             new_flag = bool(set(_FLAG_RE.findall(window)) - asked_flags)
@@ -305,15 +320,36 @@ def score(features: Sequence[float], weights: Sequence[float] = WEIGHTS) -> floa
     return math.fsum(w * x for w, x in zip(weights, features))
 
 
+def ranked(hits: Sequence[HitLike], asked: SentenceQuery, n: int = 1) -> list[tuple[int, int]]:
+    """(hit, sentence) of the ``n`` best-scoring candidates whose windows do not overlap, best first.
+
+    Ties go to the higher passage and the earlier sentence.  A later
+    candidate whose window shares text with an earlier one's (the same
+    passage, overlapping spans) would show the same words twice: it is passed over.
+    """
+    found = candidates(hits, asked)
+    scores = [score(c.features) for c in found]
+    order = sorted(range(len(found)), key=lambda k: (-scores[k], k))
+    out: list[Candidate] = []
+    for k in order:
+        c = found[k]
+        if all(c.hit != o.hit or c.end <= o.start or c.start >= o.end for o in out):
+            out.append(c)
+            if len(out) == n:
+                break
+    return [(c.hit, c.unit) for c in out]
+
+
 def learned_sentence(hits: Sequence[HitLike], asked: SentenceQuery) -> tuple[int, int]:
     """(hit, sentence) of the best-scoring candidate; ties go to the higher passage and the earlier sentence.
 
     A :data:`~._focusing.SentenceChooser`: :class:`~._focusing.FocusedRetriever`'s
     ``chooser`` in place of :func:`~._focusing.best_sentence`.
     """
-    found = candidates(hits, asked)
-    if not found:
-        return 0, 0
-    scores = [score(c.features) for c in found]
-    best = max(range(len(found)), key=lambda k: (scores[k], -k))
-    return found[best].hit, found[best].unit
+    best = ranked(hits, asked)
+    return best[0] if best else (0, 0)
+
+
+def learned_sentences(hits: Sequence[HitLike], asked: SentenceQuery, n: int) -> list[tuple[int, int]]:
+    """:func:`ranked` as a :data:`~._focusing.SentenceRanker` (``FocusedRetriever(ranker=..., windows=n)``)."""
+    return ranked(hits, asked, n)

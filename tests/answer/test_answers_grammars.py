@@ -147,3 +147,31 @@ def test_the_controller_hands_the_copying_backend_each_block_before_resuming() -
     assert [type(ev).__name__ for ev in events][:2] == ["RetrieveEvent", "InjectEvent"]
     [options] = inner.calls
     assert options is not None and '"8765"' in options["grammar"]
+
+
+def test_with_first_the_typed_word_comes_from_the_earliest_passage_holding_one() -> None:
+    # Two windows, best first: the second's number answers as well by its words, but the
+    # answer must hold the first's; a first window without a number leaves the second's.
+    builder = BlockBuilder()
+    question = "Which port does the server listen on?"
+    best = Hit("The server listens on port 8765.", "a.md", 1.0)
+    other = Hit("The server can listen on port 9000 instead.", "b.md", 0.9)
+    none = Hit("The server listens on a port.", "c.md", 0.9)
+    grammars = {}
+    for first in (False, True):
+        for name, hits in (("both", [best, other]), ("late", [none, other])):
+            inner = Recorder()
+            backend = CopyingBackend(inner, question, typed=True, first=first)
+            backend.observe(InjectEvent.of(builder.build("context", hits), "question", "q"))
+            list(backend("..." + ANSWER_LABEL))
+            [options] = inner.calls
+            assert options is not None
+            grammars[first, name] = options["grammar"]
+    typed = {key: grammar.split("typed ::= ", 1)[1] for key, grammar in grammars.items()}
+    assert '"8765"' in typed[True, "both"] and '"9000"' not in typed[True, "both"]
+    assert '"9000"' in typed[True, "late"]
+    # Without ``first`` both numbers stay candidates, as before.
+    assert '"8765"' in typed[False, "both"] and '"9000"' in typed[False, "both"]
+    # Every word of both windows may still be written around it.
+    words = grammars[True, "both"].split("typed ::= ", 1)[0]
+    assert '"instead"' in words and '"9000"' in words

@@ -22,6 +22,7 @@ from clanker_rag._answer._focusing import FocusedRetriever, SentenceQuery, best_
 from clanker_rag._answer._learned import FEATURES, PICK, WEIGHTS, candidates, learned_sentence, score
 from clanker_rag._exceptions import ConfigError
 from clanker_rag._text._analysis import Analyzer
+from clanker_rag._types import Hit
 
 ANALYZER = Analyzer()
 ROOT = Path(__file__).resolve().parents[2]
@@ -241,3 +242,98 @@ def test_the_trainer_rewrites_only_the_weights_block(tmp_path: Path, monkeypatch
     after = source[source.index("\n)\n", source.index("WEIGHTS: tuple")) + 3 :]
     assert written.startswith(before) and written.endswith(after)
     assert written.count("_RE = re.compile(") == source.count("_RE = re.compile(")
+
+
+# -- more than one window -------------------------------------------------------------------
+
+GUIDE = (
+    "Workers\n=======\n\n"
+    "The server runs requests in worker processes. Each worker serves one request at a time.\n\n"
+    "Set ``APP_WORKERS`` to choose how many processes serve requests. It defaults to ``4``.\n\n"
+    "Threads are not used.\n"
+)
+
+
+def _overlap(a: tuple[int, int, int], b: tuple[int, int, int]) -> bool:
+    return a[0] == b[0] and a[1] < b[2] and b[1] < a[2]
+
+
+def test_ranked_puts_the_learned_choice_first_and_never_overlapping_windows() -> None:
+    hits = [hit(GUIDE, "workers.rst", 3.0), hit("Processes are started once. Each one serves requests.", "b.rst", 2.0)]
+    query = asked("How many worker processes serve requests by default?")
+    assert _learned.ranked(hits, query)[0] == learned_sentence(hits, query)
+    found = {(c.hit, c.unit): (c.hit, c.start, c.end) for c in candidates(hits, query)}
+    three = _learned.ranked(hits, query, 3)
+    assert len(three) == 3 and len(set(three)) == 3
+    windows = [found[pair] for pair in three]
+    assert not any(_overlap(a, b) for k, a in enumerate(windows) for b in windows[k + 1 :])
+    # The first two of three are the two asked for alone: one ranking, cut at n.
+    assert _learned.ranked(hits, query, 2) == three[:2]
+    assert _learned.learned_sentences(hits, query, 2) == three[:2]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    texts=st.lists(_TEXT, min_size=1, max_size=3),
+    n=st.integers(min_value=1, max_value=4),
+    question=st.sampled_from(["What is the default port?", "How do I run the server?", "Which option sets the port?"]),
+)
+def test_ranked_windows_are_candidates_and_never_overlap(texts: list[str], n: int, question: str) -> None:
+    hits = [hit(text, f"{i}.md", 3.0 - i) for i, text in enumerate(texts)]
+    query = asked(question)
+    found = {(c.hit, c.unit): (c.hit, c.start, c.end) for c in candidates(hits, query)}
+    out = _learned.ranked(hits, query, n)
+    assert 1 <= len(out) <= n and all(pair in found for pair in out)
+    windows = [found[pair] for pair in out]
+    assert not any(_overlap(a, b) for k, a in enumerate(windows) for b in windows[k + 1 :])
+
+
+def test_focused_retriever_shows_the_ranked_windows_first_in_their_order() -> None:
+    first = hit("Reloading is slow. The server restarts itself.", "a.rst", 4.0)
+    second = hit("Reloading needs a flag.\n\nTurn it on with ``FLASK_DEBUG=1``.", "b.rst", 3.9)
+
+    def two(hits: object, query: SentenceQuery, n: int) -> list[tuple[int, int]]:
+        assert n == 2
+        return [(1, 1), (0, 1)]
+
+    out = FocusedRetriever(Fixed(first, second), budget=200, sentence=True, pick=2, ranker=two, windows=2).search(
+        "How do I turn on reloading?", 2
+    )
+    assert [h.source for h in out] == ["b.rst", "a.rst"]
+    assert "FLASK_DEBUG=1" in out[0].text and out[1].text == "The server restarts itself."
+    # One window (the default) asks the chooser, not the ranker.
+    one = FocusedRetriever(Fixed(first, second), budget=200, sentence=True, pick=2, ranker=two).search("reloading", 2)
+    assert len(one) == 2
+
+
+@pytest.mark.parametrize(("windows", "ranker"), [(0, True), (6, True), (2, False)])
+def test_focused_retriever_refuses_windows_it_cannot_show(windows: int, ranker: bool) -> None:
+    with pytest.raises(ConfigError, match="windows"):
+        FocusedRetriever(Fixed(), sentence=True, windows=windows, ranker=_learned.learned_sentences if ranker else None)
+
+
+def test_ask_with_two_windows_injects_both_and_the_rules_keep_one() -> None:
+    hits = [hit(GUIDE, "workers.rst", 3.0), hit("Processes are started once. Each one serves requests.", "b.rst", 2.0)]
+    question = "How many worker processes serve requests by default?"
+    two = answer_controller(Fixed(*hits), question=question, chooser="learned", windows=2, k=1)
+    shown = two.retriever.search(question, two.k)
+    assert two.k == 2 and len(shown[: two.k]) == 2
+    a, b = shown[0], shown[1]
+    assert isinstance(a, Hit) and isinstance(b, Hit)
+    assert not (a.source == b.source and a.start < b.end and b.start < a.end)
+    rules = answer_controller(Fixed(*hits), question=question, chooser="rules", windows=2, k=1)
+    assert rules.k == 1
+    for bad in (0, 6, True, 1.5):
+        with pytest.raises(ConfigError, match="windows"):
+            answer_controller(Fixed(*hits), question=question, windows=bad)  # type: ignore[arg-type]
+
+
+def test_a_unit_is_code_when_indented_fenced_or_inside_a_fence() -> None:
+    from clanker_rag._answer._focusing import is_code_at
+
+    text = "Run it:\n\n    $ app run\n\n```\nx = 1\n```\n\nThen it serves.\n"
+    assert not is_code_at(text, 0)
+    assert is_code_at(text, text.index("$ app"))
+    assert is_code_at(text, text.index("```"))
+    assert is_code_at(text, text.index("x = 1"))
+    assert not is_code_at(text, text.index("Then"))
