@@ -734,7 +734,6 @@ class KnowledgeBase:
 
     def _write_whole(self, folder: Path) -> str:
         """Write everything as one scored segment (a full save, or a merge of every segment)."""
-        keep = _segments.committed_files(folder)
         early: list[_writer.Texts] = []  # a new index's texts, compressed by a child while the snapshot is made
 
         def compress_texts() -> None:  # in the order a whole save writes them (checked): sources without chunks last
@@ -745,7 +744,7 @@ class KnowledgeBase:
         try:  # (a core was idle for the early child: the writer may fork again if it drops it)
             snap = self._snapshot(compress_texts)
             fork = bool(early) or (len(snap.sources.names) >= _writer.FORK_TEXTS and spare_core())
-            revision, record = _writer.write(folder, snap, keep, fork=fork, texts=early[0] if early else None)
+            revision, record = _writer.write(folder, snap, fork=fork, texts=early[0] if early else None)
         finally:
             list(map(_writer.Texts.abandon, early))
         self._commits.reset([_codec.open_segment(folder, record, str(folder))], len(self._chunks))

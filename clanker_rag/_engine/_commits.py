@@ -80,7 +80,6 @@ class Commits:
         plan = _segments.plan_merges(live, dead) if merge else _segments.MergePlan(False, [])
         if plan.full:
             return whole()
-        keep = [r.file for r in records]  # the replaced commit's files, kept one commit longer
         if new is not None:
             records.append(_writer.write_segment(folder, new, scored=False))
             segs.append(_codec.open_segment(folder, records[-1], str(folder)))
@@ -88,7 +87,7 @@ class Commits:
         for first, last in reversed(plan.runs):
             merged = _writer.write_segment(folder, _writer.merge_segments(segs[first:last]), scored=False)
             segs[first:last] = [_codec.open_segment(folder, merged, str(folder))]
-        revision = _writer.commit(folder, settings, [seg.record for seg in segs if seg.record is not None], keep)
+        revision = _writer.commit(folder, settings, [seg.record for seg in segs if seg.record is not None])
         self.reset(segs, len(ct))
         index.touched.clear()
         return revision

@@ -392,7 +392,9 @@ def read(folder: str | Path) -> Opened:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-_READ_ATTEMPTS = 3
+# Each retry means a writer committed (and deleted the files of the commit we had read) while this
+# reader was opening it, a few milliseconds; eight in a row needs eight commits in that window.
+_READ_ATTEMPTS = 8
 
 
 def _read_commit(body: dict[str, Any], folder: Path, where: str) -> list[Segment]:

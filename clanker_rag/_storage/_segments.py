@@ -11,13 +11,15 @@ it since it was written.  A cheap commit therefore writes one new segment
 (the chunks added since the last commit, if any) and a new commit point
 with the new deletion marks; the segments already on disk are untouched.
 
-Old files go only when no commit names them, after a grace of one commit:
-a save deletes the segments named by neither the commit it writes nor the
-one it replaces.  A reader in another process that has opened a commit keeps
-reading it (its mappings and descriptors hold the files open, and POSIX
-keeps an unlinked open file); a reader that read the previous ``index.json``
-a moment before the switch finds that commit's files still in place; one that
-finds a file gone reads ``index.json`` again (see :func:`open_commit`).
+Old files go as soon as the commit point that replaces theirs is in place
+(Lucene's keep-only-the-last-commit policy): a save deletes every segment
+the commit it writes does not name, so the folder holds one index, never
+two (a whole rewrite, ``optimize`` or an ingest's last save after its
+checkpoints, would otherwise double it until the next commit).  A reader in
+another process that has opened a commit keeps reading it (its mappings and
+descriptors hold the files open, and POSIX keeps an unlinked open file); one
+that read the previous ``index.json`` a moment before the switch finds a file
+gone and reads ``index.json`` again (``_codec.read``).
 
 The merge policy (:func:`plan_merges`) is log-structured over adjacent
 segments (so chunk order, and with it the tie order of equal scores, is
@@ -51,7 +53,6 @@ __all__ = [
     "PartCheck",
     "Policy",
     "SegmentRecord",
-    "committed_files",
     "plan_merges",
     "read_segment",
     "write_commit",
@@ -292,22 +293,11 @@ def read_segment(folder: Path, record: SegmentRecord, where: str) -> OpenedSegme
     return OpenedSegment(body, data, path, blocks, opened)
 
 
-def write_commit(
-    folder: Path, body: dict[str, Any], segments: Sequence[SegmentRecord], keep: Iterable[str] = ()
-) -> str:
-    """Write the commit point naming ``segments``; files named by neither it nor ``keep`` go afterwards."""
+def write_commit(folder: Path, body: dict[str, Any], segments: Sequence[SegmentRecord]) -> str:
+    """Write the commit point naming ``segments``; the data files it does not name go afterwards."""
     full = {**body, "segments": [rec.to_json() for rec in segments]}
-    named = {rec.file for rec in segments} | set(keep)
+    named = {rec.file for rec in segments}
     return _store.write_index(folder, full, None, version=COMMIT_VERSION, keep=named)
-
-
-def committed_files(folder: Path) -> list[str]:
-    """The data files the folder's current commit names (a save keeps them one commit longer)."""
-    try:
-        body, _, _ = _store.read_manifest(folder / _store.INDEX_FILE)
-    except (IndexFormatError, OSError):
-        return []
-    return segment_files(body)
 
 
 def segment_files(body: dict[str, Any]) -> list[str]:

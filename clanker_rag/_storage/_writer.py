@@ -41,7 +41,7 @@ def settings_of(snap: Snapshot) -> dict[str, Any]:
 
 
 def write(
-    folder: str | Path, snap: Snapshot, keep: Iterable[str] = (), *, fork: bool = False, texts: Texts | None = None
+    folder: str | Path, snap: Snapshot, *, fork: bool = False, texts: Texts | None = None
 ) -> tuple[str, SegmentRecord]:
     """Atomically write ``snap`` as the folder's whole index: one scored segment and
     a commit point naming it; returns the new revision and the segment's record.
@@ -50,14 +50,14 @@ def write(
     called before the snapshot was made), used only when they are exactly its texts."""
     folder = Path(folder)
     record = write_segment(folder, snap, scored=True, fork=fork, texts=texts)
-    return commit(folder, settings_of(snap), [record], keep), record
+    return commit(folder, settings_of(snap), [record]), record
 
 
-def commit(folder: Path, settings: dict[str, Any], records: Sequence[SegmentRecord], keep: Iterable[str] = ()) -> str:
-    """Write the commit point naming ``records``; returns the new revision.  Data files named by
-    neither it nor ``keep`` (the replaced commit's, kept one commit longer) are deleted."""
+def commit(folder: Path, settings: dict[str, Any], records: Sequence[SegmentRecord]) -> str:
+    """Write the commit point naming ``records``; returns the new revision.  Data files it
+    does not name are deleted once it is in place (see ``_segments``: readers keep theirs)."""
     body = {**settings, "stats": {"chunks": sum(r.live_chunks for r in records), "segments": len(records)}}
-    return _segments.write_commit(folder, body, records, keep)
+    return _segments.write_commit(folder, body, records)
 
 
 def write_segment(

@@ -178,13 +178,39 @@ def test_a_reader_keeps_its_commit_while_writers_move_on(tmp_path, segmented):
     kb.save(tmp_path)
     reader = KnowledgeBase.load(tmp_path, analyzer=plain)
     want = ranked(reader, "t0 t1")
+    readers_files = {p.name for p in tmp_path.glob("data-*.bin")}
     writer = KnowledgeBase.load(tmp_path, analyzer=plain)
-    for i in range(4):  # past the one-commit grace: the reader's files are deleted
+    for i in range(4):
         writer.add_text(f"t0 t{i} extra", f"x{i}")
         writer.optimize()
+    # The first commit deleted the reader's files: one index in the folder, never two.
+    assert not readers_files & {p.name for p in tmp_path.glob("data-*.bin")}
+    assert {p.name for p in tmp_path.glob("data-*.bin")} == {seg["file"] for seg in commit(tmp_path)["segments"]}
     assert ranked(reader, "t0 t1") == want  # mapped and open: unlinked files still read
     assert all(reader.source_text(f"s{i}") == "t0 t1 t2 t3" for i in range(20))
     assert len(KnowledgeBase.load(tmp_path, analyzer=plain)) == len(reader) + 4
+
+
+def test_a_reader_that_read_the_replaced_commit_point_reads_the_new_one(tmp_path, segmented, monkeypatch):
+    # A writer commits (deleting the files of the commit point this reader has just read)
+    # between the reader's read of index.json and its opening of the segments.
+    fresh_build({f"s{i}": "t0 t1 t2 t3" for i in range(20)}).save(tmp_path)
+    writer = KnowledgeBase.load(tmp_path, analyzer=plain)
+    real = _store.read_index
+    calls: list[int] = []
+
+    def read_then_writer_commits(folder: Any) -> Any:
+        manifest = real(folder)
+        calls.append(1)
+        if len(calls) == 1:
+            writer.add_text("t0 fresh words", "late.md")
+            writer.optimize()  # a whole rewrite: every file the manifest names is gone now
+        return manifest
+
+    monkeypatch.setattr(_store, "read_index", read_then_writer_commits)
+    reader = KnowledgeBase.load(tmp_path, analyzer=plain)
+    assert len(calls) == 2  # the first commit point's files were gone: it read index.json again
+    assert "late.md" in reader.sources() and len(reader) == len(writer)
 
 
 def test_damage_in_a_segment_is_a_clear_error(tmp_path, segmented, monkeypatch):

@@ -109,11 +109,11 @@ def test_data_file_is_named_by_content_and_old_ones_go(tmp_path):
     assert data_file(tmp_path) == first  # same content, same file
     kb.add_text("new words entirely", "new.txt")
     kb.save(tmp_path)
-    # The replaced commit's file is kept one commit longer, for readers that had just read it.
-    assert first.exists() and len(list(tmp_path.glob("data-*.bin"))) == 2
+    # The replaced commit's file goes once the new commit point is in place (readers hold theirs open).
+    assert not first.exists() and len(list(tmp_path.glob("data-*.bin"))) == 1
     kb.add_text("more words", "more.txt")
     kb.save(tmp_path)
-    assert not first.exists() and len(list(tmp_path.glob("data-*.bin"))) == 2
+    assert len(list(tmp_path.glob("data-*.bin"))) == 1
     assert KnowledgeBase.load(tmp_path).sources() == ["fox.txt", "greek.txt", "more.txt", "new.txt"]
 
 
