@@ -46,6 +46,7 @@ from itertools import pairwise
 from typing import Any, NamedTuple, Union
 
 from .._exceptions import IndexFormatError
+from ._deflate import RAW_WBITS, deflate
 
 __all__ = [
     "DENSE_SLOT_BYTES",
@@ -62,7 +63,6 @@ __all__ = [
     "build_table",
     "build_tables",
     "check_tables",
-    "deflate",
     "lookup",
     "pack_tables",
 ]
@@ -178,13 +178,6 @@ def build_tables(offsets: Ints, chunks: Ints, impacts: Floats, n_chunks: int) ->
     return parts
 
 
-def deflate(data: bytes | memoryview) -> bytes:
-    """``data`` as a raw deflate stream (RFC 1951: no zlib header, no Adler-32, which would cost
-    a sixth of inflating a table; the segment's block checksums cover the stream's bytes)."""
-    packer = zlib.compressobj(LEVEL, zlib.DEFLATED, -15)
-    return packer.compress(data) + packer.flush()
-
-
 class PackedParts(NamedTuple):
     """What a format 7 save writes: :class:`TableParts` with each slot table compressed."""
 
@@ -204,7 +197,7 @@ def pack_tables(offsets: Ints, chunks: Ints, impacts: Floats, n_chunks: int) -> 
             packed.dense.append(table)
         else:
             packed.slot_terms.append(tid)
-            packed.slots.append(deflate(memoryview(table).cast("B")))
+            packed.slots.append(deflate(memoryview(table).cast("B"), LEVEL))
     return packed
 
 
@@ -291,7 +284,7 @@ class StoredTables:
         if t.checks is not None:
             t.checks[1](a, b)
         try:
-            raw = zlib.decompress(t.slots[a:b], -15, 2 * n)  # sized at once: no copy as it grows
+            raw = zlib.decompress(t.slots[a:b], RAW_WBITS, 2 * n)  # sized at once: no copy as it grows
         except zlib.error as exc:
             raise IndexFormatError(f"{self._where}: lookup table {i} does not inflate ({exc})") from None
         if len(raw) != 2 * n:

@@ -37,6 +37,7 @@ from operator import ge
 from typing import Any
 
 from .._exceptions import IndexFormatError
+from ._deflate import RAW_WBITS, deflate
 from ._store import Blob
 
 __all__ = ["CACHED", "COMPRESS", "LEVEL", "TEXT_BLOCK", "BlockTexts", "blocks_record", "compress_blocks", "write_texts"]
@@ -74,12 +75,7 @@ _WINDOW = 4096
 def _packer(raw: bool) -> Callable[[bytes | memoryview], bytes]:
     if not raw:
         return lambda data: zlib.compress(data, LEVEL)
-
-    def deflate(data: bytes | memoryview) -> bytes:
-        packer = zlib.compressobj(LEVEL, zlib.DEFLATED, -15)
-        return packer.compress(data) + packer.flush()
-
-    return deflate
+    return lambda data: deflate(data, LEVEL)
 
 
 def compress_blocks(
@@ -197,7 +193,7 @@ class BlockTexts:
         ``raw``: the blocks are raw deflate streams (format 8), not zlib streams."""
         self._read = read
         self._partial = partial
-        self._wbits = -15 if raw else 15
+        self._wbits = RAW_WBITS if raw else zlib.MAX_WBITS
         self._offsets = offsets
         self._starts: Sequence[int] = range(1) if starts is None else starts
         self._size = size

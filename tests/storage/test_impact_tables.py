@@ -18,12 +18,12 @@ from clanker_rag import IndexFormatError, KnowledgeBase
 from clanker_rag._engine._pruning import probe
 from clanker_rag._storage import _segments, _store
 from clanker_rag._storage._codec import read
+from clanker_rag._storage._deflate import deflate
 from clanker_rag._storage._impact_tables import (
     LookupTables,
     StoredTables,
     build_tables,
     check_tables,
-    deflate,
     lookup,
     pack_tables,
 )
@@ -211,7 +211,7 @@ def packed_one(payload):
 
 
 def test_a_packed_slot_table_reads_back():
-    good = packed_one(deflate(array("H", [0, 1, 0, 2]).tobytes()))
+    good = packed_one(deflate(array("H", [0, 1, 0, 2]).tobytes(), tables_module.LEVEL))
     check_tables(good, 1, "here")
     table = StoredTables(good, "here").table(0, 2)
     assert table is not None and list(lookup(table, [0, 1, 2, 3])) == [0.0, 0.5, 0.0, 1.5]
@@ -221,9 +221,9 @@ def test_a_packed_slot_table_reads_back():
     "payload",
     [
         b"not a zlib stream at all",
-        deflate(array("H", [0, 1, 0]).tobytes()),  # a slot short
-        deflate(array("H", [0, 1, 0, 2, 0]).tobytes()),  # a slot over
-        deflate(array("H", [0, 1, 0, 2]).tobytes())[:-3],  # cut short
+        deflate(array("H", [0, 1, 0]).tobytes(), tables_module.LEVEL),  # a slot short
+        deflate(array("H", [0, 1, 0, 2, 0]).tobytes(), tables_module.LEVEL),  # a slot over
+        deflate(array("H", [0, 1, 0, 2]).tobytes(), tables_module.LEVEL)[:-3],  # cut short
     ],
     ids=["garbage", "short", "long", "truncated"],
 )
@@ -238,7 +238,7 @@ def test_a_packed_slot_table_that_does_not_inflate_to_its_slots_is_refused_when_
     "spans", [array("q", [1, 9]), array("q", [0, 8]), array("q", [0]), array("q", [0, 0])], ids=str
 )
 def test_packed_slot_spans_that_do_not_fit_their_part_are_refused(spans):
-    tables = packed_one(deflate(array("H", [0, 1, 0, 2]).tobytes()))
+    tables = packed_one(deflate(array("H", [0, 1, 0, 2]).tobytes(), tables_module.LEVEL))
     with pytest.raises(IndexFormatError, match="lookup tables"):
         check_tables(tables._replace(slot_spans=spans), 1, "here")
 
