@@ -38,6 +38,7 @@ from typing import Any
 
 from .._exceptions import IndexFormatError
 from ._deflate import RAW_WBITS, deflate
+from ._offset_column import narrowest
 from ._store import Blob
 
 __all__ = ["CACHED", "COMPRESS", "LEVEL", "TEXT_BLOCK", "BlockTexts", "blocks_record", "compress_blocks", "write_texts"]
@@ -150,7 +151,7 @@ def blocks_record(blob: Blob, total: int, block_offsets: array[int], starts: arr
     """The body's ``text_blocks``: the uncompressed total and the block tables, added to ``blob``
     as uint32 when they fit (format 8, ``type``: both count bytes of at most ``total``), else int64;
     ``raw``: the blocks are raw deflate streams (format 8), else zlib streams."""
-    code = "I" if total < 1 << 32 and (not block_offsets or block_offsets[-1] < 1 << 32) else "q"
+    code = narrowest(max(total, block_offsets[-1] if block_offsets else 0))
     return {
         "bytes": total,
         "offsets": blob.array(array(code, block_offsets)),
