@@ -198,7 +198,9 @@ def impact_order(imps: Sequence[float], hint: Sequence[int] | None = None) -> ar
         and _is_order(imps, hint)
     ):
         return array("i", hint)
-    return _sorted_positions(imps, array("I"))
+    positions: array[int] = array("I")
+    _append_order(imps, positions)
+    return retyped_int32s(positions)
 
 
 def _floats_list(values: Sequence[float]) -> list[float]:
@@ -208,13 +210,12 @@ def _floats_list(values: Sequence[float]) -> list[float]:
     return list(values)
 
 
-def _sorted_positions(imps: Sequence[float], into: array[int]) -> array[int]:
-    """``into`` (an ``array("I")``) with ``imps``'s positions by decreasing impact appended,
-    as ``array("i")``.  The sort reads the impacts from a list of them (no float made per
-    key) and the positions go in unsigned (see ``_fill``): the same order, a quarter faster."""
+def _append_order(imps: Sequence[float], into: array[int]) -> None:
+    """Append ``imps``'s positions by decreasing impact (ties by position) to ``into``, an
+    ``array("I")`` the caller retypes once (see ``_fill``).  The sort reads the impacts from a
+    list of them (no float made per key), the positions go in unsigned: a quarter faster."""
     keys = _floats_list(imps)
     into.fromlist(sorted(range(len(keys)), key=keys.__getitem__, reverse=True))
-    return retyped_int32s(into)
 
 
 def _is_order(imps: Sequence[float], order: Sequence[int]) -> bool:
@@ -254,11 +255,9 @@ def impact_orders(imps: Sequence[float], offsets: Sequence[int], order_min: int)
     """:func:`impact_order` of every list longer than ``order_min`` (list ``t``
     is ``imps[offsets[t]:offsets[t + 1]]``), laid end to end."""
     positions: array[int] = array("I")
-    fill = positions.fromlist
     for a, b in pairwise(offsets):
         if b - a > order_min:
-            keys = _floats_list(imps[a:b])
-            fill(sorted(range(b - a), key=keys.__getitem__, reverse=True))
+            _append_order(imps[a:b], positions)
     return retyped_int32s(positions)
 
 
