@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 from .._exceptions import ConfigError
 from .._stream._controller import InjectEvent, RagController, StreamEvent, TextEvent
 from .._types import Retriever
-from ._focusing import FocusedRetriever
+from ._focusing import FocusedRetriever, check_windows
 from ._grammars import LEAD_WORDS, CopyingBackend
 from ._learned import PICK as LEARNED_PICK
 from ._learned import learned_sentence, learned_sentences
@@ -194,11 +194,9 @@ def answer_controller(
     ``options`` (``min_score``, ``show_blocks``...) go to the controller as they are.
     """
     chooser = ANSWER_CHOOSER if chooser is None else chooser
-    windows = ANSWER_WINDOWS if windows is None else windows
+    windows = check_windows(ANSWER_WINDOWS if windows is None else windows)
     if chooser not in CHOOSERS:
         raise ConfigError(f"chooser must be one of {', '.join(CHOOSERS)}, got {chooser!r}")
-    if isinstance(windows, bool) or not isinstance(windows, int) or not 1 <= windows <= 5:
-        raise ConfigError(f"windows must be an integer 1..5, got {windows!r}")
     learned = chooser == "learned"
     # The rules choose one sentence only: more windows are the learned ranking's.
     windows = windows if learned and focus_chars is not None and sentence else 1

@@ -33,6 +33,7 @@ __all__ = [
     "SentenceQuery",
     "SentenceRanker",
     "SentenceUnits",
+    "check_windows",
     "focus_hit",
     "focus_sentence",
     "is_code_at",
@@ -407,6 +408,13 @@ SentenceRanker = Callable[[Sequence[HitLike], SentenceQuery, int], list[tuple[in
 _MAX_WINDOWS = 5
 
 
+def check_windows(windows: object) -> int:
+    """``windows`` if it is a count of windows a block may show first (1 to 5), else a ConfigError."""
+    if isinstance(windows, bool) or not isinstance(windows, int) or not 1 <= windows <= _MAX_WINDOWS:
+        raise ConfigError(f"windows must be an integer 1..{_MAX_WINDOWS}, got {windows!r}")
+    return windows
+
+
 def best_sentence(
     hits: Sequence[HitLike],
     terms: set[str],
@@ -581,8 +589,7 @@ class FocusedRetriever:
             raise ConfigError(f"budget must be >= 40 characters, got {budget}")
         if follow != 0 and not 40 <= follow <= _MAX_FOLLOW:
             raise ConfigError(f"follow must be 0 (off) or 40..{_MAX_FOLLOW} characters, got {follow!r}")
-        if not 1 <= windows <= _MAX_WINDOWS:
-            raise ConfigError(f"windows must be 1..{_MAX_WINDOWS}, got {windows!r}")
+        check_windows(windows)
         if windows > 1 and ranker is None:
             raise ConfigError("windows > 1 needs a ranker (a SentenceRanker) to choose them")
         self.ranker = ranker
