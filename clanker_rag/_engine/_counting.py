@@ -42,7 +42,7 @@ class TermIds(dict[str, tuple[int, ...]]):
     def __missing__(self, raw: str) -> tuple[int, ...]:
         if len(self) >= _MAX_TERM_IDS:
             self.clear()
-        tids = tuple(map(self._vocab.__getitem__, self._analyzer.terms_of(raw)))
+        tids = tuple(map(self._vocab.__getitem__, self._analyzer.expand(raw)))
         self[raw] = tids
         return tids
 

@@ -162,13 +162,18 @@ def extend_ints(out: array[Any], values: Ints | Floats) -> None:
         out.extend(view)
 
 
+def _above_uint8(raw: memoryview) -> bool:
+    """Whether a little-endian uint32 item (bytes ``raw``) is 256 or more: a high byte not zero."""
+    return any(raw[i::4].tobytes().strip(b"\0") for i in (1, 2, 3))
+
+
 def narrow_tfs(tfs: Ints) -> Ints:
     """``tfs`` as uint8, uint16 or uint32 items, the narrowest that holds them all."""
     view = memoryview(tfs)
     if view.format in TF_TYPES[:2]:
         return tfs
     raw = view.cast("B")
-    if _LITTLE and view.itemsize == 4 and not any(raw[i::4].tobytes().strip(b"\0") for i in (1, 2, 3)):
+    if _LITTLE and view.itemsize == 4 and not _above_uint8(raw):
         # Every high byte zero: the low bytes are the uint8 values (three C-level scans, no item loop).
         return array("B", raw[0::4].tobytes())
     if _LITTLE and view.itemsize == 4 and not any(raw[i::4].tobytes().strip(b"\0") for i in (2, 3)):
@@ -229,10 +234,22 @@ def tf_part(blob: Blob, tfs: Tfs) -> dict[str, Any]:
         return _overflow_part(
             blob, Overflow(_array(tfs.narrow, "B"), _array(tfs.positions, "q"), _array(tfs.values, "I"))
         )
-    narrow = narrow_tfs(tfs)
-    split = split_overflow(narrow)
-    if split is not None:
-        return _overflow_part(blob, split)
+    view = memoryview(tfs)
+    if _LITTLE and view.itemsize == 4 and view.format not in TF_TYPES[:2]:
+        raw = view.cast("B")
+        if not _above_uint8(raw):
+            return {"tfs": blob.array(array("B", raw[0::4].tobytes())), "tf_type": "B"}
+        # Split straight from the 4-byte items: the marks and values split_overflow finds in the
+        # uint16 items narrow_tfs would make first (a count's marks depend on its value alone).
+        split = split_overflow(tfs)
+        if split is not None:
+            return _overflow_part(blob, split)
+        narrow = narrow_tfs(tfs)
+    else:
+        narrow = narrow_tfs(tfs)
+        split = split_overflow(narrow)
+        if split is not None:
+            return _overflow_part(blob, split)
     code = narrow.typecode if isinstance(narrow, array) else narrow.format
     return {"tfs": blob.array(narrow), "tf_type": code}
 

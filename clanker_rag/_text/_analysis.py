@@ -241,6 +241,11 @@ class Analyzer:
         """The terms of one raw word (as :func:`find_words` yields them); cached."""
         return self.cache[raw]
 
+    def expand(self, raw: str) -> tuple[str, ...]:
+        """:meth:`terms_of`, analysed now and not kept: for a caller that keeps its own
+        table of raw words (a bulk count's), so each new word is stored once, not twice."""
+        return self._expand(raw)
+
     def count(self, words: Sequence[str]) -> Counter[str]:
         """Term frequencies of already split raw words."""
         if self.custom is not None:
@@ -251,6 +256,10 @@ class Analyzer:
         cached = self._word_cache.get(low, _MISSING)
         if cached != _MISSING:
             return cached
+        return self._new_word(low)
+
+    def _new_word(self, low: str) -> str | None:
+        """:meth:`_word` of a word not in the cache: analysed and kept."""
         if low in self._stop:
             term = None
         else:
@@ -264,29 +273,41 @@ class Analyzer:
         return term
 
     def _expand(self, raw: str) -> tuple[str, ...]:
-        if _is_cjk(raw[0]):
+        # Each raw word of a corpus passes here once (then it is cached), but a big corpus
+        # holds hundreds of thousands of them, most of them identifiers: the word cache
+        # is read inline (a method call per part cost about as much as the rest).
+        first = raw[0]
+        if first >= "\u3040" and _is_cjk(first):
             if not self.cjk_bigrams or len(raw) == 1:
                 return (raw,)
             return tuple(raw[i : i + 2] for i in range(len(raw) - 1))
         low = raw.casefold()
+        cached = self._word_cache.get
         if not self.split_identifiers or (raw.isalpha() and (raw.islower() or raw.isupper() or raw[1:].islower())):
             # Plain word ("word", "Word"): the common case.
-            term = self._word(low)
+            term = cached(low, _MISSING)
+            if term == _MISSING:
+                term = self._new_word(low)
             return (term,) if term else ()
         ident_part = _ident_part()
         # The part pattern never matches "_", so underscores separate parts by themselves.
         parts = ident_part.findall(raw)
+        whole = cached(low, _MISSING)
+        if whole == _MISSING:
+            whole = self._new_word(low)
         if len(parts) <= 1 and "_" not in raw:
-            term = self._word(low)
-            return (term,) if term else ()
+            return (whole,) if whole else ()
         # The whole identifier is stemmed like a plain word, so the lowercase
         # query "assertequal" meets the code token "assertEqual".
-        whole = self._word(low)
         out = [whole] if whole else []
+        keep_digits = self._digit_parts
         for part in parts:
-            if part.isdigit() and not self._digit_parts:
+            if not keep_digits and part.isdigit():
                 continue  # "2" of "hunter2prod": the whole identifier is term enough
-            term = self._word(part.casefold())
+            part = part.casefold()
+            term = cached(part, _MISSING)
+            if term == _MISSING:
+                term = self._new_word(part)
             if term and term != whole:
                 out.append(term)
         return tuple(out)

@@ -127,3 +127,25 @@ def test_piece_offsets_fast_path_equals_the_splitting_regex(text):
 
     expected = list(accumulate(map(len, split_words(text)), initial=0))
     assert list(piece_offsets(text, find_words(text))) == expected
+
+
+words_of_code = st.lists(pieces, max_size=12).map("".join).map(find_words).filter(bool)
+settings_of_analyzers = st.fixed_dictionaries(
+    {
+        "stopwords": st.booleans(),
+        "stemmer": st.sampled_from(["porter2", None]),
+        "split_identifiers": st.booleans(),
+        "cjk_bigrams": st.booleans(),
+    }
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(words_of_code, max_size=6).map(lambda w: [x for ws in w for x in ws]), settings_of_analyzers)
+def test_a_words_terms_do_not_depend_on_the_words_analysed_before(words, options):
+    # The word cache is read inline while a word is analysed (its parts): a word's terms must be
+    # those of a fresh analyser whatever was cached before, and expand() (not kept) the same as terms_of().
+    warm = Analyzer(**options)
+    in_turn = [warm.terms_of(w) for w in words]
+    assert in_turn == [Analyzer(**options).expand(w) for w in words]
+    assert [warm.expand(w) for w in reversed(words)] == in_turn[::-1]
