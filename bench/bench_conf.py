@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
+import re
 import statistics
 import sys
 import time
@@ -37,8 +37,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from bench.answers_qa import correct  # noqa: E402
 from bench.bench_docs import COLLECTIONS, Item, knowledge_base, load  # noqa: E402
-from clanker_rag._answer._ask import BASE_MODE, answer_controller, base_model_events  # noqa: E402
 from clanker_rag._answer._answer_types import expected_types  # noqa: E402
+from clanker_rag._answer._ask import BASE_MODE, answer_controller, base_model_events  # noqa: E402
 from clanker_rag._answer._grammars import closest_typed  # noqa: E402
 from clanker_rag._answer._prompts import base_prompt  # noqa: E402
 from clanker_rag._stream._controller import InjectEvent, TextEvent  # noqa: E402
@@ -93,13 +93,17 @@ class _Probing:
         self.inner = LlamaCppBackend(url, n_predict=max_tokens, temperature=0.0, cache_prompt=True, n_probs=1)
         self.tokens: list[tuple[str, float, float]] = []
 
-    def __call__(self, prompt: str, stop: Sequence[str] = (), *, options: Mapping[str, Any] | None = None) -> Iterator[Any]:
+    def __call__(
+        self, prompt: str, stop: Sequence[str] = (), *, options: Mapping[str, Any] | None = None
+    ) -> Iterator[Any]:
         self.tokens = []
         for token in self.inner(prompt, stop, options=options):
             obj = self.inner.last_response or {}
             for item in obj.get("completion_probabilities") or ():
                 top = item.get("top_logprobs") or [{}]
-                self.tokens.append((str(item.get("token", "")), float(item["logprob"]), float(top[0].get("logprob", 0.0))))
+                self.tokens.append(
+                    (str(item.get("token", "")), float(item["logprob"]), float(top[0].get("logprob", 0.0)))
+                )
             yield token
 
 
@@ -214,6 +218,22 @@ def typed_lp(c: Candidate) -> float:
     return mean_lp(c)
 
 
+_WORD = re.compile(r"[A-Za-z0-9_.-]*[A-Za-z0-9_]")
+
+
+def _words(text: str) -> set[str]:
+    return {w.lower() for w in _WORD.findall(text) if len(w) > 2}
+
+
+def agreement(c: Candidate, row: Row) -> float:
+    """How many of the other candidates' windows hold the answer's own words (those the question does not
+    write), as a share of those words summed over the other windows: answers the windows agree on."""
+    words = _words(c.answer) - _words(row.question)
+    if not words or not c.tokens:
+        return 0.0
+    return sum(len(words & _words(d.text)) / len(words) for d in row.candidates if d is not c)
+
+
 SCORES: dict[str, Callable[[Candidate], float]] = {
     "mean": mean_lp,
     "min": min_lp,
@@ -222,11 +242,15 @@ SCORES: dict[str, Callable[[Candidate], float]] = {
     "gap": gap,
     "typed": typed_lp,
 }
+ROW_SCORES: dict[str, Callable[[Candidate, Row], float]] = {
+    "agree": agreement,
+    "agree+mean": lambda c, row: agreement(c, row) + mean_lp(c),
+}
 QL_SCORES: dict[str, Callable[[Candidate], float]] = {
     "question": question_lp,
     "question+mean": lambda c: question_lp(c) + mean_lp(c),
 }
-KS = (2, 3, 4)
+KS = (2, 3)
 PENALTIES = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0)
 # The first answer is kept without asking the others when its score reaches this (None: never).
 THRESHOLDS: tuple[float | None, ...] = (None, -0.05, -0.1, -0.2, -0.3, -0.5, -0.75, -1.0)
@@ -253,6 +277,10 @@ class Scored:
             name: [[fn(c) if (c.tokens or c.rank == 0) else None for c in r.candidates] for r in rows]
             for name, fn in SCORES.items()
         }
+        for name, by_row in ROW_SCORES.items():
+            self.values[name] = [
+                [by_row(c, r) if (c.tokens or c.rank == 0) else None for c in r.candidates] for r in rows
+            ]
 
     def pick(self, i: int, rule: Rule) -> int | None:
         """The index of the candidate ``rule`` keeps for row ``i`` (None: no candidate)."""
@@ -340,7 +368,7 @@ def analyse(rows: Sequence[Row]) -> None:
     line("first window", [first[n] for n in names])
     line("oracle K=4", [sum(any(c.correct for c in rows[i].candidates) for i in idx[n]) for n in names])
     everything = list(range(len(rows)))
-    for name in SCORES:
+    for name in [*SCORES, *ROW_SCORES]:
         for k in KS:
             rules = [Rule(name, k, p) for p in PENALTIES]
             best = max(rules, key=lambda g: (scored.answered(g, everything), g.penalty))
@@ -348,10 +376,10 @@ def analyse(rows: Sequence[Row]) -> None:
         per, picked = loco(scored, grid([name]))
         line(f"{name} LOCO", [per[n] for n in names])
         print("   picked: " + "; ".join(f"{n}: {picked[n]}" for n in names))
-    per, picked = loco(scored, grid(list(SCORES)))
+    per, picked = loco(scored, grid([*SCORES, *ROW_SCORES]))
     line("any score, LOCO", [per[n] for n in names])
     print("   picked: " + "; ".join(f"{n}: {picked[n]}" for n in names))
-    per, picked = loco(scored, grid(list(SCORES), THRESHOLDS))
+    per, picked = loco(scored, grid([*SCORES, *ROW_SCORES], THRESHOLDS))
     line("any score + keep bar, LOCO", [per[n] for n in names])
     print("   picked: " + "; ".join(f"{n}: {picked[n]}" for n in names))
     times1 = [r.candidates[0].seconds for r in rows]
@@ -373,6 +401,9 @@ def main() -> int:
     parser.add_argument("--windows", type=int, default=4, help="candidates per question (1..5)")
     parser.add_argument("--url", help="a running llama.cpp server (else one is started)")
     parser.add_argument("--no-model", action="store_true", help="only the candidates and whether they hold it")
+    parser.add_argument(
+        "--shard", default="0/1", help="I/N: every Nth question from the Ith, round robin over the collections"
+    )
     parser.add_argument("--ql", action="store_true", help="also the question's likelihood after each window")
     parser.add_argument("--out", type=Path, help="append the records to this JSON Lines file")
     parser.add_argument("--analyse", type=Path, help="report the rules over a file of records")
@@ -385,12 +416,23 @@ def main() -> int:
     done: set[str] = set()
     if args.out and args.out.is_file():
         done = {json.loads(line)["id"] for line in args.out.read_text().splitlines() if line.strip()}
-    items = [i for i in load(args.collections) if i.id not in done]
+    # Round robin over the collections, so that a run stopped early still covers every one alike.
+    items = load(args.collections)
+    seen: dict[str, int] = {}
+    order = []
+    for item in items:
+        seen[item.collection] = seen.get(item.collection, 0) + 1
+        order.append((seen[item.collection], args.collections.index(item.collection)))
+    items = [item for _, item in sorted(zip(order, items), key=lambda pair: pair[0])]
+    shard, shards = (int(part) for part in args.shard.split("/"))
+    items = [item for n, item in enumerate(items) if n % shards == shard and item.id not in done]
 
     def run(url: str | None) -> None:
         kbs: dict[str, Any] = {}
         for n, item in enumerate(items):
-            kb = kbs.get(item.collection) or kbs.setdefault(item.collection, knowledge_base(item.collection, args.cache))
+            kb = kbs.get(item.collection) or kbs.setdefault(
+                item.collection, knowledge_base(item.collection, args.cache)
+            )
             row = measure(kb, item, url, args.windows, args.ql)
             marks = " ".join(f"{int(c.holds)}{int(c.correct)}:{mean_lp(c):.2f}" for c in row.candidates)
             print(f"{n + 1}/{len(items)} {item.id} {marks}", flush=True)
