@@ -72,6 +72,8 @@ class Candidate:
     typed: list[str] = field(default_factory=list)  # the words the typed grammar would force, if any
     # The question's tokens forced after the window alone (query likelihood), as ``tokens``; ``--ql`` only.
     question_tokens: list[tuple[str, float, float]] = field(default_factory=list)
+    # The answer's tokens forced after the question with no passage (its prior), as ``tokens``; ``--probe``.
+    prior_tokens: list[tuple[str, float, float]] = field(default_factory=list)
 
 
 @dataclass
@@ -128,6 +130,31 @@ def question_likelihood(probe: _Probing, question: str, block: str) -> list[tupl
     for _ in probe(head + block + "Question:", ("\n",), options={"grammar": _literal_grammar(asked)}):
         pass
     return probe.tokens
+
+
+def answer_prior(probe: _Probing, question: str, answer: str) -> list[tuple[str, float, float]]:
+    """The answer's tokens, forced by a grammar, after the question with no passage (the no-retrieval prompt)."""
+    forced = " " + " ".join(answer.split())
+    for _ in probe(base_prompt(question, "none"), ("\n",), options={"grammar": _literal_grammar(forced)}):
+        pass
+    return probe.tokens
+
+
+def probe_disagreeing(rows: Sequence[Row], url: str, out: Path) -> None:
+    """Query likelihood and the answer's prior for every candidate of the rows whose candidates disagree."""
+    probe = _Probing(url)
+    done = {json.loads(line)["id"] for line in out.read_text().splitlines()} if out.is_file() else set()
+    for n, row in enumerate(rows):
+        if row.id in done:
+            continue
+        answered = [c for c in row.candidates if c.tokens]
+        if len({c.correct for c in answered}) > 1:
+            for c in answered:
+                c.question_tokens = question_likelihood(probe, row.question, c.block)
+                c.prior_tokens = answer_prior(probe, row.question, c.answer) if c.answer.strip() else []
+            print(f"{n + 1}/{len(rows)} {row.id} probed", flush=True)
+        with out.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(asdict(row)) + "\n")
 
 
 def measure(kb: Any, item: Item, url: str | None, k: int, ql: bool = False) -> Row:
@@ -246,9 +273,15 @@ ROW_SCORES: dict[str, Callable[[Candidate, Row], float]] = {
     "agree": agreement,
     "agree+mean": lambda c, row: agreement(c, row) + mean_lp(c),
 }
+def prior_lp(c: Candidate) -> float:
+    toks = [t for t in c.prior_tokens if t[0].strip()]
+    return statistics.fmean(t[1] for t in toks) if toks else -99.0
+
+
 QL_SCORES: dict[str, Callable[[Candidate], float]] = {
     "question": question_lp,
     "question+mean": lambda c: question_lp(c) + mean_lp(c),
+    "pmi": lambda c: mean_lp(c) - prior_lp(c),
 }
 KS = (2, 3)
 PENALTIES = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0)
@@ -341,7 +374,17 @@ def read(path: Path) -> list[Row]:
     rows = []
     for line in path.read_text(encoding="utf-8").splitlines():
         obj = json.loads(line)
-        cands = [Candidate(**{**c, "tokens": [tuple(t) for t in c["tokens"]]}) for c in obj.pop("candidates")]
+        cands = [
+            Candidate(
+                **{
+                    **c,
+                    "tokens": [tuple(t) for t in c["tokens"]],
+                    "question_tokens": [tuple(t) for t in c.get("question_tokens", [])],
+                    "prior_tokens": [tuple(t) for t in c.get("prior_tokens", [])],
+                }
+            )
+            for c in obj.pop("candidates")
+        ]
         rows.append(Row(**obj, candidates=cands))
     return rows
 
@@ -407,9 +450,15 @@ def main() -> int:
     parser.add_argument("--ql", action="store_true", help="also the question's likelihood after each window")
     parser.add_argument("--out", type=Path, help="append the records to this JSON Lines file")
     parser.add_argument("--analyse", type=Path, help="report the rules over a file of records")
+    parser.add_argument(
+        "--probe", type=Path, help="records in: query likelihood and answer prior where candidates disagree (to --out)"
+    )
     args = parser.parse_args()
     if args.analyse:
         analyse(read(args.analyse))
+        return 0
+    if args.probe:
+        probe_disagreeing(read(args.probe), args.url.rstrip("/"), args.out)
         return 0
     if not args.collections:
         parser.error("--collections is required (name them: held-out sets must never run by accident)")
