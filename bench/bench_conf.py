@@ -273,6 +273,8 @@ ROW_SCORES: dict[str, Callable[[Candidate, Row], float]] = {
     "agree": agreement,
     "agree+mean": lambda c, row: agreement(c, row) + mean_lp(c),
 }
+
+
 def prior_lp(c: Candidate) -> float:
     toks = [t for t in c.prior_tokens if t[0].strip()]
     return statistics.fmean(t[1] for t in toks) if toks else -99.0
