@@ -372,6 +372,52 @@ def loco(scored: Scored, rules: Sequence[Rule]) -> tuple[dict[str, int], dict[st
     return per, picked
 
 
+def logit_loco(scored: Scored, k: int, penalty: float = 1.0) -> dict[str, int]:
+    """A conditional logit over the first ``k`` candidates (softmax per question; features: rank and every
+    score), fitted on the other collections (L2 ``penalty`` on standardised features), per collection."""
+    import numpy as np
+    from scipy.optimize import minimize
+
+    names = [*SCORES, *ROW_SCORES]
+    rows = scored.rows
+    feats: list[Any] = []
+    for i, r in enumerate(rows):
+        n = min(k, sum(1 for v in scored.values["mean"][i][:k] if v is not None))
+        x = [[float(c), *(scored.values[m][i][c] or -99.0 for m in names)] for c in range(n)]
+        feats.append(np.array(x) if x else np.zeros((0, 1 + len(names))))
+    per: dict[str, int] = {}
+    for name in dict.fromkeys(r.collection for r in rows):
+        train = [i for i, r in enumerate(rows) if r.collection != name and len(feats[i]) > 1]
+        test = [i for i, r in enumerate(rows) if r.collection == name]
+        stack = np.vstack([feats[i] for i in train])
+        mu, sd = stack.mean(0), stack.std(0) + 1e-9
+        # Only questions some candidate answers and some does not say which to prefer.
+        useful = [i for i in train if 0 < sum(c.correct for c in rows[i].candidates[: len(feats[i])]) < len(feats[i])]
+
+        def loss(w: Any) -> Any:
+            total, grad = 0.0, np.zeros_like(w)
+            for i in useful:
+                x = (feats[i] - mu) / sd
+                y = np.array([float(c.correct) for c in rows[i].candidates[: len(x)]])
+                z = x @ w
+                p = np.exp(z - z.max())
+                p /= p.sum()
+                target = y / y.sum()
+                total -= float(target @ np.log(p + 1e-12))
+                grad -= x.T @ (target - p)
+            return total + penalty * float(w @ w), grad + 2 * penalty * w
+
+        w = minimize(loss, np.zeros(stack.shape[1]), jac=True, method="L-BFGS-B").x
+        right = 0
+        for i in test:
+            if len(feats[i]) == 0:
+                continue
+            z = ((feats[i] - mu) / sd) @ w
+            right += rows[i].candidates[int(np.argmax(z))].correct
+        per[name] = right
+    return per
+
+
 def read(path: Path) -> list[Row]:
     rows = []
     for line in path.read_text(encoding="utf-8").splitlines():
@@ -427,6 +473,10 @@ def analyse(rows: Sequence[Row]) -> None:
     per, picked = loco(scored, grid([*SCORES, *ROW_SCORES], THRESHOLDS))
     line("any score + keep bar, LOCO", [per[n] for n in names])
     print("   picked: " + "; ".join(f"{n}: {picked[n]}" for n in names))
+    for k in KS:
+        for pen in (0.1, 1.0, 10.0):
+            per = logit_loco(scored, k, pen)
+            line(f"logit K={k} L2={pen} LOCO", [per[n] for n in names])
     times1 = [r.candidates[0].seconds for r in rows]
     print(f"seconds, first window alone: median {statistics.median(times1):.2f} p95 {_p95(times1):.2f}")
     for k in KS:
