@@ -24,7 +24,6 @@ from typing import Any, TypeVar
 from .._exceptions import ConfigError
 from .._stream._controller import InjectEvent, RagController, StreamEvent, TextEvent
 from .._types import Retriever
-from ._candidates import RankedWindows, surest_events
 from ._focusing import FocusedRetriever, check_windows
 from ._grammars import LEAD_WORDS, CopyingBackend
 from ._learned import PICK as LEARNED_PICK
@@ -97,11 +96,6 @@ ANSWER_WINDOWS = 1
 # With several windows (best first), the asked-for word comes from the earliest one that holds one.
 # With 2 windows on marshmallow, markdown and scrapy: 44 against 41 of 105 answered (1 window: 42).
 ANSWER_FIRST_TYPED = False
-# On llama.cpp, the learned chooser's best this many windows are each answered alone and the answer
-# the model is surest of is kept (_candidates: mean raw token log-probability, less
-# ANSWER_CANDIDATE_PENALTY per rank below the first); 1: the first window's answer, as before.
-ANSWER_CANDIDATES = 1
-ANSWER_CANDIDATE_PENALTY = 0.0
 # Answers after a block limited to the injected passages' words (llama.cpp grammar, _grammars).
 ANSWER_COPY = True
 # ... and to hold a block word of the type the question asks for, when the block has one.
@@ -295,7 +289,6 @@ def base_model_events(
     system: str = "",
     k: int = ANSWER_K,
     stop: Sequence[str] = STOP,
-    candidates: int | None = None,
     **options: Any,
 ) -> Iterator[StreamEvent]:
     """A base model's answer to ``question``: the one answering path of ``ask``, ``demo`` and ``serve``.
@@ -309,42 +302,12 @@ def base_model_events(
     ``generate`` is called as ``generate(prompt, stop)``, or with
     ``options=`` under the grammar.  The events have the answer label
     stripped and end when the answer loops (:func:`answer_text`).
-
-    On llama.cpp, ``candidates`` (default :data:`ANSWER_CANDIDATES`, read
-    when called) > 1 answers each of the learned chooser's best that many
-    windows alone and keeps the answer the model is surest of
-    (:func:`~clanker_rag._answer._candidates.surest_events`); its events, the
-    block shown included, are the ones of that window's answer.
     """
-    candidates = check_windows(ANSWER_CANDIDATES if candidates is None else candidates)
+    backend: Callable[..., Iterator[Any]] = copying(generate, question) if llama_cpp else generate
+    observe = backend.observe if isinstance(backend, CopyingBackend) else None
+    ctl = answer_controller(retriever, mode, question=question, k=k, stop=stop, on_block=observe, **options)
     prompt = base_prompt(asked if asked is not None else question, mode, history=history, system=system)
-
-    def one(shown: Retriever, gen: Callable[..., Iterator[Any]], **more: Any) -> Iterator[StreamEvent]:
-        backend: Callable[..., Iterator[Any]] = copying(gen, question) if llama_cpp else gen
-        observe = backend.observe if isinstance(backend, CopyingBackend) else None
-        ctl = answer_controller(shown, mode, question=question, k=k, stop=stop, on_block=observe, **options, **more)
-        return answer_text(ctl.events(backend, prompt, question=question))
-
-    focused = _ranking(retriever, mode, question, candidates, **options) if llama_cpp and k == 1 else None
-    if focused is None:
-        return one(retriever, generate)
-    ranked = RankedWindows(focused, 3 * candidates)
-    # Each candidate's window is focused already: its controller shows it as it is.
-    return surest_events(
-        lambda shown, gen: one(shown, gen, focus_chars=None),
-        ranked,
-        generate,
-        candidates=candidates,
-        penalty=ANSWER_CANDIDATE_PENALTY,
-    )
-
-
-def _ranking(retriever: Retriever, mode: str, question: str, windows: int, **options: Any) -> Retriever | None:
-    """The focused retriever ranking ``windows`` windows first, or None when there are no several to answer."""
-    if windows == 1 or "focus_chars" in options or "windows" in options:
-        return None
-    ctl = answer_controller(retriever, mode, question=question, windows=windows, **options)
-    return ctl.retriever if isinstance(ctl.retriever, FocusedRetriever) and ctl.retriever.windows > 1 else None
+    return answer_text(ctl.events(backend, prompt, question=question))
 
 
 def ask_events(

@@ -313,7 +313,7 @@ class UpstreamTurn:
         if text:
             self.pieces += 1
         if text or finish is not None:
-            yield Token(text, _logprob(choice.get("logprobs")), finish)
+            yield Token(text, None, finish)
 
     def usage(self) -> dict[str, int] | None:
         if not self.usage_seen or self.prompt_tokens is None:
@@ -323,20 +323,6 @@ class UpstreamTurn:
             "completion_tokens": self.completion_tokens,
             "total_tokens": self.prompt_tokens + self.completion_tokens,
         }
-
-
-def _logprob(logprobs: object) -> float | None:
-    """The least log-probability of a chunk's tokens, when the upstream sent them (llama.cpp's
-    ``logprobs.content`` and OpenAI completions' ``token_logprobs``): a base model's answer is
-    chosen among several by them (``_answer/_candidates``)."""
-    if not isinstance(logprobs, dict):
-        return None
-    content = logprobs.get("content")
-    values = [c.get("logprob") for c in content if isinstance(c, dict)] if isinstance(content, list) else []
-    listed = logprobs.get("token_logprobs")
-    values += listed if isinstance(listed, list) else []
-    numbers = [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
-    return min(numbers) if numbers else None
 
 
 def drop_echo(tokens: Iterator[Token], prefill: str) -> Iterator[Token]:

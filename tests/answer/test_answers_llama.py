@@ -49,25 +49,3 @@ def test_ask_prints_only_the_answer(llama_server: LlamaServer) -> None:
     text = out.getvalue()
     assert "<context>" not in text and "Answer:" not in text and "\n" not in text.strip()
     assert "60" in text  # the fact from docs/quality.md
-
-
-def test_candidate_windows_keep_one_answer_copied_from_the_block_shown(llama_server: LlamaServer) -> None:
-    from clanker_rag._answer._ask import base_model_events
-    from clanker_rag._answer._candidates import Confidence
-    from clanker_rag._stream._controller import InjectEvent
-    from clanker_rag.backends import LlamaCppBackend
-
-    backend = LlamaCppBackend(llama_server.url, n_predict=48, temperature=0.0, cache_prompt=True)
-    # The real server sends each token's raw log-probability when asked (n_probs).
-    confident = Confidence(backend)
-    assert list(confident("The capital of France is", ("\n",)))
-    score = confident.score()
-    assert score is not None and score <= 0.0
-    question = "What is the default RRF constant?"
-    events = list(base_model_events(KnowledgeBase.default(), question, backend, llama_cpp=True, candidates=2))
-    blocks = [ev for ev in events if isinstance(ev, InjectEvent)]
-    answer = "".join(ev.text for ev in events if isinstance(ev, TextEvent)).split()
-    # One block shown, the kept answer's own: the copying grammar let it use only that block's words.
-    assert len(blocks) == 1 and answer
-    shown = {form for p in blocks[0].passages for word in p.text.split() for form in (word, word.rstrip(".,;:!?|)"))}
-    assert set(answer) <= shown, (answer, blocks[0].block)

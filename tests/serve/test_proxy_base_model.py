@@ -181,13 +181,3 @@ def test_a_base_model_answers_greedily_within_a_limit_unless_the_client_says_oth
     body = up.requests[1]["body"]
     assert {key: body.get(key) for key in sent} == sent
     assert "max_completion_tokens" not in body
-
-
-def test_upstream_tokens_carry_the_log_probabilities_the_upstream_sent() -> None:
-    from clanker_rag._serve._upstream import _logprob
-
-    # llama.cpp's OpenAI-compatible completions, and OpenAI's own: the least of the chunk's tokens.
-    assert _logprob({"content": [{"token": " a", "logprob": -0.5}, {"token": "b", "logprob": -2.0}]}) == -2.0
-    assert _logprob({"token_logprobs": [-0.25]}) == -0.25
-    assert _logprob(None) is None and _logprob({"content": [{"token": "a"}]}) is None
-    assert _logprob({"token_logprobs": [True]}) is None
