@@ -381,7 +381,7 @@ def logit_loco(scored: Scored, k: int, penalty: float = 1.0) -> dict[str, int]:
     names = [*SCORES, *ROW_SCORES]
     rows = scored.rows
     feats: list[Any] = []
-    for i, r in enumerate(rows):
+    for i in range(len(rows)):
         n = min(k, sum(1 for v in scored.values["mean"][i][:k] if v is not None))
         x = [[float(c), *(scored.values[m][i][c] or -99.0 for m in names)] for c in range(n)]
         feats.append(np.array(x) if x else np.zeros((0, 1 + len(names))))
@@ -394,7 +394,7 @@ def logit_loco(scored: Scored, k: int, penalty: float = 1.0) -> dict[str, int]:
         # Only questions some candidate answers and some does not say which to prefer.
         useful = [i for i in train if 0 < sum(c.correct for c in rows[i].candidates[: len(feats[i])]) < len(feats[i])]
 
-        def loss(w: Any) -> Any:
+        def loss(w: Any, useful: list[int] = useful, mu: Any = mu, sd: Any = sd) -> Any:
             total, grad = 0.0, np.zeros_like(w)
             for i in useful:
                 x = (feats[i] - mu) / sd
