@@ -418,6 +418,21 @@ def logit_loco(scored: Scored, k: int, penalty: float = 1.0) -> dict[str, int]:
     return per
 
 
+def pairwise(rows: Sequence[Row], scores: Mapping[str, Callable[[Candidate], float]]) -> None:
+    """For every (right, wrong) pair of one question's answered candidates: how often each score ranks the right
+    one higher (50 %: no better than a coin)."""
+    for name, fn in {"rank (higher first)": lambda c: -float(c.rank), **scores}.items():
+        win = lose = 0
+        for r in rows:
+            answered_ = [c for c in r.candidates if c.tokens]
+            for a in answered_:
+                for b in answered_:
+                    if a.correct and not b.correct:
+                        win += fn(a) > fn(b)
+                        lose += fn(a) < fn(b)
+        print(f"  {name:<20} right higher {win:>4}, lower {lose:>4} ({win / max(1, win + lose):.0%} of the untied)")
+
+
 def read(path: Path) -> list[Row]:
     rows = []
     for line in path.read_text(encoding="utf-8").splitlines():
@@ -477,6 +492,12 @@ def analyse(rows: Sequence[Row]) -> None:
         for pen in (0.1, 1.0, 10.0):
             per = logit_loco(scored, k, pen)
             line(f"logit K={k} L2={pen} LOCO", [per[n] for n in names])
+    print("pairs of one question's answers, the right one against a wrong one:")
+    pairwise(rows, {name: fn for name, fn in SCORES.items() if name not in QL_SCORES})
+    probed = [r for r in rows if any(c.question_tokens for c in r.candidates)]
+    if probed:
+        print(f"... on the {len(probed)} probed questions (--probe):")
+        pairwise(probed, SCORES)
     times1 = [r.candidates[0].seconds for r in rows]
     print(f"seconds, first window alone: median {statistics.median(times1):.2f} p95 {_p95(times1):.2f}")
     for k in KS:
