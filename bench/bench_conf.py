@@ -514,7 +514,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--collections", nargs="+", choices=COLLECTIONS)
     parser.add_argument("--cache", type=Path, default=Path("/tmp/clanker-rag-bench-docs"))
-    parser.add_argument("--windows", type=int, default=4, help="candidates per question (1..5)")
+    parser.add_argument(
+        "--windows", type=int, default=3, help="candidates per question (1..5; --analyse reads K up to 3)"
+    )
     parser.add_argument("--url", help="a running llama.cpp server (else one is started)")
     parser.add_argument("--no-model", action="store_true", help="only the candidates and whether they hold it")
     parser.add_argument(
