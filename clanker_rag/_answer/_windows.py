@@ -99,7 +99,8 @@ def _block_after(text: str, lines: list[tuple[int, int]], i: int) -> tuple[int, 
         for k in range(j + 1, n):
             if _FENCE_RE.match(text, *lines[k]):
                 return j + 1, lines[k][1]
-        return j + 1, lines[-1][1]
+        # An unclosed fence runs to the passage's end; a fence on its last line opens nothing shown.
+        return (j + 1, lines[-1][1]) if j + 1 < n else None
     base = _indent(first)
     item = _ITEM_RE.match(first) is not None
     end = lines[j][1]

@@ -50,6 +50,17 @@ def test_a_colon_takes_the_code_block_it_introduces_in_whole_lines() -> None:
     assert attached(LEAD_IN, start, end, 100) == (start, end)
 
 
+def test_a_colon_before_a_fence_that_ends_the_passage_stays_alone() -> None:
+    # The chunk ends on the opening fence: there is no code to take (this raised IndexError).
+    text = "Install it like this:\n\n```"
+    start, end = span_of(text, "Install it like this:")
+    assert attached(text, start, end, 320) == (start, end)
+    # An unclosed fence with code after it still takes that code.
+    text += "\npip install thing\n"
+    a, b = attached(text, start, end, 320)
+    assert text[a:b].endswith("pip install thing")
+
+
 def test_a_sentence_without_a_colon_stays_alone() -> None:
     start, end = span_of(LEAD_IN, "Help pages are shown with --help.")
     assert attached(LEAD_IN, start, end, 400) == (start, end)
