@@ -96,6 +96,8 @@ def _block_after(text: str, lines: list[tuple[int, int]], i: int) -> tuple[int, 
         return None
     first = text[lines[j][0] : lines[j][1]]
     if _FENCE_RE.match(first):
+        if j + 1 >= n:
+            return None  # a passage cut right after a fence's opening line: no content follows
         for k in range(j + 1, n):
             if _FENCE_RE.match(text, *lines[k]):
                 return j + 1, lines[k][1]
