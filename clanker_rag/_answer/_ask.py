@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from .._exceptions import ConfigError
+from .._retrieval._proximity import DEFAULT_WEIGHT as PROXIMITY_WEIGHT
 from .._retrieval._proximity import ProximityRetriever
 from .._stream._controller import InjectEvent, RagController, StreamEvent, TextEvent
 from .._types import Retriever
@@ -100,11 +101,12 @@ ANSWER_WINDOWS = 1
 ANSWER_FIRST_TYPED = False
 # What ask retrieves: BM25's top _proximity.DEFAULT_DEPTH chunks reranked with this weight on the question's
 # adjacent words written together (_retrieval/_proximity.py; 0: BM25's order). Decided leave-one-collection-out
-# over the 15 collections of bench/bench_docs.py by top-3 recall (bench/bench_retrieval.py --loco,
-# bench/results/h26retr.md): every fold chose 0.4, and the held-out collections' top 3 hold the answer
-# for 406 against BM25's 397 of 466 questions, none losing; the injected text 269 against 263. On
-# Cranfield (not used to decide) the same reranking lifts nDCG@10 from 0.375 to 0.382.
-ANSWER_PROXIMITY = 0.4
+# over the 15 collections of bench/bench_docs.py by top-3 recall (bench/bench_retrieval.py --loco; weights
+# 0-1, bench/results/h26retr.md): 14 folds chose 0.4, the one leaving coverage out 0.5; on the collection
+# left out the top 3 hold the answer for 403 against BM25's 397 of 466 questions (406 at 0.4 throughout)
+# and the injected text for 268 against 263 (269). On Cranfield, used for nothing else, the same
+# reranking of the top 30 lifts nDCG@10 from 0.375 to 0.382 at 0.4 (its best of 0-1 too).
+ANSWER_PROXIMITY = PROXIMITY_WEIGHT
 # Answers after a block limited to the injected passages' words (llama.cpp grammar, _grammars).
 ANSWER_COPY = True
 # ... and to hold a block word of the type the question asks for, when the block has one.

@@ -34,10 +34,13 @@ from .._text._analysis import Analyzer
 from .._types import HitLike, Retriever
 from .._validate import positive_int
 
-__all__ = ["DEFAULT_DEPTH", "DEFAULT_GAP", "ProximityRetriever", "ordered_pairs", "pair_counts"]
+__all__ = ["DEFAULT_DEPTH", "DEFAULT_GAP", "DEFAULT_WEIGHT", "ProximityRetriever", "ordered_pairs", "pair_counts"]
 
 log = logging.getLogger(__name__)
 
+# The bonus's weight: decided leave-one-collection-out on bench/bench_docs.py's collections (the figures are
+# with its user, _answer._ask.ANSWER_PROXIMITY).
+DEFAULT_WEIGHT = 0.4
 # The candidates reranked and how far apart two terms may be (in terms, stop words dropped).
 # Not tuned: 15, 30 and 50 candidates, gap 1, 2 and 3 give the same top-3 recall within 2 of 466
 # questions (bench/bench_retrieval.py, bench/results/h26retr.md).
@@ -70,8 +73,7 @@ def pair_counts(pairs: Iterable[tuple[str, str]], terms: Sequence[str], gap: int
 class ProximityRetriever:
     """``retriever``'s top ``depth`` hits reranked with a bonus for the query's adjacent terms written together.
 
-    ``weight`` scales the bonus (0: the inner order, unchanged).  The default
-    the answering path uses is ``_answer._ask.ANSWER_PROXIMITY``; see there for what decided it.
+    ``weight`` scales the bonus (0: the inner order, unchanged).
     ``analyzer`` defaults to the retriever's own, so query and passages are
     read the way the index reads them.  The hits come back as the retriever
     made them, scores included, in the reranked order: a score keeps its
@@ -86,7 +88,7 @@ class ProximityRetriever:
         self,
         retriever: Retriever,
         *,
-        weight: float = 0.4,
+        weight: float = DEFAULT_WEIGHT,
         depth: int = DEFAULT_DEPTH,
         gap: int = DEFAULT_GAP,
         analyzer: Callable[[str], Iterable[str]] | None = None,
