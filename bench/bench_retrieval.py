@@ -2,8 +2,8 @@
 
 Model-free and fast (no focusing, no model): for every question of
 ``bench/bench_docs.py`` (the same collections, fetched into the same cache),
-the rank of the first passage holding an accepted answer among the top 10 that
-``ask``'s retrieval returns, with the term-proximity reranking
+whether the top 1, 3, 5 and 10 passages that ``ask``'s retrieval returns hold
+an accepted answer, with the term-proximity reranking
 (:class:`~clanker_rag._retrieval._proximity.ProximityRetriever`) at each
 ``--weights`` value (0: plain BM25).  Prints how many questions have the answer
 within the top 1, 3, 5 and 10 per collection and weight.
@@ -40,17 +40,19 @@ from bench.bench_docs import COLLECTIONS, DEFAULT_COLLECTIONS, Item, knowledge_b
 from clanker_rag._retrieval._proximity import DEFAULT_DEPTH, DEFAULT_GAP, ProximityRetriever  # noqa: E402
 
 AT = (1, 3, 5, 10)
-DEPTH = 10  # how deep the answer's rank is looked for
 
 
-def rank_of(retriever: Any, item: Item) -> int | None:
-    """0-based rank of the first hit holding an accepted answer, None beyond :data:`DEPTH`."""
+def reach(retriever: Any, item: Item) -> int | None:
+    """The smallest k of :data:`AT` whose top k (``search(question, k)``) holds an accepted answer, else None.
+
+    Asked for each k: the reranking decides which k hits come back, not where in them the answer sits.
+    """
     qa = item.qa()
-    return next((i for i, hit in enumerate(retriever.search(item.question, DEPTH)) if correct(hit.text, qa)), None)
+    return next((k for k in AT if any(correct(hit.text, qa) for hit in retriever.search(item.question, k))), None)
 
 
-def within(ranks: Sequence[int | None], at: int) -> int:
-    return sum(1 for r in ranks if r is not None and r < at)
+def within(reached: Sequence[int | None], at: int) -> int:
+    return sum(1 for k in reached if k is not None and k <= at)
 
 
 def loco(ranks: dict[float, dict[str, list[int | None]]], collections: Sequence[str]) -> None:
@@ -75,7 +77,8 @@ def cranfield(folder: str, weights: Sequence[float], depth: int, gap: int) -> No
     for weight in weights:
 
         def search(kb: Any, query: str, k: int, weight: float = weight) -> list[Any]:
-            top = ProximityRetriever(kb, weight=weight, depth=depth, gap=gap).search(query, depth)
+            # A ranking measure: the reranked order itself (ask keeps BM25's order among the hits it keeps).
+            top = ProximityRetriever(kb, weight=weight, depth=depth, gap=gap, keep_order=False).search(query, depth)
             seen = {hit.source for hit in top}
             return top + [hit for hit in kb.search(query, k) if hit.source not in seen][: k - len(top)]
 
@@ -103,7 +106,7 @@ def main() -> int:
         for w in weights:
             retriever = ProximityRetriever(kb, weight=w, depth=args.depth, gap=args.gap)
             started = time.process_time()
-            ranks[w][name] = [rank_of(retriever, item) for item in asked]
+            ranks[w][name] = [reach(retriever, item) for item in asked]
             seconds[w] += time.process_time() - started
     n = len(items)
     print(f"answer within the top 3, per collection (depth {args.depth}, gap {args.gap})")

@@ -100,13 +100,13 @@ ANSWER_WINDOWS = 1
 # With 2 windows on marshmallow, markdown and scrapy: 44 against 41 of 105 answered (1 window: 42).
 ANSWER_FIRST_TYPED = False
 # What ask retrieves: BM25's top _proximity.DEFAULT_DEPTH chunks reranked with this weight on the question's
-# adjacent words written together (_retrieval/_proximity.py; 0: BM25's order). Decided leave-one-collection-out
-# over the 15 collections of bench/bench_docs.py by top-3 recall (bench/bench_retrieval.py --loco; weights
-# 0-1, bench/results/h26retr.md): 14 folds chose 0.4, the one leaving coverage out 0.5; on the collection
-# left out the top 3 hold the answer for 403 against BM25's 397 of 466 questions (406 at 0.4 throughout)
-# and the injected text for 268 against 263 (269); Gemma-3-270M answers 21 against 14 of the 72 questions
-# whose injected block changes (the other 394 blocks are identical). On Cranfield, used for nothing else, the same
-# reranking of the top 30 lifts nDCG@10 from 0.375 to 0.382 at 0.4 (its best of 0-1 too).
+# adjacent words written together (_retrieval/_proximity.py; 0: BM25's order); the k kept are shown in BM25's
+# order (keep_order: the learned chooser was fitted on it). Decided leave-one-collection-out over the 15
+# collections of bench/bench_docs.py by top-3 recall (bench/bench_retrieval.py --loco; weights 0-1,
+# bench/results/h26retr.md): 14 folds chose 0.4, the one leaving coverage out 0.5; on the collection left out
+# the top 3 hold the answer for 403 against BM25's 397 of 466 questions (406 at 0.4 throughout), the
+# injected text for 266 against 263 (266). On Cranfield, used for nothing else, the same reranking of the
+# top 30 lifts nDCG@10 from 0.375 to 0.382 at 0.4 (its best of 0-1 too).
 ANSWER_PROXIMITY = PROXIMITY_WEIGHT
 # Answers after a block limited to the injected passages' words (llama.cpp grammar, _grammars).
 ANSWER_COPY = True

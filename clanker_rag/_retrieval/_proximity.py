@@ -75,13 +75,17 @@ class ProximityRetriever:
 
     ``weight`` scales the bonus (0: the inner order, unchanged).
     ``analyzer`` defaults to the retriever's own, so query and passages are
-    read the way the index reads them.  The hits come back as the retriever
-    made them, scores included, in the reranked order: a score keeps its
-    meaning (the answer chooser weighs a passage by its BM25 score over the
-    first passage's, as its weights were fitted; with the bonus in the scores
-    instead, the injected text held the answer for 260 rather than 269 of the
-    466 questions of ``bench/bench_docs.py``).  Keyword arguments of
-    :meth:`search` (filters) pass through.
+    read the way the index reads them.  The reranking decides *which* ``k``
+    hits come back; they come back as the retriever made them, scores
+    included, and with ``keep_order`` (the default) in the retriever's own
+    order.  The answer chooser downstream was fitted on BM25's order and
+    scores (a passage's rank, its score over the first one's): moved up with
+    its BM25 score, a passage gave it ratios above 1 it never saw, and the
+    default question of ``clanker-rag demo`` lost its answer; with the bonus in
+    the scores, the injected text held the answer for 260 of the 466 questions
+    of ``bench/bench_docs.py``, reordered 269, kept in BM25's order 266.
+    ``keep_order=False`` returns them best first by BM25 plus bonus.
+    Keyword arguments of :meth:`search` (filters) pass through.
     """
 
     def __init__(
@@ -92,10 +96,12 @@ class ProximityRetriever:
         depth: int = DEFAULT_DEPTH,
         gap: int = DEFAULT_GAP,
         analyzer: Callable[[str], Iterable[str]] | None = None,
+        keep_order: bool = True,
     ) -> None:
         if isinstance(weight, bool) or not isinstance(weight, int | float) or not 0.0 <= weight <= 10.0:
             raise ConfigError(f"weight={weight!r} is out of range: expected a number in [0, 10]")
         self.retriever = retriever
+        self.keep_order = keep_order
         self.weight = float(weight)
         self.depth = positive_int("depth", depth)
         self.gap = positive_int("gap", gap)
@@ -117,7 +123,10 @@ class ProximityRetriever:
             return hits[:k]
         scored = [(hit.score + self.bonus(hit, pairs, idf), i, hit) for i, hit in enumerate(hits)]
         scored.sort(key=lambda item: (-item[0], item[1]))
-        return [hit for _, _, hit in scored[:k]]
+        kept = scored[:k]
+        if self.keep_order:
+            kept.sort(key=lambda item: item[1])
+        return [hit for _, _, hit in kept]
 
     def bonus(self, hit: HitLike, pairs: Sequence[tuple[str, str]], idf: dict[str, float]) -> float:
         """What ``hit`` gains for the query's ``pairs`` written together in its text or its section heading."""

@@ -48,12 +48,20 @@ def test_passages_writing_the_pair_within_the_gap_come_first() -> None:
     plain = kb.search(QUERY, 3)
     assert [h.source for h in plain] == ["apart.md", "near.md", "together.md"]
     assert plain[0].score == pytest.approx(plain[2].score)
-    reranked = ProximityRetriever(kb, weight=0.4).search(QUERY, 3)
+    reranked = ProximityRetriever(kb, weight=0.4, keep_order=False).search(QUERY, 3)
     # Both within the gap gain alike and keep their order; the hits keep their BM25 scores.
     assert [h.source for h in reranked] == ["near.md", "together.md", "apart.md"]
     assert sorted(reranked, key=lambda h: h.source) == sorted(plain, key=lambda h: h.source)
-    adjacent = ProximityRetriever(kb, weight=0.4, gap=1).search(QUERY, 3)
+    adjacent = ProximityRetriever(kb, weight=0.4, gap=1, keep_order=False).search(QUERY, 3)
     assert [h.source for h in adjacent] == ["together.md", "apart.md", "near.md"]
+
+
+def test_by_default_the_reranking_picks_the_hits_and_bm25_orders_them() -> None:
+    kb = corpus()
+    assert [h.source for h in kb.search(QUERY, 2)] == ["apart.md", "near.md"]
+    assert [h.source for h in ProximityRetriever(kb, weight=0.4).search(QUERY, 2)] == ["near.md", "together.md"]
+    assert [h.source for h in ProximityRetriever(kb, weight=0.4, gap=1).search(QUERY, 2)] == ["apart.md", "together.md"]
+    assert ProximityRetriever(kb, weight=0.4).search(QUERY, 3) == kb.search(QUERY, 3)
 
 
 def test_the_bonus_is_the_mean_idf_of_the_pair_times_a_saturated_count() -> None:
@@ -110,15 +118,16 @@ WORDS = st.sampled_from(["alpha", "beta", "gamma", "delta", "queue", "worker", "
     st.lists(WORDS, min_size=1, max_size=5),
     st.integers(1, 6),
     st.floats(0, 3),
+    st.booleans(),
 )
-def test_reranking_returns_the_inner_candidates_best_first(
-    texts: list[list[str]], query_words: list[str], k: int, weight: float
+def test_reranking_returns_the_best_inner_candidates(
+    texts: list[list[str]], query_words: list[str], k: int, weight: float, keep_order: bool
 ) -> None:
     kb = KnowledgeBase(chunk_size=None)
     for i, words in enumerate(texts):
         kb.add_text(" ".join(words), f"d{i}")
     query = " ".join(query_words)
-    proximity = ProximityRetriever(kb, weight=weight, depth=5)
+    proximity = ProximityRetriever(kb, weight=weight, depth=5, keep_order=keep_order)
     got = proximity.search(query, k)
     candidates = kb.search(query, max(k, 5))
     assert len(got) == min(k, len(candidates))
@@ -130,11 +139,15 @@ def test_reranking_returns_the_inner_candidates_best_first(
     idf = {t: kb.bm25.idf(stats.n_docs, df) for t, df in stats.df.items() if df > 0}
     pairs = [(a, b) for a, b in pairs if a in idf and b in idf]
     total = [h.score + (proximity.bonus(h, pairs, idf) if pairs else 0.0) for h in got]
-    assert all(a >= b - 1e-9 for a, b in itertools.pairwise(total))
-    # A hit left out never beats the last one kept.
+    if keep_order:
+        # The inner retriever's order among the hits kept.
+        assert [candidates.index(h) for h in got] == sorted(candidates.index(h) for h in got)
+    else:
+        assert all(a >= b - 1e-9 for a, b in itertools.pairwise(total))
+    # A hit left out never beats one kept.
     if len(got) == k and pairs:
         left = [h for h in candidates if h not in got]
-        assert all(h.score + proximity.bonus(h, pairs, idf) <= total[-1] + 1e-9 for h in left)
+        assert all(h.score + proximity.bonus(h, pairs, idf) <= min(total) + 1e-9 for h in left)
 
 
 def test_ask_reranks_unless_told_not_to() -> None:
