@@ -5,11 +5,12 @@ that says "test" in its first line and "client" in its last score alike.  A
 question's adjacent content words ("result backend", "output directory",
 "group invocation without command") usually name one thing, and the passage
 that answers writes them together.  :class:`ProximityRetriever` takes the
-inner retriever's top ``depth`` hits and adds to each hit's score, for every
-pair of terms adjacent in the query (stop words dropped, in order), a BM25-like
-term: the pair's weight (the mean idf of its two terms) times the saturated
-count of places where the second follows the first within ``gap`` terms, in the
-passage's text or in its section heading.  This is the ordered-window part of
+inner retriever's top ``depth`` hits and ranks them by their score plus, for
+every pair of terms adjacent in the query (stop words dropped, in order), a
+BM25-like term: the pair's weight (the mean idf of its two terms) times the
+saturated count of places where the second follows the first within ``gap``
+terms, in the passage's text or in its section heading; the best ``k`` come
+back (by default in the inner order, scores untouched).  This is the ordered-window part of
 the sequential dependence model (Metzler and Croft, SIGIR 2005), computed
 only over the candidates, so the index is untouched and the cost is the
 analysis of ``depth`` passages.
