@@ -235,11 +235,16 @@ class _Recording:
     def __init__(self, kb: KnowledgeBase) -> None:
         self.kb = kb
         self.analyzer = kb.analyzer
+        self.bm25 = kb.bm25
         self.last: list[HitLike] = []
 
     def search(self, query: str, k: int = 10, **kwargs: Any) -> list[HitLike]:
         self.last = list(self.kb.search(query, k, **kwargs))
         return self.last
+
+    def collection_stats(self, terms: Any) -> Any:
+        # What ask's proximity reranking weighs words by: as it reranks the knowledge base itself.
+        return self.kb.collection_stats(terms)
 
 
 def _nothing(prompt: str, stop: Sequence[str]) -> Iterator[str]:
@@ -254,7 +259,8 @@ def _within(at: object, hit: HitLike) -> bool:
 def injected(kb: KnowledgeBase, item: Item) -> Record:
     """What ``ask`` would inject for ``item`` (no model: a generation that writes nothing)."""
     qa = item.qa()
-    top = kb.search(item.question, TOP)
+    # The passages ask's retrieval puts first (answer_retriever: reranked as ask reranks them).
+    top = _ask.answer_retriever(kb).search(item.question, TOP)
     rec = _Recording(kb)
     ctl = answer_controller(rec, BASE_MODE, question=item.question, **OPTIONS)
     blocks, chunks = [], []
@@ -363,7 +369,12 @@ def main() -> int:
     parser.add_argument("--no-baseline", action="store_true", help="skip the no-retrieval answers (half the time)")
     parser.add_argument("-v", "--verbose", action="store_true", help="print every question")
     parser.add_argument("--chooser", choices=_ask.CHOOSERS, help="how ask chooses the sentence (default: its own)")
+    parser.add_argument(
+        "--proximity", type=float, help="weight of ask's term-proximity reranking (0: BM25's order; default: its own)"
+    )
     args = parser.parse_args()
+    if args.proximity is not None:
+        _ask.ANSWER_PROXIMITY = args.proximity
     if args.chooser:
         _ask.ANSWER_CHOOSER = args.chooser
     if args.follow is not None:

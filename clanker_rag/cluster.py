@@ -805,6 +805,10 @@ class ShardedKnowledgeBase:
     def __call__(self, query: str, k: int = 10) -> list[Hit]:
         return self.search(query, k)
 
+    def collection_stats(self, terms: Iterable[str]) -> CollectionStats:
+        """Chunk count, summed length and the document frequency of ``terms`` over every shard."""
+        return self._statistics(terms, False)[0]
+
     def explain(self, query: str, hit: Hit, *, feedback: bool = False) -> Explanation:
         """Per-term breakdown of ``hit``'s score with the whole collection's statistics."""
         weights, stats, _ = self._prepare(query, None, None, feedback, False)

@@ -6,6 +6,7 @@ llama.cpp grammars that make a base model copy from its passage
 (``_grammars``), the kind of answer a question expects (``_answer_types``) and
 noticing an answer that repeats itself (``_repetition``).
 
-May import: ``_stream``, ``backends``, ``_text`` and the leaves.  Must not
+May import: ``_stream``, ``backends``, ``_retrieval`` (reranking what ``ask``
+retrieves), ``_text`` and the leaves.  Must not
 import: serving, the cluster or the CLI.
 """

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from .._exceptions import ConfigError
+from .._retrieval._proximity import DEFAULT_WEIGHT as PROXIMITY_WEIGHT
+from .._retrieval._proximity import ProximityRetriever
 from .._stream._controller import InjectEvent, RagController, StreamEvent, TextEvent
 from .._types import Retriever
 from ._focusing import FocusedRetriever, check_windows
@@ -35,6 +37,7 @@ __all__ = [
     "BASE_MODE",
     "ServerInfo",
     "answer_controller",
+    "answer_retriever",
     "answer_text",
     "ask_events",
     "base_model_events",
@@ -96,6 +99,16 @@ ANSWER_WINDOWS = 1
 # With several windows (best first), the asked-for word comes from the earliest one that holds one.
 # With 2 windows on marshmallow, markdown and scrapy: 44 against 41 of 105 answered (1 window: 42).
 ANSWER_FIRST_TYPED = False
+# What ask retrieves: BM25's top _proximity.DEFAULT_DEPTH chunks reranked with this weight on the question's
+# adjacent words written together (_retrieval/_proximity.py; 0: BM25's order); the k kept are shown in BM25's
+# order (keep_order: the learned chooser was fitted on it). Decided leave-one-collection-out over the 15
+# collections of bench/bench_docs.py by top-3 recall (bench/bench_retrieval.py --loco; weights 0-1,
+# bench/results/h26retr.md): 14 folds chose 0.4, the one leaving coverage out 0.5; on the collection left out
+# the top 3 hold the answer for 403 against BM25's 397 of 466 questions (406 at 0.4 throughout), the
+# injected text for 266 against 263 (266); Gemma-3-270M answers 15 against 10 of the 58 questions whose
+# injected block changes (the other 408 blocks are identical). On Cranfield, used for nothing else, the same
+# reranking of the top 30 lifts nDCG@10 from 0.375 to 0.382 at 0.4 (its best of 0-1 too).
+ANSWER_PROXIMITY = PROXIMITY_WEIGHT
 # Answers after a block limited to the injected passages' words (llama.cpp grammar, _grammars).
 ANSWER_COPY = True
 # ... and to hold a block word of the type the question asks for, when the block has one.
@@ -162,6 +175,18 @@ def copying(generate: G, question: str, first: bool | None = None) -> G | Copyin
     return CopyingBackend(generate, question, typed=ANSWER_TYPED_COPY, first=first) if ANSWER_COPY else generate
 
 
+def answer_retriever(retriever: Retriever, proximity: float | None = None) -> Retriever:
+    """What ``ask`` retrieves from: ``retriever`` with its top hits reranked by term proximity.
+
+    ``proximity`` (default :data:`ANSWER_PROXIMITY`, read when called) weighs
+    the question's adjacent words written together
+    (:class:`~clanker_rag._retrieval._proximity.ProximityRetriever`); 0 leaves
+    the retriever as it is.
+    """
+    weight = ANSWER_PROXIMITY if proximity is None else proximity
+    return ProximityRetriever(retriever, weight=weight) if weight else retriever
+
+
 def answer_controller(
     retriever: Retriever,
     mode: str = BASE_MODE,
@@ -180,6 +205,7 @@ def answer_controller(
     chooser: str | None = None,
     follow_chars: int = ANSWER_FOLLOW_CHARS,
     windows: int | None = None,
+    proximity: float | None = None,
     stop: Sequence[str] = STOP,
     **options: Any,
 ) -> RagController:
@@ -191,6 +217,8 @@ def answer_controller(
     the sentence shown is chosen among the top passages.
     ``windows`` (default :data:`ANSWER_WINDOWS`, read when called): with the learned chooser, the
     block shows that chooser's best this many windows first, and at least that many passages.
+    ``proximity`` (default :data:`ANSWER_PROXIMITY`, read when called): how the retriever's hits are
+    reranked first (:func:`answer_retriever`).
     ``options`` (``min_score``, ``show_blocks``...) go to the controller as they are.
     """
     chooser = ANSWER_CHOOSER if chooser is None else chooser
@@ -200,6 +228,7 @@ def answer_controller(
     learned = chooser == "learned"
     # The rules choose one sentence only: more windows are the learned ranking's.
     windows = windows if learned and focus_chars is not None and sentence else 1
+    retriever = answer_retriever(retriever, proximity)
     if focus_chars is not None:
         retriever = FocusedRetriever(
             retriever,
@@ -341,7 +370,7 @@ def ask_events(
         logger.warning("the model at %s has no chat template of its own: asking with completions instead of chat", base)
     raw = api == "completions" or (info is not None and info.base_model)
     if not raw:
-        ctl = RagController(retriever, k=k or 3, questions=True, tools=True)
+        ctl = RagController(answer_retriever(retriever), k=k or 3, questions=True, tools=True)
         chat = ChatBackend(base, model, max_tokens=max_tokens, api_key=api_key)
         return ctl.events(chat, CHAT_PROMPT.format(question=question), question=question)
     llama_cpp = info is not None and info.llama_cpp

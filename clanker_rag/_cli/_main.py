@@ -756,7 +756,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _cmd_ask(args: argparse.Namespace) -> int:
-    from .._answer._ask import ask_events
+    from .._answer._ask import answer_retriever, ask_events
     from .._answer._prompts import CHAT_PROMPT
     from .._stream._controller import InjectEvent, RagController
     from ._demo import render_events
@@ -764,7 +764,7 @@ def _cmd_ask(args: argparse.Namespace) -> int:
     kb = _load(args)
     base_url = args.base_url or os.environ.get(BASE_URL_ENV)
     if not base_url:
-        ctl = RagController(kb, k=args.k or 3, questions=True, tools=True)
+        ctl = RagController(answer_retriever(kb), k=args.k or 3, questions=True, tools=True)
         prompt = CHAT_PROMPT.format(question=args.question)
         blocks = [ev.block for ev in ctl.events([], prompt, question=args.question) if isinstance(ev, InjectEvent)]
         print(

@@ -33,7 +33,7 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from .._types import HitLike, Retriever
@@ -76,6 +76,13 @@ class SharedRetriever:
             if fresh is not None:
                 self._retriever = fresh
             return list(self._retriever.search(query, k))
+
+    def collection_stats(self, terms: Iterable[str]) -> object:
+        """The served retriever's ``collection_stats(terms)`` (what the answering path's reranking weighs
+        words by), or None when it has none."""
+        with self._lock:
+            stats_of = getattr(self._retriever, "collection_stats", None)
+            return stats_of(terms) if callable(stats_of) else None
 
 
 class _ProxyServer6(ProxyServer):

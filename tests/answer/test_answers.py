@@ -15,6 +15,7 @@ from clanker_rag._answer._focusing import FocusedRetriever, focus_hit
 from clanker_rag._answer._prompts import EXAMPLES, STOP, after_block, base_prompt
 from clanker_rag._exceptions import ConfigError
 from clanker_rag._kb import KnowledgeBase
+from clanker_rag._retrieval._proximity import ProximityRetriever
 from clanker_rag._stream._blocks import BlockBuilder
 from clanker_rag._stream._controller import InjectEvent, RagController, RetrieveEvent, StreamEvent, TextEvent
 from clanker_rag._text._analysis import Analyzer
@@ -205,7 +206,9 @@ def test_answer_controller_modes() -> None:
     ctl = answer_controller(kb, "tools", question="Which port?")
     assert ctl.tools and not ctl.questions and ctl.after_block == after_block("Which port?")
     ctl = answer_controller(kb, "context", question="Which port?", focus_chars=None)
-    assert ctl.questions and not ctl.tools and ctl.retriever is kb
+    # Unfocused, the passages are the knowledge base's, reranked by term proximity (answer_retriever).
+    assert ctl.questions and not ctl.tools
+    assert isinstance(ctl.retriever, ProximityRetriever) and ctl.retriever.retriever is kb
 
 
 # -- probing the server ------------------------------------------------------------------------------------------

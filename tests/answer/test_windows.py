@@ -61,6 +61,12 @@ def test_a_colon_before_a_fence_that_ends_the_passage_stays_alone() -> None:
     assert text[a:b].endswith("pip install thing")
 
 
+def test_a_lead_in_before_a_fence_that_ends_the_passage_stays_alone() -> None:
+    # A chunk may end right after a fence's opening line: there is no block to take.
+    text = "Use it like this:\n\n```python"
+    assert attached(text, 0, 17, 300) == (0, 17)
+
+
 def test_a_sentence_without_a_colon_stays_alone() -> None:
     start, end = span_of(LEAD_IN, "Help pages are shown with --help.")
     assert attached(LEAD_IN, start, end, 400) == (start, end)

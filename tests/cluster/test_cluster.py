@@ -88,6 +88,11 @@ def test_sharded_scores_equal_one_knowledge_base(texts, ops, n_shards, variant, 
     assert searched
     assert len(one) == len(sharded)
     assert one.sources() == sharded.sources()
+    # What ask's proximity reranking weighs words by: the whole collection's, as one index counts them.
+    terms = ["alpha", "w1", "w2", "never"]
+    want, got = one.collection_stats(terms), sharded.collection_stats(terms)
+    assert (got.n_docs, got.total_length) == (want.n_docs, want.total_length)
+    assert {t: n for t, n in got.df.items() if n} == {t: n for t, n in want.df.items() if n}
 
 
 def zipf_corpus(seed: int, n_docs: int) -> list[str]:

@@ -18,6 +18,7 @@ from _fake_upstream import FakeUpstream, Reply, prompt_text
 from clanker_rag._kb import KnowledgeBase
 from clanker_rag._serve._handler import restated_question
 from clanker_rag._serve._proxy import ProxyServer, SharedRetriever, make_server, redact
+from clanker_rag._types import Hit
 
 if TYPE_CHECKING:
     from openai import OpenAI
@@ -502,6 +503,20 @@ def test_shared_retriever_reloads_after_another_process_saves(tmp_path: Path) ->
         kb.add_text("bananas are yellow", "b.md")
     time.sleep(0.01)
     assert [h.source for h in shared.search("bananas", 3)] == ["b.md"]
+
+
+def test_shared_retriever_hands_over_the_statistics_of_what_it_serves() -> None:
+    kb = KnowledgeBase(chunk_size=None)
+    kb.add_text("apples are red", "a.md")
+    kb.add_text("red cars", "b.md")
+    stats = SharedRetriever(kb).collection_stats(["red", "appl"])
+    assert stats == kb.collection_stats(["red", "appl"])
+
+    class Plain:
+        def search(self, query: str, k: int = 10) -> list[Hit]:
+            return []
+
+    assert SharedRetriever(Plain()).collection_stats(["red"]) is None
 
 
 @pytest.mark.parametrize(
