@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from clanker_rag import ConfigError, Hit, KnowledgeBase
 from clanker_rag._answer._ask import answer_controller, answer_retriever
 from clanker_rag._retrieval._proximity import ProximityRetriever, ordered_pairs, pair_counts
+from clanker_rag._types import HitLike
 
 
 def test_ordered_pairs_are_adjacent_different_terms_once_in_order() -> None:
@@ -129,7 +130,7 @@ def test_reranking_returns_the_best_inner_candidates(
     query = " ".join(query_words)
     proximity = ProximityRetriever(kb, weight=weight, depth=5, keep_order=keep_order)
     got = proximity.search(query, k)
-    candidates = kb.search(query, max(k, 5))
+    candidates: list[HitLike] = list(kb.search(query, max(k, 5)))
     assert len(got) == min(k, len(candidates))
     assert len({h.source for h in got}) == len(got)
     assert all(h in candidates for h in got)  # the candidates themselves, scores untouched
