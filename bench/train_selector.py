@@ -33,6 +33,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from scipy.optimize import minimize
@@ -83,7 +84,7 @@ class _Recording:
         self.query = ""
         self.last: list[HitLike] = []
 
-    def search(self, query: str, k: int = 10, **kwargs: object) -> list[HitLike]:
+    def search(self, query: str, k: int = 10, **kwargs: Any) -> list[HitLike]:
         self.query = query
         self.last = list(self.kb.search(query, k, **kwargs))
         return self.last
@@ -178,7 +179,8 @@ def fit(qs: Sequence[Question], pick: int, cols: list[int], penalty: float) -> n
         return total / n + 0.5 * penalty * float(w @ w), grad / n + penalty * w
 
     res = minimize(loss, np.zeros(len(cols)), jac=True, method="L-BFGS-B", options={"maxiter": 500, "gtol": 1e-9})
-    return np.asarray(res.x) / std
+    weights: np.ndarray = np.asarray(res.x) / std
+    return weights
 
 
 def chosen(q: Question, pick: int, cols: list[int], w: np.ndarray, windows: int = 1) -> bool:
