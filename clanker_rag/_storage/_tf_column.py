@@ -162,9 +162,10 @@ def extend_ints(out: array[Any], values: Ints | Floats) -> None:
         out.extend(view)
 
 
-def _above_uint8(raw: memoryview) -> bool:
-    """Whether a little-endian uint32 item (bytes ``raw``) is 256 or more: a high byte not zero."""
-    return any(raw[i::4].tobytes().strip(b"\0") for i in (1, 2, 3))
+def _high_bytes(raw: memoryview, lanes: tuple[int, ...]) -> bool:
+    """Whether any little-endian uint32 item of ``raw`` (its bytes) has a byte of ``lanes`` not zero:
+    ``(1, 2, 3)``, an item of 256 or more; ``(2, 3)``, one of 65536 or more (C-level scans, no item loop)."""
+    return any(raw[i::4].tobytes().strip(b"\0") for i in lanes)
 
 
 def narrow_tfs(tfs: Ints) -> Ints:
@@ -173,10 +174,10 @@ def narrow_tfs(tfs: Ints) -> Ints:
     if view.format in TF_TYPES[:2]:
         return tfs
     raw = view.cast("B")
-    if _LITTLE and view.itemsize == 4 and not _above_uint8(raw):
+    if _LITTLE and view.itemsize == 4 and not _high_bytes(raw, (1, 2, 3)):
         # Every high byte zero: the low bytes are the uint8 values (three C-level scans, no item loop).
         return array("B", raw[0::4].tobytes())
-    if _LITTLE and view.itemsize == 4 and not any(raw[i::4].tobytes().strip(b"\0") for i in (2, 3)):
+    if _LITTLE and view.itemsize == 4 and not _high_bytes(raw, (2, 3)):
         # The two high bytes zero: the uint16 values are the two low bytes of each (slices, no item loop).
         low = bytearray(2 * len(view))
         low[0::2] = raw[0::4]
@@ -237,7 +238,7 @@ def tf_part(blob: Blob, tfs: Tfs) -> dict[str, Any]:
     view = memoryview(tfs)
     if _LITTLE and view.itemsize == 4 and view.format not in TF_TYPES[:2]:
         raw = view.cast("B")
-        if not _above_uint8(raw):
+        if not _high_bytes(raw, (1, 2, 3)):
             return {"tfs": blob.array(array("B", raw[0::4].tobytes())), "tf_type": "B"}
         # Split straight from the 4-byte items: the marks and values split_overflow finds in the
         # uint16 items narrow_tfs would make first (a count's marks depend on its value alone).
