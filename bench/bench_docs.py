@@ -379,11 +379,17 @@ def main() -> int:
     parser.add_argument(
         "--proximity", type=float, help="weight of ask's term-proximity reranking (0: BM25's order; default: its own)"
     )
+    parser.add_argument(
+        "--windows", type=int, help="windows a block shows (the learned chooser's best; default: ask's)"
+    )
     args = parser.parse_args()
     if args.proximity is not None:
         _ask.ANSWER_PROXIMITY = args.proximity
     if args.chooser:
         _ask.ANSWER_CHOOSER = args.chooser
+    if args.windows is not None:
+        # Read when called by answer_controller and base_model_events: the blocks and the examples follow.
+        _ask.ANSWER_WINDOWS = args.windows
     if args.follow is not None:
         OPTIONS["follow_chars"] = args.follow
         # ask_events builds its controller with answer_controller's defaults: the model path gets them too.

@@ -43,6 +43,7 @@ __all__ = [
     "base_model_events",
     "copying",
     "probe_server",
+    "windows_shown",
 ]
 
 logger = logging.getLogger(__name__)
@@ -90,15 +91,18 @@ CHOOSERS = ("rules", "learned")
 # answers 124 of 256 either way (16 won, 16 lost: it copies the wrong sentence of the longer block).
 ANSWER_FOLLOW_CHARS = 0
 # With the learned chooser, the block shows its best this many windows (the best-scoring sentences
-# whose windows do not overlap, best first), each as one passage; the block holds at least that many.
-# Decided on the twelve dev collections (bench/results/h26choose.md): 2 windows lift the injected text
-# holding the answer from 218 to 265 of 338 in the top 3 (leave-one-collection-out), but Gemma-3-270M
-# answers 41 against 42 of 105 (marshmallow, markdown, scrapy) and takes longer: it copies the wrong
-# window. 1 for the base-model path; 2 serves a reader that can tell the windows apart.
+# whose windows do not overlap, best first), each as one passage; the block holds at least that many,
+# and the few-shot examples then show two windows each (_prompts: the answering one first in half).
+# Two windows, measured on the 18 development collections of bench/bench_docs.py with those examples and
+# ANSWER_FIRST_TYPED (bench/results/h26two2.md): the injected text holds the answer for 378 against 313
+# of the 493 questions whose answer is in the top 3, but Gemma-3-270M answers 280 against 275 of 571 there
+# and 19 against 24 of our docs' tune half (bench/bench_answers.py: 40 against 47 of all 56): no gain in
+# what the model answers, and slower. 1 for the base-model path; 2 serves a reader that tells windows apart.
 ANSWER_WINDOWS = 1
-# With several windows (best first), the asked-for word comes from the earliest one that holds one.
-# With 2 windows on marshmallow, markdown and scrapy: 44 against 41 of 105 answered (1 window: 42).
-ANSWER_FIRST_TYPED = False
+# With several windows (best first), the asked-for word comes from the earliest one that holds one:
+# with 2 windows on the seven collections of h26two2.md, 122 against 113 answered of 238. With one
+# window per block it changes nothing (a block of one passage has one earliest passage).
+ANSWER_FIRST_TYPED = True
 # What ask retrieves: BM25's top _proximity.DEFAULT_DEPTH chunks reranked with this weight on the question's
 # adjacent words written together (_retrieval/_proximity.py; 0: BM25's order); the k kept are shown in BM25's
 # order (keep_order: the learned chooser was fitted on it). Decided leave-one-collection-out over the 15
@@ -187,6 +191,25 @@ def answer_retriever(retriever: Retriever, proximity: float | None = None) -> Re
     return ProximityRetriever(retriever, weight=weight) if weight else retriever
 
 
+def windows_shown(
+    chooser: str | None = None,
+    focus_chars: int | None = ANSWER_FOCUS_CHARS,
+    sentence: bool = ANSWER_SENTENCE,
+    windows: int | None = None,
+) -> int:
+    """How many windows a block of :func:`answer_controller` shows first, for these of its options.
+
+    ``windows`` (default :data:`ANSWER_WINDOWS`, read when called) with the
+    learned chooser cutting sentences; 1 otherwise (the rules choose one
+    sentence, and whole chunks are not windows).
+    """
+    chooser = ANSWER_CHOOSER if chooser is None else chooser
+    if chooser not in CHOOSERS:
+        raise ConfigError(f"chooser must be one of {', '.join(CHOOSERS)}, got {chooser!r}")
+    windows = check_windows(ANSWER_WINDOWS if windows is None else windows)
+    return windows if chooser == "learned" and focus_chars is not None and sentence else 1
+
+
 def answer_controller(
     retriever: Retriever,
     mode: str = BASE_MODE,
@@ -222,12 +245,8 @@ def answer_controller(
     ``options`` (``min_score``, ``show_blocks``...) go to the controller as they are.
     """
     chooser = ANSWER_CHOOSER if chooser is None else chooser
-    windows = check_windows(ANSWER_WINDOWS if windows is None else windows)
-    if chooser not in CHOOSERS:
-        raise ConfigError(f"chooser must be one of {', '.join(CHOOSERS)}, got {chooser!r}")
+    windows = windows_shown(chooser, focus_chars, sentence, windows)
     learned = chooser == "learned"
-    # The rules choose one sentence only: more windows are the learned ranking's.
-    windows = windows if learned and focus_chars is not None and sentence else 1
     retriever = answer_retriever(retriever, proximity)
     if focus_chars is not None:
         retriever = FocusedRetriever(
@@ -335,7 +354,14 @@ def base_model_events(
     backend: Callable[..., Iterator[Any]] = copying(generate, question) if llama_cpp else generate
     observe = backend.observe if isinstance(backend, CopyingBackend) else None
     ctl = answer_controller(retriever, mode, question=question, k=k, stop=stop, on_block=observe, **options)
-    prompt = base_prompt(asked if asked is not None else question, mode, history=history, system=system)
+    # The examples show as many windows as the blocks will.
+    shown = windows_shown(
+        options.get("chooser"),
+        options.get("focus_chars", ANSWER_FOCUS_CHARS),
+        options.get("sentence", ANSWER_SENTENCE),
+        options.get("windows"),
+    )
+    prompt = base_prompt(asked if asked is not None else question, mode, history=history, system=system, windows=shown)
     return answer_text(ctl.events(backend, prompt, question=question))
 
 

@@ -10,9 +10,9 @@ from _fake_server import Exchange, FakeServer, Handle
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clanker_rag._answer._ask import answer_controller, answer_text, probe_server
+from clanker_rag._answer._ask import answer_controller, answer_text, base_model_events, probe_server, windows_shown
 from clanker_rag._answer._focusing import FocusedRetriever, focus_hit
-from clanker_rag._answer._prompts import EXAMPLES, STOP, after_block, base_prompt
+from clanker_rag._answer._prompts import EXAMPLES, STOP, Window, after_block, base_prompt
 from clanker_rag._exceptions import ConfigError
 from clanker_rag._kb import KnowledgeBase
 from clanker_rag._retrieval._proximity import ProximityRetriever
@@ -178,6 +178,58 @@ def test_example_blocks_are_the_controller_s_own_layout() -> None:
         assert block in base_prompt("q?", "context")
         assert block.replace("context>", "result>") in base_prompt("q?", "tools")
         assert ex.answer not in base_prompt("q?", "none").split("Question: q?")[1]
+
+
+def _words(text: str) -> list[str]:
+    return [w.strip(".,;:()`'\"") for w in text.split() if w.strip(".,;:()`'\"")]
+
+
+def test_two_window_examples_show_both_windows_and_one_answers() -> None:
+    prompt = base_prompt("q?", "context", windows=2)
+    firsts = []
+    for ex in EXAMPLES:
+        block = BlockBuilder().build_passages("context", [_passage(w) for w in ex.pair]).text
+        assert block in prompt and block.count("\n[") == 2
+        # The fact the answer gives (its number, option or name) is in exactly one window.
+        fact = next(w for w in _words(ex.answer)[1:] if w.startswith("-") or w != w.lower() or not w.isalpha())
+        holds = [fact in _words(w.text) for w in ex.pair]
+        assert holds.count(True) == 1, (ex.question, holds)
+        firsts.append(holds[0])
+    # The answering window is first in half the examples: the model must not learn "copy [1]" or "copy [2]".
+    assert firsts.count(True) == firsts.count(False)
+    # One window per block: the examples as they were.
+    assert all(f"[2] {ex.pair[1].source}" not in base_prompt("q?", "context") for ex in EXAMPLES)
+    for bad in (0, -1, True, 1.5):
+        with pytest.raises(ConfigError, match="windows"):
+            base_prompt("q?", "context", windows=bad)  # type: ignore[arg-type]
+
+
+def _passage(window: Window) -> Any:
+    from clanker_rag._stream._blocks import Passage
+
+    return Passage(window.source, window.text, *window.lines)
+
+
+@pytest.mark.parametrize(("options", "shown"), [({}, 1), ({"windows": 2}, 2), ({"windows": 2, "chooser": "rules"}, 1)])
+def test_base_model_prompt_shows_as_many_windows_as_its_blocks(options: dict[str, Any], shown: int) -> None:
+    # The examples teach the layout the real block will have: two windows each when it shows two.
+    prompts: list[str] = []
+
+    def llm(prompt: str, stop: Sequence[str]) -> Iterator[str]:
+        prompts.append(prompt)
+        yield " port 7341"
+
+    kb = kb_of({"docs/server.md": GUIDE, "docs/other.md": "The client retries a request three times.\n"})
+    question = "Which port does the server listen on?"
+    events = list(base_model_events(kb, question, llm, llama_cpp=False, **options))
+    assert windows_shown(options.get("chooser"), windows=options.get("windows")) == shown
+    example = EXAMPLES[0].pair[0] if shown == 2 else None
+    assert (example is not None and f"[1] {example.source}:{example.lines[0]}-" in prompts[0]) == (shown == 2)
+    assert ("[2] guide/" in prompts[0]) == (shown == 2)
+    block = next(e.block for e in events if isinstance(e, InjectEvent))
+    assert "7341" in block
+    with pytest.raises(ConfigError, match="chooser"):
+        windows_shown("best")
 
 
 @pytest.mark.parametrize("mode", ["none", "context", "tools", "both"])
