@@ -16,7 +16,7 @@ from clanker_rag._answer._prompts import EXAMPLES, STOP, Window, after_block, ba
 from clanker_rag._exceptions import ConfigError
 from clanker_rag._kb import KnowledgeBase
 from clanker_rag._retrieval._proximity import ProximityRetriever
-from clanker_rag._stream._blocks import BlockBuilder
+from clanker_rag._stream._blocks import BlockBuilder, Passage
 from clanker_rag._stream._controller import InjectEvent, RagController, RetrieveEvent, StreamEvent, TextEvent
 from clanker_rag._text._analysis import Analyzer
 from clanker_rag._types import Hit
@@ -204,9 +204,7 @@ def test_two_window_examples_show_both_windows_and_one_answers() -> None:
             base_prompt("q?", "context", windows=bad)  # type: ignore[arg-type]
 
 
-def _passage(window: Window) -> Any:
-    from clanker_rag._stream._blocks import Passage
-
+def _passage(window: Window) -> Passage:
     return Passage(window.source, window.text, *window.lines)
 
 
