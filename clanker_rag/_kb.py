@@ -29,7 +29,7 @@ from ._storage._lock import IndexLock
 from ._text._analysis import Analyzer
 from ._text._chunking import Chunker
 from ._types import Hit, metadata_matches, source_matches
-from ._validate import check_metadata, check_sections, text_items
+from ._validate import check_metadata, check_sections, int_k, text_items
 
 if TYPE_CHECKING:
     from ._ingest._run import IngestReport
@@ -556,8 +556,7 @@ class KnowledgeBase:
         RM3-style pseudo-relevance feedback.  Never raises on an empty query,
         an empty index, unknown words or ``k`` beyond the corpus size.
         """
-        if isinstance(k, bool) or not isinstance(k, int):
-            raise ConfigError(f"k={k!r} must be an integer")
+        int_k(k)
         weights = self._query_weights(query)
         if k <= 0 or not weights:
             return []
@@ -589,8 +588,7 @@ class KnowledgeBase:
         where: Mapping[str, Any] | None = None,
     ) -> list[Hit]:  # fmt: skip
         """:meth:`search` for ``weights`` (term -> weight) scored with a whole collection's ``stats``."""
-        if isinstance(k, bool) or not isinstance(k, int):
-            raise ConfigError(f"k={k!r} must be an integer")
+        int_k(k)
         allowed = self._allowed(source, where)
         return [self._hit(cid, s) for cid, s in _collection.top_with_stats(self._index, weights, k, stats, allowed)]
 

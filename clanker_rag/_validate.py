@@ -7,7 +7,7 @@ from typing import Any
 
 from ._exceptions import ConfigError
 
-__all__ = ["check_metadata", "positive_int", "short", "text_items"]
+__all__ = ["check_metadata", "int_k", "positive_int", "short", "text_items"]
 
 
 def positive_int(name: str, value: object) -> int:
@@ -15,6 +15,14 @@ def positive_int(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"{name}={value!r} must be a positive integer")
     return value
+
+
+def int_k(k: object) -> int:
+    """``k`` (how many hits a search returns) if it is an int (bools excluded; 0 or less returns none), else
+    ``ConfigError``."""
+    if isinstance(k, bool) or not isinstance(k, int):
+        raise ConfigError(f"k={k!r} must be an integer")
+    return k
 
 
 def short(value: object) -> str:

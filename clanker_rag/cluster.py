@@ -73,7 +73,7 @@ from ._kb import Explanation, KnowledgeBase
 from ._storage._lock import IndexLock
 from ._text._analysis import Analyzer
 from ._types import Hit
-from ._validate import check_metadata, text_items
+from ._validate import check_metadata, int_k, text_items
 
 __all__ = ["MANIFEST", "ShardedHits", "ShardedKnowledgeBase", "connect", "shard_of"]
 
@@ -790,8 +790,7 @@ class ShardedKnowledgeBase:
         then the hits of the shards that answered come back, and
         ``result.missing`` names the others.
         """
-        if isinstance(k, bool) or not isinstance(k, int):
-            raise ConfigError(f"k={k!r} must be an integer")
+        int_k(k)
         if k <= 0:
             return ShardedHits()
         weights, stats, missing = self._prepare(query, source, where, feedback, allow_partial)

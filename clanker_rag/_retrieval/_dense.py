@@ -42,7 +42,7 @@ from typing import Any
 from .._exceptions import ConfigError, IndexFormatError
 from .._storage._store import fsync_dir, write_bytes_atomic
 from .._types import Hit, metadata_matches, source_matches
-from .._validate import positive_int
+from .._validate import int_k, positive_int
 from ._embed import dot_all, encode, load_model, model_id, passage_text
 from ._fusion import DEFAULT_RRF_K, check_rrf, fuse_hits
 
@@ -450,8 +450,7 @@ class HybridRetriever:
         where: Mapping[str, Any] | None = None,
     ) -> list[Hit]:
         """The ``k`` best chunks by RRF of BM25 and dense rankings (``score`` = fused score)."""
-        if isinstance(k, bool) or not isinstance(k, int):
-            raise ConfigError(f"k={k!r} must be an integer")
+        int_k(k)
         if k <= 0:
             return []
         depth = max(k, self.depth)

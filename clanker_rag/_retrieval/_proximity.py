@@ -33,7 +33,7 @@ from .._engine._scoring import BM25
 from .._exceptions import ConfigError
 from .._text._analysis import Analyzer
 from .._types import HitLike, Retriever
-from .._validate import positive_int
+from .._validate import int_k, positive_int
 
 __all__ = ["DEFAULT_DEPTH", "DEFAULT_GAP", "DEFAULT_WEIGHT", "ProximityRetriever", "ordered_pairs", "pair_counts"]
 
@@ -112,8 +112,7 @@ class ProximityRetriever:
         self.bm25 = bm25 if isinstance(bm25, BM25) else BM25()
 
     def search(self, query: str, k: int = 10, **kwargs: Any) -> list[HitLike]:
-        if isinstance(k, bool) or not isinstance(k, int):
-            raise ConfigError(f"k={k!r} must be an integer")
+        int_k(k)
         hits = list(self.retriever.search(query, max(k, self.depth), **kwargs))
         if self.weight == 0.0 or len(hits) < 2:
             return hits[:k]
