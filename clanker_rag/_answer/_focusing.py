@@ -25,7 +25,7 @@ from .._exceptions import ConfigError
 from .._text._analysis import Analyzer
 from .._types import Hit, HitLike, Retriever
 from ._answer_types import DEFAULT, IDENT, LITERAL, asks_how, code_names, focus_types, says_default, tokens_of, types_in
-from ._windows import attached, body_owner, is_changelog
+from ._windows import attached, body_owner, is_changelog, strip_inline_html
 
 __all__ = [
     "FocusedRetriever",
@@ -486,8 +486,9 @@ def focus_sentence(
     is 88.").
 
     The sentence comes back on one line (each whitespace run made one
-    space), so its ``text`` is the slice ``start:end`` of the document up to
-    whitespace; ``start``/``end`` and the line numbers are the slice's own.
+    space) and without the HTML tags of its prose (:func:`strip_inline_html`),
+    so its ``text`` is the slice ``start:end`` of the document up to
+    whitespace and tags; ``start``/``end`` and the line numbers are the slice's own.
     """
     text = hit.text
     spans = _sentences(text)
@@ -510,8 +511,11 @@ def focus_sentence(
         end = _followed(spans, start, end, follow)
     first = text.count("\n", 0, start)
     out = _window(hit, start, end, first, first + text.count("\n", start, end))
+    # Markup a rendered page hides is noise to a model that copies; a window
+    # that starts inside a code block is code, tags and all.
+    shown = out.text if is_code_at(text, start) else strip_inline_html(out.text)
     # One line: a model copying a wrapped sentence stops at its first line break.
-    return dataclasses.replace(out, text=" ".join(out.text.split()))
+    return dataclasses.replace(out, text=" ".join(shown.split()))
 
 
 def _followed(spans: Sequence[tuple[int, int]], start: int, end: int, budget: int) -> int:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["attached", "body_owner", "is_changelog"]
+__all__ = ["attached", "body_owner", "is_changelog", "strip_inline_html"]
 
 # A reStructuredText directive or a Markdown heading: a line that names what follows.
 _HEAD_RE = re.compile(r"[ \t]*(?:\.\. [\w:-]+::|#{1,6} )")
@@ -166,3 +166,75 @@ def attached(text: str, start: int, end: int, budget: int) -> tuple[int, int]:
 def is_changelog(source: str, text: str = "") -> bool:
     """Whether a passage comes from release notes (by its source name, or a "Version 1.2" heading in it)."""
     return _CHANGELOG_NAME_RE.search(source) is not None or _VERSION_HEAD_RE.search(text) is not None
+
+
+# Inline HTML in Markdown prose (``<span class="...">New in 1.8</span>``).
+# A rendered page shows none of these tags; left in the injected window they
+# are noise a small model copies.  Only named HTML elements go: ``<name>``
+# placeholders, autolinks (``<https://...>``) and anything in code stay.
+# Inline elements vanish; block elements and line breaks leave a space, so the
+# words either side stay apart.
+_INLINE_TAGS = frozenset(
+    (
+        *("a", "abbr", "b", "bdi", "bdo", "big", "cite", "code", "data", "del", "dfn", "em", "font", "i", "ins"),
+        *("kbd", "mark", "q", "s", "samp", "small", "span", "strike", "strong", "sub", "sup", "time", "tt", "u"),
+        *("var", "wbr"),
+    )
+)
+_SPACED_TAGS = frozenset(
+    (
+        *("address", "article", "aside", "audio", "blockquote", "br", "caption", "center", "col", "colgroup"),
+        *("dd", "details", "dir", "div", "dl", "dt", "figcaption", "figure", "footer", "h1", "h2", "h3", "h4"),
+        *("h5", "h6", "header", "hr", "iframe", "img", "li", "main", "nav", "ol", "p", "picture", "pre"),
+        *("section", "source", "summary", "table", "tbody", "td", "tfoot", "th", "thead", "tr", "ul", "video"),
+    )
+)
+_HTML_TAG = re.compile(
+    r"<!--.*?-->"
+    r"|</?(?P<name>[A-Za-z][A-Za-z0-9]*)"
+    r"(?:\s+[A-Za-z_:][\w:.-]*(?:\s*=\s*(?:\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'=<>`]+))?)*\s*/?>"
+)
+_CODE_SPAN = re.compile(r"(`+).*?(?<!`)\1(?!`)")
+_MD_FENCE = re.compile(r" {0,3}(`{3,}|~{3,})")
+
+
+def _untag(prose: str) -> str:
+    def repl(m: re.Match[str]) -> str:
+        name = (m.group("name") or "").lower()
+        if not name:
+            return ""  # a comment
+        if name in _INLINE_TAGS:
+            return ""
+        if name in _SPACED_TAGS:
+            return " "
+        return m.group()
+
+    return _HTML_TAG.sub(repl, prose) if "<" in prose else prose
+
+
+def strip_inline_html(text: str) -> str:
+    """``text`` without the HTML tags of its prose; fenced, indented and inline code and line breaks untouched."""
+    if "<" not in text:
+        return text
+    lines = text.split("\n")
+    fence: str | None = None
+    for i, line in enumerate(lines):
+        m = _MD_FENCE.match(line)
+        if fence is not None:
+            if m and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence) and not line[m.end() :].strip():
+                fence = None
+            continue
+        if m:
+            fence = m.group(1)
+            continue
+        if "<" not in line or line.startswith(("    ", "\t")):
+            continue  # an indented line may be code
+        parts: list[str] = []
+        at = 0
+        for code in _CODE_SPAN.finditer(line):
+            parts.append(_untag(line[at : code.start()]))
+            parts.append(code.group())
+            at = code.end()
+        parts.append(_untag(line[at:]))
+        lines[i] = "".join(parts)
+    return "\n".join(lines)

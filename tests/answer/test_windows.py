@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from clanker_rag._answer._focusing import FocusedRetriever, focus_sentence
-from clanker_rag._answer._windows import attached, body_owner, is_changelog
+from clanker_rag._answer._windows import attached, body_owner, is_changelog, strip_inline_html
 from clanker_rag._exceptions import ConfigError
 from clanker_rag._text._analysis import Analyzer
 from clanker_rag._types import Hit
@@ -206,3 +206,59 @@ def test_follow_at_the_ends_of_its_range_is_accepted() -> None:
     assert FocusedRetriever(Two(), follow=0).follow == 0
     assert FocusedRetriever(Two(), follow=40).follow == 40
     assert FocusedRetriever(Two(), follow=4000).follow == 4000
+
+
+# ------------------------------------------------------------ markup a page hides
+
+TAGGED = (
+    "# Checks\n\n"
+    "Some checks run less often than others.\n"
+    'You can skip <span class="minilink minilink-addedin">New in version 1.8.5</span> any check by name.\n'
+    "Write `<span>` in code to keep it.\n"
+)
+
+
+def test_named_html_tags_leave_prose_and_everything_else_stays() -> None:
+    text = (
+        'Skip <span class="added">New in 1.8</span> checks.<br>Then <b>run</b> it.<!-- note -->\n'
+        "Replace <name> with yours; see <https://example.org/a> and <user@example.org>.\n"
+        "Inline `<span class='x'>` and ``a `<b>` b`` stay.\n"
+        "```html\n"
+        '<div class="keep">fenced</div>\n'
+        "```\n"
+        "    <em>indented code</em>\n"
+        '<div align="center">\n'
+    )
+    assert strip_inline_html(text).split("\n") == [
+        "Skip New in 1.8 checks. Then run it.",
+        "Replace <name> with yours; see <https://example.org/a> and <user@example.org>.",
+        "Inline `<span class='x'>` and ``a `<b>` b`` stay.",
+        "```html",
+        '<div class="keep">fenced</div>',
+        "```",
+        "    <em>indented code</em>",
+        " ",
+        "",
+    ]
+
+
+@given(st.lists(st.sampled_from(["<span a='1'>", "</span>", "<br/>", "<x>", "`", "```", "\n", " ", "w", "<", ">"])))
+def test_stripping_keeps_every_line_and_every_line_without_a_tag(parts: list[str]) -> None:
+    text = "".join(parts)
+    out = strip_inline_html(text)
+    assert out.count("\n") == text.count("\n")
+    for before, after in zip(text.split("\n"), out.split("\n"), strict=True):
+        if "<" not in before:
+            assert after == before
+
+
+def test_the_injected_sentence_shows_no_html_tags_but_code_keeps_them() -> None:
+    hit = Hit(text=TAGGED, source="checks.md", score=1.0)
+    analyzer = Analyzer()
+    terms = set(analyzer("skip check name"))
+    out = focus_sentence(hit, terms, analyzer, 200)
+    assert out.text == "You can skip New in version 1.8.5 any check by name."
+    code = Hit(
+        text="Intro line here.\n\n```html\n<b>bold</b> and more skip check name\n```\n", source="a.md", score=1.0
+    )
+    assert "<b>bold</b>" in focus_sentence(code, terms, analyzer, 200).text
