@@ -253,6 +253,10 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     p.add_argument("--question", help="what to ask (default: a question about clanker-rag itself)")
     p.add_argument("--max-tokens", type=int, default=160, metavar="N", help="answer length limit (default 160)")
+    p.add_argument(
+        "--threads", type=_positive_int, metavar="N",
+        help="llama.cpp's threads (default: one per core, at most 4; fewer on a busy machine)",
+    )  # fmt: skip
     _color_option(p)
     p.set_defaults(func=_cmd_demo)
 
@@ -866,7 +870,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     from ._demo import run_demo
 
     kb = _load(args)
-    return run_demo(kb, question=args.question, max_tokens=args.max_tokens, color=args.color)
+    return run_demo(kb, question=args.question, max_tokens=args.max_tokens, color=args.color, threads=args.threads)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -541,3 +543,36 @@ def test_ask_chat_on_a_model_without_a_chat_template_says_so_and_uses_completion
     body = up.requests[1]["body"]
     assert body["prompt"].rstrip().endswith("Answer:") and "guide/ports.md" in body["prompt"]
     assert '"7341"' in body["grammar"] and "\n" in body["stop"]
+
+
+def test_demo_threads_reach_the_llama_server_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from clanker_rag._cli import _demo
+    from clanker_rag._exceptions import BackendError
+
+    # A stand-in server binary that writes down its arguments and fails to start.
+    args_file = tmp_path / "args"
+    fake = tmp_path / "llama-server"
+    fake.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > "{args_file}"\nexit 3\n')
+    fake.chmod(0o755)
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF")
+    monkeypatch.setattr(_demo, "locate_demo_model", lambda err: (fake, model))
+    # The failed start keeps the server's log for the user: here, in tmp_path.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+
+    code, _, err = run(capsys, "demo", "--threads", "3")
+    assert code == 1 and err.strip().splitlines()[-1].startswith("clanker-rag: error: llama-server exited with code 3")
+    argv = args_file.read_text().split("\n")
+    assert argv[argv.index("--threads") + 1] == "3"
+    assert argv[argv.index("--host") + 1] == "127.0.0.1"
+
+    # Without --threads: one per core, at most 4.
+    with pytest.raises(BackendError), _demo.LlamaServerProcess(fake, model, err=io.StringIO()):
+        pass
+    argv = args_file.read_text().split("\n")
+    assert argv[argv.index("--threads") + 1] == str(max(1, min(4, os.cpu_count() or 1)))
+
+    code, _, err = run(capsys, "demo", "--threads", "0")
+    assert code == 2 and "--threads" in err
