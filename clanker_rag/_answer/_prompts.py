@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 from .._exceptions import ConfigError
 from .._stream._blocks import BlockBuilder, BlockTag, Passage
+from .._validate import positive_int
 
 __all__ = [
     "ANSWER_LABEL",
@@ -224,8 +225,7 @@ def base_prompt(
     """
     if mode not in MODES:
         raise ConfigError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-    if isinstance(windows, bool) or not isinstance(windows, int) or windows < 1:
-        raise ConfigError(f"windows must be an integer of at least 1, got {windows!r}")
+    positive_int("windows", windows)
     question = " ".join(question.split())
     shots = "\n".join(_shot(example, mode, windows) for example in EXAMPLES)
     # Each earlier turn on its own two lines: the answer stop (STOP) ends answers at a line's end.
