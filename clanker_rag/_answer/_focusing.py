@@ -512,8 +512,11 @@ def focus_sentence(
     first = text.count("\n", 0, start)
     out = _window(hit, start, end, first, first + text.count("\n", start, end))
     # Markup a rendered page hides is noise to a model that copies; a window
-    # that starts inside a code block is code, tags and all.
-    shown = out.text if is_code_at(text, start) else strip_inline_html(out.text)
+    # that starts inside a code block is code, tags and all. The passage's
+    # fences are looked for only when the window has a tag to lose.
+    shown = out.text
+    if "<" in shown and not is_code_at(text, start):
+        shown = strip_inline_html(shown)
     # One line: a model copying a wrapped sentence stops at its first line break.
     return dataclasses.replace(out, text=" ".join(shown.split()))
 
