@@ -125,22 +125,18 @@ class LlamaServerProcess:
     def _wait_healthy(self, started: float) -> None:
         assert self.proc is not None
         server = ModelServer(self.url, Timeout(connect=2.0, read=2.0))
-        try:
-            while time.monotonic() - started < self.startup_timeout:
-                if self.proc.poll() is not None:
-                    raise BackendError(
-                        f"llama-server exited with code {self.proc.returncode} while starting; see {self.log_path}"
-                    )
-                try:
-                    with server.request("GET", "/health") as resp:
-                        resp.read()  # read to its end, the connection is kept for the next poll
-                        if resp.status == 200:
-                            return
-                except BackendError:
-                    pass  # not listening yet, or busy loading the model
-                time.sleep(0.25)
-        finally:
-            server.close()
+        while time.monotonic() - started < self.startup_timeout:
+            if self.proc.poll() is not None:
+                raise BackendError(
+                    f"llama-server exited with code {self.proc.returncode} while starting; see {self.log_path}"
+                )
+            try:
+                with server.request("GET", "/health") as resp:
+                    if resp.status == 200:
+                        return
+            except BackendError:
+                pass  # not listening yet
+            time.sleep(0.25)  # or still loading the model (503)
         raise BackendError(f"llama-server was not ready after {self.startup_timeout:g} s; see {self.log_path}")
 
     def stop(self) -> None:

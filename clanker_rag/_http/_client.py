@@ -20,22 +20,20 @@ status (:class:`~clanker_rag._exceptions.ServerStatusError`, raised by
 :meth:`Response.raise_for_status` and the readers that expect a 200), a
 broken answer (:class:`~clanker_rag._exceptions.ServerAnswerError`).
 
-Closing a response before its end closes the connection: that is how a
-server is told to stop generating (a resumed turn, a client gone).  A
-response read to its end leaves its connection open for the server's next
-request (HTTP keep-alive); a kept connection the server has since closed is
-noticed before it is used, and a request that still finds it gone is sent
-once more on a new connection.
+Each request has its own connection, closed with its response: closing a
+response before its end is how a server is told to stop generating (a
+resumed turn, a client gone).  Connections are not kept alive for a next
+request: on loopback a new one costs about a millisecond, small beside a
+model's answer, while a kept one waited 40 ms per request on a server that
+writes its headers and body apart (Nagle's algorithm meeting delayed ACKs),
+and every idle kept connection holds one of the server's threads.
 """
 
 from __future__ import annotations
 
 import http.client
 import json
-import select
 import socket
-import threading
-import weakref
 from collections.abc import Iterator, Mapping
 from types import TracebackType
 from typing import Any
@@ -55,12 +53,9 @@ __all__ = ["ModelServer", "Response", "snippet"]
 # How much of an error answer is read, and how much of it a message quotes.
 ERROR_BODY_BYTES = 4096
 SNIPPET_CHARS = 500
-# Idle connections kept per server: one per request running at the same time is the common case.
-MAX_IDLE = 4
+# The most one read of a streamed body asks for; it returns what has arrived.
+READ_SIZE = 65536
 DEFAULT_TIMEOUT = Timeout()
-
-# A kept connection found closed when a request is written or its answer awaited.
-_STALE = (ConnectionResetError, BrokenPipeError, ConnectionAbortedError, http.client.RemoteDisconnected)
 
 
 def snippet(body: bytes | str, limit: int = SNIPPET_CHARS) -> str:
@@ -71,12 +66,12 @@ def snippet(body: bytes | str, limit: int = SNIPPET_CHARS) -> str:
 
 
 class ModelServer:
-    """The client of one model server: its base URL, timeouts and kept-alive connections.
+    """The client of one model server: its base URL and timeouts.
 
     ``name`` prefixes the URL in error messages (the proxy says
     ``upstream``); ``what`` names the URL setting when it is not valid.  One
-    instance may serve many threads at once; each response belongs to the
-    thread that asked.
+    instance may serve many threads at once (it holds no connection between
+    requests); each response belongs to the thread that asked.
     """
 
     def __init__(
@@ -85,10 +80,6 @@ class ModelServer:
         self.base = base_url if isinstance(base_url, BaseUrl) else parse_base_url(base_url, what=what)
         self.timeout = Timeout.of(timeout)
         self.name = name
-        self._idle: list[http.client.HTTPConnection] = []
-        self._lock = threading.Lock()
-        # Kept connections are closed with the client, also when it is dropped without close().
-        self._finalizer = weakref.finalize(self, _close_all, self._idle, self._lock)
 
     @property
     def url(self) -> str:
@@ -104,10 +95,6 @@ class ModelServer:
         url = self.url_of(path)
         return f"{self.name} {url}" if self.name else url
 
-    def close(self) -> None:
-        """Close the kept-alive connections; the client stays usable and opens new ones as needed."""
-        _close_all(self._idle, self._lock)
-
     def request(
         self, method: str, path: str, body: bytes | None = None, headers: Mapping[str, str] | None = None
     ) -> Response:
@@ -119,21 +106,18 @@ class ModelServer:
         """
         url, who = self.url_of(path), self.describe(path)
         target = self.base.path(path)
-        hdrs = dict(headers or {})
-        while True:
-            conn, kept = self._checkout(url, who)
-            try:
-                conn.request(method, target, body=body, headers=hdrs)
-                resp = conn.getresponse()
-            except TimeoutError:
-                conn.close()
-                raise ServerTimeoutError(f"{who} timed out after {self.timeout.read:g} s", url) from None
-            except (OSError, http.client.HTTPException) as exc:
-                conn.close()
-                if kept and isinstance(exc, _STALE):
-                    continue  # the server closed the kept connection meanwhile: once more on a new one
-                raise ServerUnreachableError(f"cannot reach {who}: {exc}", url) from None
-            return Response(self, conn, resp, url, who)
+        conn = self._connect(url, who)
+        try:
+            conn.request(method, target, body=body, headers=dict(headers or {}))
+            resp = conn.getresponse()
+        except TimeoutError:
+            conn.close()
+            raise ServerTimeoutError(f"{who} timed out after {self.timeout.read:g} s", url) from None
+        except (OSError, http.client.HTTPException) as exc:
+            # Reset or closed before an answer (a server restarting, a proxy refusing): no answer at all.
+            conn.close()
+            raise ServerUnreachableError(f"cannot reach {who}: {exc}", url) from None
+        return Response(self.timeout, conn, resp, url, who)
 
     def json(
         self,
@@ -148,17 +132,6 @@ class ModelServer:
         hdrs.update(headers or {})
         with self.request(method, path, data, hdrs) as resp:
             return resp.json()
-
-    def _checkout(self, url: str, who: str) -> tuple[http.client.HTTPConnection, bool]:
-        """A kept connection still open, or a new one; and whether it was kept."""
-        while True:
-            with self._lock:
-                conn = self._idle.pop() if self._idle else None
-            if conn is None:
-                return self._connect(url, who), False
-            if _still_open(conn):
-                return conn, True
-            conn.close()
 
     def _connect(self, url: str, who: str) -> http.client.HTTPConnection:
         cls = http.client.HTTPSConnection if self.base.scheme == "https" else http.client.HTTPConnection
@@ -177,34 +150,6 @@ class ModelServer:
         conn.sock.settimeout(self.timeout.read)
         return conn
 
-    def _release(self, conn: http.client.HTTPConnection) -> None:
-        """Keep ``conn`` (its last answer read to the end) for the next request, or close it."""
-        with self._lock:
-            if len(self._idle) < MAX_IDLE and self._finalizer.alive:
-                self._idle.append(conn)
-                return
-        conn.close()
-
-
-def _still_open(conn: http.client.HTTPConnection) -> bool:
-    """Whether a kept connection may carry a request: an idle one that is readable was closed (or sent garbage)."""
-    sock = conn.sock
-    if sock is None:
-        return False
-    try:
-        readable, _, _ = select.select([sock], [], [], 0)
-    except (OSError, ValueError):
-        return False
-    return not readable
-
-
-def _close_all(idle: list[http.client.HTTPConnection], lock: threading.Lock) -> None:
-    with lock:
-        conns = idle[:]
-        idle.clear()
-    for conn in conns:
-        conn.close()
-
 
 class Response:
     """One answer of a model server, read incrementally; close it (or use ``with``) when done.
@@ -218,13 +163,13 @@ class Response:
 
     def __init__(
         self,
-        server: ModelServer,
+        timeout: Timeout,
         conn: http.client.HTTPConnection,
         resp: http.client.HTTPResponse,
         url: str,
         who: str,
     ) -> None:
-        self._server = server
+        self._timeout = timeout
         self._conn = conn
         self._resp = resp
         self.url = url
@@ -232,7 +177,6 @@ class Response:
         self.status = resp.status
         self.reason = resp.reason
         self.complete = False
-        self._closed = False
 
     def __enter__(self) -> Response:
         return self
@@ -253,20 +197,13 @@ class Response:
         return "text/event-stream" in (self.header("Content-Type") or "").lower()
 
     def close(self) -> None:
-        """Done with this answer: a connection read to the end is kept, any other is closed (stopping the server)."""
-        if self._closed:
-            return
-        self._closed = True
-        if self._resp.isclosed() and self._conn.sock is not None:
-            # Read to its end and not marked "Connection: close" (http.client drops the socket then).
-            self._server._release(self._conn)
-        else:
-            self._resp.close()
-            self._conn.close()
+        """Done with this answer: its connection is closed, which stops a server still generating it."""
+        self._resp.close()
+        self._conn.close()
 
     # -- readers -----------------------------------------------------------------------------------
     def _timed_out(self) -> ServerTimeoutError:
-        return ServerTimeoutError(f"{self.who} timed out after {self._server.timeout.read:g} s", self.url)
+        return ServerTimeoutError(f"{self.who} timed out after {self._timeout.read:g} s", self.url)
 
     def _broke(self, exc: BaseException) -> ServerAnswerError:
         return ServerAnswerError(f"connection to {self.who} broke: {exc}", self.url)
@@ -290,17 +227,22 @@ class Response:
             raise self._broke(exc) from None
 
     def lines(self) -> Iterator[bytes]:
-        """The body line by line, each yielded as soon as it has arrived."""
-        while True:
-            try:
-                line = self._resp.readline()
-            except TimeoutError:
-                raise self._timed_out() from None
-            except (OSError, http.client.HTTPException) as exc:
-                raise self._broke(exc) from None
-            if not line:
-                return
-            yield line
+        """The body line by line (``\\n`` kept), each yielded as soon as it has arrived.
+
+        Read with :meth:`read1`, not ``readline``: on a chunked body
+        ``http.client``'s ``readline`` takes a connection dropped between two
+        chunks for the body's end, ``read1`` reports it.
+        """
+        buf = b""
+        while piece := self.read1(READ_SIZE):
+            buf += piece
+            start = 0
+            while (end := buf.find(b"\n", start)) >= 0:
+                yield buf[start : end + 1]
+                start = end + 1
+            buf = buf[start:]
+        if buf:
+            yield buf
 
     def events(self) -> Iterator[tuple[str, str]]:
         """The body's server-sent events as ``(event, data)`` (see :func:`clanker_rag._sse.iter_sse`)."""
