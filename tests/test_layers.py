@@ -241,7 +241,9 @@ def test_only_the_http_package_opens_http_client_connections() -> None:
     assert users, "the HTTP client itself imports http.client: this check sees nothing"
     others = {name for name in users if name.split("/")[0] != "_http"}
     assert others <= KNOWN_HTTP_CLIENTS, f"only _http/ may be an HTTP client: {users}"
-    assert others >= KNOWN_HTTP_CLIENTS, f"no longer HTTP clients, drop from KNOWN_HTTP_CLIENTS: {KNOWN_HTTP_CLIENTS - others}"
+    assert others >= KNOWN_HTTP_CLIENTS, (
+        f"no longer HTTP clients, drop from KNOWN_HTTP_CLIENTS: {KNOWN_HTTP_CLIENTS - others}"
+    )
 
 
 def test_the_http_client_check_sees_every_spelling(tmp_path: Path) -> None:

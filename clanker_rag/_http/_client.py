@@ -75,7 +75,12 @@ class ModelServer:
     """
 
     def __init__(
-        self, base_url: str | BaseUrl, timeout: float | Timeout = DEFAULT_TIMEOUT, *, name: str = "", what: str = "base_url"
+        self,
+        base_url: str | BaseUrl,
+        timeout: float | Timeout = DEFAULT_TIMEOUT,
+        *,
+        name: str = "",
+        what: str = "base_url",
     ) -> None:
         self.base = base_url if isinstance(base_url, BaseUrl) else parse_base_url(base_url, what=what)
         self.timeout = Timeout.of(timeout)
@@ -252,7 +257,9 @@ class Response:
         """``ServerStatusError`` (with the start of the body) when the status is 400 or more."""
         if self.status >= 400:
             body = self.read(ERROR_BODY_BYTES)
-            raise ServerStatusError(f"{self.who} answered HTTP {self.status}: {snippet(body)}", self.url, self.status, body)
+            raise ServerStatusError(
+                f"{self.who} answered HTTP {self.status}: {snippet(body)}", self.url, self.status, body
+            )
 
     def json(self) -> object:
         """The whole body as JSON, after :meth:`raise_for_status`."""

@@ -36,4 +36,3 @@ class Timeout:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
             raise ConfigError(f"timeout must be > 0, got {value!r}")
         return cls(connect=value, read=value)
-

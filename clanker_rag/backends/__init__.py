@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 from .._stream._generate import RequestStats, Token
 
 if TYPE_CHECKING:
-    from ._llama_cpp_python import LlamaCppPythonBackend
     from .._http import Timeout
+    from ._llama_cpp_python import LlamaCppPythonBackend
     from ._openai_http import ChatBackend, CompletionsBackend, LlamaCppBackend
     from ._transformers import TransformersBackend
 
