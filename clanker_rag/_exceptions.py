@@ -15,12 +15,21 @@ means to tell you about; the subclasses say which part failed::
      +-- MissingExtraError        an optional dependency is not installed; the message
      |                            names the extra to install
      +-- BackendError             a model backend failed: server down, timeout, garbage
+     |    +-- ServerUnreachableError   no connection to the model server (refused,
+     |    |                            unknown host, reset before an answer)
+     |    +-- ServerTimeoutError       connecting or waiting for the next bytes took
+     |    |                            longer than the timeout allows
+     |    +-- ServerStatusError        the server answered an HTTP error status
+     |    +-- ServerAnswerError        the answer is broken: not the expected JSON, or
+     |                                 the connection dropped mid-answer
      +-- RetrievalTimeoutError    retrieval took longer than the controller allows
 
 ``MissingExtraError`` is also an ``ImportError``, ``IndexWriteError`` an
-``OSError`` (with its ``errno`` and ``filename``) and ``RetrievalTimeoutError``
-also a ``TimeoutError``, so code written against the standard exceptions keeps
-working.
+``OSError`` (with its ``errno`` and ``filename``), ``ServerUnreachableError`` a
+``ConnectionError`` and ``RetrievalTimeoutError`` and ``ServerTimeoutError``
+also ``TimeoutError``, so code written against the standard exceptions keeps
+working.  The four ``Server*Error`` classes are raised by the one HTTP client
+(``_http/``) and carry the ``url`` they were talking to.
 """
 
 from __future__ import annotations
@@ -37,6 +46,10 @@ __all__ = [
     "IngestError",
     "MissingExtraError",
     "RetrievalTimeoutError",
+    "ServerAnswerError",
+    "ServerStatusError",
+    "ServerTimeoutError",
+    "ServerUnreachableError",
 ]
 
 
@@ -70,6 +83,40 @@ class MissingExtraError(ClankerRagError, ImportError):
 
 class BackendError(ClankerRagError):
     """A generation backend failed (unreachable, timed out, bad answer)."""
+
+
+class ServerUnreachableError(BackendError, ConnectionError):
+    """No connection to a model server: refused, unknown host, or reset before any answer."""
+
+    def __init__(self, message: str, url: str) -> None:
+        super().__init__(message)
+        self.url = url
+
+
+class ServerTimeoutError(BackendError, TimeoutError):
+    """A model server took longer than the timeout to accept the connection or send more bytes."""
+
+    def __init__(self, message: str, url: str) -> None:
+        super().__init__(message)
+        self.url = url
+
+
+class ServerStatusError(BackendError):
+    """A model server answered an HTTP error status; ``body`` holds the start of its answer."""
+
+    def __init__(self, message: str, url: str, status: int, body: bytes) -> None:
+        super().__init__(message)
+        self.url = url
+        self.status = status
+        self.body = body
+
+
+class ServerAnswerError(BackendError):
+    """A model server's answer is broken: not the expected JSON, an error event, or cut off mid-answer."""
+
+    def __init__(self, message: str, url: str) -> None:
+        super().__init__(message)
+        self.url = url
 
 
 class RetrievalTimeoutError(ClankerRagError, TimeoutError):

@@ -1,8 +1,8 @@
 """Server-sent events, read and written: the one SSE codec of the package.
 
-The HTTP backends and the ``serve`` proxy's upstream client read event
-streams with :func:`iter_sse`; the proxy writes its own with
-:func:`encode_event`.
+The one HTTP client (``_http``) reads event streams with :func:`iter_sse`
+for the backends and the ``serve`` proxy's upstream; the proxy writes its own
+with :func:`encode_event`.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """Base URLs of OpenAI-compatible servers, with or without the ``/v1`` suffix.
 
 Users paste either ``http://host:8080`` or the OpenAI-style base URL
-``http://host:8080/v1``.  Every HTTP client of ours (``ask``'s backends, the
-``serve`` proxy's upstream) reads the URL through :func:`parse_base_url`, so
-both forms reach the same endpoints: the request paths carry ``/v1``
-themselves.
+``http://host:8080/v1``.  The package's one HTTP client (``_http``, behind
+the backends, the ``serve`` proxy's upstream and the server probe) reads the
+URL through :func:`parse_base_url`, so both forms reach the same endpoints:
+the request paths carry ``/v1`` themselves.
 """
 
 from __future__ import annotations

@@ -51,6 +51,12 @@ class Exchange:
     def body(self) -> Any:
         return self.request["body"]
 
+    @property
+    def peer(self) -> tuple[str, int]:
+        """The client's address: requests from one port came over one kept-alive connection."""
+        host, port = self._handler.client_address[:2]
+        return str(host), int(port)
+
     def send(self, status: int, data: bytes = b"", content_type: str = "application/json") -> None:
         """A whole answer: ``status``, a ``Content-Length`` and ``data``."""
         h = self._handler

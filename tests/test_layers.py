@@ -8,7 +8,8 @@ and ``TYPE_CHECKING`` imports included, no module imports itself through
 others.  The package ``__init__`` facade, which re-exports everything, is
 left out of that graph.  Model backends import nothing of ours but the
 generate protocol (with the native tool-call schema), the exception
-hierarchy, the SSE codec and the base-URL helper.  ``ARCHITECTURE.md`` says what every module owns.
+hierarchy and the one HTTP client (``_http``).  No module but ``_http``
+opens an HTTP client connection.  ``ARCHITECTURE.md`` says what every module owns.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ MAX_LINES = 900
 LAYERS = [
     {"_exceptions", "_types", "_gc_pause", "_forking", "_sse"},
     {"_validate", "_urls", "_text"},
-    {"_storage"},
+    {"_storage", "_http"},
     {"_engine"},
     {"_ingest"},
     {"_kb"},
@@ -35,7 +36,7 @@ LAYERS = [
     {"_cli", "integrations", "__init__", "__main__"},
 ]
 RANK = {name: i for i, layer in enumerate(LAYERS) for name in layer}
-BACKEND_DEPS = {"_stream._generate", "_exceptions", "_sse", "_urls"}
+BACKEND_DEPS = {"_stream._generate", "_exceptions", "_http"}
 # The framework adapters sit above everything but the top layer: never the CLI, proxy or MCP server.
 INTEGRATION_DEPS = {"_stream._blocks", "_exceptions", "_types"}
 
@@ -212,3 +213,51 @@ def test_few_modules_at_the_top() -> None:
     """Besides the facade, ``__main__`` and ``cluster``, at most ten shared modules sit outside the folders."""
     top = {p.stem for p in PACKAGE.glob("*.py")} - {"__init__", "__main__", "cluster"}
     assert len(top) <= 10, sorted(top)
+
+
+# Standard-library and third-party modules that open HTTP client connections.
+HTTP_CLIENTS = {"http.client", "urllib.request", "urllib3", "requests", "httpx", "aiohttp"}
+# Known debt, as KNOWN_LONG: the answering path's server probe still speaks urllib.
+KNOWN_HTTP_CLIENTS = {"_answer/_ask.py"}
+
+
+def http_client_imports(path: Path) -> set[str]:
+    """The HTTP client modules ``path`` imports anywhere (``from http import client`` included)."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names = {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
+        else:
+            continue
+        out |= {name for name in names if name in HTTP_CLIENTS or name.split(".")[0] in HTTP_CLIENTS}
+    return out
+
+
+def test_only_the_http_package_opens_http_client_connections() -> None:
+    """Model servers are reached through ``_http`` alone: one transport, one error mapping."""
+    users = {str(p.relative_to(PACKAGE)): found for p in sources() if (found := http_client_imports(p))}
+    assert users, "the HTTP client itself imports http.client: this check sees nothing"
+    others = {name for name in users if name.split("/")[0] != "_http"}
+    assert others <= KNOWN_HTTP_CLIENTS, f"only _http/ may be an HTTP client: {users}"
+    assert others >= KNOWN_HTTP_CLIENTS, (
+        f"no longer HTTP clients, drop from KNOWN_HTTP_CLIENTS: {KNOWN_HTTP_CLIENTS - others}"
+    )
+
+
+def test_the_http_client_check_sees_every_spelling(tmp_path: Path) -> None:
+    spellings = [
+        "import http.client",
+        "from http import client",
+        "from http.client import HTTPConnection",
+        "import urllib.request as r",
+        "from urllib import request",
+        "def f():\n    import httpx",
+    ]
+    for i, code in enumerate(spellings):
+        (tmp_path / f"m{i}.py").write_text(code + "\n")
+        assert http_client_imports(tmp_path / f"m{i}.py"), code
+    for harmless in ("import urllib.parse", "from http.server import HTTPServer", "import http", "import socket"):
+        (tmp_path / "h.py").write_text(harmless + "\n")
+        assert not http_client_imports(tmp_path / "h.py"), harmless

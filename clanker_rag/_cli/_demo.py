@@ -18,14 +18,13 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
 from typing import IO, TYPE_CHECKING, TextIO
 
 from .._exceptions import BackendError, MissingExtraError
+from .._http import ModelServer, Timeout
 from .._types import Retriever
 from ._terminal import Style, printable, use_color
 
@@ -125,18 +124,19 @@ class LlamaServerProcess:
 
     def _wait_healthy(self, started: float) -> None:
         assert self.proc is not None
+        server = ModelServer(self.url, Timeout(connect=2.0, read=2.0))
         while time.monotonic() - started < self.startup_timeout:
             if self.proc.poll() is not None:
                 raise BackendError(
                     f"llama-server exited with code {self.proc.returncode} while starting; see {self.log_path}"
                 )
             try:
-                with urllib.request.urlopen(self.url + "/health", timeout=2) as resp:
+                with server.request("GET", "/health") as resp:
                     if resp.status == 200:
                         return
-            except (urllib.error.URLError, OSError):
-                pass
-            time.sleep(0.25)
+            except BackendError:
+                pass  # not listening yet
+            time.sleep(0.25)  # or still loading the model (503)
         raise BackendError(f"llama-server was not ready after {self.startup_timeout:g} s; see {self.log_path}")
 
     def stop(self) -> None:

@@ -1,12 +1,13 @@
 """Serving: the OpenAI-compatible proxy and index following.
 
 Job: ``clanker-rag serve`` (``_proxy``), the proxy's HTTP side and its SSE
-and JSON sinks (``_handler``), the upstream client (``_upstream``), retrieval
+and JSON sinks (``_handler``), the upstream side (``_upstream``), retrieval
 through native tool calls (``_native_tools``), following an index folder
 other processes save (``_follow``), and who may talk to an HTTP server at all
 (``_access``: host, origin and body-type checks, the bearer token); the last
 two are shared with the MCP server.
 
-May import: ``_answer``, ``_stream``, ``_kb``, ``_storage`` and the leaves.
+May import: ``_answer``, ``_stream``, ``_kb``, ``_storage``, ``_http`` (the
+one HTTP client, for the upstream) and the leaves.
 Must not import: the CLI, the cluster or the integrations.
 """

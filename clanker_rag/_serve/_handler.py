@@ -13,7 +13,6 @@ line.
 from __future__ import annotations
 
 import contextlib
-import http.client
 import json
 import logging
 import secrets
@@ -28,7 +27,7 @@ from typing import Any
 
 from .._answer._ask import base_model_events, probe_server
 from .._answer._prompts import STOP
-from .._exceptions import ConfigError
+from .._exceptions import BackendError, ConfigError, ServerTimeoutError
 from .._sse import DONE, encode_event
 from .._stream._blocks import DEFAULT_BLOCK_CHARS, BlockBuilder, last_question, squash_ws
 from .._stream._controller import InjectEvent, RagController, RetrieveEvent, StreamEvent, TextEvent
@@ -469,14 +468,14 @@ class _Handler(BaseHTTPRequestHandler):
     # -- pass-through ------------------------------------------------------------------------------
     def _forward(self, body: bytes, *, headers: Mapping[str, str] | None = None) -> int:
         hdrs = dict(headers) if headers is not None else self._upstream_headers(json_body=False)
-        conn, resp = self.server.upstream.open(
+        resp = self.server.upstream.open(
             self.command, self.path, body if body or self.command in ("POST", "PUT", "PATCH") else None, hdrs
         )
-        try:
-            length = resp.getheader("Content-Length")
+        with resp:
+            length = resp.header("Content-Length")
             try:
                 self.send_response(resp.status, resp.reason)
-                for name, value in resp.getheaders():
+                for name, value in resp.headers():
                     lower = name.lower()
                     if lower not in _DROP_RESPONSE_HEADERS and not lower.startswith(_CORS_PREFIX):
                         self.send_header(name, value)
@@ -491,17 +490,16 @@ class _Handler(BaseHTTPRequestHandler):
                 raise _ClientGone(str(exc)) from None
             if head:
                 return resp.status
-            url = self.server.upstream.url(self.path)
             while True:
                 try:
                     data = resp.read1(_COPY_CHUNK)
-                except TimeoutError:
+                except ServerTimeoutError:
                     self.close_connection = True
-                    logger.warning("upstream %s timed out mid-response", redact(url))
+                    logger.warning("upstream %s timed out mid-response", redact(resp.url))
                     break
-                except (OSError, http.client.HTTPException) as exc:
+                except BackendError as exc:
                     self.close_connection = True
-                    logger.warning("upstream %s broke mid-response: %s", redact(url), exc)
+                    logger.warning("upstream broke mid-response: %s", redact(str(exc)))
                     break
                 if not data:
                     break
@@ -509,8 +507,6 @@ class _Handler(BaseHTTPRequestHandler):
             if chunked and not self.close_connection:
                 self._write(b"0\r\n\r\n")
             return resp.status
-        finally:
-            conn.close()
 
     # -- generation --------------------------------------------------------------------------------
     def _parse(self, body: bytes, kind: str) -> dict[str, Any] | None:

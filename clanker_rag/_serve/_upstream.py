@@ -1,8 +1,9 @@
 """The ``serve`` proxy's upstream side: the client and one generation request.
 
-:class:`Upstream` opens requests to the upstream server (one connection per
-request) and maps every failure to an :class:`UpstreamError` that already
-holds the status and OpenAI-style JSON the proxy's client gets.
+:class:`Upstream` opens requests to the upstream server through the package's
+one HTTP client (:class:`~clanker_rag._http.ModelServer`) and maps each of
+its failures to an :class:`UpstreamError` that already holds the status and
+OpenAI-style JSON the proxy's client gets (:func:`upstream_error`).
 :class:`UpstreamTurn` is one ``/v1/chat/completions`` or ``/v1/completions``
 request seen as a ``generate(prompt, stop)`` callable, so the controller can
 drive it: each call is one upstream request, streamed back as
@@ -13,15 +14,14 @@ credentials out of everything logged or echoed.
 from __future__ import annotations
 
 import copy
-import http.client
 import json
 import re
-import socket
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .._sse import DONE, iter_sse
+from .._exceptions import BackendError, ServerStatusError, ServerTimeoutError, ServerUnreachableError
+from .._http import ModelServer, Response, Timeout
 from .._stream._generate import Token
 from .._urls import BaseUrl
 
@@ -37,6 +37,7 @@ __all__ = [
     "message_text",
     "prepend_to_content",
     "redact",
+    "upstream_error",
 ]
 
 MAX_ERROR_BODY = 2000
@@ -113,36 +114,34 @@ def _http_error(status: int, raw: bytes, url: str) -> UpstreamError:
     return UpstreamError(client_status, f"upstream {url} answered HTTP {status}: {message}", "upstream_error", status)
 
 
-class Upstream:
-    """Opens requests to the upstream server at ``base``; one connection per request."""
+def upstream_error(exc: BackendError) -> UpstreamError:
+    """The proxy's answer to a failure of the upstream client: 502 or 504, or the upstream's own error status."""
+    if isinstance(exc, ServerStatusError):
+        return _http_error(exc.status, exc.body, exc.url)
+    if isinstance(exc, ServerTimeoutError):
+        return UpstreamError(504, str(exc), "upstream_timeout")
+    if isinstance(exc, ServerUnreachableError):
+        return UpstreamError(502, str(exc), "upstream_unreachable")
+    return UpstreamError(502, str(exc), "upstream_error")
 
-    def __init__(self, base: BaseUrl, timeout: float) -> None:
+
+class Upstream:
+    """Opens requests to the upstream server at ``base``; ``timeout`` bounds connecting and each wait for bytes."""
+
+    def __init__(self, base: BaseUrl, timeout: float | Timeout) -> None:
+        self.server = ModelServer(base, timeout, name="upstream")
         self.base = base
-        self.timeout = timeout
+        self.timeout = self.server.timeout
 
     def url(self, path: str) -> str:
-        return self.base.url + path
+        return self.server.url_of(path)
 
-    def open(
-        self, method: str, path: str, body: bytes | None, headers: Mapping[str, str]
-    ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
-        cls = http.client.HTTPSConnection if self.base.scheme == "https" else http.client.HTTPConnection
-        conn = cls(self.base.host, self.base.port, timeout=self.timeout)
-        url = self.url(path)
+    def open(self, method: str, path: str, body: bytes | None, headers: Mapping[str, str]) -> Response:
+        """The upstream's answer, status and headers read; close it when done.  Failures are :class:`UpstreamError`."""
         try:
-            conn.connect()
-            if conn.sock is not None:
-                # Small SSE writes must not wait for Nagle's algorithm.
-                conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn.request(method, self.base.path(path), body=body, headers=dict(headers))
-            resp = conn.getresponse()
-        except TimeoutError:
-            conn.close()
-            raise UpstreamError(504, f"upstream {url} timed out after {self.timeout:g} s", "upstream_timeout") from None
-        except (OSError, http.client.HTTPException) as exc:
-            conn.close()
-            raise UpstreamError(502, f"cannot reach upstream {url}: {exc}", "upstream_unreachable") from None
-        return conn, resp
+            return self.server.request(method, path, body, headers)
+        except BackendError as exc:
+            raise upstream_error(exc) from None
 
 
 def message_text(content: object) -> str:
@@ -263,10 +262,10 @@ class UpstreamTurn:
         payload.update(options or {})
         self.calls += 1
         data = json.dumps(payload).encode("utf-8")
-        conn, resp = self.upstream.open("POST", self.path, data, self.headers)
-        url = self.upstream.url(self.path)
+        resp = self.upstream.open("POST", self.path, data, self.headers)
+        url = resp.url
         try:
-            objects = _objects(resp, url, self.upstream.timeout, finished=lambda: self.finish_reason is not None)
+            objects = _objects(resp, finished=lambda: self.finish_reason is not None)
             finish: str | None = None
             tokens: Iterator[Token] = (tok for obj in objects for tok in self._tokens(obj, url))
             if self.kind == "chat" and self.prefill:
@@ -278,7 +277,7 @@ class UpstreamTurn:
             self.finish_reason = finish
         finally:
             # Closing mid-stream (a resume, or the client went away) makes the upstream stop generating.
-            conn.close()
+            resp.close()
 
     def _tokens(self, obj: dict[str, Any], url: str) -> Iterator[Token]:
         self.finish_reason = None
@@ -353,27 +352,6 @@ def drop_echo(tokens: Iterator[Token], prefill: str) -> Iterator[Token]:
     yield from tokens
 
 
-def _read(resp: http.client.HTTPResponse, limit: int | None, url: str) -> bytes:
-    try:
-        return resp.read(limit) if limit is not None else resp.read()
-    except TimeoutError:
-        raise UpstreamError(504, f"upstream {url} timed out", "upstream_timeout") from None
-    except (OSError, http.client.HTTPException) as exc:
-        raise UpstreamError(502, f"connection to upstream {url} broke: {exc}", "upstream_error") from None
-
-
-def _decode(data: str, url: str) -> dict[str, Any]:
-    try:
-        obj = json.loads(data)
-    except ValueError:
-        raise UpstreamError(
-            502, f"upstream {url} answered something that is not JSON: {data[:200]!r}", "upstream_error"
-        ) from None
-    if not isinstance(obj, dict):
-        raise UpstreamError(502, f"upstream {url} answered JSON that is not an object", "upstream_error")
-    return obj
-
-
 def event_stream(
     upstream: Upstream, path: str, payload: Mapping[str, Any], headers: Mapping[str, str]
 ) -> Iterator[dict[str, Any]]:
@@ -383,40 +361,24 @@ def event_stream(
     ``tool_calls``); failures are :class:`UpstreamError` as everywhere here,
     and closing the iterator closes the connection, which stops the upstream.
     """
-    conn, resp = upstream.open("POST", path, json.dumps(payload).encode("utf-8"), headers)
-    try:
-        yield from _objects(resp, upstream.url(path), upstream.timeout)
-    finally:
-        conn.close()
+    with upstream.open("POST", path, json.dumps(payload).encode("utf-8"), headers) as resp:
+        yield from _objects(resp)
 
 
-def _objects(
-    resp: http.client.HTTPResponse, url: str, timeout: float, *, finished: Callable[[], bool] | None = None
-) -> Iterator[dict[str, Any]]:
+def _objects(resp: Response, *, finished: Callable[[], bool] | None = None) -> Iterator[dict[str, Any]]:
     """The JSON objects of an upstream's answer: its SSE events up to ``[DONE]``, or its one JSON body.
 
     ``finished``, asked after each event, says whether the answer has ended
     (a finish_reason); a stream that stops with neither that nor ``[DONE]``
     dropped mid-answer and is an error.  Without it, such a stream just ends.
     """
-    if resp.status >= 400:
-        raise _http_error(resp.status, _read(resp, MAX_ERROR_BODY * 2, url), url)
-    if "text/event-stream" not in (resp.getheader("Content-Type") or "").lower():
-        yield _decode(_read(resp, None, url).decode("utf-8", errors="replace"), url)
-        return
     ended = False
     try:
-        for event, data in iter_sse(iter(resp.readline, b"")):
-            if data.strip() == DONE:
-                return
-            if event == "error":
-                raise UpstreamError(502, f"upstream {url} reported an error: {data[:MAX_ERROR_BODY]}", "upstream_error")
-            yield _decode(data, url)
+        for obj in resp.objects():
+            yield obj
             ended = ended or (finished is not None and finished())
-    except TimeoutError:
-        raise UpstreamError(504, f"upstream {url} timed out after {timeout:g} s", "upstream_timeout") from None
-    except (OSError, http.client.HTTPException) as exc:
-        raise UpstreamError(502, f"connection to upstream {url} broke: {exc}", "upstream_error") from None
-    if finished is not None and not ended:
+    except BackendError as exc:
+        raise upstream_error(exc) from None
+    if finished is not None and not ended and not resp.complete:
         # Neither [DONE] nor a finish_reason: the connection dropped mid-answer.
-        raise UpstreamError(502, f"upstream {url} ended the stream before finishing the answer", "upstream_error")
+        raise UpstreamError(502, f"upstream {resp.url} ended the stream before finishing the answer", "upstream_error")

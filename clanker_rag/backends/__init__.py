@@ -6,7 +6,8 @@ access, and the optional libraries (transformers, llama-cpp-python) only when
 a backend that needs them is constructed.
 
 * :class:`CompletionsBackend`, :class:`ChatBackend`, :class:`LlamaCppBackend`
-  - HTTP, standard library only (OpenAI-compatible servers, llama.cpp);
+  - HTTP, standard library only (OpenAI-compatible servers, llama.cpp); their
+  ``timeout=`` takes seconds or a :class:`Timeout` (``connect=``, ``read=``);
 * :class:`TransformersBackend` - Hugging Face transformers, reusing its KV
   cache across resumes (extra ``transformers``);
 * :class:`LlamaCppPythonBackend` - llama-cpp-python in process (extra
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from .._stream._generate import RequestStats, Token
 
 if TYPE_CHECKING:
+    from .._http import Timeout
     from ._llama_cpp_python import LlamaCppPythonBackend
     from ._openai_http import ChatBackend, CompletionsBackend, LlamaCppBackend
     from ._transformers import TransformersBackend
@@ -31,6 +33,7 @@ __all__ = [
     "LlamaCppBackend",
     "LlamaCppPythonBackend",
     "RequestStats",
+    "Timeout",
     "Token",
     "TransformersBackend",
 ]
@@ -41,6 +44,7 @@ _LAZY = {
     "LlamaCppBackend": "._openai_http",
     "TransformersBackend": "._transformers",
     "LlamaCppPythonBackend": "._llama_cpp_python",
+    "Timeout": ".._http",
 }
 
 

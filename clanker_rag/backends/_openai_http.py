@@ -10,42 +10,38 @@ Three endpoints, each a ``generate(prompt, stop)`` callable that streams
 * :class:`LlamaCppBackend` - llama.cpp's native ``POST /completion`` with
   ``cache_prompt`` and ``n_probs``.
 
-Every failure (server down, HTTP error, timeout, a body that is not the
-expected JSON) raises :class:`~clanker_rag._exceptions.BackendError` with the
-URL in the message.  After each request, ``last_stats`` holds what the server
-said about it (prompt tokens, cached tokens, timings).
+The requests go through the package's one HTTP client
+(:class:`~clanker_rag._http.ModelServer`), so every failure (server down, HTTP
+error, timeout, a body that is not the expected JSON) raises a
+:class:`~clanker_rag._exceptions.BackendError` with the URL in the message:
+the client's ``Server*Error`` subclasses for the transport, ``BackendError``
+itself for JSON that is not the endpoint's shape.  ``timeout`` is seconds
+(connect and read) or a :class:`~clanker_rag._http.Timeout`.  After each
+request, ``last_stats`` holds what the server said about it (prompt tokens,
+cached tokens, timings).
 """
 
 from __future__ import annotations
 
 import asyncio
-import http.client
 import json
 import logging
 import math
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
 
-from .._exceptions import BackendError, ConfigError
-from .._sse import DONE, iter_sse
+from .._exceptions import BackendError
+from .._http import ModelServer, Timeout
+from .._http import snippet as _snippet
 from .._stream._generate import RequestStats, Token, ToolCallDeltas, retrieve_tool
-from .._urls import parse_base_url
 
 __all__ = ["ChatBackend", "CompletionsBackend", "LlamaCppBackend"]
 
 logger = logging.getLogger(__name__)
 
-_MAX_ERROR_BODY = 500
-
-
-def _snippet(body: bytes | str) -> str:
-    text = body.decode("utf-8", errors="replace") if isinstance(body, bytes) else body
-    text = " ".join(text.split())
-    return text[:_MAX_ERROR_BODY] + ("..." if len(text) > _MAX_ERROR_BODY else "")
-
 
 class _HttpBackend:
-    """Shared plumbing: connection, streaming POST, error mapping."""
+    """Shared plumbing: the server's client, one streaming POST, what its JSON objects may not be."""
 
     path = "/"
 
@@ -53,18 +49,15 @@ class _HttpBackend:
         self,
         base_url: str,
         *,
-        timeout: float = 120.0,
+        timeout: float | Timeout = 120.0,
         api_key: str | None = None,
         headers: Mapping[str, str] | None = None,
         extra: Mapping[str, Any] | None = None,
     ) -> None:
         # "http://h:8080" and "http://h:8080/v1" both work: request paths carry /v1.
-        base = parse_base_url(base_url)
-        if timeout <= 0:
-            raise ConfigError(f"timeout must be > 0, got {timeout}")
-        self.base_url = base.url
-        self._base = base
-        self.timeout = timeout
+        self._server = ModelServer(base_url, timeout)
+        self.base_url = self._server.url
+        self.timeout = self._server.timeout
         self.headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
         if api_key:
             self.headers["Authorization"] = f"Bearer {api_key}"
@@ -74,69 +67,21 @@ class _HttpBackend:
         self.last_response: dict[str, Any] | None = None
 
     def _url(self, path: str) -> str:
-        return self.base_url + path
-
-    def _connect(self) -> http.client.HTTPConnection:
-        cls = http.client.HTTPSConnection if self._base.scheme == "https" else http.client.HTTPConnection
-        return cls(self._base.host, self._base.port, timeout=self.timeout)
+        return self._server.url_of(path)
 
     def _post(self, path: str, payload: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
-        """POST ``payload`` and yield each JSON object the server streams back."""
-        url = self._url(path)
+        """POST ``payload`` and yield each JSON object the server streams back (or its one JSON body)."""
         body = json.dumps({**payload, **self.extra}).encode("utf-8")
-        conn = self._connect()
-        try:
-            try:
-                conn.request("POST", self._base.path(path), body=body, headers=self.headers)
-                resp = conn.getresponse()
-            except (OSError, http.client.HTTPException) as exc:
-                raise BackendError(f"cannot reach {url}: {exc}") from exc
-            if resp.status >= 400:
-                raise BackendError(f"{url} answered HTTP {resp.status}: {_snippet(self._read(resp, url, 4096))}")
-            ctype = (resp.getheader("Content-Type") or "").lower()
-            if "text/event-stream" not in ctype:
-                # Some servers ignore "stream": answer with one JSON body.
-                raw = self._read(resp, url, None)
-                yield self._decode(raw.decode("utf-8", errors="replace"), url)
-                return
+        # Closing mid-stream (the with block left early) tells the server to stop generating.
+        with self._server.request("POST", path, body, self.headers) as resp:
             seen = False
-            try:
-                for event, data in iter_sse(iter(resp.readline, b"")):
-                    if data.strip() == DONE:
-                        return
-                    if event == "error":
-                        raise BackendError(f"{url} reported an error: {_snippet(data)}")
-                    seen = True
-                    yield self._decode(data, url)
-            except TimeoutError as exc:
-                raise BackendError(f"{url} timed out after {self.timeout:g} s") from exc
-            except (OSError, http.client.HTTPException) as exc:
-                raise BackendError(f"connection to {url} broke: {exc}") from exc
+            for obj in resp.objects():
+                if "error" in obj and not obj.get("choices") and "content" not in obj:
+                    raise BackendError(f"{resp.who} reported an error: {_snippet(json.dumps(obj['error']))}")
+                seen = True
+                yield obj
             if not seen:
-                raise BackendError(f"{url} sent an event stream with no data events")
-        finally:
-            # Closing mid-stream tells the server to stop generating.
-            conn.close()
-
-    def _read(self, resp: http.client.HTTPResponse, url: str, limit: int | None) -> bytes:
-        try:
-            return resp.read(limit) if limit is not None else resp.read()
-        except TimeoutError as exc:
-            raise BackendError(f"{url} timed out after {self.timeout:g} s") from exc
-        except (OSError, http.client.HTTPException) as exc:
-            raise BackendError(f"connection to {url} broke: {exc}") from exc
-
-    @staticmethod
-    def _decode(data: str, url: str) -> dict[str, Any]:
-        try:
-            obj = json.loads(data)
-        except ValueError:
-            raise BackendError(f"{url} answered something that is not JSON: {_snippet(data)}") from None
-        if not isinstance(obj, dict):
-            raise BackendError(f"{url} answered JSON that is not an object: {_snippet(data)}")
-        if "error" in obj and not obj.get("choices") and "content" not in obj:
-            raise BackendError(f"{url} reported an error: {_snippet(json.dumps(obj['error']))}")
-        return obj
+                raise BackendError(f"{resp.who} sent an event stream with no data events")
 
     def __call__(self, prompt: str, stop: Sequence[str] = ()) -> Iterator[Token]:
         raise NotImplementedError
