@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from ._stream._controller import InjectEvent, RagController, RetrieveEvent, StreamEvent, TextEvent, neutralize
     from ._stream._generate import RETRIEVE_TOOL, AsyncGenerateFn, GenerateFn, RequestStats, Token, retrieve_tool
     from ._stream._scanner import TagScanner, ToolCall
+    from ._stream._settings import BlockLayout, Hooks, Limits, Triggers
     from ._text._analysis import Analyzer
     from ._types import Hit, HitLike, Retriever
 
@@ -42,6 +43,7 @@ __all__ = [
     "AsyncGenerateFn",
     "BM25",
     "BackendError",
+    "BlockLayout",
     "ClankerRagError",
     "ConfigError",
     "DenseStore",
@@ -50,6 +52,7 @@ __all__ = [
     "GenerateFn",
     "Hit",
     "HitLike",
+    "Hooks",
     "HybridRetriever",
     "IndexFormatError",
     "IndexLockedError",
@@ -58,6 +61,7 @@ __all__ = [
     "IngestReport",
     "InjectEvent",
     "KnowledgeBase",
+    "Limits",
     "MissingExtraError",
     "MultiQueryRetriever",
     "RETRIEVE_TOOL",
@@ -74,6 +78,7 @@ __all__ = [
     "TextEvent",
     "Token",
     "ToolCall",
+    "Triggers",
     "__version__",
     "expand_neighbors",
     "fuse_hits",
@@ -111,6 +116,10 @@ _LAZY = {
     "KnowledgeBase": "_kb",
     "TagScanner": "_stream._scanner",
     "ToolCall": "_stream._scanner",
+    "BlockLayout": "_stream._settings",
+    "Hooks": "_stream._settings",
+    "Limits": "_stream._settings",
+    "Triggers": "_stream._settings",
     "BM25": "_engine._scoring",
     "RETRIEVE_TOOL": "_stream._generate",
     "retrieve_tool": "_stream._generate",
