@@ -31,7 +31,8 @@ if TYPE_CHECKING:
     from ._retrieval._dense import DenseStore, HybridRetriever, update_embeddings
     from ._retrieval._fusion import MultiQueryRetriever, expand_neighbors, fuse_hits, reciprocal_rank_fusion
     from ._retrieval._rerank import Reranker, RerankingRetriever
-    from ._stream._controller import InjectEvent, RagController, RetrieveEvent, StreamEvent, TextEvent, neutralize
+    from ._stream._controller import RagController, neutralize
+    from ._stream._events import InjectEvent, RetrieveEvent, StreamEvent, TextEvent
     from ._stream._generate import RETRIEVE_TOOL, AsyncGenerateFn, GenerateFn, RequestStats, Token, retrieve_tool
     from ._stream._scanner import TagScanner, ToolCall
     from ._stream._settings import BlockLayout, Hooks, Limits, Triggers
@@ -91,11 +92,11 @@ __all__ = [
 
 _LAZY = {
     "Analyzer": "_text._analysis",
-    "InjectEvent": "_stream._controller",
+    "InjectEvent": "_stream._events",
     "RagController": "_stream._controller",
-    "RetrieveEvent": "_stream._controller",
-    "StreamEvent": "_stream._controller",
-    "TextEvent": "_stream._controller",
+    "RetrieveEvent": "_stream._events",
+    "StreamEvent": "_stream._events",
+    "TextEvent": "_stream._events",
     "neutralize": "_stream._controller",
     "BackendError": "_exceptions",
     "ClankerRagError": "_exceptions",

@@ -53,15 +53,14 @@ from .._retrieval._fusion import hit_key, reciprocal_rank_fusion
 from .._types import HitLike, Retriever
 from .._validate import check_bool, check_int, out_of_range
 from ._blocks import (
-    Block,
     BlockBuilder,
-    Passage,
     is_question_sentence,
     last_question,
     neutralize,
     norm_query,
     squash_ws,
 )
+from ._events import InjectEvent, RetrieveEvent, StreamEvent, TextEvent
 from ._generate import AsyncGenerateFn, GenerateFn, Piece, piece_parts
 from ._scanner import TagScanner, ToolCall
 from ._settings import BlockLayout, Hooks, Limits, Triggers
@@ -79,46 +78,6 @@ logger = logging.getLogger(__name__)
 
 _BOUNDARY_RE = re.compile(r"[.!?](?=\s)|\n")
 _LABEL_RE = re.compile(r"^\s*\w+:\s")
-
-
-@dataclass(frozen=True, slots=True)
-class TextEvent:
-    """Text the model wrote that the user may see."""
-
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
-class RetrieveEvent:
-    """A retrieval ran. ``kind`` is ``"tool"``, ``"question"`` or ``"flare"``."""
-
-    query: str
-    hits: tuple[HitLike, ...]
-    kind: str
-    seconds: float
-    error: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class InjectEvent:
-    """A block was added to the turn. ``tag`` is ``"result"`` or ``"context"``.
-
-    ``block`` is the text the model reads; ``passages`` what it shows of each
-    hit (:class:`~clanker_rag._stream._blocks.Block`), empty for a note.
-    """
-
-    block: str
-    tag: str
-    kind: str
-    query: str
-    passages: tuple[Passage, ...] = ()
-
-    @classmethod
-    def of(cls, block: Block, kind: str, query: str) -> InjectEvent:
-        return cls(block.text, block.tag, kind, query, block.passages)
-
-
-StreamEvent = TextEvent | RetrieveEvent | InjectEvent
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,14 +20,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from .._types import HitLike
 from .._validate import check_callable, check_int, check_number, check_str, one_of
 from ._blocks import DEFAULT_BLOCK_CHARS, MIN_BLOCK_CHARS
-
-if TYPE_CHECKING:
-    from ._controller import InjectEvent
+from ._events import InjectEvent
 
 __all__ = ["BlockLayout", "FlareMode", "Hooks", "Limits", "ToolQuery", "Triggers"]
 
