@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import math
 import re
 import threading
 import time
@@ -46,7 +45,7 @@ from collections.abc import (
     Sequence,
 )
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from .._exceptions import RetrievalTimeoutError
 from .._retrieval._fusion import hit_key, reciprocal_rank_fusion
@@ -77,6 +76,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _BOUNDARY_RE = re.compile(r"[.!?](?=\s)|\n")
+# The settings' defaults, shared by every controller (they are frozen).
+_TRIGGERS, _LIMITS, _LAYOUT, _HOOKS = Triggers(), Limits(), BlockLayout(), Hooks()
 _LABEL_RE = re.compile(r"^\s*\w+:\s")
 
 
@@ -467,10 +468,10 @@ class RagController:
         handlers: Mapping[str, Callable[[str], str]] | None = None,
         stop: Sequence[str] = (),
         show_blocks: bool = True,
-        triggers: Triggers = Triggers(),
-        limits: Limits = Limits(),
-        layout: BlockLayout = BlockLayout(),
-        hooks: Hooks = Hooks(),
+        triggers: Triggers = _TRIGGERS,
+        limits: Limits = _LIMITS,
+        layout: BlockLayout = _LAYOUT,
+        hooks: Hooks = _HOOKS,
     ) -> None:
         if not callable(getattr(retriever, "search", None)):
             raise out_of_range("retriever", retriever, "an object with a search(query, k) method")

@@ -255,7 +255,7 @@ def test_answer_text_drops_the_label_and_the_search_line() -> None:
 def test_answer_controller_modes() -> None:
     kb = kb_of(DOCS)
     ctl = answer_controller(kb, "tools", question="Which port?")
-    assert ctl.tools and not ctl.questions and ctl.after_block == after_block("Which port?")
+    assert ctl.tools and not ctl.questions and ctl.layout.after_block == after_block("Which port?")
     ctl = answer_controller(kb, "context", question="Which port?", focus_chars=None)
     # Unfocused, the passages are the knowledge base's, reranked by term proximity (answer_retriever).
     assert ctl.questions and not ctl.tools

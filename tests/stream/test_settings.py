@@ -45,7 +45,7 @@ BAD_SETTINGS: list[tuple[Callable[..., object], str, object, str]] = [
 
 @pytest.mark.parametrize(("cls", "name", "bad", "expected"), BAD_SETTINGS)
 def test_each_setting_refuses_a_bad_value_in_the_one_shape(
-    cls: Callable[..., object], name: str, bad: object, expected: str
+    cls: Callable[..., object], name: str, bad: Any, expected: str
 ) -> None:
     with pytest.raises(ConfigError) as info:
         cls(**{name: bad})
@@ -71,7 +71,7 @@ def test_each_setting_refuses_a_bad_value_in_the_one_shape(
         ("hooks", print, "a Hooks"),
     ],
 )
-def test_the_controller_s_own_keywords_are_checked_in_the_same_shape(name: str, bad: object, expected: str) -> None:
+def test_the_controller_s_own_keywords_are_checked_in_the_same_shape(name: str, bad: Any, expected: str) -> None:
     with pytest.raises(ConfigError) as info:
         RagController(KnowledgeBase(), **{name: bad})
     m = SHAPE.match(str(info.value))
