@@ -29,8 +29,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from .._validate import check_int
 from .._types import HitLike
+from .._validate import check_int
 
 __all__ = [
     "DEFAULT_BLOCK_CHARS",

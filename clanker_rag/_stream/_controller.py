@@ -530,7 +530,8 @@ class RagController:
 
     async def _aretrieve(self, queries: Sequence[str]) -> tuple[Sequence[HitLike], str | None]:
         try:
-            return await _await_with_timeout(asyncio.to_thread(self._search, queries), self.limits.retrieval_timeout), None
+            work = asyncio.to_thread(self._search, queries)
+            return await _await_with_timeout(work, self.limits.retrieval_timeout), None
         except RetrievalTimeoutError as exc:
             if self.limits.on_timeout == "raise":
                 raise

@@ -143,7 +143,14 @@ def test_the_controller_hands_the_copying_backend_each_block_before_resuming() -
     kb.add_text("The server listens on port 8765 by default.", "docs/server.md")
     inner = Recorder()
     backend = CopyingBackend(inner, "Which port does the server use?")
-    ctl = RagController(kb, k=1, questions=True, tools=False, layout=BlockLayout(after_block=ANSWER_LABEL), hooks=Hooks(on_block=backend.observe))
+    ctl = RagController(
+        kb,
+        k=1,
+        questions=True,
+        tools=False,
+        layout=BlockLayout(after_block=ANSWER_LABEL),
+        hooks=Hooks(on_block=backend.observe),
+    )
     events = list(ctl.events(backend, "Question: Which port does the server use?\n"))
     assert [type(ev).__name__ for ev in events][:2] == ["RetrieveEvent", "InjectEvent"]
     [options] = inner.calls

@@ -100,7 +100,12 @@ def react_respond(prompt: str) -> str:
 def test_tool_call_retrieves_injects_and_resumes_with_the_same_prefix() -> None:
     retrieved: list[tuple[str, list[str]]] = []
     blocks: list[str] = []
-    ctl = RagController(make_kb(), hooks=Hooks(on_retrieve=lambda q, hits: retrieved.append((q, [h.source for h in hits])), on_inject=blocks.append))
+    ctl = RagController(
+        make_kb(),
+        hooks=Hooks(
+            on_retrieve=lambda q, hits: retrieved.append((q, [h.source for h in hits])), on_inject=blocks.append
+        ),
+    )
     llm = FakeLLM(react_respond)
     visible = "".join(ctl.stream(llm, PROMPT))
 
@@ -215,7 +220,9 @@ def test_question_below_score_threshold_or_already_seen_is_skipped() -> None:
     assert len(llm.prompts) == 1
 
     retrieved: list[str] = []
-    ctl = RagController(make_kb(), tools=False, questions=True, hooks=Hooks(on_retrieve=lambda q, h: retrieved.append(q)))
+    ctl = RagController(
+        make_kb(), tools=False, questions=True, hooks=Hooks(on_retrieve=lambda q, h: retrieved.append(q))
+    )
     llm = FakeLLM(lambda p: " Which port is the default? Which port is the default? End.")
     text = "".join(ctl.stream(llm, "x"))
     # First question injects; the model repeats it after the block; the same
@@ -253,7 +260,12 @@ def flare_llm(prompts: list[str]) -> Callable[[str, Sequence[str]], Iterator[Tok
 def test_flare_rewind_regenerates_the_unsure_sentence_after_the_block() -> None:
     prompts: list[str] = []
     queries: list[str] = []
-    ctl = RagController(make_kb(), tools=False, triggers=Triggers(flare="rewind", flare_threshold=-1.0), hooks=Hooks(on_retrieve=lambda q, h: queries.append(q)))
+    ctl = RagController(
+        make_kb(),
+        tools=False,
+        triggers=Triggers(flare="rewind", flare_threshold=-1.0),
+        hooks=Hooks(on_retrieve=lambda q, h: queries.append(q)),
+    )
     text = "".join(ctl.stream(flare_llm(prompts), "Story:"))
     assert queries == ["The theme is."]  # the unsure token is masked out of the query
     assert len(prompts) == 2
@@ -288,7 +300,12 @@ def flare_last_llm(prompts: list[str]) -> Callable[[str, Sequence[str]], Iterato
 def test_flare_rewind_checks_the_last_sentence_of_the_stream() -> None:
     prompts: list[str] = []
     queries: list[str] = []
-    ctl = RagController(make_kb(), tools=False, triggers=Triggers(flare="rewind", flare_threshold=-1.0), hooks=Hooks(on_retrieve=lambda q, h: queries.append(q)))
+    ctl = RagController(
+        make_kb(),
+        tools=False,
+        triggers=Triggers(flare="rewind", flare_threshold=-1.0),
+        hooks=Hooks(on_retrieve=lambda q, h: queries.append(q)),
+    )
     text = "".join(ctl.stream(flare_last_llm(prompts), "Story:"))
     assert queries == ["The theme is."]
     assert len(prompts) == 2 and prompts[1].startswith("Story: Hello.\n<context>\n[1] docs/colors.md")
@@ -341,7 +358,9 @@ def test_injection_cap_per_turn() -> None:
         return " done"
 
     retrieved: list[str] = []
-    ctl = RagController(make_kb(), limits=Limits(max_injections=2), hooks=Hooks(on_retrieve=lambda q, h: retrieved.append(q)))
+    ctl = RagController(
+        make_kb(), limits=Limits(max_injections=2), hooks=Hooks(on_retrieve=lambda q, h: retrieved.append(q))
+    )
     llm = FakeLLM(respond)
     events = list(ctl.events(llm, "P"))
     assert retrieved == ["port", "install"]

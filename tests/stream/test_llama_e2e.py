@@ -119,7 +119,13 @@ def test_flare_gets_logprobs_from_the_server(server: LlamaServer, kb: KnowledgeB
     assert logprobs and all(lp is not None and lp <= 0.0 for lp in logprobs)
     # With an impossible threshold every sentence is unsure: retrieval must run.
     seen: list[str] = []
-    ctl = RagController(kb, tools=False, triggers=Triggers(flare="append", flare_threshold=1.0), limits=Limits(max_injections=1), hooks=Hooks(on_retrieve=lambda q, h: seen.append(q)))
+    ctl = RagController(
+        kb,
+        tools=False,
+        triggers=Triggers(flare="append", flare_threshold=1.0),
+        limits=Limits(max_injections=1),
+        hooks=Hooks(on_retrieve=lambda q, h: seen.append(q)),
+    )
     backend_long = LlamaCppBackend(server.url, n_predict=24, n_probs=1, timeout=120)
     list(ctl.stream(backend_long, "Facts about clanker. The clanker server listens on port 7341. It"))
     assert len(seen) == 1
