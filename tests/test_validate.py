@@ -48,8 +48,9 @@ def test_the_one_shape_names_the_value_and_what_is_allowed() -> None:
 def test_check_int_bounds(low: int | None, high: int | None, good: list[int], bad: list[int], expected: str) -> None:
     for value in good:
         assert check_int("n", value, low, high) == value
-    for value in [*bad, True, 1.0, "1", None]:
-        assert refusal(check_int, "n", value, low, high) == f"n={value!r} is out of range: expected {expected}"
+    refused: list[object] = [*bad, True, 1.0, "1", None]
+    for wrong in refused:
+        assert refusal(check_int, "n", wrong, low, high) == f"n={wrong!r} is out of range: expected {expected}"
 
 
 def test_none_is_allowed_only_when_asked_and_then_named() -> None:
