@@ -9,10 +9,10 @@ injects retrieved passages in three ways:
   and resumes;
 * **question boundaries** - the user's question and any question sentence the
   model writes trigger a ``<context>`` block (``questions=True``);
-* **low confidence** (FLARE) - a sentence containing a token whose
-  log-probability is under ``flare_threshold`` triggers retrieval with the
-  unsure tokens masked out; ``flare="rewind"`` regenerates the sentence after
-  the block, ``flare="append"`` keeps it.
+* **low confidence** (FLARE, ``triggers=Triggers(flare=...)``) - a sentence
+  containing a token whose log-probability is under ``flare_threshold``
+  triggers retrieval with the unsure tokens masked out; ``"rewind"``
+  regenerates the sentence after the block, ``"append"`` keeps it.
 
 A callable backend is resumed with ``prompt + generated text + block``: the
 exact bytes the model has already seen plus the block, so a server's prompt
