@@ -31,9 +31,11 @@ if TYPE_CHECKING:
     from ._retrieval._dense import DenseStore, HybridRetriever, update_embeddings
     from ._retrieval._fusion import MultiQueryRetriever, expand_neighbors, fuse_hits, reciprocal_rank_fusion
     from ._retrieval._rerank import Reranker, RerankingRetriever
-    from ._stream._controller import InjectEvent, RagController, RetrieveEvent, StreamEvent, TextEvent, neutralize
+    from ._stream._controller import RagController, neutralize
+    from ._stream._events import InjectEvent, RetrieveEvent, StreamEvent, TextEvent
     from ._stream._generate import RETRIEVE_TOOL, AsyncGenerateFn, GenerateFn, RequestStats, Token, retrieve_tool
     from ._stream._scanner import TagScanner, ToolCall
+    from ._stream._settings import BlockLayout, Hooks, Limits, Triggers
     from ._text._analysis import Analyzer
     from ._types import Hit, HitLike, Retriever
 
@@ -42,6 +44,7 @@ __all__ = [
     "AsyncGenerateFn",
     "BM25",
     "BackendError",
+    "BlockLayout",
     "ClankerRagError",
     "ConfigError",
     "DenseStore",
@@ -50,6 +53,7 @@ __all__ = [
     "GenerateFn",
     "Hit",
     "HitLike",
+    "Hooks",
     "HybridRetriever",
     "IndexFormatError",
     "IndexLockedError",
@@ -58,6 +62,7 @@ __all__ = [
     "IngestReport",
     "InjectEvent",
     "KnowledgeBase",
+    "Limits",
     "MissingExtraError",
     "MultiQueryRetriever",
     "RETRIEVE_TOOL",
@@ -74,6 +79,7 @@ __all__ = [
     "TextEvent",
     "Token",
     "ToolCall",
+    "Triggers",
     "__version__",
     "expand_neighbors",
     "fuse_hits",
@@ -86,11 +92,11 @@ __all__ = [
 
 _LAZY = {
     "Analyzer": "_text._analysis",
-    "InjectEvent": "_stream._controller",
+    "InjectEvent": "_stream._events",
     "RagController": "_stream._controller",
-    "RetrieveEvent": "_stream._controller",
-    "StreamEvent": "_stream._controller",
-    "TextEvent": "_stream._controller",
+    "RetrieveEvent": "_stream._events",
+    "StreamEvent": "_stream._events",
+    "TextEvent": "_stream._events",
     "neutralize": "_stream._controller",
     "BackendError": "_exceptions",
     "ClankerRagError": "_exceptions",
@@ -111,6 +117,10 @@ _LAZY = {
     "KnowledgeBase": "_kb",
     "TagScanner": "_stream._scanner",
     "ToolCall": "_stream._scanner",
+    "BlockLayout": "_stream._settings",
+    "Hooks": "_stream._settings",
+    "Limits": "_stream._settings",
+    "Triggers": "_stream._settings",
     "BM25": "_engine._scoring",
     "RETRIEVE_TOOL": "_stream._generate",
     "retrieve_tool": "_stream._generate",

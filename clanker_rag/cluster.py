@@ -73,7 +73,7 @@ from ._kb import Explanation, KnowledgeBase
 from ._storage._lock import IndexLock
 from ._text._analysis import Analyzer
 from ._types import Hit
-from ._validate import check_metadata, int_k, text_items
+from ._validate import check_int, check_metadata, check_number, int_k, one_of, text_items
 
 __all__ = ["MANIFEST", "ShardedHits", "ShardedKnowledgeBase", "connect", "shard_of"]
 
@@ -396,8 +396,7 @@ class ShardedKnowledgeBase:
                 f"open it with {n}, or ingest into a new folder with {shards}"
             )
         _check_timeout(timeout)
-        if isinstance(replicas, bool) or replicas not in (1, 2):
-            raise ConfigError(f"replicas={replicas!r} is out of range: expected 1 or 2")
+        one_of("replicas", replicas, (1, 2))
         folders = [str(folder / name) for name in manifest["shard_dirs"]]
         index_id, generation = manifest.get("index_id"), manifest.get("generation")
         expected = [Expected(i, index_id, generation) for i in range(n)]
@@ -823,13 +822,11 @@ def _same_folder(a: Path | None, b: Path) -> bool:
 
 
 def _check_timeout(timeout: object) -> None:
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < 1e6:
-        raise ConfigError(f"timeout={timeout!r} is out of range: expected seconds in (0, 1e6)")
+    check_number("timeout", timeout, 0, 1e6, low_open=True, high_open=True)  # seconds
 
 
 def _check_shards(shards: object) -> None:
-    if isinstance(shards, bool) or not isinstance(shards, int) or not 1 <= shards <= MAX_SHARDS:
-        raise ConfigError(f"shards={shards!r} is out of range: expected an integer in [1, {MAX_SHARDS}]")
+    check_int("shards", shards, 1, MAX_SHARDS)
 
 
 def read_manifest(folder: Path) -> dict[str, Any]:

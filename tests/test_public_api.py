@@ -47,3 +47,21 @@ def test_install_hints_name_this_checkout() -> None:
     checkout = Path(__file__).resolve().parents[1]
     assert (checkout / "pyproject.toml").is_file()
     assert install_hint("mcp") == f"pip install -e '{checkout}[mcp]'"
+
+
+def test_the_controller_s_settings_are_public_and_its_signature_stays_small() -> None:
+    """``RagController``'s grouped settings are exported, so callers can build them; the rest are plain keywords."""
+    import dataclasses
+    import inspect
+
+    for name in ("BlockLayout", "Hooks", "Limits", "Triggers"):
+        cls = getattr(clanker_rag, name)
+        assert dataclasses.is_dataclass(cls), name  # frozen and checked: tests/stream/test_settings.py
+    params = inspect.signature(clanker_rag.RagController).parameters
+    assert len(params) <= 12
+    assert [p.annotation for p in params.values() if p.name in ("triggers", "limits", "layout", "hooks")] == [
+        "Triggers",
+        "Limits",
+        "BlockLayout",
+        "Hooks",
+    ]

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from .._exceptions import ConfigError
+from .._validate import check_number
 from ..cluster import DEFAULT_TIMEOUT, ShardedKnowledgeBase, close_client, connect, require_dask
 from ..cluster import MANIFEST as _MANIFEST
 
@@ -47,8 +48,7 @@ def run_cluster(args: argparse.Namespace, hooks: CliHooks) -> int:
         # Dask reports every worker start and stop at INFO: not news for a command's user.
         logging.getLogger("distributed").setLevel(logging.WARNING)
     timeout = getattr(args, "cluster_timeout", DEFAULT_TIMEOUT)
-    if not 0 < timeout < 1e6:
-        raise ConfigError(f"--cluster-timeout={timeout:g} is out of range: expected seconds in (0, 1e6)")
+    check_number("--cluster-timeout", timeout, 0, 1e6, low_open=True, high_open=True)  # seconds
     # A local cluster's workers print to this terminal: their "Compute Failed" tracebacks would
     # stand before the one-line error the command prints for the same failure.
     quiet = logging.DEBUG if getattr(args, "debug", False) else logging.CRITICAL

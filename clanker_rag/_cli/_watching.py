@@ -23,10 +23,10 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from .._exceptions import ConfigError
 from .._ingest._run import IngestReport
 from .._ingest._watch import Changes, FolderSync, watch
 from .._kb import KnowledgeBase
+from .._validate import check_number
 from ._terminal import one_line
 
 __all__ = ["cycle_line", "watch_command"]
@@ -43,8 +43,7 @@ def watch_command(
 ) -> int:
     """Ingest ``args.paths`` into the index at ``path``, then follow them until stopped."""
     for flag, value in (("--interval", args.interval), ("--debounce", args.debounce)):
-        if not value > 0 or value > 3600:  # also refuses NaN
-            raise ConfigError(f"{flag} {value!r} is out of range: expected seconds above 0, at most 3600")
+        check_number(flag, value, 0, 3600, low_open=True)  # seconds
     with KnowledgeBase.edit(path) as kb:
         sync = FolderSync(kb, args.paths, path, **options)
         # Scanned before the first ingest reads anything: an edit made while

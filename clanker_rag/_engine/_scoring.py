@@ -50,6 +50,7 @@ from operator import add, eq, ge, lt, mul, truediv
 from typing import Any
 
 from .._exceptions import ConfigError
+from .._validate import check_number
 from ._fill import float32s, retyped_int32s
 
 __all__ = [
@@ -295,14 +296,7 @@ class TermExplanation:
 
 
 def _check_range(name: str, value: object, low: float, high: float) -> None:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not math.isfinite(value)
-        or not low <= value <= high
-    ):
-        upper = "inf" if high == math.inf else f"{high:g}"
-        raise ConfigError(f"{name}={value!r} is out of range: expected a finite number in [{low:g}, {upper}]")
+    check_number(name, value, low, high)
 
 
 @dataclass(frozen=True, slots=True)

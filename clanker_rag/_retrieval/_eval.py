@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .._exceptions import ConfigError, IngestError
+from .._validate import check_int
 
 log = logging.getLogger(__name__)
 
@@ -197,8 +198,7 @@ def evaluate_dataset(
     """
     from .._kb import KnowledgeBase
 
-    if k < 100:
-        raise ConfigError(f"k={k} is out of range: metrics need at least 100 results")
+    check_int("k", k, 100)  # the metrics read the top 100
     if search is not None and (rerank is not None or hybrid is not None):
         raise ConfigError("give search= or rerank=/hybrid=, not both")
     data = load_beir(folder)

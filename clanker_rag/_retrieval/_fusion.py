@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from .._exceptions import ConfigError
 from .._types import Hit, HitLike, Retriever
-from .._validate import positive_int
+from .._validate import check_int, check_number, positive_int
 
 __all__ = [
     "MultiQueryRetriever",
@@ -60,11 +59,9 @@ def check_rrf(k: object, weights: Sequence[object] | None = None) -> None:
     A negative or NaN weight would turn "found by this list" into a penalty
     or poison every sum it enters; an infinite ``k`` makes every score zero.
     """
-    if isinstance(k, bool) or not isinstance(k, (int, float)) or not 0 <= k < math.inf:
-        raise ConfigError(f"k={k!r} must be a finite number >= 0 (60 is the usual choice)")
+    check_number("k", k, 0)
     for i, weight in enumerate(weights or ()):
-        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 <= weight < math.inf:
-            raise ConfigError(f"weights[{i}]={weight!r} must be a finite number >= 0")
+        check_number(f"weights[{i}]", weight, 0)
 
 
 def reciprocal_rank_fusion(
@@ -155,8 +152,7 @@ class MultiQueryRetriever:
             raise ConfigError("retriever must have a search(query, k) method")
         if not callable(rewrite):
             raise ConfigError(f"rewrite={rewrite!r} must be a callable str -> list[str]")
-        if depth is not None and (isinstance(depth, bool) or not isinstance(depth, int) or depth < 1):
-            raise ConfigError(f"depth={depth!r} must be a positive integer or None")
+        check_int("depth", depth, 1, none=True)
         positive_int("max_queries", max_queries)
         self.retriever = retriever
         self.rewrite = rewrite
@@ -237,12 +233,8 @@ def expand_neighbors(
     always returned, even if alone it is over the budget.  Hits whose source or
     chunk ``kb`` does not know are passed through unchanged.
     """
-    if isinstance(window, bool) or not isinstance(window, int) or window < 0:
-        raise ConfigError(f"window={window!r} must be an integer >= 0")
-    if budget_chars is not None and (
-        isinstance(budget_chars, bool) or not isinstance(budget_chars, int) or budget_chars < 0
-    ):
-        raise ConfigError(f"budget_chars={budget_chars!r} must be an integer >= 0 or None")
+    check_int("window", window, 0)
+    check_int("budget_chars", budget_chars, 0, none=True)
     limit = float("inf") if budget_chars is None else budget_chars
 
     chunk_cache: dict[str, list[Hit]] = {}

@@ -30,10 +30,9 @@ from typing import Any
 
 from .._engine._collection import CollectionStats
 from .._engine._scoring import BM25
-from .._exceptions import ConfigError
 from .._text._analysis import Analyzer
 from .._types import HitLike, Retriever
-from .._validate import int_k, positive_int
+from .._validate import check_number, int_k, positive_int
 
 __all__ = ["DEFAULT_DEPTH", "DEFAULT_GAP", "DEFAULT_WEIGHT", "ProximityRetriever", "ordered_pairs", "pair_counts"]
 
@@ -99,8 +98,7 @@ class ProximityRetriever:
         analyzer: Callable[[str], Iterable[str]] | None = None,
         keep_order: bool = True,
     ) -> None:
-        if isinstance(weight, bool) or not isinstance(weight, int | float) or not 0.0 <= weight <= 10.0:
-            raise ConfigError(f"weight={weight!r} is out of range: expected a number in [0, 10]")
+        check_number("weight", weight, 0, 10)
         self.retriever = retriever
         self.keep_order = keep_order
         self.weight = float(weight)

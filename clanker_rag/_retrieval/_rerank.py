@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._exceptions import ConfigError
 from .._types import HitLike, Retriever
-from .._validate import positive_int
+from .._validate import check_int, positive_int
 from ._embed import ModelKind, dot_all, encode, load_model, passage_text
 from ._fusion import DEFAULT_RRF_K, reciprocal_rank_fusion
 
@@ -87,8 +87,7 @@ class Reranker:
             raise ConfigError(f"kind={kind!r} must be 'auto', 'bi' or 'cross'")
         self.candidates = positive_int("candidates", candidates)
         self.batch_size = positive_int("batch_size", batch_size)
-        if isinstance(cache_size, bool) or not isinstance(cache_size, int) or cache_size < 0:
-            raise ConfigError(f"cache_size={cache_size!r} must be an integer >= 0")
+        check_int("cache_size", cache_size, 0)
         self.device = device
         self.rrf_k = rrf_k
         self._fuse = fuse

@@ -18,9 +18,10 @@ import os
 import time
 from pathlib import Path
 
-from .._exceptions import ClankerRagError, ConfigError, IndexFormatError
+from .._exceptions import ClankerRagError, IndexFormatError
 from .._kb import KnowledgeBase
 from .._storage import _store
+from .._validate import check_number
 
 __all__ = ["IndexFollower"]
 
@@ -49,8 +50,7 @@ class IndexFollower:
     """
 
     def __init__(self, folder: str | os.PathLike[str], *, check_every: float = 0.0) -> None:
-        if check_every < 0:
-            raise ConfigError(f"check_every={check_every!r}: must be >= 0 seconds")
+        check_number("check_every", check_every, 0)  # seconds
         self._file = Path(folder) / _store.INDEX_FILE
         self._check_every = check_every
         self._checked = time.monotonic()

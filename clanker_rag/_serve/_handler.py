@@ -31,8 +31,10 @@ from .._exceptions import BackendError, ConfigError, ServerTimeoutError
 from .._sse import DONE, encode_event
 from .._stream._blocks import DEFAULT_BLOCK_CHARS, BlockBuilder, last_question, squash_ws
 from .._stream._controller import InjectEvent, RagController, RetrieveEvent, StreamEvent, TextEvent
+from .._stream._settings import BlockLayout, Limits, Triggers
 from .._types import Retriever
 from .._urls import BaseUrl, parse_base_url
+from .._validate import check_int, check_number
 from ._access import AccessPolicy
 from ._native_tools import assemble_response, run_native
 from ._upstream import (
@@ -137,19 +139,14 @@ class ProxyConfig:
         base = parse_base_url(self.upstream, what="--upstream")
         if base.has_credentials:
             raise ConfigError("--upstream must not carry credentials; set CLANKER_RAG_API_KEY instead")
-        if self.k < 1:
-            raise ConfigError(f"k={self.k} is out of range: expected >= 1")
-        if self.max_request_bytes < 1024:
-            raise ConfigError(f"max_request_bytes={self.max_request_bytes} is out of range: expected >= 1024")
-        if self.timeout <= 0:
-            raise ConfigError(f"timeout={self.timeout} is out of range: expected > 0")
-        if (
-            isinstance(self.max_connections, bool)
-            or not isinstance(self.max_connections, int)
-            or self.max_connections < 1
-        ):
-            raise ConfigError(f"max_connections={self.max_connections!r} is out of range: expected an integer >= 1")
-        BlockBuilder(self.block_chars)  # the same check as the controller's
+        check_int("k", self.k, 1)
+        check_int("max_request_bytes", self.max_request_bytes, 1024)
+        check_number("timeout", self.timeout, 0, low_open=True)
+        check_int("max_connections", self.max_connections, 1)
+        # The controller's own checks, made at start-up instead of on the first request.
+        Triggers(min_score=self.min_score)
+        Limits(retrieval_timeout=self.retrieval_timeout)
+        BlockLayout(block_chars=self.block_chars)
         self.base = base
         self.upstream = base.url
 
@@ -609,13 +606,15 @@ class _Handler(BaseHTTPRequestHandler):
             k=cfg.k,
             tools=cfg.tools,
             questions=cfg.questions,
-            min_score=cfg.min_score,
-            retrieval_timeout=cfg.retrieval_timeout,
-            block_chars=cfg.block_chars,
             show_blocks=cfg.show_blocks,
             stop=as_stops(body.get("stop")),
-            # A completion prompt's block goes before its question and answer cue.
-            question_tail=restated_question(str(body["prompt"])) if kind == "completions" else None,
+            triggers=Triggers(min_score=cfg.min_score),
+            limits=Limits(retrieval_timeout=cfg.retrieval_timeout),
+            layout=BlockLayout(
+                block_chars=cfg.block_chars,
+                # A completion prompt's block goes before its question and answer cue.
+                question_tail=restated_question(str(body["prompt"])) if kind == "completions" else None,
+            ),
         )
         prompt = "" if kind == "chat" else str(body["prompt"])
         question = (self._question(kind, body) or "") if kind == "chat" else None
@@ -649,8 +648,8 @@ class _Handler(BaseHTTPRequestHandler):
             history=chat.history,
             system=chat.system,
             stop=(*STOP, *as_stops(body.get("stop"))),
-            min_score=cfg.min_score,
-            retrieval_timeout=cfg.retrieval_timeout,
+            triggers=Triggers(min_score=cfg.min_score),
+            limits=Limits(retrieval_timeout=cfg.retrieval_timeout),
             show_blocks=cfg.show_blocks,
         )
         assert isinstance(events, Generator)

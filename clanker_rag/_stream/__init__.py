@@ -2,8 +2,9 @@
 
 Job: the generation protocol between controller and backends (``_generate``),
 the incremental tool-call scanner (``_scanner``), the one builder of injected
-blocks and the guard on retrieved text (``_blocks``), and the I/O-free turn
-logic with its sync and async drivers (``_controller``).
+blocks and the guard on retrieved text (``_blocks``), the controller's typed
+settings (``_settings``), the events a turn reports (``_events``), and the I/O-free turn logic with its sync and async
+drivers (``_controller``).
 
 May import: ``_retrieval`` (fusion), ``_types`` and the leaves.  Must not
 import: backends, answering, serving or the CLI.  Backends import only

@@ -29,8 +29,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from .._exceptions import ConfigError
 from .._types import HitLike
+from .._validate import check_int
 
 __all__ = [
     "DEFAULT_BLOCK_CHARS",
@@ -340,8 +340,7 @@ class BlockBuilder:
     budget: int = DEFAULT_BLOCK_CHARS
 
     def __post_init__(self) -> None:
-        if isinstance(self.budget, bool) or not isinstance(self.budget, int) or self.budget < MIN_BLOCK_CHARS:
-            raise ConfigError(f"block_chars must be an integer >= {MIN_BLOCK_CHARS}, got {self.budget!r}")
+        check_int("block_chars", self.budget, MIN_BLOCK_CHARS)
 
     def block(self, tag: BlockTag, hits: Sequence[HitLike] = (), note: str | None = None) -> str:
         return self.build(tag, hits, note).text

@@ -9,10 +9,10 @@ injects retrieved passages in three ways:
   and resumes;
 * **question boundaries** - the user's question and any question sentence the
   model writes trigger a ``<context>`` block (``questions=True``);
-* **low confidence** (FLARE) - a sentence containing a token whose
-  log-probability is under ``flare_threshold`` triggers retrieval with the
-  unsure tokens masked out; ``flare="rewind"`` regenerates the sentence after
-  the block, ``flare="append"`` keeps it.
+* **low confidence** (FLARE, ``triggers=Triggers(flare=...)``) - a sentence
+  containing a token whose log-probability is under ``flare_threshold``
+  triggers retrieval with the unsure tokens masked out; ``"rewind"``
+  regenerates the sentence after the block, ``"append"`` keeps it.
 
 A callable backend is resumed with ``prompt + generated text + block``: the
 exact bytes the model has already seen plus the block, so a server's prompt
@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import math
 import re
 import threading
 import time
@@ -46,23 +45,24 @@ from collections.abc import (
     Sequence,
 )
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
-from .._exceptions import ConfigError, RetrievalTimeoutError
+from .._exceptions import RetrievalTimeoutError
 from .._retrieval._fusion import hit_key, reciprocal_rank_fusion
 from .._types import HitLike, Retriever
+from .._validate import check_bool, check_int, out_of_range
 from ._blocks import (
-    Block,
     BlockBuilder,
-    Passage,
     is_question_sentence,
     last_question,
     neutralize,
     norm_query,
     squash_ws,
 )
+from ._events import InjectEvent, RetrieveEvent, StreamEvent, TextEvent
 from ._generate import AsyncGenerateFn, GenerateFn, Piece, piece_parts
 from ._scanner import TagScanner, ToolCall
+from ._settings import BlockLayout, Hooks, Limits, Triggers
 
 __all__ = [
     "InjectEvent",
@@ -76,47 +76,9 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _BOUNDARY_RE = re.compile(r"[.!?](?=\s)|\n")
+# The settings' defaults, shared by every controller (they are frozen).
+_TRIGGERS, _LIMITS, _LAYOUT, _HOOKS = Triggers(), Limits(), BlockLayout(), Hooks()
 _LABEL_RE = re.compile(r"^\s*\w+:\s")
-
-
-@dataclass(frozen=True, slots=True)
-class TextEvent:
-    """Text the model wrote that the user may see."""
-
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
-class RetrieveEvent:
-    """A retrieval ran. ``kind`` is ``"tool"``, ``"question"`` or ``"flare"``."""
-
-    query: str
-    hits: tuple[HitLike, ...]
-    kind: str
-    seconds: float
-    error: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class InjectEvent:
-    """A block was added to the turn. ``tag`` is ``"result"`` or ``"context"``.
-
-    ``block`` is the text the model reads; ``passages`` what it shows of each
-    hit (:class:`~clanker_rag._stream._blocks.Block`), empty for a note.
-    """
-
-    block: str
-    tag: str
-    kind: str
-    query: str
-    passages: tuple[Passage, ...] = ()
-
-    @classmethod
-    def of(cls, block: Block, kind: str, query: str) -> InjectEvent:
-        return cls(block.text, block.tag, kind, query, block.passages)
-
-
-StreamEvent = TextEvent | RetrieveEvent | InjectEvent
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,14 +97,14 @@ class _ControllerTurn:
         self.resumable = resumable
         self.gen: list[str] = []  # everything after the prompt, in order
         self.gen_len = 0
-        self.scanner = TagScanner(ctl._tool_names, max_payload=ctl.max_payload)
+        self.scanner = TagScanner(ctl._tool_names, max_payload=ctl.limits.max_payload)
         self.queue: deque[tuple[str | ToolCall, float | None]] = deque()
         self.injections = 0
         self.resumes = 0
         self.seen_keys: set[Hashable] = set()
         self.seen_queries: set[str] = set()
-        self.track = ctl.questions or ctl.flare is not None
-        self.hold = ctl.flare == "rewind" and resumable
+        self.track = ctl.questions or ctl.triggers.flare is not None
+        self.hold = ctl.triggers.flare == "rewind" and resumable
         self.prev_char = ""
         self.ended = False  # the current generation has ended and the scanner is flushed
         self.question = ""
@@ -193,9 +155,12 @@ class _ControllerTurn:
         ctl = self.ctl
         sentence = "".join(t for t, _ in self.sent).strip()
         trig: _Trigger | None = None
-        if sentence and self.injections < ctl.max_injections:
-            if ctl.flare is not None and any(lp is not None and lp < ctl.flare_threshold for _, lp in self.sent):
-                masked = "".join(t for t, lp in self.sent if lp is None or lp >= ctl.flare_threshold)
+        if sentence and self.injections < ctl.limits.max_injections:
+            triggers = ctl.triggers
+            if triggers.flare is not None and any(
+                lp is not None and lp < triggers.flare_threshold for _, lp in self.sent
+            ):
+                masked = "".join(t for t, lp in self.sent if lp is None or lp >= triggers.flare_threshold)
                 # If every token was unsure, the whole sentence is the best query left.
                 query = squash_ws(masked) or squash_ws(sentence)
                 trig = _Trigger("flare", query)
@@ -287,7 +252,7 @@ class _ControllerTurn:
 
     # -- injection ---------------------------------------------------------------
     def initial_trigger(self, question: str | None) -> _Trigger | None:
-        if question is None and (self.ctl.questions or self.ctl.tool_query != "model"):
+        if question is None and (self.ctl.questions or self.ctl.triggers.tool_query != "model"):
             # "Question: ...?" in a few-shot prompt: the label is not part of it.
             question = _LABEL_RE.sub("", last_question(self.prompt) or "")
         self.question = squash_ws(question or "")
@@ -297,7 +262,7 @@ class _ControllerTurn:
 
     def queries(self, trig: _Trigger, query: str) -> list[str]:
         """What to search for ``query``: a tool call's own words, with the user's question if so configured."""
-        mode, question = self.ctl.tool_query, self.question
+        mode, question = self.ctl.triggers.tool_query, self.question
         if trig.kind == "question":
             self.question_searched = True
         if trig.kind != "tool" or mode == "model" or not question or norm_query(question) == norm_query(query):
@@ -315,7 +280,7 @@ class _ControllerTurn:
         """The query to retrieve for ``trig``, or None when no retrieval is due."""
         if trig.kind == "tool" and trig.call is not None and trig.call.name != "retrieve":
             return None
-        if not trig.query or self.injections >= self.ctl.max_injections:
+        if not trig.query or self.injections >= self.ctl.limits.max_injections:
             return None
         if norm_query(trig.query) in self.seen_queries:
             return None
@@ -330,8 +295,9 @@ class _ControllerTurn:
         if hits is not None:
             self.seen_queries.add(norm_query(trig.query))
         fresh = [h for h in hits or () if hit_key(h) not in self.seen_keys]
-        if ctl.min_score is not None:
-            fresh = [h for h in fresh if h.score >= ctl.min_score]
+        min_score = ctl.triggers.min_score
+        if min_score is not None:
+            fresh = [h for h in fresh if h.score >= min_score]
         fresh = fresh[: ctl.k]
 
         if trig.kind == "tool":
@@ -347,7 +313,7 @@ class _ControllerTurn:
                     "Empty query."
                     if not trig.query
                     else "Retrieval limit reached for this turn; answer with what you have."
-                    if self.injections >= ctl.max_injections
+                    if self.injections >= ctl.limits.max_injections
                     else "Already retrieved above."
                 )
                 block = ctl.blocks.build("result", note=note)
@@ -363,10 +329,10 @@ class _ControllerTurn:
             else:
                 block = ctl.blocks.build("result", fresh)
             self._commit(fresh, hits is not None)
-            self._append(block.text + ctl.after_block)
+            self._append(block.text + ctl.layout.after_block)
             events.append(InjectEvent.of(block, trig.kind, trig.query))
             self.prev_char = ""
-            resume = self.resumable and self.resumes < ctl.max_injections * 2 + 2
+            resume = self.resumable and self.resumes < ctl.limits.max_injections * 2 + 2
             if resume:
                 self.resumes += 1
                 self._reset_stream()
@@ -391,12 +357,12 @@ class _ControllerTurn:
             text = self._release_held()
             if text:
                 events.append(TextEvent(text))
-        tail = ctl.question_tail
+        tail = ctl.layout.question_tail
         if tail and not self.gen and self.prompt.endswith(tail):
             # Nothing generated yet: the block goes before the prompt's question and answer cue.
             self.prompt = self.prompt[: len(self.prompt) - len(tail)] + block.text + tail
         else:
-            self._append(block.text + ctl.after_block)
+            self._append(block.text + ctl.layout.after_block)
         events.append(InjectEvent.of(block, trig.kind, trig.query))
         self._new_sentence()
         self.prev_char = ""
@@ -465,47 +431,31 @@ class RagController:
     """Inject knowledge-base passages into a model's generation as it streams.
 
     ``retriever`` is anything with ``search(query, k)`` (a ``KnowledgeBase``
-    or any :class:`~clanker_rag.Retriever`).  Modes can be combined:
+    or any :class:`~clanker_rag.Retriever`).  ``k`` passages at most go into
+    a block.  Modes can be combined:
 
     ``tools``
         React to ``<tool name="retrieve">query</tool>`` written by the model.
     ``questions``
         Retrieve for the user's question (``question=`` or the last ``?``
         sentence of the prompt) and for question sentences the model writes.
-    ``flare``
-        ``"rewind"`` or ``"append"``: retrieve when a sentence has a token with
-        log-probability below ``flare_threshold`` (needs a backend that yields
-        :class:`~clanker_rag.Token` pieces with ``logprob``).
-
-    Guards: at most ``max_injections`` blocks per turn, at most ``block_chars``
-    characters per block, passages and queries de-duplicated within a turn,
-    ``retrieval_timeout`` seconds per retrieval (``on_timeout="skip"`` goes on
-    without passages, ``"raise"`` raises :class:`RetrievalTimeoutError`), and
-    ``min_score`` drops weak passages (a question or FLARE trigger whose
-    passages are all dropped injects nothing).
+    ``triggers``
+        :class:`~clanker_rag.Triggers`: FLARE (retrieve on a low-confidence
+        sentence), ``min_score``, what a tool call searches for and a query
+        rewriter.
 
     ``handlers`` maps other tool names to ``fn(payload) -> str``; their output
-    is injected as a ``<result>`` block.  ``on_inject(text)`` and
-    ``on_block(event)`` are called with each injected block before the
-    generation resumes; the event carries the passages as shown (typed), so a
-    backend that answers from them never parses the prompt.  ``query_rewriter`` turns one query
-    into several; each is retrieved and the lists are fused by reciprocal rank.
+    is injected as a ``<result>`` block.  ``stop`` is passed to every
+    generation (``</tool>`` is added when the model may call a tool).
+    :meth:`stream` yields the blocks with the text when ``show_blocks``.
 
-    ``tool_query`` says what a tool call searches for: ``"model"`` the
-    model's own words; ``"fuse"`` those and the user's question (``question=``
-    or the last ``?`` sentence of the prompt), fused by reciprocal rank;
-    ``"merge"`` one search for both joined; ``"first"`` the question alone
-    for the turn's first search and the model's words after it (a tool call
-    after an up-front ``<context>`` block already gets its own words).
-    Small models write poor queries
-    ("port 8080" for "which port does the proxy use?"); the question keeps
-    retrieval on topic.  ``after_block`` is text the model reads after every
-    block (not shown, not scanned): a few-shot prompt's ``"Answer:"`` starts
-    a base model's answer right after the passages.  ``question_tail``, when
-    the prompt ends with it, is where the block for the prompt's own question
-    goes instead (before anything is generated): a completion prompt ending
-    "Q: ...?\nA:" reads the passages, then its question and answer cue; a
-    block after "A:" is read by a base model as the end of its answer.
+    The rest is grouped in typed, frozen settings, each checked when built:
+    ``limits`` (:class:`~clanker_rag.Limits`: blocks per turn, retrieval
+    timeout, tool-call payload size), ``layout``
+    (:class:`~clanker_rag.BlockLayout`: block size and what the model reads
+    around a block) and ``hooks`` (:class:`~clanker_rag.Hooks`: callables
+    told of each retrieval and block).  Passages and queries are
+    de-duplicated within a turn.
     """
 
     def __init__(
@@ -515,63 +465,39 @@ class RagController:
         k: int = 3,
         tools: bool = True,
         questions: bool = False,
-        flare: Literal["rewind", "append"] | None = None,
-        flare_threshold: float = math.log(0.3),
-        min_score: float | None = None,
-        max_injections: int = 4,
-        block_chars: int = 2000,
-        retrieval_timeout: float | None = 10.0,
-        on_timeout: Literal["skip", "raise"] = "skip",
-        query_rewriter: Callable[[str], list[str]] | None = None,
         handlers: Mapping[str, Callable[[str], str]] | None = None,
-        on_retrieve: Callable[[str, Sequence[HitLike]], None] | None = None,
-        on_inject: Callable[[str], None] | None = None,
-        on_block: Callable[[InjectEvent], None] | None = None,
-        show_blocks: bool = True,
-        max_payload: int = 1000,
         stop: Sequence[str] = (),
-        tool_query: Literal["model", "merge", "fuse", "first"] = "model",
-        after_block: str = "",
-        question_tail: str | None = None,
+        show_blocks: bool = True,
+        triggers: Triggers = _TRIGGERS,
+        limits: Limits = _LIMITS,
+        layout: BlockLayout = _LAYOUT,
+        hooks: Hooks = _HOOKS,
     ) -> None:
         if not callable(getattr(retriever, "search", None)):
-            raise ConfigError("retriever must have a search(query, k) method")
-        if k < 1:
-            raise ConfigError(f"k must be >= 1, got {k}")
-        if max_injections < 0:
-            raise ConfigError(f"max_injections must be >= 0, got {max_injections}")
-        if flare not in (None, "rewind", "append"):
-            raise ConfigError(f"flare must be None, 'rewind' or 'append', got {flare!r}")
-        if on_timeout not in ("skip", "raise"):
-            raise ConfigError(f"on_timeout must be 'skip' or 'raise', got {on_timeout!r}")
-        if retrieval_timeout is not None and retrieval_timeout <= 0:
-            raise ConfigError(f"retrieval_timeout must be > 0 or None, got {retrieval_timeout}")
-        if max_payload < 1:
-            raise ConfigError(f"max_payload must be >= 1, got {max_payload}")
+            raise out_of_range("retriever", retriever, "an object with a search(query, k) method")
+        for name, value, kind in (
+            ("triggers", triggers, Triggers),
+            ("limits", limits, Limits),
+            ("layout", layout, BlockLayout),
+            ("hooks", hooks, Hooks),
+        ):
+            if not isinstance(value, kind):
+                raise out_of_range(name, value, f"a {kind.__name__}")
+        if handlers is not None and not isinstance(handlers, Mapping):
+            raise out_of_range("handlers", handlers, "a mapping of tool name to fn(payload) -> str, or None")
+        if isinstance(stop, str) or not all(isinstance(word, str) for word in stop):
+            raise out_of_range("stop", stop, "a sequence of str")
         self.retriever = retriever
-        self.k = k
-        self.tools = tools
-        self.questions = questions
-        self.flare = flare
-        self.flare_threshold = flare_threshold
-        self.min_score = min_score
-        self.max_injections = max_injections
-        self.block_chars = block_chars
-        self.blocks = BlockBuilder(block_chars)
-        self.retrieval_timeout = retrieval_timeout
-        self.on_timeout = on_timeout
-        self.query_rewriter = query_rewriter
+        self.k = check_int("k", k, 1)
+        self.tools = check_bool("tools", tools)
+        self.questions = check_bool("questions", questions)
+        self.show_blocks = check_bool("show_blocks", show_blocks)
+        self.triggers = triggers
+        self.limits = limits
+        self.layout = layout
+        self.hooks = hooks
+        self.blocks = BlockBuilder(layout.block_chars)
         self.handlers: dict[str, Callable[[str], str]] = {name.lower(): fn for name, fn in (handlers or {}).items()}
-        self.on_retrieve = on_retrieve
-        self.on_inject = on_inject
-        self.on_block = on_block
-        self.show_blocks = show_blocks
-        self.max_payload = max_payload
-        if tool_query not in ("model", "merge", "fuse", "first"):
-            raise ConfigError(f"tool_query must be 'model', 'merge', 'fuse' or 'first', got {tool_query!r}")
-        self.tool_query = tool_query
-        self.after_block = after_block
-        self.question_tail = question_tail
         names = set(self.handlers)
         if tools:
             names.add("retrieve")
@@ -583,10 +509,10 @@ class RagController:
 
     # -- retrieval -----------------------------------------------------------------
     def _search(self, queries: Sequence[str]) -> Sequence[HitLike]:
-        if self.query_rewriter is not None:
+        if self.triggers.query_rewriter is not None:
             rewritten: list[str] = []
             for query in queries:
-                rewritten.extend([r for r in self.query_rewriter(query) if r.strip()] or [query])
+                rewritten.extend([r for r in self.triggers.query_rewriter(query) if r.strip()] or [query])
             queries = rewritten
         lists = [list(self.retriever.search(q, self.k * 3)) for q in queries]
         if len(lists) == 1:
@@ -595,36 +521,37 @@ class RagController:
 
     def _retrieve(self, queries: Sequence[str]) -> tuple[Sequence[HitLike], str | None]:
         try:
-            return _run_with_timeout(lambda: self._search(queries), self.retrieval_timeout), None
+            return _run_with_timeout(lambda: self._search(queries), self.limits.retrieval_timeout), None
         except RetrievalTimeoutError as exc:
-            if self.on_timeout == "raise":
+            if self.limits.on_timeout == "raise":
                 raise
             logger.warning("retrieval for %r timed out; going on without passages", queries[-1])
             return [], str(exc)
 
     async def _aretrieve(self, queries: Sequence[str]) -> tuple[Sequence[HitLike], str | None]:
         try:
-            return await _await_with_timeout(asyncio.to_thread(self._search, queries), self.retrieval_timeout), None
+            work = asyncio.to_thread(self._search, queries)
+            return await _await_with_timeout(work, self.limits.retrieval_timeout), None
         except RetrievalTimeoutError as exc:
-            if self.on_timeout == "raise":
+            if self.limits.on_timeout == "raise":
                 raise
             logger.warning("retrieval for %r timed out; going on without passages", queries[-1])
             return [], str(exc)
 
     def _retrieved(self, trig: _Trigger, hits: Sequence[HitLike], error: str | None, seconds: float) -> RetrieveEvent:
-        if self.on_retrieve is not None:
-            self.on_retrieve(trig.query, hits)
+        if self.hooks.on_retrieve is not None:
+            self.hooks.on_retrieve(trig.query, hits)
         logger.debug("retrieved %d hits for %r in %.1f ms", len(hits), trig.query, seconds * 1e3)
         return RetrieveEvent(trig.query, tuple(hits), trig.kind, seconds, error)
 
     def _injected(self, events: list[StreamEvent]) -> list[StreamEvent]:
         for ev in events:
             if isinstance(ev, InjectEvent):
-                if self.on_inject is not None:
-                    self.on_inject(ev.block)
-                if self.on_block is not None:
+                if self.hooks.on_inject is not None:
+                    self.hooks.on_inject(ev.block)
+                if self.hooks.on_block is not None:
                     # Before the generation resumes: a backend reads the passages it is to answer from.
-                    self.on_block(ev)
+                    self.hooks.on_block(ev)
         return events
 
     # -- the drivers ----------------------------------------------------------------------

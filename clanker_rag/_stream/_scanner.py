@@ -21,7 +21,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .._exceptions import ConfigError
+from .._validate import check_int
 
 __all__ = ["TagScanner", "ToolCall"]
 
@@ -121,10 +121,8 @@ class TagScanner:
         max_payload: int = 2000,
         max_open_tag: int = 256,
     ) -> None:
-        if max_payload < 1:
-            raise ConfigError(f"max_payload must be >= 1, got {max_payload}")
-        if max_open_tag < len(_OPENER) + 2:
-            raise ConfigError(f"max_open_tag must be >= 7, got {max_open_tag}")
+        check_int("max_payload", max_payload, 1)
+        check_int("max_open_tag", max_open_tag, len(_OPENER) + 2)
         self._names = frozenset(n.lower() for n in names)
         self._max_payload = max_payload
         self._max_open = max_open_tag

@@ -17,6 +17,7 @@ from typing import Any
 
 from .._exceptions import ConfigError
 from .._types import HitLike, Retriever, metadata_matches, source_matches
+from .._validate import check_int
 
 __all__ = [
     "MAX_K",
@@ -66,9 +67,7 @@ def check_query(query: object) -> str:
 
 def check_k(k: object, limit: int = MAX_K) -> int:
     """``k`` if it is a whole number from 1 to ``limit`` (bools excluded)."""
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= limit:
-        raise ConfigError(f"k={k!r} is out of range: give a whole number from 1 to {limit}")
-    return k
+    return check_int("k", k, 1, limit)
 
 
 def check_retriever(kb: object) -> Retriever:

@@ -36,6 +36,7 @@ from .._kb import KnowledgeBase
 from .._serve._access import TOKEN_ENV, bearer_ok, token_from_env
 from .._serve._follow import IndexFollower
 from .._stream._blocks import BlockBuilder, neutralize
+from .._validate import check_int, one_of
 from ._adapters import check_k, check_query, check_source, check_where
 
 if TYPE_CHECKING:
@@ -412,10 +413,8 @@ def run_server(
     Over HTTP, binds first (port 0 picks a free one) and then says on stderr
     where it listens; stdout is left alone either way.
     """
-    if transport not in ("stdio", "http"):
-        raise ConfigError(f"transport={transport!r} must be 'stdio' or 'http'")
-    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port < 65536:
-        raise ConfigError(f"port={port!r} is out of range: 0-65535 (0 picks a free port)")
+    one_of("transport", transport, ("stdio", "http"))
+    check_int("port", port, 0, 65535)  # 0 picks a free port
     server = build_server(KnowledgeService(kb, path, ingest_roots=ingest_roots))
     if transport == "stdio":
         server.run("stdio")

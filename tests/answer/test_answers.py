@@ -18,6 +18,7 @@ from clanker_rag._kb import KnowledgeBase
 from clanker_rag._retrieval._proximity import ProximityRetriever
 from clanker_rag._stream._blocks import BlockBuilder, Passage
 from clanker_rag._stream._controller import InjectEvent, RagController, RetrieveEvent, StreamEvent, TextEvent
+from clanker_rag._stream._settings import BlockLayout, Triggers
 from clanker_rag._text._analysis import Analyzer
 from clanker_rag._types import Hit
 
@@ -114,7 +115,7 @@ DOCS = {"docs/server.md": GUIDE, "docs/other.md": "The settings file is TOML. Se
 )
 def test_tool_query_modes(mode: str, expected: list[str]) -> None:
     rec = Recording(kb_of(DOCS))
-    ctl = RagController(rec, k=1, tool_query=mode)  # type: ignore[arg-type]
+    ctl = RagController(rec, k=1, triggers=Triggers(tool_query=mode))  # type: ignore[arg-type]
     events = list(ctl.events(tool_llm, "Q: Which port does the server use?\nA:"))
     assert rec.queries == expected
     [retrieve] = [e for e in events if isinstance(e, RetrieveEvent)]
@@ -136,21 +137,21 @@ def two_calls_llm(prompt: str, stop: Sequence[str]) -> Iterator[str]:
 
 def test_tool_query_first_searches_the_question_once_then_the_model_s_words() -> None:
     rec = Recording(kb_of(DOCS))
-    ctl = RagController(rec, k=1, tool_query="first")
+    ctl = RagController(rec, k=1, triggers=Triggers(tool_query="first"))
     list(ctl.events(two_calls_llm, "Q: Which port does the server use?\nA:"))
     assert rec.queries == ["Which port does the server use?", "settings file format"]
 
 
 def test_tool_query_first_after_up_front_context_uses_the_model_s_words() -> None:
     rec = Recording(kb_of(DOCS))
-    ctl = RagController(rec, k=1, tool_query="first", questions=True)
+    ctl = RagController(rec, k=1, questions=True, triggers=Triggers(tool_query="first"))
     list(ctl.events(tool_llm, "Q: Which port does the server use?\nA:", question="Which port does the server use?"))
     assert rec.queries == ["Which port does the server use?", "settings"]
 
 
 def test_tool_query_is_checked() -> None:
     with pytest.raises(ConfigError, match="tool_query"):
-        RagController(kb_of(DOCS), tool_query="both")  # type: ignore[arg-type]
+        RagController(kb_of(DOCS), triggers=Triggers(tool_query="both"))  # type: ignore[arg-type]
 
 
 def test_after_block_is_read_by_the_model_but_not_shown() -> None:
@@ -160,7 +161,7 @@ def test_after_block_is_read_by_the_model_but_not_shown() -> None:
         prompts.append(prompt)
         yield "port 7341"
 
-    ctl = RagController(kb_of(DOCS), k=1, tools=False, questions=True, after_block="Answer:")
+    ctl = RagController(kb_of(DOCS), k=1, tools=False, questions=True, layout=BlockLayout(after_block="Answer:"))
     events = list(ctl.events(llm, "Question: Which port does the server use?\n"))
     block = next(e.block for e in events if isinstance(e, InjectEvent))
     assert prompts == ["Question: Which port does the server use?\n" + block + "Answer:"]
@@ -254,7 +255,7 @@ def test_answer_text_drops_the_label_and_the_search_line() -> None:
 def test_answer_controller_modes() -> None:
     kb = kb_of(DOCS)
     ctl = answer_controller(kb, "tools", question="Which port?")
-    assert ctl.tools and not ctl.questions and ctl.after_block == after_block("Which port?")
+    assert ctl.tools and not ctl.questions and ctl.layout.after_block == after_block("Which port?")
     ctl = answer_controller(kb, "context", question="Which port?", focus_chars=None)
     # Unfocused, the passages are the knowledge base's, reranked by term proximity (answer_retriever).
     assert ctl.questions and not ctl.tools

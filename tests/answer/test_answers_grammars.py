@@ -14,6 +14,7 @@ from clanker_rag._answer._prompts import ANSWER_LABEL, SEARCH_LABEL
 from clanker_rag._kb import KnowledgeBase
 from clanker_rag._stream._blocks import BlockBuilder
 from clanker_rag._stream._controller import InjectEvent, RagController
+from clanker_rag._stream._settings import BlockLayout, Hooks
 from clanker_rag._text._analysis import Analyzer
 from clanker_rag._types import Hit
 
@@ -142,7 +143,14 @@ def test_the_controller_hands_the_copying_backend_each_block_before_resuming() -
     kb.add_text("The server listens on port 8765 by default.", "docs/server.md")
     inner = Recorder()
     backend = CopyingBackend(inner, "Which port does the server use?")
-    ctl = RagController(kb, k=1, questions=True, tools=False, after_block=ANSWER_LABEL, on_block=backend.observe)
+    ctl = RagController(
+        kb,
+        k=1,
+        questions=True,
+        tools=False,
+        layout=BlockLayout(after_block=ANSWER_LABEL),
+        hooks=Hooks(on_block=backend.observe),
+    )
     events = list(ctl.events(backend, "Question: Which port does the server use?\n"))
     assert [type(ev).__name__ for ev in events][:2] == ["RetrieveEvent", "InjectEvent"]
     [options] = inner.calls

@@ -60,7 +60,7 @@ def test_filters_go_to_a_retriever_that_takes_them() -> None:
 
 @pytest.mark.parametrize("bad", [0, -1, MAX_K + 1, 2.0, "3", True, None])
 def test_check_k_names_value_and_range(bad) -> None:
-    with pytest.raises(ConfigError, match=rf"k={bad!r} is out of range: give a whole number from 1 to {MAX_K}"):
+    with pytest.raises(ConfigError, match=rf"k={bad!r} is out of range: expected an integer in \[1, {MAX_K}\]"):
         check_k(bad)
 
 

@@ -116,7 +116,7 @@ def test_chinese_text_scores_above_zero(kb: KnowledgeBase) -> None:
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"k": 0}, r"k=0 is out of range: give a whole number from 1 to 100"),
+        ({"k": 0}, r"k=0 is out of range: expected an integer in \[1, 100\]"),
         ({"k": "3"}, r"k='3' is out of range"),
         ({"k": 101}, r"k=101"),
         ({"where": {"team": {"a": 1}}}, r"where\['team'\]"),

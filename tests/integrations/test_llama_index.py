@@ -98,7 +98,7 @@ def test_query_engine_with_mock_llm(kb: KnowledgeBase) -> None:
 
 @pytest.mark.parametrize(
     ("options", "message"),
-    [({"k": 0}, r"k=0 is out of range: give a whole number from 1 to 100"), ({"where": ["x"]}, r"where=\['x'\]")],
+    [({"k": 0}, r"k=0 is out of range: expected an integer in \[1, 100\]"), ({"where": ["x"]}, r"where=\['x'\]")],
 )
 def test_bad_arguments(kb: KnowledgeBase, options: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message):

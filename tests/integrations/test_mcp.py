@@ -375,7 +375,7 @@ def test_service_search_results_are_json_ready_and_checked(index: Path) -> None:
     service = KnowledgeService(KnowledgeBase.load(index), index)
     out = service.search("bread", 3)
     assert json.loads(json.dumps(out)) == out
-    with pytest.raises(ConfigError, match=r"k=101 is out of range: give a whole number from 1 to 100"):
+    with pytest.raises(ConfigError, match=r"k=101 is out of range: expected an integer in \[1, 100\]"):
         service.search("bread", 101)
     with pytest.raises(ConfigError, match="ingest is off"):
         service.ingest(str(index))

@@ -218,7 +218,7 @@ def test_lexical_modes_and_the_older_feedback_flag():
         mode(lexical="both", feedback=True)
     with pytest.raises(ConfigError, match="feedback='yes'"):
         mode(feedback="yes")
-    with pytest.raises(ConfigError, match=r"weights\[1\]=-1.0 must be a finite number >= 0"):
+    with pytest.raises(ConfigError, match=r"weights\[1\]=-1.0 is out of range: expected a finite number >= 0"):
         mode(weights=(1.0, -1.0))
     with pytest.raises(ConfigError, match="k=nan"):
         mode(rrf_k=float("nan"))

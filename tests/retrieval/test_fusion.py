@@ -57,9 +57,9 @@ def test_rrf_rejects_bad_arguments():
         reciprocal_rank_fusion([["a"], ["b"]], weights=[1.0])
     with pytest.raises(ConfigError, match="k="):
         reciprocal_rank_fusion([["a"]], k=-1)
-    with pytest.raises(ConfigError, match=r"k=inf must be a finite number >= 0"):
+    with pytest.raises(ConfigError, match=r"k=inf is out of range: expected a finite number >= 0"):
         reciprocal_rank_fusion([["a"]], k=float("inf"))
-    with pytest.raises(ConfigError, match=r"weights\[1\]=nan must be a finite number >= 0"):
+    with pytest.raises(ConfigError, match=r"weights\[1\]=nan is out of range: expected a finite number >= 0"):
         reciprocal_rank_fusion([["a"], ["b"]], weights=[1.0, float("nan")])
     with pytest.raises(ConfigError, match=r"weights\[0\]=True"):
         reciprocal_rank_fusion([["a"]], weights=[True])

@@ -27,6 +27,7 @@ from clanker_rag._stream._controller import (
 )
 from clanker_rag._stream._generate import Token
 from clanker_rag._stream._scanner import TagScanner
+from clanker_rag._stream._settings import BlockLayout, Hooks, Limits, Triggers
 from clanker_rag._types import Hit, HitLike
 
 DOCS = {
@@ -101,8 +102,9 @@ def test_tool_call_retrieves_injects_and_resumes_with_the_same_prefix() -> None:
     blocks: list[str] = []
     ctl = RagController(
         make_kb(),
-        on_retrieve=lambda q, hits: retrieved.append((q, [h.source for h in hits])),
-        on_inject=blocks.append,
+        hooks=Hooks(
+            on_retrieve=lambda q, hits: retrieved.append((q, [h.source for h in hits])), on_inject=blocks.append
+        ),
     )
     llm = FakeLLM(react_respond)
     visible = "".join(ctl.stream(llm, PROMPT))
@@ -189,7 +191,7 @@ def test_user_question_gets_a_context_block_before_generation() -> None:
 def test_explicit_question_argument_is_used_for_the_first_retrieval() -> None:
     queries: list[str] = []
     llm = FakeLLM(lambda p: " ok")
-    ctl = RagController(make_kb(), tools=False, questions=True, on_retrieve=lambda q, h: queries.append(q))
+    ctl = RagController(make_kb(), tools=False, questions=True, hooks=Hooks(on_retrieve=lambda q, h: queries.append(q)))
     list(ctl.stream(llm, "<turn>free-form prompt without a question mark", question="how to install clanker"))
     assert queries == ["how to install clanker"]
     assert "docs/install.md" in llm.prompts[0]
@@ -212,13 +214,15 @@ def test_question_written_by_the_model_triggers_context_and_resume() -> None:
 
 
 def test_question_below_score_threshold_or_already_seen_is_skipped() -> None:
-    ctl = RagController(make_kb(), tools=False, questions=True, min_score=1e9)
+    ctl = RagController(make_kb(), tools=False, questions=True, triggers=Triggers(min_score=1e9))
     llm = FakeLLM(lambda p: " What port is it? Dunno.")
     assert "".join(ctl.stream(llm, "x")) == " What port is it? Dunno."
     assert len(llm.prompts) == 1
 
     retrieved: list[str] = []
-    ctl = RagController(make_kb(), tools=False, questions=True, on_retrieve=lambda q, h: retrieved.append(q))
+    ctl = RagController(
+        make_kb(), tools=False, questions=True, hooks=Hooks(on_retrieve=lambda q, h: retrieved.append(q))
+    )
     llm = FakeLLM(lambda p: " Which port is the default? Which port is the default? End.")
     text = "".join(ctl.stream(llm, "x"))
     # First question injects; the model repeats it after the block; the same
@@ -257,7 +261,10 @@ def test_flare_rewind_regenerates_the_unsure_sentence_after_the_block() -> None:
     prompts: list[str] = []
     queries: list[str] = []
     ctl = RagController(
-        make_kb(), tools=False, flare="rewind", flare_threshold=-1.0, on_retrieve=lambda q, h: queries.append(q)
+        make_kb(),
+        tools=False,
+        triggers=Triggers(flare="rewind", flare_threshold=-1.0),
+        hooks=Hooks(on_retrieve=lambda q, h: queries.append(q)),
     )
     text = "".join(ctl.stream(flare_llm(prompts), "Story:"))
     assert queries == ["The theme is."]  # the unsure token is masked out of the query
@@ -269,7 +276,7 @@ def test_flare_rewind_regenerates_the_unsure_sentence_after_the_block() -> None:
 
 def test_flare_append_keeps_the_sentence_and_adds_the_block_after_it() -> None:
     prompts: list[str] = []
-    ctl = RagController(make_kb(), tools=False, flare="append", flare_threshold=-1.0)
+    ctl = RagController(make_kb(), tools=False, triggers=Triggers(flare="append", flare_threshold=-1.0))
     text = "".join(ctl.stream(flare_llm(prompts), "Story:"))
     assert prompts[1].startswith("Story: Hello. The theme is purple.\n<context>\n[1] docs/colors.md")
     assert text.startswith(" Hello. The theme is purple.\n<context>")
@@ -294,7 +301,10 @@ def test_flare_rewind_checks_the_last_sentence_of_the_stream() -> None:
     prompts: list[str] = []
     queries: list[str] = []
     ctl = RagController(
-        make_kb(), tools=False, flare="rewind", flare_threshold=-1.0, on_retrieve=lambda q, h: queries.append(q)
+        make_kb(),
+        tools=False,
+        triggers=Triggers(flare="rewind", flare_threshold=-1.0),
+        hooks=Hooks(on_retrieve=lambda q, h: queries.append(q)),
     )
     text = "".join(ctl.stream(flare_last_llm(prompts), "Story:"))
     assert queries == ["The theme is."]
@@ -304,7 +314,7 @@ def test_flare_rewind_checks_the_last_sentence_of_the_stream() -> None:
 
 def test_flare_append_checks_the_last_sentence_of_the_stream_async() -> None:
     prompts: list[str] = []
-    ctl = RagController(make_kb(), tools=False, flare="append", flare_threshold=-1.0)
+    ctl = RagController(make_kb(), tools=False, triggers=Triggers(flare="append", flare_threshold=-1.0))
     sync_gen = flare_last_llm(prompts)
 
     async def agen(prompt: str, stop: Sequence[str]) -> AsyncIterator[Token]:
@@ -330,7 +340,7 @@ def test_a_closing_question_without_whitespace_triggers_nothing() -> None:
 
 def test_flare_without_logprobs_never_triggers() -> None:
     llm = FakeLLM(lambda p: " Hello. The theme is purple. Bye.")
-    ctl = RagController(make_kb(), tools=False, flare="rewind")
+    ctl = RagController(make_kb(), tools=False, triggers=Triggers(flare="rewind"))
     assert "".join(ctl.stream(llm, "Story:")) == " Hello. The theme is purple. Bye."
     assert len(llm.prompts) == 1
 
@@ -348,7 +358,9 @@ def test_injection_cap_per_turn() -> None:
         return " done"
 
     retrieved: list[str] = []
-    ctl = RagController(make_kb(), max_injections=2, on_retrieve=lambda q, h: retrieved.append(q))
+    ctl = RagController(
+        make_kb(), limits=Limits(max_injections=2), hooks=Hooks(on_retrieve=lambda q, h: retrieved.append(q))
+    )
     llm = FakeLLM(respond)
     events = list(ctl.events(llm, "P"))
     assert retrieved == ["port", "install"]
@@ -359,14 +371,14 @@ def test_injection_cap_per_turn() -> None:
 
 def test_endless_tool_calls_end_the_turn() -> None:
     llm = FakeLLM(lambda p: ' again <tool name="retrieve">port</tool>')
-    ctl = RagController(make_kb(), max_injections=1)
+    ctl = RagController(make_kb(), limits=Limits(max_injections=1))
     list(ctl.stream(llm, "P"))
     assert len(llm.prompts) == 1 * 2 + 2 + 1  # bounded number of resumes
 
 
 def test_block_character_budget() -> None:
     long_docs = {f"docs/long{i}.md": ("port " + "word " * 200) for i in range(4)}
-    ctl = RagController(make_kb(long_docs), k=4, block_chars=300)
+    ctl = RagController(make_kb(long_docs), k=4, layout=BlockLayout(block_chars=300))
     llm = FakeLLM(lambda p: " ok" if "<result>" in p else ' <tool name="retrieve">port</tool>')
     blocks = [e.block for e in ctl.events(llm, "P") if isinstance(e, InjectEvent)]
     assert len(blocks) == 1 and len(blocks[0]) <= 300
@@ -397,7 +409,7 @@ class SlowRetriever:
 def test_retrieval_timeout_skips_or_raises() -> None:
     slow = SlowRetriever(5.0)
     llm = FakeLLM(lambda p: " after" if "<result>" in p else ' <tool name="retrieve">x</tool>')
-    ctl = RagController(slow, retrieval_timeout=0.05)
+    ctl = RagController(slow, limits=Limits(retrieval_timeout=0.05))
     t0 = time.perf_counter()
     events = list(ctl.events(llm, "P"))
     assert time.perf_counter() - t0 < 2.0
@@ -406,7 +418,7 @@ def test_retrieval_timeout_skips_or_raises() -> None:
     block = next(e.block for e in events if isinstance(e, InjectEvent))
     assert "timed out" in block and "late passage" not in block
 
-    raising = RagController(slow, retrieval_timeout=0.05, on_timeout="raise")
+    raising = RagController(slow, limits=Limits(retrieval_timeout=0.05, on_timeout="raise"))
     with pytest.raises(RetrievalTimeoutError):
         list(raising.stream(FakeLLM(lambda p: ' <tool name="retrieve">x</tool>'), "P"))
     slow.release.set()
@@ -433,7 +445,7 @@ def test_retrieved_text_cannot_form_tags_or_close_blocks() -> None:
         return ' <tool name="retrieve">about ports ignore</tool>'
 
     llm = FakeLLM(respond)
-    ctl = RagController(make_kb(EVIL), k=1, on_retrieve=lambda q, h: retrieved.append(q))
+    ctl = RagController(make_kb(EVIL), k=1, hooks=Hooks(on_retrieve=lambda q, h: retrieved.append(q)))
     text = "".join(ctl.stream(llm, "P"))
     assert retrieved == ["about ports ignore"]  # the echoed fake call did not fire
     assert len(llm.prompts) == 2
@@ -479,7 +491,7 @@ def test_query_rewriter_retrieves_each_query_and_fuses() -> None:
             seen.append(query)
             return self.kb.search(query, k)
 
-    ctl = RagController(Recording(), k=2, query_rewriter=lambda q: [q + " port", "install pip"])
+    ctl = RagController(Recording(), k=2, triggers=Triggers(query_rewriter=lambda q: [q + " port", "install pip"]))
     llm = FakeLLM(lambda p: " ok" if "<result>" in p else ' <tool name="retrieve">server</tool>')
     block = next(e.block for e in ctl.events(llm, "P") if isinstance(e, InjectEvent))
     assert seen == ["server port", "install pip"]
@@ -494,7 +506,7 @@ def test_rewritten_queries_are_fused_by_reciprocal_rank() -> None:
         def search(self, query: str, k: int = 10) -> Sequence[HitLike]:
             return lists[query]
 
-    ctl = RagController(Fixed(), k=3, query_rewriter=lambda q: ["q1", "q2", "q3"])
+    ctl = RagController(Fixed(), k=3, triggers=Triggers(query_rewriter=lambda q: ["q1", "q2", "q3"]))
     llm = FakeLLM(lambda p: " ok" if "<result>" in p else ' <tool name="retrieve">x</tool>')
     block = next(e.block for e in ctl.events(llm, "P") if isinstance(e, InjectEvent))
     # b is first in two lists, a ranks 1 and 2, c ranks 3 and 2.
@@ -533,7 +545,7 @@ def test_async_one_shot_and_timeout() -> None:
     async def run() -> tuple[str, list[RetrieveEvent]]:
         ctl = RagController(make_kb())
         out = "".join([p async for p in ctl.astream(pieces(), "P")])
-        slow = RagController(SlowRetriever(1.0), retrieval_timeout=0.05)
+        slow = RagController(SlowRetriever(1.0), limits=Limits(retrieval_timeout=0.05))
         evs = [e async for e in slow.aevents(iter(["<tool name='retrieve'>x</tool>"]), "P")]
         return out, [e for e in evs if isinstance(e, RetrieveEvent)]
 
@@ -553,15 +565,15 @@ def test_sync_and_async_drivers_time_out_alike() -> None:
         return [(type(e).__name__, said(e)) for e in events]
 
     slow = SlowRetriever(1.0)
-    sync_events = list(RagController(slow, retrieval_timeout=0.05).events(tool_call, "P"))
+    sync_events = list(RagController(slow, limits=Limits(retrieval_timeout=0.05)).events(tool_call, "P"))
 
     async def agenerate(prompt: str, stop: Sequence[str]) -> AsyncIterator[str]:
         for piece in tool_call(prompt, stop):
             yield piece
 
     async def run() -> tuple[list[StreamEvent], BaseException | None]:
-        evs = [e async for e in RagController(slow, retrieval_timeout=0.05).aevents(agenerate, "P")]
-        raising = RagController(slow, retrieval_timeout=0.05, on_timeout="raise")
+        evs = [e async for e in RagController(slow, limits=Limits(retrieval_timeout=0.05)).aevents(agenerate, "P")]
+        raising = RagController(slow, limits=Limits(retrieval_timeout=0.05, on_timeout="raise"))
         try:
             [e async for e in raising.aevents(agenerate, "P")]
         except RetrievalTimeoutError as exc:
@@ -572,18 +584,18 @@ def test_sync_and_async_drivers_time_out_alike() -> None:
     assert shape(async_events) == shape(sync_events)
     assert [e.error for e in sync_events if isinstance(e, RetrieveEvent)] == ["retrieval timed out after 0.05 s"]
     with pytest.raises(RetrievalTimeoutError) as sync_raised:
-        list(RagController(slow, retrieval_timeout=0.05, on_timeout="raise").events(tool_call, "P"))
+        list(RagController(slow, limits=Limits(retrieval_timeout=0.05, on_timeout="raise")).events(tool_call, "P"))
     assert raised is not None and str(raised) == str(sync_raised.value)
     slow.release.set()
 
 
 def test_bad_configuration_is_rejected() -> None:
     kb = make_kb()
-    with pytest.raises(ConfigError):
+    with pytest.raises(ConfigError, match=r"^k=0 is out of range: expected an integer >= 1$"):
         RagController(kb, k=0)
-    with pytest.raises(ConfigError):
-        RagController(kb, flare="sideways")  # type: ignore[arg-type]
-    with pytest.raises(ConfigError):
+    with pytest.raises(ConfigError, match=r"^flare='sideways' is out of range"):
+        RagController(kb, triggers=Triggers(flare="sideways"))  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"^retriever=<object object at .*> is out of range: expected an object"):
         RagController(object())  # type: ignore[arg-type]
 
 
@@ -599,7 +611,7 @@ def test_question_tail_puts_only_the_up_front_block_before_the_prompt_s_question
         return iter([next(replies, "")])
 
     tail = "Q: Which port does the server use?\nA:"
-    ctl = RagController(kb, k=1, questions=True, tools=False, after_block="AB:", question_tail=tail)
+    ctl = RagController(kb, k=1, questions=True, tools=False, layout=BlockLayout(after_block="AB:", question_tail=tail))
     events = list(ctl.events(generate, "Intro.\n" + tail))
     blocks = [ev for ev in events if isinstance(ev, InjectEvent)]
     assert len(blocks) == 2

@@ -16,6 +16,7 @@ from _llama_server import FEW_SHOT, KB_DOCS, LlamaServer
 from clanker_rag._kb import KnowledgeBase
 from clanker_rag._stream._blocks import BlockBuilder
 from clanker_rag._stream._controller import InjectEvent, RagController, RetrieveEvent, TextEvent
+from clanker_rag._stream._settings import Hooks, Limits, Triggers
 from clanker_rag._types import Hit
 from clanker_rag.backends import LlamaCppBackend, RequestStats, Token
 
@@ -118,8 +119,13 @@ def test_flare_gets_logprobs_from_the_server(server: LlamaServer, kb: KnowledgeB
     assert logprobs and all(lp is not None and lp <= 0.0 for lp in logprobs)
     # With an impossible threshold every sentence is unsure: retrieval must run.
     seen: list[str] = []
-    ctl = RagController(kb, tools=False, flare="append", flare_threshold=1.0, max_injections=1,
-                        on_retrieve=lambda q, h: seen.append(q))  # fmt: skip
+    ctl = RagController(
+        kb,
+        tools=False,
+        triggers=Triggers(flare="append", flare_threshold=1.0),
+        limits=Limits(max_injections=1),
+        hooks=Hooks(on_retrieve=lambda q, h: seen.append(q)),
+    )
     backend_long = LlamaCppBackend(server.url, n_predict=24, n_probs=1, timeout=120)
     list(ctl.stream(backend_long, "Facts about clanker. The clanker server listens on port 7341. It"))
     assert len(seen) == 1
