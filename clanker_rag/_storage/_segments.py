@@ -297,7 +297,7 @@ def write_commit(folder: Path, body: dict[str, Any], segments: Sequence[SegmentR
     """Write the commit point naming ``segments``; the data files it does not name go afterwards."""
     full = {**body, "segments": [rec.to_json() for rec in segments]}
     named = {rec.file for rec in segments}
-    return _store.write_index(folder, full, None, version=COMMIT_VERSION, keep=named)
+    return _store.write_index(folder, full, keep=named)
 
 
 def segment_files(body: dict[str, Any]) -> list[str]:
