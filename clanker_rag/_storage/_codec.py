@@ -1,11 +1,12 @@
 """The index's on-disk format: what a save writes and a load reads, as typed values.
 
 :mod:`._store` knows manifests, data files, checksums and atomic writes; this
-module knows what goes in them.  :func:`write` lays out a :class:`Snapshot`
-(sources, chunk table, postings) and :func:`read` gives one back, for every
-format version (1 to 8 are read, 8 is written).
+module knows what goes in them.  :mod:`._writer` lays out a :class:`Snapshot`
+(sources, chunk table, postings) as a segment and :func:`read` gives the
+segments of a commit back, in the current format only (an older folder is
+refused by ``_store.read_index``; ``clanker-rag upgrade`` converts it).
 
-Format 3 is read in place.  The data file is mapped (``mmap``) and the
+A segment is read in place.  Its data file is mapped (``mmap``) and the
 postings, impacts, impact orders and per-term offsets are ``memoryview`` casts
 of it, never decoded into Python objects: loading costs the manifest and a
 few small copies, whatever the index size, and two processes that load the
@@ -84,26 +85,26 @@ class Postings(NamedTuple):
     Term ``t`` owns ``chunks/tfs/impacts[offsets[t]:offsets[t + 1]]`` (chunk
     ids ascending) and, when its list is longer than ``ORDER_MIN``, the
     positions ``positions[order_offsets[t]:order_offsets[t + 1]]`` of that
-    list by decreasing impact.  ``maxes`` is each list's largest impact;
-    format 1 may lack it and the orders (None: computed on first use).
+    list by decreasing impact.  ``maxes`` is each list's largest impact
+    (None with the orders in a segment that holds no impacts).
     """
 
     terms: Sequence[str] | TermList
     offsets: Ints
     chunks: Ints
-    tfs: Tfs  # or a TfColumn: saved as uint8 with the counts of 255 or more apart (format 8)
+    tfs: Tfs  # or a TfColumn: saved as uint8 with the counts of 255 or more apart
     impacts: Floats
     maxes: Floats | None
     order_offsets: Ints | None
     positions: Ints | None
-    # Format 3 since 0.9 (absent in older files): see _tables.
+    # A scored segment's saved lookup tables (see _impact_tables); None for a snapshot held in memory.
     tables: LookupTables | None = None
-    # False: a format 4 segment after the first holds no impacts, maxes or
+    # False: a segment after the first of its commit holds no impacts, maxes or
     # orders (its lists are scored with the whole commit's statistics at load).
     scored: bool = True
     # A big segment's block checks, run before a list or an order is first read.
     checks: PostingChecks | None = None
-    # Format 6: the orders of lists over 65,536 postings, apart (``positions`` holds the rest, uint16).
+    # The orders of lists over 65,536 postings, apart (a loaded ``positions`` holds the rest, uint16).
     wide_orders: WideOrders | None = None
 
 
@@ -133,7 +134,7 @@ class ChunkColumns(NamedTuple):
 
 class SourceColumns(NamedTuple):
     """The sources as columns.  A text is a ``str`` or its UTF-8 bytes (a
-    view of a loaded data file); a loaded format 3 index gives a :class:`SourceStore`
+    view of a loaded data file); a loaded segment gives a :class:`SourceStore`
     for the texts and fingerprints, and :class:`SourceNames` for the names."""
 
     names: Sequence[str] | SourceNames
@@ -179,7 +180,7 @@ class Snapshot(NamedTuple):
     created_by: str = ""
     # The data file a load mapped, held open (None for a snapshot to save).
     data_file: _store.DataFile | None = None
-    # Format 4: the segment's block checksums, checked as its parts are first read.
+    # A big segment's block checksums, checked as its parts are first read.
     blocks: BlockCheck | None = None
     # A loaded snapshot's chunk-bound checks (run before the bounds are first read).
     bounds: ChunkBounds | None = None
@@ -191,7 +192,7 @@ class Segment(NamedTuple):
     """One segment of an opened index: its contents, the commit's record of it, its names."""
 
     snap: Snapshot
-    record: SegmentRecord | None  # None: a format 1-3 index, one segment without a record
+    record: SegmentRecord | None  # None: a snapshot no commit names (merged in memory)
     names: NameIndex | None
 
 

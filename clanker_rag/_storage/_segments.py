@@ -1,4 +1,4 @@
-"""Segments and commit points (format 4): a save writes what changed, never what stayed.
+"""Segments and commit points: a save writes what changed, never what stayed.
 
 An index folder holds immutable *segment* files and one *commit point*,
 ``index.json``, that names the live ones.  A segment (``data-<digest>.bin``)

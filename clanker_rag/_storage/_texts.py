@@ -2,7 +2,7 @@
 
 A segment's source texts are laid end to end in UTF-8 and cut into blocks,
 each compressed on its own (``zlib``, level ``LEVEL``): a text is found by
-its uncompressed offsets, as before, and reading it decompresses only the
+its uncompressed offsets, and reading it decompresses only the
 blocks that hold it.  A block ends where a text ends: a text opens a new
 block when it would not fit whole in the current one's ``TEXT_BLOCK``
 bytes, and only a text longer than that spans blocks (cut every
@@ -84,8 +84,8 @@ def compress_blocks(
 ) -> tuple[Iterator[bytes], Compressed]:
     """``pieces`` laid end to end, cut into blocks that end where a piece ends
     (a piece longer than ``block`` bytes is cut every ``block`` bytes), each
-    compressed: a zlib stream, or with ``raw`` a raw deflate stream (format 8,
-    when the segment's block checksums cover the bytes: no Adler-32 to compute
+    compressed: a zlib stream, or with ``raw`` a raw deflate stream (when the
+    segment's block checksums cover the bytes: no Adler-32 to compute
     on every read, nor 6 bytes of header and trailer a block).  The blocks are
     produced as they are consumed; the offsets are complete once they are."""
     out = Compressed()
