@@ -25,7 +25,7 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import accumulate, chain, repeat
+from itertools import chain, repeat
 from operator import gt, le
 from pathlib import Path
 from typing import Any, NamedTuple, Union, cast

@@ -43,6 +43,7 @@ import hashlib
 import sys
 import zlib
 from array import array
+from collections.abc import Callable
 from itertools import accumulate
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -84,6 +85,8 @@ def upgrade(folder: str | Path, *, timeout: float = 30.0) -> Upgraded:
             return _counted(version, 0, current)
         where = str(target)
         try:
+            settings = {key: body[key] for key in ("analyzer", "bm25", "chunking")}
+            settings["created_by"] = body.get("created_by", "")
             old = _old_segments(body, version, folder, where)
         except IndexFormatError:
             raise
@@ -96,7 +99,6 @@ def upgrade(folder: str | Path, *, timeout: float = 30.0) -> Upgraded:
         # Each new segment read back by the current reader before the commit point names it.
         for i, record in enumerate(records):
             _codec.open_segment(folder, record, where, first=i == 0)
-        settings = {key: body.get(key, "") if key == "created_by" else body[key] for key in _SETTINGS}
         _writer.commit(folder, settings, records)
     return _counted(version, len(records), records)
 
@@ -104,9 +106,6 @@ def upgrade(folder: str | Path, *, timeout: float = 30.0) -> Upgraded:
 def _counted(version: int, written: int, records: list[SegmentRecord]) -> Upgraded:
     sources = sum(r.sources - len(r.deleted) for r in records)
     return Upgraded(version, _store.FORMAT_VERSION, written, sources, sum(r.live_chunks for r in records))
-
-
-_SETTINGS = ("created_by", "analyzer", "bm25", "chunking")
 
 
 def _old_segments(
@@ -124,8 +123,8 @@ def _old_segments(
     for value in records:
         record = SegmentRecord.from_json(value, where)
         opened = _segments.read_segment(folder, record, where)
-        if opened.blocks is not None:  # a big segment: checked whole before it is copied
-            opened.blocks.check_all()
+        if hashlib.sha256(opened.data).hexdigest() != record.sha256:  # (a big one is not hashed at load)
+            raise IndexFormatError(f"{opened.path}: checksum mismatch: the data file was modified or damaged after saving")
         snap = _read_columns(opened.body, opened.data, str(opened.path))
         out.append((snap, record.deleted, record.deleted_chunks))
     return out
@@ -167,7 +166,7 @@ def _unpack(value: Any, typecode: str, where: str, data: memoryview | None) -> a
     return values
 
 
-def _chunks(cols: dict[str, Any], read: Any, types: dict[str, Any]) -> ChunkColumns:
+def _chunks(cols: dict[str, Any], read: Callable[[Any, str, str], array[Any]], types: dict[str, Any]) -> ChunkColumns:
     return ChunkColumns(
         read(cols["source"], "i", "chunks.source"),
         read(cols["index"], "i", "chunks.index"),
@@ -208,7 +207,10 @@ def _read_v1_v2(body: dict[str, Any], data: memoryview | None, where: str) -> Sn
     order_offsets = array("q", accumulate(order_lengths, initial=0))
     if order_offsets[-1] != len(positions):
         raise IndexFormatError(f"{where}: impact orders have the wrong length")
-    names, texts, metadata, fingerprints = [], [], [], []
+    names: list[str] = []
+    texts: list[str] = []
+    metadata: list[dict[str, Any] | None] = []
+    fingerprints: list[str] = []
     for rec in body["sources"]:
         text = rec["text"]
         if not isinstance(text, str):
@@ -325,7 +327,7 @@ def _split(raw: bytes, offsets: array[int]) -> list[bytes]:
     return [raw[a:b] for a, b in zip(offsets, offsets[1:])]
 
 
-def _inflated(part: memoryview, packed: dict[str, Any], read: Any, where: str) -> bytes:
+def _inflated(part: memoryview, packed: dict[str, Any], read: Callable[[Any, str, str], array[Any]], where: str) -> bytes:
     """Every text of a segment, its zlib blocks inflated and joined (fixed-size blocks in format 4,
     blocks ending with a text in 5-7: either way, back to back)."""
     block_offsets = read(packed["offsets"], packed.get("type", "q"), "sources.text_blocks")
