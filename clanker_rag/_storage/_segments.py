@@ -300,15 +300,6 @@ def write_commit(folder: Path, body: dict[str, Any], segments: Sequence[SegmentR
     return _store.write_index(folder, full, keep=named)
 
 
-def segment_files(body: dict[str, Any]) -> list[str]:
-    """The files a commit body names (none for formats before 4)."""
-    segs = body.get("segments")
-    if not isinstance(segs, list):
-        record = body.get("data")
-        return [record["file"]] if isinstance(record, dict) and isinstance(record.get("file"), str) else []
-    return [s["file"] for s in segs if isinstance(s, dict) and isinstance(s.get("file"), str)]
-
-
 class MergePlan(NamedTuple):
     """What a save writes: the whole index as one segment (``full``), or runs of segments to merge."""
 
