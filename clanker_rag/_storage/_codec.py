@@ -192,7 +192,7 @@ class Segment(NamedTuple):
     """One segment of an opened index: its contents, the commit's record of it, its names."""
 
     snap: Snapshot
-    record: SegmentRecord | None  # None: a snapshot no commit names (merged in memory)
+    record: SegmentRecord
     names: NameIndex | None
 
 

@@ -209,7 +209,7 @@ def merge_segments(segments: Sequence[Segment]) -> Snapshot:
         n_src, n_chunks = len(src.chars), len(snap.chunks.source)
         firsts = src.first_chunks if src.first_chunks is not None else first_chunks(snap.chunks.source, n_src)
         assert firsts is not None  # saves lay chunks out source by source
-        deleted = set(seg.record.deleted) if seg.record is not None else set()
+        deleted = set(seg.record.deleted)
         mask = bytearray(b"\1") * n_chunks
         src_map = array("i", repeat(-1, n_src))
         for s in range(n_src):
