@@ -44,7 +44,7 @@ import sys
 import zlib
 from array import array
 from collections.abc import Callable
-from itertools import accumulate
+from itertools import accumulate, pairwise
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -124,7 +124,9 @@ def _old_segments(
         record = SegmentRecord.from_json(value, where)
         opened = _segments.read_segment(folder, record, where)
         if hashlib.sha256(opened.data).hexdigest() != record.sha256:  # (a big one is not hashed at load)
-            raise IndexFormatError(f"{opened.path}: checksum mismatch: the data file was modified or damaged after saving")
+            raise IndexFormatError(
+                f"{opened.path}: checksum mismatch: the data file was modified or damaged after saving"
+            )
         snap = _read_columns(opened.body, opened.data, str(opened.path))
         out.append((snap, record.deleted, record.deleted_chunks))
     return out
@@ -195,7 +197,7 @@ def _read_v1_v2(body: dict[str, Any], data: memoryview | None, where: str) -> Sn
     if "maxes" in post:
         maxes = read(post["maxes"], "f", "postings.maxes")
     else:  # format 1 may lack them: each list's largest impact
-        maxes = array("f", (max(impacts[a:b], default=0.0) for a, b in zip(offsets, offsets[1:])))
+        maxes = array("f", (max(impacts[a:b], default=0.0) for a, b in pairwise(offsets)))
     order_lengths = [0] * len(terms)
     positions = array("i")
     if "orders" in body:  # the terms that have one (format 1 saved none)
@@ -278,8 +280,8 @@ def _read_columns(body: dict[str, Any], data: memoryview | None, where: str) -> 
     if not len(names) == len(texts) == len(fingerprints) == len(chars) == n:
         raise IndexFormatError(f"{where}: the source table is inconsistent")
     d = body["dictionary"]
-    terms = [str(b, "utf-8", "surrogatepass") for b in _split(bytes(blob(d["text"], "dictionary.text")),
-                                                              read(d["offsets"], d.get("offsets_type", "q"), "dictionary.offsets"))]  # fmt: skip
+    term_offsets = read(d["offsets"], d.get("offsets_type", "q"), "dictionary.offsets")
+    terms = [str(b, "utf-8", "surrogatepass") for b in _split(bytes(blob(d["text"], "dictionary.text")), term_offsets)]
     post = body["postings"]
     offsets = read(post["offsets"], post.get("offsets_type", "q"), "postings.offsets")
     chunks = read(post["chunks"], "i", "postings.chunks")
@@ -290,8 +292,8 @@ def _read_columns(body: dict[str, Any], data: memoryview | None, where: str) -> 
         orders = body["orders"]
         order_offsets = read(orders["offsets"], orders.get("offsets_type", "q"), "orders.offsets")
         if "short" in orders:  # formats 6 and 7: as saved today
-            wide = read_wide(read(orders["wide_terms"], "i", "orders.wide_terms"),
-                             read(orders["wide"], "i", "orders.wide"), order_offsets, where)  # fmt: skip
+            wide_terms = read(orders["wide_terms"], "i", "orders.wide_terms")
+            wide = read_wide(wide_terms, read(orders["wide"], "i", "orders.wide"), order_offsets, where)
             positions = widened(read(orders["short"], "H", "orders.short"), order_offsets, wide)
         else:
             positions = read(orders["positions"], "i", "orders.positions")
@@ -324,15 +326,17 @@ def _read_columns(body: dict[str, Any], data: memoryview | None, where: str) -> 
 def _split(raw: bytes, offsets: array[int]) -> list[bytes]:
     if len(offsets) < 1 or offsets[0] != 0 or offsets[-1] != len(raw) or any(map(int.__gt__, offsets, offsets[1:])):
         raise IndexFormatError("the offsets of a saved run of strings do not match it")
-    return [raw[a:b] for a, b in zip(offsets, offsets[1:])]
+    return [raw[a:b] for a, b in pairwise(offsets)]
 
 
-def _inflated(part: memoryview, packed: dict[str, Any], read: Callable[[Any, str, str], array[Any]], where: str) -> bytes:
+def _inflated(
+    part: memoryview, packed: dict[str, Any], read: Callable[[Any, str, str], array[Any]], where: str
+) -> bytes:
     """Every text of a segment, its zlib blocks inflated and joined (fixed-size blocks in format 4,
-    blocks ending with a text in 5-7: either way, back to back)."""
+    blocks ending with a text in 5-7: either way back to back, so joined they are the texts)."""
     block_offsets = read(packed["offsets"], packed.get("type", "q"), "sources.text_blocks")
     wbits = -zlib.MAX_WBITS if packed.get("raw") is True else zlib.MAX_WBITS
-    out = b"".join(zlib.decompress(part[a:b], wbits) for a, b in zip(block_offsets, block_offsets[1:]))
+    out = b"".join(zlib.decompress(part[a:b], wbits) for a, b in pairwise(block_offsets))
     if len(out) != packed["bytes"]:
         raise IndexFormatError(f"{where}: the text blocks hold {len(out)} bytes, not {packed['bytes']}")
     return out

@@ -2,7 +2,6 @@
 
 import json
 import mmap
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings

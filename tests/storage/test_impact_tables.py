@@ -5,7 +5,6 @@ import zlib
 from array import array
 from contextlib import contextmanager
 from itertools import accumulate
-from pathlib import Path
 
 import pytest
 from engine.test_index_properties import VOCAB, build, corpus, exhaustive, query, ranked
@@ -27,7 +26,6 @@ from clanker_rag._storage._impact_tables import (
     lookup,
     pack_tables,
 )
-
 
 
 @contextmanager
@@ -83,7 +81,7 @@ def test_both_kinds_of_table_give_each_impact_and_zero_where_absent():
     assert list(parts.dense[0]) == [2.0, 0.0, 0.25, 4.0, 0.0]
     slots = deflate(parts.slots[0].tobytes(), tables_module.LEVEL)
     tables = LookupTables(
-        5, parts.dense_terms, array("f", parts.dense[0]), parts.slot_terms, slots, impacts, offsets,
+        5, parts.dense_terms, array("f", parts.dense[0]), parts.slot_terms, memoryview(slots), impacts, offsets,
         array("q", [0, len(slots)]),
     )  # fmt: skip
     cands = [4, 3, 2, 1, 0]
@@ -131,7 +129,7 @@ def test_inconsistent_tables_are_refused(change):
         array("i", [1]),
         array("f", [0.0] * 5),
         array("i", [0]),
-        SLOTS,
+        memoryview(SLOTS),
         array("f", [1.0, 2.0, 3.0]),
         array("q", [0, 2, 3]),
         array("q", [0, len(SLOTS)]),

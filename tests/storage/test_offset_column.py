@@ -64,7 +64,8 @@ def test_columns_in_any_order_round_trip_as_uint32_when_every_value_fits(values,
 
 
 def test_missing_and_unknown_column_types_are_refused():
-    for types in (None, {}):
+    missing: tuple[dict[str, str] | None, ...] = (None, {})
+    for types in missing:
         with pytest.raises(IndexFormatError, match=r"the type of sources\.chars is None"):
             column_type(types, "sources.chars", "here")
     with pytest.raises(IndexFormatError, match=r"the type of sources\.chars is 'i'"):

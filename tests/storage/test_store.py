@@ -2,13 +2,12 @@
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import textwrap
 import time
-from itertools import accumulate, pairwise
+from itertools import accumulate
 from pathlib import Path
 
 import pytest

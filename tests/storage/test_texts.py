@@ -83,7 +83,9 @@ def test_a_damaged_block_is_a_format_error_not_a_wrong_text():
     blob = bytearray(b"".join(blocks))
     blob[len(blocks[0]) - 3] ^= 0xFF  # the first block's checksum
 
-    reader = BlockTexts(lambda o, n: bytes(blob[o : o + n]), offsets_of(blocks), 240, "t", starts=[0, 64, 128, 192, 240])
+    reader = BlockTexts(
+        lambda o, n: bytes(blob[o : o + n]), offsets_of(blocks), 240, "t", starts=[0, 64, 128, 192, 240]
+    )
     with pytest.raises(IndexFormatError, match="does not decompress"):
         reader(0, 64)
     with pytest.raises(IndexFormatError, match="do not cover"):

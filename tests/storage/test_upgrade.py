@@ -13,7 +13,9 @@ import signal
 import subprocess
 import sys
 import textwrap
+from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_layers import import_graph
@@ -113,10 +115,11 @@ def test_the_upgraded_folder_searches_as_a_fresh_build_of_the_same_texts(tmp_pat
     assert shape(segment_body(folder)) == shape(segment_body(tmp_path / "fresh"))
 
 
-def segment_body(folder: Path) -> dict:
+def segment_body(folder: Path) -> dict[str, Any]:
     (record,) = json.loads((folder / "index.json").read_text())["body"]["segments"]
     off, length = record["body"]
-    return json.loads((folder / record["file"]).read_bytes()[off : off + length])
+    body: dict[str, Any] = json.loads((folder / record["file"]).read_bytes()[off : off + length])
+    return body
 
 
 def shape(value):
@@ -136,7 +139,7 @@ def test_saved_impact_orders_survive_the_upgrade(tmp_path):
     saved = index.order(tid)
     assert saved is not None and sorted(saved) == list(range(index.df("echo")))
     imps = index.impacts(tid)[0]
-    assert all(imps[a] >= imps[b] for a, b in zip(saved, saved[1:]))
+    assert all(imps[a] >= imps[b] for a, b in pairwise(saved))
 
 
 def test_upgrading_a_current_folder_changes_nothing(tmp_path, capsys):
@@ -159,7 +162,7 @@ def test_a_sharded_folder_is_upgraded_shard_by_shard(tmp_path, capsys):
     # tests/data/sharded_v1's shards were saved in format 3.
     folder = tmp_path / "idx"
     shutil.copytree(DATA / "sharded_v1", folder)
-    with pytest.raises(IndexFormatError, match="clanker-rag upgrade .*shard-00"):
+    with pytest.raises(IndexFormatError, match=r"clanker-rag upgrade .*shard-00"):
         ShardedKnowledgeBase.load(folder)
     assert main(["upgrade", str(folder)]) == 0
     lines = capsys.readouterr().out.splitlines()
@@ -223,7 +226,8 @@ def test_only_the_upgrade_command_imports_the_older_formats_decoder(tmp_path):
     importers = {module for module, deps in graph.items() if "clanker_rag._storage._upgrade" in deps}
     assert importers == {"clanker_rag._cli._upgrade"}
     # The command's module, in turn, only by the parser's dispatch, when the command runs.
-    assert {module for module, deps in graph.items() if "clanker_rag._cli._upgrade" in deps} == {"clanker_rag._cli._main"}
+    command = {module for module, deps in graph.items() if "clanker_rag._cli._upgrade" in deps}
+    assert command == {"clanker_rag._cli._main"}
     # A load, a search and the other commands never import it.
     KnowledgeBase(chunk_size=8, stride=4).save(tmp_path)
     code = (
