@@ -6,6 +6,7 @@ holds and finds, as the tree that still read those formats (``git archive 4d29a1
 build of the same texts with the same settings.
 """
 
+import hashlib
 import json
 import os
 import shutil
@@ -13,6 +14,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from array import array
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -97,22 +99,28 @@ def test_the_upgraded_folder_searches_as_a_fresh_build_of_the_same_texts(tmp_pat
     folder = old_copy(tmp_path, version)
     main(["upgrade", str(folder)])
     expected = EXPECTED[str(version)]
-    settings, chunking = expected["settings"], expected["settings"]["chunking"]
-    fresh = KnowledgeBase(
-        chunking["chunk_size"],
-        chunking["stride"],
-        slack=chunking["slack"],
-        analyzer=Analyzer.from_settings(settings["analyzer"]),
-        bm25=BM25.from_settings(settings["bm25"]),
-    )
-    for source, saved in expected["sources"].items():
-        fresh.add_text(saved["text"], source, saved["metadata"] or None)
+    fresh = fresh_build(expected["settings"], expected["sources"])
     kb = KnowledgeBase.load(folder)
     for query in expected["hits"]:
         assert hits(kb, query) == hits(fresh, query), query
     # ... and its segment is laid out as a fresh save lays one out (today's columns and types).
     fresh.save(tmp_path / "fresh")
     assert shape(segment_body(folder)) == shape(segment_body(tmp_path / "fresh"))
+
+
+def fresh_build(settings: dict[str, Any], sources: dict[str, Any]) -> KnowledgeBase:
+    """A new knowledge base of ``sources`` (name -> text and metadata) with the saved ``settings``."""
+    chunking = settings["chunking"]
+    kb = KnowledgeBase(
+        chunking["chunk_size"],
+        chunking["stride"],
+        slack=chunking["slack"],
+        analyzer=Analyzer.from_settings(settings["analyzer"]),
+        bm25=BM25.from_settings(settings["bm25"]),
+    )
+    for source, saved in sources.items():
+        kb.add_text(saved["text"], source, saved["metadata"] or None)
+    return kb
 
 
 def segment_body(folder: Path) -> dict[str, Any]:
@@ -128,6 +136,40 @@ def shape(value):
         return {k: v if k in ("types", "offsets_type", "tf_type", "type", "raw") else shape(v) for k, v in value.items()
                 if k not in ("metadata", "section", "created_by")}  # fmt: skip
     return type(value).__name__
+
+
+def test_deletion_marks_are_kept_and_the_live_chunks_score_as_a_fresh_build(tmp_path):
+    # index_v7 with greek.txt marked deleted in its commit (the commit point signed again).
+    folder = old_copy(tmp_path, 7)
+    doc = json.loads((folder / "index.json").read_text())
+    (record,) = doc["body"]["segments"]
+    data = (folder / record["file"]).read_bytes()
+    off, length = record["body"]
+    sources = json.loads(data[off : off + length])["sources"]
+
+    def int64s(ref):
+        return array("q", data[ref[0] : ref[0] + ref[1]])
+
+    name_bytes, name_offsets = data[sources["names"][0] :][: sources["names"][1]], int64s(sources["name_offsets"])
+    names = [name_bytes[a:b].decode() for a, b in pairwise(name_offsets)]
+    firsts = int64s(sources["first_chunks"])
+    gone = names.index("greek.txt")
+    record.update(deleted=[gone], deleted_chunks=firsts[gone + 1] - firsts[gone])
+    doc["body"]["stats"]["chunks"] -= record["deleted_chunks"]
+    body_text = json.dumps(doc["body"], ensure_ascii=True, separators=(",", ":"))
+    doc["sha256"] = hashlib.sha256(body_text.encode()).hexdigest()
+    (folder / "index.json").write_text(json.dumps(doc))
+    with pytest.raises(IndexFormatError, match="clanker-rag upgrade"):
+        KnowledgeBase.load(folder)
+    assert main(["upgrade", str(folder)]) == 0
+    (upgraded,) = json.loads((folder / "index.json").read_text())["body"]["segments"]
+    assert (upgraded["deleted"], upgraded["deleted_chunks"]) == ([gone], record["deleted_chunks"])
+    kb = KnowledgeBase.load(folder)
+    live = {s: saved for s, saved in EXPECTED["7"]["sources"].items() if s != "greek.txt"}
+    assert kb.sources() == sorted(live)
+    fresh = fresh_build(EXPECTED["7"]["settings"], live)
+    for query in EXPECTED["7"]["hits"]:
+        assert hits(kb, query) == hits(fresh, query), query
 
 
 def test_saved_impact_orders_survive_the_upgrade(tmp_path):
