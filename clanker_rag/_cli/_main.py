@@ -271,7 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--overwrite", action="store_true", help="replace an index already in DEST")
         p.set_defaults(func=_whole_index.cmd_copy, restore=name == "restore")
 
-    p = command("upgrade", "rewrite an index folder saved in an older format in the current one, in place", kb=False)
+    p = command("upgrade", "convert an index folder saved in an older format, in place", kb=False)
     p.add_argument("folder", metavar="DIR", help="the index folder (a sharded one: each of its shards)")
     p.set_defaults(func=_cmd_upgrade)
 
