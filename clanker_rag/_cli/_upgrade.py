@@ -18,15 +18,21 @@ import argparse
 from pathlib import Path
 
 from .._storage._upgrade import upgrade
-from ..cluster import MANIFEST, read_manifest
 
-__all__ = ["cmd_upgrade"]
+__all__ = ["CLUSTER_MANIFEST", "cmd_upgrade"]
+
+# A sharded folder's manifest, kept equal to cluster.MANIFEST (a test checks it) without importing the
+# cluster (and Dask's wrappers) for a one-machine folder.
+CLUSTER_MANIFEST = "cluster.json"
 
 
 def cmd_upgrade(args: argparse.Namespace) -> int:
     folder = Path(args.folder)
-    sharded = (folder / MANIFEST).is_file()
-    targets = [folder / name for name in read_manifest(folder)["shard_dirs"]] if sharded else [folder]
+    targets = [folder]
+    if (folder / CLUSTER_MANIFEST).is_file():
+        from ..cluster import read_manifest
+
+        targets = [folder / name for name in read_manifest(folder)["shard_dirs"]]
     for target in targets:
         done = upgrade(target)
         if done.segments == 0:

@@ -24,7 +24,8 @@ from test_layers import import_graph
 
 from clanker_rag import BM25, Analyzer, IndexFormatError, KnowledgeBase
 from clanker_rag._cli import main
-from clanker_rag.cluster import ShardedKnowledgeBase
+from clanker_rag._cli._upgrade import CLUSTER_MANIFEST
+from clanker_rag.cluster import MANIFEST, ShardedKnowledgeBase
 
 DATA = Path(__file__).parents[1] / "data"
 EXPECTED = json.loads((Path(__file__).parent / "upgrade_expected.json").read_text(encoding="utf-8"))
@@ -211,6 +212,7 @@ def test_a_sharded_folder_is_upgraded_shard_by_shard(tmp_path, capsys):
     assert [line.split(":")[0] for line in lines] == [str(folder / f"shard-00{i}") for i in range(3)]
     assert all("upgraded from index format 3 to 8" in line for line in lines)
     kb = ShardedKnowledgeBase.load(folder)
+    assert CLUSTER_MANIFEST == MANIFEST
     assert kb.sources() == sorted(f"docs/{i}.md" for i in range(12))
     want = [("docs/3.md", 0.480297), ("docs/8.md", 0.480297), ("docs/4.md", 0.448468)]  # as 92ef98d found them
     assert [(h.source, round(h.score, 6)) for h in kb.search("alpha w3", 3)] == want
