@@ -80,11 +80,10 @@ def upgrade(folder: str | Path, *, timeout: float = 30.0) -> Upgraded:
         raise IndexFormatError(f"{target}: no index here (file not found)")
     with _store.writing(folder), IndexLock(folder, timeout=timeout):
         body, _, version = _store.read_manifest(target)
-        if version == _store.FORMAT_VERSION:
-            current = [SegmentRecord.from_json(value, str(target)) for value in body["segments"]]
-            return _counted(version, 0, current)
         where = str(target)
         try:
+            if version == _store.FORMAT_VERSION:
+                return _counted(version, 0, [SegmentRecord.from_json(value, where) for value in body["segments"]])
             settings = {key: body[key] for key in ("analyzer", "bm25", "chunking")}
             settings["created_by"] = body.get("created_by", "")
             old = _old_segments(body, version, folder, where)

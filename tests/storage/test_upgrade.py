@@ -195,6 +195,20 @@ def test_upgrading_a_current_folder_changes_nothing(tmp_path, capsys):
     assert files(tmp_path) == before
 
 
+@pytest.mark.parametrize("version", [2, 3, 7])
+def test_a_damaged_old_folder_is_refused_and_left_as_it_is(tmp_path, capsys, version):
+    folder = old_copy(tmp_path, version)
+    (data,) = folder.glob("data-*.bin")
+    raw = bytearray(data.read_bytes())
+    raw[len(raw) // 3] ^= 0x01
+    data.write_bytes(raw)
+    before = files(folder)
+    assert main(["upgrade", str(folder)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "checksum mismatch" in err and str(data) in err
+    assert files(folder) == before
+
+
 def test_upgrade_of_a_folder_without_an_index_fails_with_one_line(tmp_path, capsys):
     assert main(["upgrade", str(tmp_path / "none")]) == 1
     assert capsys.readouterr().err.count("\n") == 1
