@@ -271,6 +271,10 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--overwrite", action="store_true", help="replace an index already in DEST")
         p.set_defaults(func=_whole_index.cmd_copy, restore=name == "restore")
 
+    p = command("upgrade", "convert an index folder saved in an older format, in place", kb=False)
+    p.add_argument("folder", metavar="DIR", help="the index folder (a sharded one: each of its shards)")
+    p.set_defaults(func=_cmd_upgrade)
+
     p = command("list", "list the named knowledge bases", kb=False)
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_whole_index.cmd_list)
@@ -864,6 +868,12 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
 
 
 # -- demo ---------------------------------------------------------------------------------------------------
+
+
+def _cmd_upgrade(args: argparse.Namespace) -> int:
+    from ._upgrade import cmd_upgrade
+
+    return cmd_upgrade(args)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:

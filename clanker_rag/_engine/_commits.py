@@ -1,6 +1,6 @@
 """What a knowledge base committed, and what changed since: a cheap save's bookkeeping.
 
-A knowledge base loaded from (or saved as) a format 4 commit keeps its
+A knowledge base loaded from (or saved as) a commit keeps its
 :class:`Commits`: the segments of that commit, the first chunk id added since
 (``committed``), the sources added since and the names of committed sources
 removed since.  A commit (:meth:`Commits.commit`) then writes the added

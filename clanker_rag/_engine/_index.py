@@ -65,7 +65,7 @@ class InvertedIndex:
     def __init__(self, bm25: BM25) -> None:
         self.bm25 = bm25
         self.vocab: dict[str, int] = Vocabulary(self, InvertedIndex.saved_id, InvertedIndex._new_term)
-        # A loaded format 3 index keeps its terms in the data file (TermList);
+        # A loaded index keeps its terms in the data file (TermList);
         # ``vocab`` then fills in as terms are looked up.
         self.terms: list[str] | TermList = []
         # None: not yet cut out of the packed lists (see _adopt_lists).
@@ -161,7 +161,7 @@ class InvertedIndex:
         """An index over loaded postings for chunks ``0..len(lengths)-1`` with those lengths.
 
         Every list is read in place from ``postings`` (views of the mapped
-        data file, for format 3) until a change needs an array of its own.
+        data file) until a change needs an array of its own.
         """
         index = cls(bm25)
         index.dl = copy_array("i", lengths)

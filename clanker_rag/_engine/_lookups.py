@@ -46,7 +46,7 @@ PROBE_SHARE = 24
 # them eagerly is 4% faster; at 225k chunks (900 kB) waiting for three times
 # the candidates gives 9-12% more cold queries/s, with the same answers.
 CACHED_TABLE_BYTES = 256_000
-# A saved slot table (compressed since format 7) is inflated at its first lookup: binary search
+# A saved slot table (compressed) is inflated at its first lookup: binary search
 # until its candidates would have paid for inflating it (1.2 us a candidate against 0.4-2 ms a
 # table at 225k chunks) cost 5 % more instructions over 500 cold queries, not less, because
 # most first lookups ask for hundreds of candidates.

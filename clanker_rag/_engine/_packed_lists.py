@@ -113,7 +113,7 @@ class PackedLists:
 class PackedOrders:
     """Packed impact orders: term ``t``'s is ``positions[offsets[t]:offsets[t + 1]]`` (empty: none saved).
 
-    A format 6 load's ``positions`` are uint16 and hold only the orders of lists
+    A load's ``positions`` are uint16 and hold only the orders of lists
     of at most 65,536 postings; ``wide`` holds the others (see
     ``_storage._order_column``), and ``offsets`` still count every order.
     """

@@ -6,7 +6,7 @@ decodes its name) only when something needs it, and :class:`ChunkDocs` finds a
 chunk's ``Doc`` from its id: a big index has hundreds of thousands of sources
 and a search shows ten, so making every ``Doc`` at load was most of a load's
 time and memory.  Whatever needs every source (the name map, a save, a filter)
-makes them all at once, as the load used to.
+makes them all at once.
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ class LoadedSources:
         texts, fps = cols.texts, cols.fingerprints
         store = texts if isinstance(texts, SourceStore) else None
         text = None if isinstance(texts, SourceStore) else texts[i]
-        assert text is None or isinstance(text, str)  # formats 1 and 2 give str
+        assert text is None or isinstance(text, str)  # a snapshot held in memory gives str
         return Doc(
             cols.names[i],
             text,

@@ -1,11 +1,12 @@
 """The index's on-disk format: what a save writes and a load reads, as typed values.
 
 :mod:`._store` knows manifests, data files, checksums and atomic writes; this
-module knows what goes in them.  :func:`write` lays out a :class:`Snapshot`
-(sources, chunk table, postings) and :func:`read` gives one back, for every
-format version (1 to 8 are read, 8 is written).
+module knows what goes in them.  :mod:`._writer` lays out a :class:`Snapshot`
+(sources, chunk table, postings) as a segment and :func:`read` gives the
+segments of a commit back, in the current format only (an older folder is
+refused by ``_store.read_index``; ``clanker-rag upgrade`` converts it).
 
-Format 3 is read in place.  The data file is mapped (``mmap``) and the
+A segment is read in place.  Its data file is mapped (``mmap``) and the
 postings, impacts, impact orders and per-term offsets are ``memoryview`` casts
 of it, never decoded into Python objects: loading costs the manifest and a
 few small copies, whatever the index size, and two processes that load the
@@ -24,7 +25,7 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import accumulate, chain, repeat
+from itertools import chain, repeat
 from operator import gt, le
 from pathlib import Path
 from typing import Any, NamedTuple, Union, cast
@@ -84,26 +85,26 @@ class Postings(NamedTuple):
     Term ``t`` owns ``chunks/tfs/impacts[offsets[t]:offsets[t + 1]]`` (chunk
     ids ascending) and, when its list is longer than ``ORDER_MIN``, the
     positions ``positions[order_offsets[t]:order_offsets[t + 1]]`` of that
-    list by decreasing impact.  ``maxes`` is each list's largest impact;
-    format 1 may lack it and the orders (None: computed on first use).
+    list by decreasing impact.  ``maxes`` is each list's largest impact
+    (None with the orders in a segment that holds no impacts).
     """
 
     terms: Sequence[str] | TermList
     offsets: Ints
     chunks: Ints
-    tfs: Tfs  # or a TfColumn: saved as uint8 with the counts of 255 or more apart (format 8)
+    tfs: Tfs  # or a TfColumn: saved as uint8 with the counts of 255 or more apart
     impacts: Floats
     maxes: Floats | None
     order_offsets: Ints | None
     positions: Ints | None
-    # Format 3 since 0.9 (absent in older files): see _tables.
+    # A scored segment's saved lookup tables (see _impact_tables); None for a snapshot held in memory.
     tables: LookupTables | None = None
-    # False: a format 4 segment after the first holds no impacts, maxes or
+    # False: a segment after the first of its commit holds no impacts, maxes or
     # orders (its lists are scored with the whole commit's statistics at load).
     scored: bool = True
     # A big segment's block checks, run before a list or an order is first read.
     checks: PostingChecks | None = None
-    # Format 6: the orders of lists over 65,536 postings, apart (``positions`` holds the rest, uint16).
+    # The orders of lists over 65,536 postings, apart (a loaded ``positions`` holds the rest, uint16).
     wide_orders: WideOrders | None = None
 
 
@@ -133,7 +134,7 @@ class ChunkColumns(NamedTuple):
 
 class SourceColumns(NamedTuple):
     """The sources as columns.  A text is a ``str`` or its UTF-8 bytes (a
-    view of a loaded data file); a loaded format 3 index gives a :class:`SourceStore`
+    view of a loaded data file); a loaded segment gives a :class:`SourceStore`
     for the texts and fingerprints, and :class:`SourceNames` for the names."""
 
     names: Sequence[str] | SourceNames
@@ -179,7 +180,7 @@ class Snapshot(NamedTuple):
     created_by: str = ""
     # The data file a load mapped, held open (None for a snapshot to save).
     data_file: _store.DataFile | None = None
-    # Format 4: the segment's block checksums, checked as its parts are first read.
+    # A big segment's block checksums, checked as its parts are first read.
     blocks: BlockCheck | None = None
     # A loaded snapshot's chunk-bound checks (run before the bounds are first read).
     bounds: ChunkBounds | None = None
@@ -191,7 +192,7 @@ class Segment(NamedTuple):
     """One segment of an opened index: its contents, the commit's record of it, its names."""
 
     snap: Snapshot
-    record: SegmentRecord | None  # None: a format 1-3 index, one segment without a record
+    record: SegmentRecord
     names: NameIndex | None
 
 
@@ -364,31 +365,23 @@ class TermList:
 
 
 def read(folder: str | Path) -> Opened:
-    """Read and check ``folder``'s index (any format version)."""
+    """Read and check ``folder``'s index (an older format is refused: see ``_store.read_index``)."""
     path = Path(folder)
     where = str(path / _store.INDEX_FILE if path.is_dir() else path)
     for attempt in range(_READ_ATTEMPTS):
         manifest = _store.read_index(path)
         try:
-            if manifest.version >= 4:
-                try:
-                    return Opened(_read_commit(manifest.body, path if path.is_dir() else path.parent, where),
-                                  manifest.revision, manifest.version)  # fmt: skip
-                except FileNotFoundError as exc:
-                    # A writer replaced the commit and dropped its files between our reads: read the new one.
-                    if attempt + 1 < _READ_ATTEMPTS:
-                        continue
-                    raise IndexFormatError(f"{exc.filename}: the index's data file is missing") from None
-            if manifest.version == 3:
-                snap = _read_v3(manifest.body, manifest.data, where, manifest.data_file)
-            else:
-                snap = _read_v2(manifest.body, manifest.data, where)
-            snap = _check(snap, where)._replace(data_file=manifest.data_file)
+            segments = _read_commit(manifest.body, path if path.is_dir() else path.parent, where)
+        except FileNotFoundError as exc:
+            # A writer replaced the commit and dropped its files between our reads: read the new one.
+            if attempt + 1 < _READ_ATTEMPTS:
+                continue
+            raise IndexFormatError(f"{exc.filename}: the index's data file is missing") from None
         except IndexFormatError:
             raise
         except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
             raise IndexFormatError(f"{where}: malformed index ({type(exc).__name__}: {exc})") from None
-        return Opened([Segment(snap, None, None)], manifest.revision, manifest.version)
+        return Opened(segments, manifest.revision, _store.FORMAT_VERSION)
     raise AssertionError("unreachable")  # pragma: no cover
 
 
@@ -423,7 +416,7 @@ def open_segment(
     opened = _segments.read_segment(folder, record, where)
     seg_where = str(opened.path)
     try:
-        snap = _read_v3(opened.body, opened.data, seg_where, opened.file, opened.blocks, lazy)
+        snap = _read_snapshot(opened.body, opened.data, seg_where, opened.file, opened.blocks, lazy)
         snap = snap._replace(data_file=opened.file)
         if first and not snap.postings.scored:
             raise IndexFormatError(f"{seg_where}: the first segment of a commit holds no impacts")
@@ -457,7 +450,7 @@ def _view(ref: Any, data: memoryview | None, typecode: str, where: str) -> Any:
     return cast(Any, raw).cast(typecode)
 
 
-def _sources_v3(
+def _read_sources(
     body: dict[str, Any],
     data: memoryview | None,
     where: str,
@@ -466,13 +459,13 @@ def _sources_v3(
     n_chunks: int,
     lazy: bool,
 ) -> SourceColumns:
-    """The sources of a format 3+ segment; ``lazy``: their O(sources) checks wait for first use
+    """A segment's sources; ``lazy``: their O(sources) checks wait for first use
     (see :mod:`._stored`), else they run now."""
     src = body["sources"]
     n = src["count"]
-    types = body.get("types")
+    types = body["types"]
 
-    def code(name: str) -> str:  # int64 before format 8, uint32 when it fits since
+    def code(name: str) -> str:  # uint32 when the values fit, else int64
         return column_type(types, f"sources.{name}", where)
 
     def column(name: str, typecode: str) -> Any:
@@ -493,8 +486,8 @@ def _sources_v3(
     packed = src.get("text_blocks")
     unpack = None
     if packed is not None:
-        starts = packed.get("starts")  # format 5: blocks end where texts end; format 4: fixed size
-        tables = [packed["offsets"], *([] if starts is None else [starts])]
+        starts = packed["starts"]
+        tables = [packed["offsets"], starts]
 
         def block_tables() -> None:  # the block offsets and starts, checked before they are read
             if blocks is not None:
@@ -509,12 +502,11 @@ def _sources_v3(
             _view(packed["offsets"], data, block_type, f"{where}: sources.text_blocks"),
             packed["bytes"],
             f"{where}: sources.texts",
-            size=None if starts is not None else packed["size"],
-            starts=None if starts is None else _view(starts, data, block_type, f"{where}: sources.text_blocks"),
+            _view(starts, data, block_type, f"{where}: sources.text_blocks"),
             before=block_tables if lazy else None,
             # Inflated only as far as a read needs when a checksum vouches for the blocks.
             partial=blocks is not None or (data is not None and len(data) <= _store.VERIFY_AT_LOAD),
-            raw=packed.get("raw") is True,
+            raw=packed["raw"] is True,
         )
     names = SourceNames(
         name_blob,
@@ -552,40 +544,22 @@ def _sources_v3(
     return SourceColumns(names, store, chars, metadata, store, firsts, runs)
 
 
-def _sources_v2(body: dict[str, Any], data: memoryview | None, where: str) -> SourceColumns:
-    names: list[str] = []
-    texts: list[str] = []
-    metadata: list[dict[str, Any] | None] = []
-    fingerprints: list[str] = []
-    for rec in body["sources"]:
-        text = _store.text(rec["text"], data, f"{where}: sources.text")
-        if not isinstance(rec["source"], str) or not isinstance(rec["metadata"], dict):
-            raise IndexFormatError(f"{where}: a source record has the wrong types")
-        names.append(rec["source"])
-        texts.append(text)
-        metadata.append(rec["metadata"])
-        fingerprints.append(rec["fingerprint"])
-    return SourceColumns(names, texts, array("q", map(len, texts)), metadata, fingerprints)
-
-
-def _chunk_columns(
-    cols: dict[str, Any], read: Callable[[Any, str, str], Any], types: Any = None, where: str = ""
-) -> ChunkColumns:
-    """The chunk columns of any format; ``read(value, typecode, name)`` maps (v3) or copies (v1, v2)
-    one; ``types``: the body's (format 8: the bounds as uint32 when they fit)."""
+def _chunk_columns(cols: dict[str, Any], view: Callable[[Any, str, str], Any], types: Any, where: str) -> ChunkColumns:
+    """A segment's chunk columns, ``view(ref, typecode, name)`` mapping each; ``types``: the body's
+    (the bounds as uint32 when they fit)."""
     return ChunkColumns(
-        read(cols["source"], "i", "chunks.source"),
-        read(cols["index"], "i", "chunks.index"),
-        read(cols["start"], column_type(types, "chunks.start", where), "chunks.start"),
-        read(cols["end"], column_type(types, "chunks.end", where), "chunks.end"),
-        read(cols["start_line"], "i", "chunks.start_line"),
-        read(cols["end_line"], "i", "chunks.end_line"),
-        read(cols["length"], "i", "chunks.length"),
+        view(cols["source"], "i", "chunks.source"),
+        view(cols["index"], "i", "chunks.index"),
+        view(cols["start"], column_type(types, "chunks.start", where), "chunks.start"),
+        view(cols["end"], column_type(types, "chunks.end", where), "chunks.end"),
+        view(cols["start_line"], "i", "chunks.start_line"),
+        view(cols["end_line"], "i", "chunks.end_line"),
+        view(cols["length"], "i", "chunks.length"),
         list(cols["section"]),
     )
 
 
-def _read_v3(
+def _read_snapshot(
     body: dict[str, Any],
     data: memoryview | None,
     where: str,
@@ -593,7 +567,7 @@ def _read_v3(
     blocks: BlockCheck | None = None,
     lazy: bool = False,
 ) -> Snapshot:
-    """A format 3+ segment read in place; ``lazy``: the sources' checks wait for first use."""
+    """A segment read in place; ``lazy``: the sources' checks wait for first use."""
     cols = body["chunks"]
 
     def view(value: Any, typecode: str, name: str) -> Any:
@@ -611,9 +585,8 @@ def _read_v3(
                 blocks.check(ref[0], ref[0] + ref[1])
         if tables is not None:
             for name in ("dense_terms", "slot_terms", "slot_spans"):
-                if name in tables:
-                    blocks.check(tables[name][0], tables[name][0] + tables[name][1])
-    chunks = _chunk_columns(cols, view, body.get("types"), where)
+                blocks.check(tables[name][0], tables[name][0] + tables[name][1])
+    chunks = _chunk_columns(cols, view, body["types"], where)
     d = body["dictionary"]
     dictionary = TermDictionary(
         _store.data_range(d["text"], data, f"{where}: dictionary.text"),
@@ -625,7 +598,7 @@ def _read_v3(
         where=f"{where}: dictionary",
     )
     dictionary.check(where)
-    if post.get("impacts") is None:  # a format 4 segment after the first: term frequencies only
+    if post.get("impacts") is None:  # a segment after the first of its commit: term frequencies only
         postings = Postings(
             TermList(dictionary, []),
             view(post["offsets"], offset_type(post, where), "postings.offsets"),
@@ -675,7 +648,7 @@ def _read_v3(
         body["analyzer"],
         body["bm25"],
         body["chunking"],
-        _sources_v3(body, data, where, opened, blocks, len(chunks.source), lazy),
+        _read_sources(body, data, where, opened, blocks, len(chunks.source), lazy),
         chunks,
         postings,
         body["stats"]["total_length"],
@@ -693,7 +666,7 @@ _COLUMNS = {
 
 
 def _tfs(post: dict[str, Any], view: Callable[[Any, str, str], Any], blocks: BlockCheck | None, where: str) -> Tfs:
-    """A segment's term frequencies: a view of the column, or with its overflow table (format 8)."""
+    """A segment's term frequencies: a view of the column, or with its overflow table."""
     narrow = view(post["tfs"], tf_type(post, where), "postings.tfs")
     over = post.get("tf_overflow")
     if over is None:
@@ -724,84 +697,20 @@ def _read_tables(
     view: Callable[[Any, str, str], Any],
     blocks: BlockCheck | None,
     where: str,
-) -> LookupTables | None:
-    if tables is None:  # saved before tables existed
-        return None
-    old = "slot_impacts" in tables  # formats 3-5 saved each slot table's impacts again
-    packed = "slot_spans" in tables  # format 7 compresses each slot table
+) -> LookupTables:
     checks = None
     if blocks is not None:
-        checks = (
-            blocks.part(tables["dense"], 4),
-            blocks.part(tables["slots"], 1 if packed else 2),
-            blocks.part(tables["slot_impacts"] if old else post["impacts"], 4),
-            blocks.part(tables["slot_offsets"] if old else [0, 0], 8),
-        )
+        checks = (blocks.part(tables["dense"], 4), blocks.part(tables["slots"], 1), blocks.part(post["impacts"], 4))
     return LookupTables(
         n_chunks,
         view(tables["dense_terms"], "i", "tables.dense_terms"),
         view(tables["dense"], "f", "tables.dense"),
         view(tables["slot_terms"], "i", "tables.slot_terms"),
-        view(tables["slots"], "B" if packed else "H", "tables.slots"),
+        view(tables["slots"], "B", "tables.slots"),
         view(post["impacts"], "f", "postings.impacts"),
         view(post["offsets"], offset_type(post, where), "postings.offsets"),
-        view(tables["slot_impacts"], "f", "tables.slot_impacts") if old else None,
-        view(tables["slot_offsets"], "q", "tables.slot_offsets") if old else None,
+        view(tables["slot_spans"], "q", "tables.slot_spans"),
         checks,
-        view(tables["slot_spans"], "q", "tables.slot_spans") if packed else None,
-    )
-
-
-def _read_v2(body: dict[str, Any], data: memoryview | None, where: str) -> Snapshot:
-    """Formats 1 and 2: everything is copied out (their lists are not aligned)."""
-
-    def unpack(value: Any, typecode: str, name: str) -> array[Any]:
-        return _store.unpack(value, typecode, f"{where}: {name}", data)
-
-    cols = body["chunks"]
-    chunks = _chunk_columns(cols, unpack)
-    post = body["postings"]
-    lengths = unpack(post["lengths"], "i", "postings.lengths")
-    terms = list(body["terms"])
-    if len(terms) != len(lengths):
-        raise IndexFormatError(f"{where}: postings tables have inconsistent lengths")
-    offsets = array("q", accumulate(lengths, initial=0))
-    maxes = None
-    if "maxes" in post:  # absent from early v1 files: computed on first use then
-        maxes = unpack(post["maxes"], "f", "postings.maxes")
-        if len(maxes) != len(terms):
-            raise IndexFormatError(f"{where}: postings.maxes has the wrong length")
-    order_offsets = positions = None
-    if "orders" in body:  # format 1 kept champion lists instead: orders are then computed on first use
-        o_terms = unpack(body["orders"]["terms"], "i", "orders.terms")
-        positions = unpack(body["orders"]["positions"], "i", "orders.positions")
-        order_lengths = [0] * len(terms)
-        for tid in o_terms:
-            if not 0 <= tid < len(terms) or order_lengths[tid]:
-                raise IndexFormatError(f"{where}: an impact order names a term that does not exist")
-            order_lengths[tid] = lengths[tid]
-        order_offsets = array("q", accumulate(order_lengths, initial=0))
-        if order_offsets[-1] != len(positions):
-            raise IndexFormatError(f"{where}: impact orders have the wrong length")
-    postings = Postings(
-        terms,
-        offsets,
-        unpack(post["chunks"], "i", "postings.chunks"),
-        unpack(post["tfs"], "I", "postings.tfs"),
-        unpack(post["impacts"], "f", "postings.impacts"),
-        maxes,
-        order_offsets,
-        positions,
-    )
-    return Snapshot(
-        body["analyzer"],
-        body["bm25"],
-        body["chunking"],
-        _sources_v2(body, data, where),
-        chunks,
-        postings,
-        body["stats"]["total_length"],
-        body.get("created_by", ""),
     )
 
 

@@ -3,7 +3,7 @@
 A zlib stream adds a 2-byte header and an Adler-32 that inflating computes
 over every byte it gives back: a sixth of inflating a slot table, and of a
 text block.  Where the segment's block CRCs already vouch for the stream's
-bytes (format 7's slot tables, format 8's text blocks) the stream is saved
+bytes (slot tables, and text blocks) the stream is saved
 raw, and read with ``zlib.decompress(..., RAW_WBITS)``.
 """
 

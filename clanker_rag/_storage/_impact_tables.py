@@ -12,22 +12,17 @@ from the mapped data file like the rest of the index:
 
 - a *slot table* for a list shorter than ``SLOT_LIMIT``: one uint16 per
   chunk, 1 + the chunk's position in the list (0 where the term is absent),
-  so ``impacts[slots[c]]``, with the list's impacts behind a 0.0, is the
-  impact at chunk ``c``, 0.0 where absent: 2 bytes a chunk.  Formats 3-5
-  saved those padded impacts beside the slots, a second copy of the list's
-  (35 of 809 MB at 225k chunks); format 6 copies the list's own impacts
-  behind a 0.0 when a table is first used (one memcpy of the list);
+  so ``impacts[slots[c]]``, with the list's own impacts behind a 0.0 (one
+  memcpy of the list when the table is first used), is the impact at chunk
+  ``c``, 0.0 where absent: 2 bytes a chunk.  Each is saved compressed on its
+  own (a raw deflate stream, zlib level ``LEVEL``) and inflated when first
+  used: a table is mostly zeros (its list holds 1/32 to 1/3 of the chunks),
+  so at 225k chunks the 410 tables take 18 MB instead of 184, and inflating
+  one costs about 0.5 ms;
 - a *dense table* for a longer list: one float32 impact per chunk (0.0 where
-  absent): 4 bytes a chunk.
-
-Format 7 saves each slot table compressed on its own (zlib, ``LEVEL``) and
-inflates it when it is first used: a table is mostly zeros (its list holds
-1/32 to 1/3 of the chunks), so at 225k chunks the 410 tables take 18 MB
-instead of 184, and inflating one (about 0.5 ms) costs about what the block
-checksum of its 450 KB cost before (0.1 ms) plus one more pass; the block
-checksum now covers its few compressed kilobytes.  Dense tables stay as
-they are: their floats compress about 3x but inflate in 3.6 ms each, and
-the 19 of them serve the commonest terms.
+  absent): 4 bytes a chunk, saved as it is (its floats compress about 3x
+  but would inflate in 3.6 ms each, and the 19 of them at 225k chunks serve
+  the commonest terms).
 
 The values are the saved impacts themselves, so a table lookup adds exactly
 what a binary search would.  Tables describe the index as saved: after an
@@ -104,29 +99,22 @@ Check = Callable[[int, int], None]
 class LookupTables(NamedTuple):
     """The saved tables of an index of ``n_chunks`` chunks (see the module docstring).
 
-    ``dense`` holds ``n_chunks`` impacts for each of ``dense_terms``, and
-    ``slots`` ``n_chunks`` slots for each of ``slot_terms`` (term ids, both
-    ascending); with ``slot_spans`` (format 7), ``slots`` are bytes: slot
-    table ``i`` compressed is ``slots[slot_spans[i]:slot_spans[i + 1]]``.
-    Term ``t``'s list is ``impacts[offsets[t]:offsets[t + 1]]`` (the
-    postings' own); formats 3-5 also saved term ``slot_terms[i]``'s
-    impacts with the leading 0.0 as
-    ``slot_impacts[slot_offsets[i]:slot_offsets[i + 1]]``.
+    ``dense`` holds ``n_chunks`` impacts for each of ``dense_terms``; slot
+    table ``i``, of term ``slot_terms[i]`` (term ids, both ascending), is
+    ``slots[slot_spans[i]:slot_spans[i + 1]]`` compressed.  Term ``t``'s list
+    is ``impacts[offsets[t]:offsets[t + 1]]`` (the postings' own).
     """
 
     n_chunks: int
     dense_terms: Ints
     dense: Floats
     slot_terms: Ints
-    slots: Ints
+    slots: Ints  # bytes
     impacts: Floats
     offsets: Ints
-    slot_impacts: Floats | None = None
-    slot_offsets: Ints | None = None
-    # A big segment's block checks of dense, slots, the impacts a slot table reads
-    # (slot_impacts, else impacts) and slot_offsets, by item.
-    checks: tuple[Check, Check, Check, Check] | None = None
-    slot_spans: Ints | None = None
+    slot_spans: Ints
+    # A big segment's block checks of dense, slots and the impacts, by item.
+    checks: tuple[Check, Check, Check] | None = None
 
 
 def _little(values: array[Any]) -> array[Any]:
@@ -179,7 +167,7 @@ def build_tables(offsets: Ints, chunks: Ints, impacts: Floats, n_chunks: int) ->
 
 
 class PackedParts(NamedTuple):
-    """What a format 7 save writes: :class:`TableParts` with each slot table compressed."""
+    """What a save writes: :class:`TableParts` with each slot table compressed."""
 
     dense_terms: array[int]
     dense: list[array[float]]
@@ -204,33 +192,17 @@ def pack_tables(offsets: Ints, chunks: Ints, impacts: Floats, n_chunks: int) -> 
 def check_tables(tables: LookupTables, n_terms: int, where: str) -> None:
     """The O(tables) consistency checks of a loaded index's tables."""
     n = tables.n_chunks
-    dt, st, so, spans = tables.dense_terms, tables.slot_terms, tables.slot_offsets, tables.slot_spans
+    dt, st, spans = tables.dense_terms, tables.slot_terms, tables.slot_spans
     if (
         len(tables.dense) != len(dt) * n
-        or (
-            len(tables.slots) != len(st) * n
-            if spans is None
-            else (
-                len(spans) != len(st) + 1
-                or spans[0] != 0
-                or spans[len(st)] != len(tables.slots)
-                or any(b <= a for a, b in pairwise(spans))
-            )
-        )
+        or len(spans) != len(st) + 1
+        or spans[0] != 0
+        or spans[len(st)] != len(tables.slots)
+        or any(b <= a for a, b in pairwise(spans))
         or len(tables.offsets) != n_terms + 1
         or any(b <= a for a, b in pairwise(dt))
         or any(b <= a for a, b in pairwise(st))
         or any(not 0 <= t < n_terms for t in [*dt[:1], *dt[-1:], *st[:1], *st[-1:]])  # ascending: the ends suffice
-        or (
-            so is not None
-            and (
-                tables.slot_impacts is None
-                or len(so) != len(st) + 1
-                or so[0] != 0
-                or so[len(st)] != len(tables.slot_impacts)
-                or any(b <= a for a, b in pairwise(so))
-            )
-        )
     ):
         raise IndexFormatError(f"{where}: lookup tables do not match the postings")
 
@@ -266,20 +238,14 @@ class StoredTables:
             i = self._slot.get(tid)
             if i is None:
                 return None
-            if t.slot_spans is not None:
-                slots = self._inflate(i)
-            else:
-                if checks is not None:
-                    checks[1](i * n, (i + 1) * n)
-                slots = t.slots[i * n : (i + 1) * n]
-            found = (self._slot_impacts(i, tid, length), slots)
+            slots = self._inflate(i)
+            found = (self._slot_impacts(tid, length), slots)
         self._views[tid] = found
         return found
 
     def _inflate(self, i: int) -> Ints:
-        """Slot table ``i`` of a format 7 segment, inflated."""
+        """Slot table ``i``, inflated."""
         t = self._tables
-        assert t.slot_spans is not None
         a, b, n = t.slot_spans[i], t.slot_spans[i + 1], t.n_chunks
         if t.checks is not None:
             t.checks[1](a, b)
@@ -295,27 +261,17 @@ class StoredTables:
             return swapped
         return memoryview(raw).cast("H")
 
-    def _slot_impacts(self, i: int, tid: int, length: int) -> Floats:
-        """Slot table ``i``'s impacts (term ``tid``'s, ``length`` of them) behind a 0.0."""
+    def _slot_impacts(self, tid: int, length: int) -> Floats:
+        """Term ``tid``'s impacts (``length`` of them, its list's own) copied behind a 0.0."""
         t, checks = self._tables, self._tables.checks
-        so = t.slot_offsets
-        if so is None or t.slot_impacts is None:  # format 6: the list's own, copied behind a 0.0
-            a, b = t.offsets[tid], t.offsets[tid + 1]
-            if b - a != length:
-                raise IndexFormatError(f"{self._where}: a lookup table does not match its posting list")
-            if checks is not None:
-                checks[2](a, b)
-            padded = array("f", _ZERO_SLOT)
-            padded.frombytes(memoryview(t.impacts[a:b]).cast("B"))
-            return padded
-        if checks is not None:
-            checks[3](i, i + 2)
-        a, b = so[i], so[i + 1]
+        a, b = t.offsets[tid], t.offsets[tid + 1]
+        if b - a != length:
+            raise IndexFormatError(f"{self._where}: a lookup table does not match its posting list")
         if checks is not None:
             checks[2](a, b)
-        if b - a != length + 1:
-            raise IndexFormatError(f"{self._where}: a lookup table does not match its posting list")
-        return t.slot_impacts[a:b]
+        padded = array("f", _ZERO_SLOT)
+        padded.frombytes(memoryview(t.impacts[a:b]).cast("B"))
+        return padded
 
 
 def lookup(table: Table, cands: Sequence[int]) -> Iterable[float]:

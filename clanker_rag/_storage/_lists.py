@@ -41,7 +41,7 @@ def walk_postings(lists: PostingLists, renumber: list[int] | None = None) -> Pos
         # Positions within the list: the renumbering keeps chunk order.
         o_lengths.append(0 if order is None else len(order))
         if order is not None:
-            extend_ints(o_positions, order)  # a format 6 load reads most orders as uint16
+            extend_ints(o_positions, order)  # a load reads most orders as uint16
         terms.append(term)
         lengths.append(len(docs))
         if renumber is None:

@@ -4,11 +4,10 @@ A list's, an order's or a term's offsets count items or bytes of one part
 of one segment, so below 4 GiB (every index measured, by far: 18.4M postings
 at 225k chunks) uint32 holds them and saves 4 bytes a term in each of
 ``postings.offsets``, ``orders.offsets`` and ``dictionary.offsets`` (7 MB at
-225k chunks).  Format 7 records the item type beside each
-(``offsets_type``: ``"I"`` or ``"q"``; int64 when absent, as formats 3-6
-saved them).  Format 8 does the same for the sources' name, text and
-fingerprint offsets, lengths and runs of chunks, the chunks' start and end
-and the text block tables (6 MB at 225k chunks), recording their types in
+225k chunks).  The item type is saved beside each (``offsets_type``:
+``"I"`` or ``"q"``).  The sources' name, text and fingerprint offsets,
+lengths and runs of chunks, the chunks' start and end and the text block
+tables are saved the same way (6 MB less at 225k chunks), their types in
 the body's ``types`` (``"sources.chars": "I"``...; the text blocks' in
 ``text_blocks.type``).  Readers take the items as ints through a typed view
 either way.
@@ -51,20 +50,19 @@ def offset_part(blob: Blob, offsets: Ints) -> tuple[list[int], str]:
 
 def int_part(blob: Blob, values: Ints) -> tuple[list[int], str]:
     """Add non-negative ``values`` (in any order) to ``blob`` as uint32 when they fit, else int64:
-    the part's range and item type (format 8: the sources' offsets and lengths, the chunks' bounds)."""
+    the part's range and item type (the sources' offsets and lengths, the chunks' bounds)."""
     # A negative value (none is saved) takes int64, as one past uint32 does.
     return _part(blob, values, lambda: max(values) if min(values) >= 0 else _UINT32_END)
 
 
 def column_type(types: Any, name: str, where: str) -> str:
-    """The item type of column ``name`` in a segment body's ``types`` (int64 when absent, as
-    formats 3-7 saved every one)."""
-    return _checked(types.get(name, "q") if isinstance(types, dict) else "q", f"the type of {name}", where)
+    """The item type of column ``name`` in a segment body's ``types``."""
+    return _checked(types.get(name) if isinstance(types, dict) else None, f"the type of {name}", where)
 
 
 def offset_type(section: dict[str, Any], where: str) -> str:
     """The item type of a section's saved ``offsets``."""
-    return _checked(section.get("offsets_type", "q"), "offsets_type", where)
+    return _checked(section.get("offsets_type"), "offsets_type", where)
 
 
 def _checked(code: Any, what: str, where: str) -> str:

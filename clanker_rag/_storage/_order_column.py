@@ -1,9 +1,8 @@
 """Impact orders as saved: uint16 positions for lists of at most 65,536 postings, int32 beyond.
 
 A list's order holds positions in that list, so a list of at most
-``SHORT_LIMIT`` postings numbers them in 16 bits.  Formats 1-5 saved every
-order as int32; format 6 saves the orders of those lists as uint16
-(``orders.short``, term by term as before) and the few longer ones apart as
+``SHORT_LIMIT`` postings numbers them in 16 bits: their orders are saved
+as uint16 (``orders.short``, term by term) and the few longer ones apart as
 int32 (``orders.wide``, with their term ids in ``orders.wide_terms``).  At
 225k chunks 19 lists are longer, holding 1.75M of the 15.8M positions: the
 orders take 35 MB instead of 63.  ``orders.offsets`` still numbers every
@@ -114,13 +113,13 @@ def read_wide(terms: Ints, positions: Ints, offsets: Ints, where: str, check: Ch
 
 
 class SavedOrders(NamedTuple):
-    """A loaded segment's orders: offsets as if laid end to end, the positions part (uint16 in format 6,
-    int32 before) and its range in the data file, and format 6's wide orders."""
+    """A loaded segment's orders: offsets as if laid end to end, the short orders (uint16) and their
+    range in the data file, and the wide orders."""
 
     offsets: Ints
     positions: Any  # a typed view: memoryview[int] (``itemsize`` says how wide)
     ref: list[int]
-    wide: WideOrders | None
+    wide: WideOrders
 
 
 def read_orders(
@@ -132,8 +131,6 @@ def read_orders(
     """The orders a segment body names (``view(ref, typecode, name)`` maps a part; ``part(ref,
     itemsize)`` gives a big segment's block checks of one)."""
     offsets = view(orders["offsets"], offset_type(orders, where), "orders.offsets")
-    if "short" not in orders:  # formats 3-5: every order int32
-        return SavedOrders(offsets, view(orders["positions"], "i", "orders.positions"), orders["positions"], None)
     wide = read_wide(
         view(orders["wide_terms"], "i", "orders.wide_terms"),
         view(orders["wide"], "i", "orders.wide"),
@@ -145,7 +142,7 @@ def read_orders(
 
 
 def widened(short: Ints, offsets: Ints, wide: WideOrders) -> array[int]:
-    """Every order as int32, laid end to end at ``offsets`` (what formats 1-5 saved, and a save takes)."""
+    """Every order as int32, laid end to end at ``offsets`` (what a save takes)."""
     out = array("i", bytes(4 * offsets[len(offsets) - 1]))
     raw = memoryview(out).cast("B")
     halves = raw.cast("H")

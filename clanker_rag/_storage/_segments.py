@@ -1,4 +1,4 @@
-"""Segments and commit points (format 4): a save writes what changed, never what stayed.
+"""Segments and commit points: a save writes what changed, never what stayed.
 
 An index folder holds immutable *segment* files and one *commit point*,
 ``index.json``, that names the live ones.  A segment (``data-<digest>.bin``)
@@ -297,16 +297,7 @@ def write_commit(folder: Path, body: dict[str, Any], segments: Sequence[SegmentR
     """Write the commit point naming ``segments``; the data files it does not name go afterwards."""
     full = {**body, "segments": [rec.to_json() for rec in segments]}
     named = {rec.file for rec in segments}
-    return _store.write_index(folder, full, None, version=COMMIT_VERSION, keep=named)
-
-
-def segment_files(body: dict[str, Any]) -> list[str]:
-    """The files a commit body names (none for formats before 4)."""
-    segs = body.get("segments")
-    if not isinstance(segs, list):
-        record = body.get("data")
-        return [record["file"]] if isinstance(record, dict) and isinstance(record.get("file"), str) else []
-    return [s["file"] for s in segs if isinstance(s, dict) and isinstance(s.get("file"), str)]
+    return _store.write_index(folder, full, keep=named)
 
 
 class MergePlan(NamedTuple):

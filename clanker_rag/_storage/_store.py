@@ -1,50 +1,34 @@
-"""The on-disk index: a JSON manifest and its data files inside an index folder.
+"""The index folder's files: the commit point, data files, checksums and atomic writes.
 
-Since format 4 the manifest is a commit point naming segment files
-(:mod:`._segments`); what follows describes the manifest and data file as
-formats 2 and 3 laid them out, and the atomic writes every format uses.
+``<folder>/index.json`` is one JSON object, the commit point::
 
-Layout of ``<folder>/index.json``::
-
-    {"format": "clanker-rag-index", "format_version": 2,
+    {"format": "clanker-rag-index", "format_version": 8,
      "revision": "<random hex, new on every save>",
      "sha256": "<hex digest of the text of the body value>",
-     "body": {..., "data": {"file": "data-<digest>.bin", "size": N, "sha256": "<hex>"}}}
+     "body": {...}}
 
-The bulky parts (source texts in UTF-8, and the postings, impacts and chunk
-tables as little-endian packed arrays) live in the data file, referenced from
-the body as ``[offset, length]`` byte ranges: loading reads it in one go and
-copies ranges out, with no JSON string parsing and no base64 on the hot path.
-No pickle, no eval.  The data file is named by its digest and verified
-against the manifest, whose own digest covers that record.
+The body names the segment files (``data-<digest>.bin``, :mod:`._segments`)
+that hold the bulk as little-endian packed arrays and UTF-8 runs, each part
+referenced as an ``[offset, length]`` byte range (:mod:`._codec`): no JSON
+string parsing and no base64 on the hot path, no pickle, no eval.  The
+manifest's own digest covers the body, and the body each file's size and
+digest.  A folder whose ``format_version`` is older than ``FORMAT_VERSION``
+is refused with one line naming ``clanker-rag upgrade DIR``, which rewrites
+it (:mod:`._upgrade`); a newer one is refused naming both versions.
 
-Saves are atomic: the data file is written and fsynced under its new name,
+Saves are atomic: each data file is written and fsynced under its new name,
 then the manifest is written beside the old one, fsynced and renamed over
 it, and the folder is fsynced; only then are data files no manifest names
 removed.  A process killed at any moment leaves the old index or the new one,
 never a mix (at worst an unreferenced data file, removed by the next save).
 
-Format history: 1 kept everything inside ``index.json`` (arrays in base64)
-with "champion" lists for long terms; 2 moves the bulk into the data file and
-stores every longer list's impact order (``body.orders``); 3 (see
-:mod:`._codec`) moves the vocabulary into the data file as a sorted term
-dictionary and aligns every part, so the data file is mapped and read in
-place.  All three load.
-
-Checking the data file: a format 3 data file is mapped, not read.  Its size
-is always checked at load (a truncated file is refused at once); its sha256
-is checked at load when the file is at most ``VERIFY_AT_LOAD`` bytes, which
-costs under a few tens of milliseconds.  A larger file is not hashed at load,
-because hashing reads every page (about half a second a gigabyte, and the
-whole file resident): the manifest's own digest still covers the body, every
-posting list is range-checked against the chunk table when first used, and
-:func:`verify_data` (``KnowledgeBase.verify()``) hashes the whole file on
-demand.  Formats 1 and 2 are copied out whole and always hashed.
+Data files are mapped (:func:`map_file`) and read in place, held open by a
+:class:`DataFile` for as long as anything reads them.  :func:`verify_data`
+(``KnowledgeBase.verify()``) hashes every one against the manifest on demand.
 """
 
 from __future__ import annotations
 
-import binascii
 import hashlib
 import json
 import mmap
@@ -77,7 +61,6 @@ __all__ = [
     "map_file",
     "read_index",
     "same_folder",
-    "text",
     "unpack",
     "verify_data",
     "write_bytes_atomic",
@@ -87,7 +70,7 @@ __all__ = [
 
 FORMAT_NAME = "clanker-rag-index"
 FORMAT_VERSION = 8
-# Data files up to this size are hashed at load (see the module docstring).
+# Segment files up to this size are hashed whole at load; larger ones block by block (see _segments).
 VERIFY_AT_LOAD = 64 * 1024 * 1024
 _ALIGN = 8
 # Small pieces of a run are joined into parts of about this many bytes (see Blob.run).
@@ -98,9 +81,8 @@ DATA_NAME = re.compile(r"data-[0-9a-f]{32}\.bin")
 LITTLE = sys.byteorder == "little"
 # Temporary files write_atomic leaves when a save is killed mid-write.
 _STALE_TMP = re.compile(r"\.(data-[0-9a-f]{32}\.bin|index\.json)\.\d+\.[0-9a-f]+\.tmp")
-_READ_ATTEMPTS = 10  # each retry follows a save that replaced the index meanwhile
-# No manifest comes near this (format 3 keeps the bulk in the data file; the
-# largest format 1 manifests, which hold everything, are a few hundred MB):
+# No manifest comes near this (the bulk lives in the data files; even an older
+# format that kept everything inside index.json stays a few hundred MB):
 # anything bigger is refused from its size, before a byte is read.
 MAX_MANIFEST_BYTES = 1 << 30
 
@@ -215,28 +197,9 @@ def data_range(ref: Any, blob: memoryview | None, where: str) -> memoryview:
     return blob[ref[0] : ref[0] + ref[1]]
 
 
-def text(value: Any, blob: memoryview | None, where: str) -> str:
-    """A text stored inline (format 1) or as a range of the data file."""
-    if isinstance(value, str):
-        return value
-    try:
-        return str(data_range(value, blob, where), "utf-8", "surrogatepass")
-    except UnicodeDecodeError as exc:
-        raise IndexFormatError(f"{where}: not valid UTF-8 ({exc.reason})") from None
-
-
-def unpack(value: Any, typecode: str, where: str, blob: memoryview | None = None) -> array[Any]:
-    """An array stored as base64 (format 1) or as a range of the data file."""
-    raw: bytes | memoryview
-    if isinstance(value, str):
-        try:
-            # Not validate=True: it is several times slower, and the body's
-            # sha256 has already vouched for every character.
-            raw = binascii.a2b_base64(value)
-        except (ValueError, TypeError, binascii.Error) as exc:
-            raise IndexFormatError(f"{where}: not valid base64 ({exc})") from None
-    else:
-        raw = data_range(value, blob, where)
+def unpack(ref: Any, typecode: str, where: str, blob: memoryview | None) -> array[Any]:
+    """A copy of the array at range ``ref`` of the data file."""
+    raw = data_range(ref, blob, where)
     values: array[Any] = array(typecode)
     if len(raw) % values.itemsize:
         raise IndexFormatError(f"{where}: {len(raw)} bytes is not a whole number of {values.itemsize}-byte items")
@@ -246,40 +209,23 @@ def unpack(value: Any, typecode: str, where: str, blob: memoryview | None = None
     return values
 
 
-def write_index(
-    folder: str | os.PathLike[str],
-    body: dict[str, Any],
-    blob: Blob | None = None,
-    *,
-    version: int = 3,
-    keep: Iterable[str] = (),
-) -> str:
-    """Atomically write ``body`` (and its data file) as the folder's index; returns the new revision.
+def write_index(folder: str | os.PathLike[str], body: dict[str, Any], *, keep: Iterable[str] = ()) -> str:
+    """Atomically write ``body`` as the folder's commit point; returns the new revision.
 
     The caller holds the folder's writer lock, so any temporary file of ours
     found here belongs to a save that was killed: it is removed first.  Data
-    files other than the new one and ``keep`` are deleted once the manifest
-    is in place.
+    files other than ``keep`` are deleted once the manifest is in place.
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     for stale in folder.glob(".*.tmp"):
         if _STALE_TMP.fullmatch(stale.name):
             stale.unlink(missing_ok=True)
-    data_name = None
-    if blob is not None:
-        h = hashlib.sha256()
-        for part in blob.parts:
-            h.update(part)
-        data_digest = h.hexdigest()
-        data_name = f"data-{data_digest[:32]}.bin"
-        write_atomic(folder / data_name, blob.parts)
-        body = {**body, "data": {"file": data_name, "size": blob.size, "sha256": data_digest}}
     body_text = json.dumps(body, ensure_ascii=True, separators=(",", ":"), allow_nan=False)
     digest = hashlib.sha256(body_text.encode("ascii")).hexdigest()
     revision = secrets.token_hex(8)
     head = json.dumps(
-        {"format": FORMAT_NAME, "format_version": version, "revision": revision, "sha256": digest},
+        {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, "revision": revision, "sha256": digest},
         separators=(",", ":"),
     )
     # Written piece by piece: the body can be hundreds of MB, no need to copy it.
@@ -288,7 +234,7 @@ def write_index(
     fsync_dir(folder)
     kept = set(keep)
     for stale in folder.glob("data-*.bin"):
-        if stale.name != data_name and stale.name not in kept and DATA_NAME.fullmatch(stale.name):
+        if stale.name not in kept and DATA_NAME.fullmatch(stale.name):
             stale.unlink(missing_ok=True)
     return revision
 
@@ -400,48 +346,30 @@ class DataFile:
 
 
 class Manifest(NamedTuple):
-    """A verified manifest: its body, revision, format version and data file (mapped, and held open), if any."""
+    """A verified manifest of the current format: its body and revision."""
 
     body: dict[str, Any]
     revision: str
-    version: int
-    data: memoryview | None
-    data_file: DataFile | None = None
 
 
 def read_index(folder: str | os.PathLike[str]) -> Manifest:
-    """Parse and verify ``folder``'s index and map its data file (see the module docstring)."""
+    """Parse and verify ``folder``'s manifest; an older format is refused (see :func:`refuse_older`)."""
     folder = Path(folder)
     target = folder / INDEX_FILE if folder.is_dir() else folder
-    for attempt in range(_READ_ATTEMPTS):
-        body, revision, version = read_manifest(target)
-        record = body.get("data")
-        if record is None:
-            return Manifest(body, revision, version, None)
-        if (
-            not isinstance(record, dict)
-            or not isinstance(record.get("file"), str)
-            or not DATA_NAME.fullmatch(record["file"])
-            or not isinstance(record.get("size"), int)
-            or not isinstance(record.get("sha256"), str)
-        ):
-            raise IndexFormatError(f"{target}: the data file record is malformed")
-        path = target.parent / record["file"]
-        try:
-            data, opened = map_file(path)
-        except FileNotFoundError:
-            # A writer may have replaced the index between our two reads: read the new manifest.
-            if attempt + 1 < _READ_ATTEMPTS:
-                continue
-            raise IndexFormatError(f"{path}: the index's data file is missing") from None
-        except OSError as exc:
-            raise IndexFormatError(f"{path}: cannot read the index's data file ({exc.strerror or exc})") from None
-        if len(data) != record["size"]:
-            raise IndexFormatError(f"{path}: truncated ({len(data)} of {record['size']} bytes)")
-        if (version < 3 or len(data) <= VERIFY_AT_LOAD) and hashlib.sha256(data).hexdigest() != record["sha256"]:
-            raise IndexFormatError(f"{path}: checksum mismatch: the data file was modified or damaged after saving")
-        return Manifest(body, revision, version, data, opened)
-    raise AssertionError("unreachable")  # pragma: no cover
+    body, revision, version = read_manifest(target)
+    refuse_older(version, target)
+    return Manifest(body, revision)
+
+
+def refuse_older(version: int, target: Path) -> None:
+    """An :class:`IndexFormatError` for an index saved in an older format: one line naming the command
+    that converts it."""
+    if version < FORMAT_VERSION:
+        folder = target.parent if target.name == INDEX_FILE else target
+        raise IndexFormatError(
+            f"{target}: saved in index format {version}, older than this clanker_rag reads ({FORMAT_VERSION}); "
+            f"convert it in place with: clanker-rag upgrade {folder}"
+        )
 
 
 def map_file(path: Path) -> tuple[memoryview, DataFile]:
@@ -463,16 +391,10 @@ def verify_data(folder: str | os.PathLike[str]) -> None:
     """Hash the whole data file of ``folder``'s index against its manifest (raises IndexFormatError)."""
     folder = Path(folder)
     target = folder / INDEX_FILE if folder.is_dir() else folder
-    body, _, _ = read_manifest(target)
-    segments = body.get("segments")
-    if isinstance(segments, list):  # format 4: every segment the commit names
-        for seg in segments:
-            _verify_file(target.parent / str(seg.get("file")), seg.get("sha256"))
-        return
-    record = body.get("data")
-    if not isinstance(record, dict):
-        return
-    _verify_file(target.parent / str(record.get("file")), record.get("sha256"))
+    body, _, version = read_manifest(target)
+    refuse_older(version, target)
+    for seg in body["segments"]:
+        _verify_file(target.parent / str(seg.get("file")), seg.get("sha256"))
 
 
 def _verify_file(path: Path, expected: Any) -> None:

@@ -137,7 +137,7 @@ class SourceStore:
     ) -> None:
         # (block checks, where the texts and the fingerprints start in the file)
         self._blocks = blocks
-        self._unpack = unpack  # compressed texts (format 4): ranges decompressed from their blocks
+        self._unpack = unpack  # compressed texts: ranges decompressed from their blocks
         self._texts = texts
         self._offsets = offsets
         self._fps = fps

@@ -2,14 +2,14 @@
 
 A segment's source texts are laid end to end in UTF-8 and cut into blocks,
 each compressed on its own (``zlib``, level ``LEVEL``): a text is found by
-its uncompressed offsets, as before, and reading it decompresses only the
-blocks that hold it.  Since format 5 a block ends where a text ends: a text
-opens a new block when it would not fit whole in the current one's
-``TEXT_BLOCK`` bytes, and only a text longer than that spans blocks (cut
-every ``TEXT_BLOCK`` bytes).  Cutting at fixed offsets (format 4) made
-three hits in ten straddle two blocks and decompress both: on the stdlib
-corpus the aligned blocks decompress a fifth fewer bytes and calls per
-query, for a 20% larger texts part (12.8 against 10.4 MB; 47 MB raw).
+its uncompressed offsets, and reading it decompresses only the
+blocks that hold it.  A block ends where a text ends: a text opens a new
+block when it would not fit whole in the current one's ``TEXT_BLOCK``
+bytes, and only a text longer than that spans blocks (cut every
+``TEXT_BLOCK`` bytes).  Cutting at fixed offsets made three hits in ten
+straddle two blocks and decompress both: on the stdlib corpus the aligned
+blocks decompress a fifth fewer bytes and calls per query, for a 20% larger
+texts part (12.8 against 10.4 MB; 47 MB raw).
 The last ``CACHED`` blocks read are kept, so the hits of one query, which
 often share a file, decompress each block once, and a query asked again
 decompresses nothing.
@@ -17,7 +17,7 @@ decompresses nothing.
 Small blocks keep a hit cheap: a 4 KiB block decompresses in 10-30
 microseconds, about 8 of them a fixed cost of the call, so 1 KiB blocks do
 not save time.  Larger blocks compress better (zlib's window sees more of
-the text before): format 8 cuts 8 KiB blocks, 7-10 % fewer bytes than 4 KiB
+the text before): 8 KiB blocks take 7-10 % fewer bytes than 4 KiB
 on whole source files (stdlib, site-packages, Debian docs) and faster to
 compress, a fifth fewer on the benchmarks' overlapping windows.  When the
 segment's checksums vouch for the compressed bytes a read inflates a block
@@ -84,8 +84,8 @@ def compress_blocks(
 ) -> tuple[Iterator[bytes], Compressed]:
     """``pieces`` laid end to end, cut into blocks that end where a piece ends
     (a piece longer than ``block`` bytes is cut every ``block`` bytes), each
-    compressed: a zlib stream, or with ``raw`` a raw deflate stream (format 8,
-    when the segment's block checksums cover the bytes: no Adler-32 to compute
+    compressed: a zlib stream, or with ``raw`` a raw deflate stream (when the
+    segment's block checksums cover the bytes: no Adler-32 to compute
     on every read, nor 6 bytes of header and trailer a block).  The blocks are
     produced as they are consumed; the offsets are complete once they are."""
     out = Compressed()
@@ -149,8 +149,8 @@ def write_texts(
 
 def blocks_record(blob: Blob, total: int, block_offsets: array[int], starts: array[int], raw: bool) -> dict[str, Any]:
     """The body's ``text_blocks``: the uncompressed total and the block tables, added to ``blob``
-    as uint32 when they fit (format 8, ``type``: both count bytes of at most ``total``), else int64;
-    ``raw``: the blocks are raw deflate streams (format 8), else zlib streams."""
+    as uint32 when they fit (``type``: both count bytes of at most ``total``), else int64;
+    ``raw``: the blocks are raw deflate streams, else zlib streams."""
     code = narrowest(max(total, block_offsets[-1] if block_offsets else 0))
     return {
         "bytes": total,
@@ -164,11 +164,10 @@ def blocks_record(blob: Blob, total: int, block_offsets: array[int], starts: arr
 class BlockTexts:
     """Uncompressed byte ranges of compressed texts; ``read(offset, length)`` reads the compressed part.
 
-    ``starts`` are the blocks' uncompressed starts and the total (blocks + 1,
-    format 5); format 4's blocks are all ``size`` bytes but the last.
+    ``starts`` are the blocks' uncompressed starts and the total (blocks + 1).
     """
 
-    __slots__ = ("_cache", "_offsets", "_partial", "_pending", "_read", "_size", "_starts", "_total", "_wbits", "where")
+    __slots__ = ("_cache", "_offsets", "_partial", "_pending", "_read", "_starts", "_total", "_wbits", "where")
 
     def __init__(
         self,
@@ -176,9 +175,8 @@ class BlockTexts:
         offsets: Sequence[int],
         total: int,
         where: str,
+        starts: Sequence[int],
         *,
-        size: int | None = None,
-        starts: Sequence[int] | None = None,
         before: Callable[[], None] | None = None,
         partial: bool = False,
         raw: bool = False,
@@ -191,13 +189,12 @@ class BlockTexts:
         own (the segment's block CRCs, or the whole file hashed at load), so a read
         may inflate a block only up to the end of what it needs (zlib checks its
         own Adler-32 only at a stream's end); otherwise every block is inflated whole.
-        ``raw``: the blocks are raw deflate streams (format 8), not zlib streams."""
+        ``raw``: the blocks are raw deflate streams, not zlib streams."""
         self._read = read
         self._partial = partial
         self._wbits = RAW_WBITS if raw else zlib.MAX_WBITS
         self._offsets = offsets
-        self._starts: Sequence[int] = range(1) if starts is None else starts
-        self._size = size
+        self._starts = starts
         self._total = total
         self._cache: OrderedDict[int, bytes] = OrderedDict()
         self.where = where
@@ -205,20 +202,11 @@ class BlockTexts:
         if before is None:
             self._check(starts)
 
-    def _check(self, starts: Sequence[int] | None) -> None:
-        offsets, total, size = self._offsets, self._total, self._size
-        found: Sequence[int]
-        if starts is not None:
-            found = starts
-            ok = len(starts) == len(offsets) and starts[0] == 0 and starts[len(starts) - 1] == total
-            ok = ok and not any(map(ge, starts[:-1], starts[1:]))
-        else:
-            n = -(-total // size) if size is not None and size > 0 else -1
-            ok = n >= 0 and len(offsets) == n + 1
-            found = range(0, n * size + 1, size) if ok and size is not None else range(1)
-        if not ok or any(map(ge, offsets[:-1], offsets[1:])):
+    def _check(self, starts: Sequence[int]) -> None:
+        offsets, total = self._offsets, self._total
+        ok = len(starts) == len(offsets) and starts[0] == 0 and starts[len(starts) - 1] == total
+        if not ok or any(map(ge, starts[:-1], starts[1:])) or any(map(ge, offsets[:-1], offsets[1:])):
             raise IndexFormatError(f"{self.where}: the text blocks do not cover the texts")
-        self._starts = found
 
     def __call__(self, a: int, b: int) -> bytes:
         if b <= a:
@@ -226,7 +214,7 @@ class BlockTexts:
         pending = self._pending
         if pending is not None:  # checked on the first read
             pending()
-            self._check(None if self._size is not None else self._starts)
+            self._check(self._starts)
             self._pending = None
         starts = self._starts
         first = bisect_right(starts, a) - 1

@@ -2,9 +2,8 @@
 
 Chunks of a few hundred words rarely count a term 255 times, so a segment's
 term frequencies are saved in the narrowest of uint8, uint16 and uint32 that
-holds its largest (``postings.tf_type``, format 5; uint32 before, and when
-the key is absent).  Since format 8 a column whose few large counts would
-widen every item is saved as uint8 anyway, with those counts apart
+holds its largest (``postings.tf_type``: ``"B"``, ``"H"`` or ``"I"``).  A
+column whose few large counts would widen every item is saved as uint8 anyway, with those counts apart
 (``postings.tf_overflow``): each posting counted 255 times or more holds 255
 in the column, and its position (int64, ascending) and count (uint32) are in
 the overflow table.  At 225k chunks 60 of 18.4M postings count more than 255:
@@ -269,7 +268,7 @@ def _overflow_part(blob: Blob, split: Overflow) -> dict[str, Any]:
 
 def tf_type(postings: dict[str, Any], where: str) -> str:
     """The item type of a segment's saved term frequencies."""
-    code = postings.get("tf_type", "I")
+    code = postings.get("tf_type")
     if code not in TF_TYPES:
         raise IndexFormatError(f"{where}: postings.tf_type is {code!r}, not one of {', '.join(TF_TYPES)}")
     if "tf_overflow" in postings and code != "B":

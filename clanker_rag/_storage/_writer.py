@@ -101,7 +101,7 @@ def _write_segment(folder: Path, snap: Snapshot, scored: bool, blob: _store.Blob
     name_ref, name_offsets = blob.run(names)
     fp_ref, fp_offsets = blob.run(fp_items)
     firsts = first_chunks(snap.chunks.source, len(names))
-    # Format 8: offsets, lengths and bounds as uint32 when they fit (their types in the body's "types").
+    # Offsets, lengths and bounds as uint32 when they fit (their types in the body's "types").
     types: dict[str, str] = {}
 
     def narrow(name: str, values: Any) -> list[int]:
@@ -177,8 +177,8 @@ def _bytes_of(arrays: Iterable[array[Any]]) -> Iterator[memoryview]:
 
 
 def _write_tables(blob: _store.Blob, parts: PackedParts) -> dict[str, Any]:
-    # Format 6: a slot table's impacts are its list's (postings.impacts), not saved again.
-    # Format 7: each slot table compressed on its own, found by its span.
+    # A slot table's impacts are its list's (postings.impacts), not saved again; each slot
+    # table is compressed on its own, found by its span.
     slots, spans = blob.run(parts.slots)
     return {
         "dense_terms": blob.array(parts.dense_terms, "i"),
@@ -209,7 +209,7 @@ def merge_segments(segments: Sequence[Segment]) -> Snapshot:
         n_src, n_chunks = len(src.chars), len(snap.chunks.source)
         firsts = src.first_chunks if src.first_chunks is not None else first_chunks(snap.chunks.source, n_src)
         assert firsts is not None  # saves lay chunks out source by source
-        deleted = set(seg.record.deleted) if seg.record is not None else set()
+        deleted = set(seg.record.deleted)
         mask = bytearray(b"\1") * n_chunks
         src_map = array("i", repeat(-1, n_src))
         for s in range(n_src):

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from clanker_rag import ConfigError, IndexFormatError, IndexLockedError, KnowledgeBase
+from clanker_rag._cli import main
 from clanker_rag._cluster._identity import (
     IDENTITY_FILE,
     Expected,
@@ -252,12 +253,13 @@ def test_a_one_machine_shard_save_keeps_the_identity_in_step(tmp_path):
 
 
 def test_the_old_format_fixture_opens_searches_and_upgrades(tmp_path):
-    kb = ShardedKnowledgeBase.load(FIXTURE)
+    copy = tmp_path / "idx"
+    shutil.copytree(FIXTURE, copy)
+    assert main(["upgrade", str(copy)]) == 0  # its shards were saved in index format 3
+    kb = ShardedKnowledgeBase.load(copy)
     assert kb.sources() == sorted(f"docs/{i}.md" for i in range(12))
     want = [("docs/3.md", 0.480297), ("docs/8.md", 0.480297), ("docs/4.md", 0.448468)]  # as 92ef98d found them
     assert [(h.source, round(h.score, 6)) for h in kb.search("alpha w3", 3)] == want
-    copy = tmp_path / "idx"
-    shutil.copytree(FIXTURE, copy)
     kb = ShardedKnowledgeBase.load(copy)
     kb.add_text("gamma", "new.md")
     kb.save()

@@ -1,28 +1,16 @@
-"""Formats 3 and 4: read in place from mapped data files, the term dictionary, lazy texts, old formats."""
+"""Segments read in place from mapped data files, the term dictionary, lazy texts."""
 
 import json
 import mmap
-import shutil
-import zlib
-from itertools import pairwise
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from clanker_rag import IndexFormatError, KnowledgeBase
-from clanker_rag._storage import _impact_tables, _segments, _store, _texts
+from clanker_rag._storage import _segments, _store, _texts
 from clanker_rag._storage._codec import TermDictionary, read
 from clanker_rag._storage._tf_column import TfColumn
-
-DATA = Path(__file__).parents[1] / "data"
-# index_v4 was saved by format 4 with its texts in fixed 64-byte zlib blocks (format 5 ends blocks with texts);
-# index_v5 is index_v4 saved by format 5 with a lookup table for every list (format 6 no longer saves a slot
-# table's impacts again beside its list's); index_v6 is index_v5 saved by format 6, a table for every list
-# (format 7 compresses each slot table); index_v7 is index_v6 saved by format 7 the same way (format 8 saves
-# the sources' and chunks' offsets as uint32 and the term frequencies as uint8 with the large ones apart).
-FIXTURES = {version: DATA / f"index_v{version}" for version in (1, 2, 3, 4, 5, 6, 7)}
 
 TEXTS = {
     "greek.txt": "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu",
@@ -103,124 +91,6 @@ def test_resaving_a_loaded_index_over_itself_keeps_every_text(tmp_path):
     assert again.source_text("more.txt") == "one more text"  # its mapped file was deleted under it
 
 
-@pytest.mark.parametrize("version", [1, 2, 3, 4, 5, 6, 7])
-def test_every_format_fixture_loads_and_saves_as_format_8(tmp_path, version):
-    # tests/data/index_v<N> were written by format_version N and are never rewritten.
-    shutil.copytree(FIXTURES[version], tmp_path / "old")
-    kb = KnowledgeBase.load(tmp_path / "old")
-    assert kb.search("lazy dog")[0].source == "fox.txt"
-    assert [h.source for h in kb.search("kappa")] == ["greek.txt"]
-    assert kb.source_metadata("greek.txt") == {"n": 1}
-    kb.save(tmp_path / "new")
-    again = KnowledgeBase.load(tmp_path / "new")
-    assert json.loads((tmp_path / "new" / "index.json").read_text())["format_version"] == 8
-    assert again.sources() == kb.sources()
-    for q in ["lazy dog", "kappa", "echo w3 pad", "quick brown"]:
-        assert ranked(again, q) == ranked(kb, q)
-
-
-def test_v3_fixture_matches_the_v2_fixture_it_was_converted_from(tmp_path):
-    v2 = KnowledgeBase.load(FIXTURES[2])
-    v3 = KnowledgeBase.load(FIXTURES[3])
-    assert v3.sources() == v2.sources()
-    for q in ["echo w3 pad", "lazy dog", "alpha"]:
-        assert ranked(v3, q) == ranked(v2, q)
-
-
-def test_v4_fixture_reads_its_fixed_size_text_blocks_exactly():
-    v3 = KnowledgeBase.load(FIXTURES[3])
-    v4 = KnowledgeBase.load(FIXTURES[4])
-    assert b"quick brown" not in next(FIXTURES[4].glob("data-*.bin")).read_bytes()  # compressed
-    assert v4.sources() == v3.sources()
-    for source in v3.sources():
-        assert v4.source_text(source) == v3.source_text(source)  # spans many 64-byte blocks
-    for q in ["echo w3 pad", "lazy dog", "alpha"]:
-        assert ranked(v4, q) == ranked(v3, q)
-
-
-def test_v5_fixture_serves_its_saved_slot_impacts_and_saves_tables_without_them(tmp_path, monkeypatch):
-    v4 = KnowledgeBase.load(FIXTURES[4])
-    v5 = KnowledgeBase.load(FIXTURES[5])
-    tables = v5._index.base_tables
-    assert tables is not None and v5._index.lookups.saved is not None
-    queries = ["echo w3 pad", "lazy dog", "alpha", "quick brown fox", "kappa lambda"]
-    expected = [ranked(v4, q) for q in queries]
-    assert [ranked(v5, q) for q in queries] == expected
-    assert not v5._index.lookups.cache.entries, "the saved tables served every long lookup"
-    opened = read(FIXTURES[5])
-    old = opened.segments[0].snap.postings.tables
-    assert old is not None and old.slot_impacts is not None and old.dense_terms  # both kinds, impacts saved again
-    monkeypatch.setattr(_impact_tables, "STORED_MIN", 1)
-    monkeypatch.setattr(_impact_tables, "STORED_SHARE", 10**9)
-    monkeypatch.setattr(_impact_tables, "SLOT_LIMIT", 30)
-    v5.save(tmp_path)
-    new = read(tmp_path).segments[0].snap.postings.tables
-    assert new is not None and new.slot_impacts is None and new.slot_offsets is None
-    assert list(new.slot_terms) == list(old.slot_terms) and unpacked_slots(new) == bytes(old.slots)
-    again = KnowledgeBase.load(tmp_path)
-    assert [ranked(again, q) for q in queries] == expected
-    assert not again._index.lookups.cache.entries
-
-
-def unpacked_slots(tables):
-    """A format 7 segment's slot tables inflated and laid end to end, as formats 3-6 saved them."""
-    spans = tables.slot_spans
-    assert spans is not None
-    return b"".join(zlib.decompress(tables.slots[a:b], -15) for a, b in pairwise(spans))
-
-
-def test_v6_fixture_serves_its_uncompressed_slot_tables_and_saves_them_compressed(tmp_path, monkeypatch):
-    v5 = KnowledgeBase.load(FIXTURES[5])
-    v6 = KnowledgeBase.load(FIXTURES[6])
-    queries = ["echo w3 pad", "lazy dog", "alpha", "quick brown fox", "kappa lambda", "w3 w7 pad"]
-    expected = [ranked(v5, q) for q in queries]
-    assert [ranked(v6, q) for q in queries] == expected
-    assert v6._index.lookups.saved is not None and not v6._index.lookups.cache.entries, "its tables served"
-    old = read(FIXTURES[6]).segments[0].snap.postings.tables
-    assert old is not None and old.slot_spans is None and old.slot_terms and old.dense_terms
-    assert len(old.slots) == len(old.slot_terms) * old.n_chunks  # one uint16 a chunk, uncompressed
-    monkeypatch.setattr(_impact_tables, "STORED_MIN", 1)
-    monkeypatch.setattr(_impact_tables, "STORED_SHARE", 10**9)
-    monkeypatch.setattr(_impact_tables, "SLOT_LIMIT", 30)
-    v6.save(tmp_path)
-    new = read(tmp_path).segments[0].snap.postings.tables
-    assert new is not None and new.slot_spans is not None and len(new.slots) < 2 * len(old.slots)
-    assert list(new.slot_terms) == list(old.slot_terms) and unpacked_slots(new) == bytes(old.slots)
-    assert bytes(new.dense) == bytes(old.dense)
-    again = KnowledgeBase.load(tmp_path)
-    assert [ranked(again, q) for q in queries] == expected
-    assert not again._index.lookups.cache.entries
-
-
-def test_v7_fixture_reads_its_int64_columns_and_saves_them_as_uint32(tmp_path):
-    v6 = KnowledgeBase.load(FIXTURES[6])
-    v7 = KnowledgeBase.load(FIXTURES[7])
-    queries = ["echo w3 pad", "lazy dog", "alpha", "quick brown fox", "kappa lambda", "w3 w7 pad"]
-    expected = [ranked(v6, q) for q in queries]
-    assert [ranked(v7, q) for q in queries] == expected
-    assert all(v7.source_text(s) == v6.source_text(s) for s in v6.sources())
-    (old,) = read(FIXTURES[7]).segments
-    assert "types" not in json.loads(_segment_body(FIXTURES[7]))  # format 7: every offset column int64
-    assert memoryview(old.snap.sources.chars).format == "q" and memoryview(old.snap.chunks.start).format == "q"
-    v7.save(tmp_path)
-    body = json.loads(_segment_body(tmp_path))
-    assert set(body["types"].values()) == {"I"} and len(body["types"]) == 7
-    assert body["sources"]["text_blocks"]["type"] == "I"
-    (new,) = read(tmp_path).segments
-    assert list(new.snap.sources.chars) == list(old.snap.sources.chars)
-    assert list(new.snap.chunks.start) == list(old.snap.chunks.start)
-    assert list(new.snap.chunks.end) == list(old.snap.chunks.end)
-    again = KnowledgeBase.load(tmp_path)
-    assert [ranked(again, q) for q in queries] == expected
-    assert all(again.source_text(s) == v6.source_text(s) for s in v6.sources())
-
-
-def _segment_body(folder):
-    (record,) = json.loads((folder / "index.json").read_text())["body"]["segments"]
-    off, length = record["body"]
-    return (folder / record["file"]).read_bytes()[off : off + length]
-
-
 def test_large_data_file_is_not_hashed_at_load_but_verify_catches_damage(tmp_path, monkeypatch):
     monkeypatch.setattr(_segments, "BLOCK_SIZE", 0)  # no block checksums (see test_segments.py for them)
     monkeypatch.setattr(_texts, "LEVEL", 0)  # texts stored in zlib blocks uncompressed: findable below
@@ -297,16 +167,16 @@ def test_term_dictionary_finds_exactly_its_terms(terms, probes, fence):
         assert dictionary.find(probe) == (terms.index(probe) if probe in terms else None)
 
 
-def test_read_gives_typed_values_for_every_version():
-    for version, folder in FIXTURES.items():
-        opened = read(folder)
-        assert opened.revision and opened.version == version
-        ((snap, record, _),) = opened.segments
-        assert (record is None) == (version < 4)  # formats 1-3 are one segment without a commit record
-        n_terms = len(snap.postings.terms)
-        assert len(snap.postings.offsets) == n_terms + 1
-        assert snap.postings.offsets[n_terms] == len(snap.postings.chunks), version
-        assert len(snap.chunks.source) == len(snap.chunks.length)
+def test_read_gives_typed_values_of_the_current_format(tmp_path):
+    build().save(tmp_path)
+    opened = read(tmp_path)
+    assert opened.revision and opened.version == 8
+    ((snap, record, _),) = opened.segments
+    assert record is not None and record.chunks == len(snap.chunks.source)
+    n_terms = len(snap.postings.terms)
+    assert len(snap.postings.offsets) == n_terms + 1
+    assert snap.postings.offsets[n_terms] == len(snap.postings.chunks)
+    assert len(snap.chunks.source) == len(snap.chunks.length)
 
 
 def test_stored_texts_are_compressed_in_blocks_and_read_back_exactly(tmp_path, monkeypatch):

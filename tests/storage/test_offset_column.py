@@ -63,8 +63,11 @@ def test_columns_in_any_order_round_trip_as_uint32_when_every_value_fits(values,
     assert column_type({"x": code}, "x", "here") == code
 
 
-def test_column_types_default_to_int64_and_unknown_ones_are_refused():
-    assert column_type(None, "sources.chars", "here") == column_type({}, "sources.chars", "here") == "q"
+def test_missing_and_unknown_column_types_are_refused():
+    missing: tuple[dict[str, str] | None, ...] = (None, {})
+    for types in missing:
+        with pytest.raises(IndexFormatError, match=r"the type of sources\.chars is None"):
+            column_type(types, "sources.chars", "here")
     with pytest.raises(IndexFormatError, match=r"the type of sources\.chars is 'i'"):
         column_type({"sources.chars": "i"}, "sources.chars", "here")
 
@@ -73,7 +76,8 @@ def test_column_types_default_to_int64_and_unknown_ones_are_refused():
 def test_an_unknown_offsets_type_is_refused(code):
     with pytest.raises(IndexFormatError, match="offsets_type"):
         offset_type({"offsets_type": code}, "here")
-    assert offset_type({}, "here") == "q"  # formats 3-6 saved int64 offsets
+    with pytest.raises(IndexFormatError, match="offsets_type is None"):
+        offset_type({}, "here")
 
 
 def build():

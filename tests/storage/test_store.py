@@ -2,13 +2,12 @@
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import textwrap
 import time
-from itertools import accumulate, pairwise
+from itertools import accumulate
 from pathlib import Path
 
 import pytest
@@ -21,8 +20,6 @@ from clanker_rag._storage import _store
 from clanker_rag._storage._store import FORMAT_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
-FIXTURE_V1 = Path(__file__).parents[1] / "data" / "index_v1"
-FIXTURE_V2 = Path(__file__).parents[1] / "data" / "index_v2"
 
 
 def small_kb():
@@ -265,39 +262,6 @@ def test_lock_held_elsewhere_times_out_with_clear_message(tmp_path):
         holder.wait()
         holder_out.close()
     IndexLock(tmp_path, timeout=5).acquire()  # released when the holder died
-
-
-def test_released_format_fixture_still_loads(tmp_path):
-    # tests/data/index_v1 was written by format_version 1 and is never rewritten.
-    shutil.copytree(FIXTURE_V1, tmp_path / "v1")
-    kb = KnowledgeBase.load(tmp_path / "v1")
-    assert kb.sources() == ["fox.txt", "greek.txt"]
-    hit = kb.search("lazy dog")[0]
-    assert hit.source == "fox.txt"
-    original = "The quick brown fox jumps over the lazy dog."
-    assert "lazy dog" in hit.text and original[hit.start : hit.end] == hit.text
-    assert kb.source_metadata("greek.txt") == {"n": 1}
-    assert [h.source for h in kb.search("kappa")] == ["greek.txt"]
-
-
-def test_format_2_fixture_still_loads_with_its_impact_orders(tmp_path):
-    # tests/data/index_v2 was written by format_version 2 and is never rewritten:
-    # small_kb() plus "echo.txt", whose term "echo" is in enough chunks to carry
-    # a saved impact order.
-    shutil.copytree(FIXTURE_V2, tmp_path / "v2")
-    kb = KnowledgeBase.load(tmp_path / "v2")
-    assert kb.sources() == ["echo.txt", "fox.txt", "greek.txt"]
-    assert kb.search("lazy dog")[0].source == "fox.txt"
-    assert kb.source_metadata("greek.txt") == {"n": 1}
-    index = kb._index
-    tid = index.vocab["echo"]
-    saved = index.order(tid)
-    assert saved is not None and sorted(saved) == list(range(index.df("echo")))
-    imps = index.impacts(tid)[0]
-    assert all(imps[a] >= imps[b] for a, b in pairwise(saved))
-    weights = kb._query_weights("echo w3 pad")
-    exhaustive = sorted(index.score_all(weights).items(), key=lambda item: (-item[1], item[0]))[:5]
-    assert index.top_k(weights, 5) == exhaustive
 
 
 def test_posting_beyond_the_chunk_table_fails_clearly(tmp_path):

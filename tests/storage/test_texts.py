@@ -78,27 +78,14 @@ def test_blocks_end_where_texts_end_unless_a_text_is_longer_than_a_block(pieces,
             assert sum(1 for s in starts[1:-1] if a < s < b) == 0
 
 
-def test_format_4_fixed_blocks_still_read():
-    whole = bytes(range(256)) * 3
-    size = 100
-    blocks = [zlib.compress(whole[i : i + size]) for i in range(0, len(whole), size)]
-    offsets = [0]
-    for block in blocks:
-        offsets.append(offsets[-1] + len(block))
-    blob = b"".join(blocks)
-    texts = BlockTexts(lambda o, n: blob[o : o + n], offsets, len(whole), "t", size=size)
-    for a, b in [(0, 768), (99, 101), (700, 768), (0, 1), (250, 250)]:
-        assert texts(a, b) == whole[a:b]
-    with pytest.raises(IndexFormatError, match="do not cover"):
-        BlockTexts(lambda o, n: b"", offsets[:-1], len(whole), "t", size=size)
-
-
 def test_a_damaged_block_is_a_format_error_not_a_wrong_text():
     texts, offsets, blocks = packed([b"hello world " * 20], 64)
     blob = bytearray(b"".join(blocks))
     blob[len(blocks[0]) - 3] ^= 0xFF  # the first block's checksum
 
-    reader = BlockTexts(lambda o, n: bytes(blob[o : o + n]), offsets_of(blocks), 240, "t", size=64)
+    reader = BlockTexts(
+        lambda o, n: bytes(blob[o : o + n]), offsets_of(blocks), 240, "t", starts=[0, 64, 128, 192, 240]
+    )
     with pytest.raises(IndexFormatError, match="does not decompress"):
         reader(0, 64)
     with pytest.raises(IndexFormatError, match="do not cover"):
