@@ -5,7 +5,7 @@ the incremental tool-call scanner (``_scanner``), the one builder of injected
 blocks and the guard on retrieved text (``_blocks``), and the I/O-free turn
 logic with its sync and async drivers (``_controller``).
 
-May import: ``_retrieval`` (fusion), ``_types`` and the leaves.  Must not
-import: backends, answering, serving or the CLI.  Backends import only
-``_generate`` from here.
+May import: ``_retrieval`` (fusion), ``_text`` (sentence ends), ``_types``
+and the leaves.  Must not import: backends, answering, serving or the CLI.
+Backends import only ``_generate`` from here.
 """
