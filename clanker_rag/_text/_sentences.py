@@ -18,10 +18,11 @@ end a sentence only at a line break.  A line break without a terminator ends
 one when the next line does not start in lowercase (a list item, a heading),
 so hard-wrapped prose stays whole; a blank line always ends one.
 
-A sentence's end is placed right after its last visible character: the
-whitespace after it begins the next sentence.  Deciding needs the first
-character after that whitespace, so the splitter holds a whitespace run until
-the next visible character (or ``flush``) arrives; nothing else is held.
+A sentence's end is placed right after its terminator, or before the line
+break that ends it: the whitespace from there begins the next sentence.
+Deciding needs the first character after that whitespace, so the splitter
+holds it until the next visible character (or ``flush``) arrives; nothing
+else is held.
 At the end of the text, whitespace after a terminator or a line break ends the
 sentence; the text's own end is left to the caller.
 """
@@ -29,6 +30,7 @@ sentence; the text's own end is left to the caller.
 from __future__ import annotations
 
 import re
+from itertools import pairwise
 from typing import NamedTuple
 
 __all__ = ["Released", "SentenceSplitter", "is_question", "last_question", "split_sentences"]
@@ -40,10 +42,11 @@ _CLOSERS = "\"'\u201d\u2019\u00bb)]}*`"
 _OPENERS = "\"'\u201c\u2018\u00ab\u201e`([*\u00bf\u00a1"
 # Abbreviations that never end a sentence, whatever follows (compared lowercased, without the final dot).
 _ABBREVIATIONS = frozenset(
-    (
-        "e.g i.e eg ie vs cf viz al approx esp incl resp "  # Latin and English abbreviations
-        "dr mr mrs ms prof sr jr st mt fig figs eq eqs vol pp ch sec"  # titles and references
-    ).split()
+    {
+        *("e.g", "i.e", "eg", "ie", "vs", "cf", "viz", "al", "approx", "esp", "incl", "resp"),  # Latin, English
+        *("dr", "mr", "mrs", "ms", "prof", "sr", "jr", "st", "mt"),  # titles
+        *("fig", "figs", "eq", "eqs", "vol", "pp", "ch", "sec"),  # references
+    }
 )
 _LIST_MARKER_RE = re.compile(r"\d{1,3}|[A-Za-z]|[ivxlcIVXLC]{1,5}")
 _CHUNK_RE = re.compile(r"\s+|\S+")
@@ -70,7 +73,7 @@ class SentenceSplitter:
 
     def _reset(self) -> None:
         self._word = ""  # the visible run being read (its last _WORD_TAIL characters)
-        self._held = ""  # the whitespace run after the last visible character, undecided
+        self._held = ""  # whitespace that may end the sentence (after a terminator, or from a line break on)
         self._ends_here = False  # the last finished word ends with a terminator that may end the sentence
         self._first_word = True  # no finished word yet in this sentence
         self._blank = True  # the sentence has no visible character yet
@@ -84,6 +87,14 @@ class SentenceSplitter:
             if chunk[0].isspace():
                 if self._word:
                     self._finish_word()
+                if not self._held and not self._ends_here:
+                    # No terminator before it: only a line break can end the sentence, so the
+                    # whitespace before the first one goes out at once.
+                    cut = chunk.find("\n")
+                    cut = len(chunk) if cut < 0 else cut
+                    out.append(chunk[:cut])
+                    size += cut
+                    chunk = chunk[cut:]
                 self._held += chunk
                 continue
             if self._held:
@@ -161,7 +172,7 @@ def split_sentences(text: str) -> list[str]:
     rest, last = splitter.flush()
     cuts = [0, *ends, *(len(released) + end for end in last), len(released) + len(rest)]
     released += rest
-    return [released[a:b] for a, b in zip(cuts, cuts[1:]) if b > a]
+    return [released[a:b] for a, b in pairwise(cuts) if b > a]
 
 
 def is_question(sentence: str) -> bool:

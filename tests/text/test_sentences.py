@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import pytest
 from _profiles import examples
 from hypothesis import given, settings
@@ -28,7 +30,7 @@ def fed(pieces: list[str]) -> tuple[str, list[int]]:
 
 def split_at(text: str, cuts: list[int]) -> list[str]:
     points = [0, *sorted({c % (len(text) + 1) for c in cuts}), len(text)]
-    return [text[a:b] for a, b in zip(points, points[1:])]
+    return [text[a:b] for a, b in pairwise(points)]
 
 
 # -- what ends a sentence -------------------------------------------------------------------
@@ -54,6 +56,7 @@ CASES = [
     ("no terminator here\n\nnew paragraph", ["no terminator here", "new paragraph"]),
     ("Done.\nnext line", ["Done.", "next line"]),
     ("why? because", ["why? because"]),
+    ("no stop here  \t\n- item  \n\n  next", ["no stop here", "- item", "next"]),
 ]
 
 
@@ -70,7 +73,7 @@ def test_every_split_point_gives_the_same_sentences(text: str, expected: list[st
         released, ends = fed([text[:cut], text[cut:]])
         assert released == text
         bounds = [0, *ends, len(text)]
-        assert [text[a:b] for a, b in zip(bounds, bounds[1:]) if b > a] == whole, cut
+        assert [text[a:b] for a, b in pairwise(bounds) if b > a] == whole, cut
     # One character at a time: every split at once.
     assert fed(list(text)) == fed([text])
 
@@ -85,14 +88,22 @@ def test_only_whitespace_after_a_terminator_is_held() -> None:
     assert splitter.flush() == ("", [])
 
 
+def test_whitespace_where_no_sentence_can_end_is_not_held() -> None:
+    splitter = SentenceSplitter()
+    assert splitter.feed("one two ") == ("one two ", [])  # streamed as it comes
+    assert splitter.feed("e.g. ") == ("e.g. ", [])
+    assert splitter.feed("x  \n") == ("x  ", [])  # a line break may end it: held from there
+    assert splitter.feed("Next") == ("\nNext", [0])
+
+
 def test_flush_ends_a_sentence_only_after_whitespace_following_a_terminator() -> None:
     splitter = SentenceSplitter()
     splitter.feed("Why? ")
     assert splitter.flush() == (" ", [0])
     splitter.feed("Why?")
     assert splitter.flush() == ("", [])  # the text's own end is the caller's to judge
-    splitter.feed("e.g. ")
-    assert splitter.flush() == (" ", [])
+    assert splitter.feed("e.g. ") == ("e.g. ", [])
+    assert splitter.flush() == ("", [])
     splitter.feed("a line\n")
     assert splitter.flush() == ("\n", [0])
     # flush starts afresh: the whitespace first fed is not after a sentence.
