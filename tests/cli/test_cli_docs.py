@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _serve import default_sigint
 from conftest import SHARED
 
 from clanker_rag._cli._main import main
@@ -97,7 +98,8 @@ def test_serve_sample_has_the_shape_serve_prints(tmp_path):
     args[args.index("--kb") : args.index("--kb") + 2] = ["--index", str(tmp_path / "kb")]
     args[args.index("--port") + 1] = "0"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen([sys.executable, "-m", "clanker_rag", *args], stderr=subprocess.PIPE, text=True, env=env)
+    cmd = [sys.executable, "-m", "clanker_rag", *args]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env, preexec_fn=default_sigint)
     stderr = proc.stderr
     assert stderr is not None
     try:
