@@ -14,7 +14,7 @@ import sys
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import _whole_index
-from ._terminal import one_line, printable
+from ._terminal import counted, one_line, printable
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -707,7 +707,7 @@ def _cmd_rm(args: argparse.Namespace) -> int:
         if missing and not removed:
             raise _unknown_source(kb, missing[0])
     for name, n in removed:
-        print(f"removed {one_line(name)} ({n} chunks)")
+        print(f"removed {one_line(name)} ({counted(n, 'chunk')})")
     for pattern in missing:
         print(f"{PROG}: warning: nothing matched {pattern!r}", file=sys.stderr)
     return 1 if missing else 0
@@ -722,7 +722,7 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
     with KnowledgeBase.edit(path) as kb:
         before = kb.segments
         kb.optimize()
-    print(f"optimized {path}: {before} segment{'s' * (before != 1)} -> 1, {len(kb)} chunks")
+    print(f"optimized {path}: {counted(before, 'segment')} -> 1, {counted(len(kb), 'chunk')}")
     return 0
 
 
@@ -771,13 +771,14 @@ def _cmd_ask(args: argparse.Namespace) -> int:
         ctl = RagController(answer_retriever(kb), k=args.k or 3, questions=True, tools=True)
         prompt = CHAT_PROMPT.format(question=args.question)
         blocks = [ev.block for ev in ctl.events([], prompt, question=args.question) if isinstance(ev, InjectEvent)]
+        # No answer was given, so the exit code says so (a script must not take the block for one).
         print(
-            f"{PROG}: no model server configured; set {BASE_URL_ENV}=http://127.0.0.1:8080 or pass --base-url URL "
-            "(any OpenAI-compatible server: llama.cpp, vLLM, Ollama, LM Studio). This would be injected:",
+            f"{PROG}: error: no model server configured; set {BASE_URL_ENV}=http://127.0.0.1:8080 or pass --base-url "
+            "URL (any OpenAI-compatible server: llama.cpp, vLLM, Ollama, LM Studio). This would be injected:",
             file=sys.stderr,
         )
         print("".join(blocks).strip("\n") if blocks else "(nothing in the knowledge base matches that question)")
-        return 0
+        return 1
     api = "completions" if args.completions else "chat" if args.chat else "auto"
     events = ask_events(
         kb, args.question, base_url, model=args.model or os.environ.get(MODEL_ENV),
@@ -797,7 +798,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     kb = _load(args)
     # One index is re-read when another process saves it; a sharded one is not (see scale.md).
     watch = path if isinstance(kb, KnowledgeBase) else None
-    return _run_proxy(args, kb, watch, f"{path} ({len(kb)} chunks)")
+    return _run_proxy(args, kb, watch, f"{path} ({counted(len(kb), 'chunk')})")
 
 
 def _run_proxy(args: argparse.Namespace, retriever: Any, watch: Path | None, what: str) -> int:
@@ -849,6 +850,7 @@ def _run_proxy(args: argparse.Namespace, retriever: Any, watch: Path | None, wha
         serve(server, ready)
     except KeyboardInterrupt:
         print(f"{PROG}: stopped", file=sys.stderr)
+        return 130  # Ctrl-C, as every command reports it
     return 0
 
 
