@@ -261,12 +261,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_demo)
 
     for name, help_ in (
-        ("backup", "copy the index in folder SRC to DEST safely (verified, atomic; never cp -a over an index)"),
-        ("restore", "replace the index in folder DEST with the one in SRC safely (servers of DEST follow it)"),
+        ("backup", "copy the index in SRC (or --kb NAME) to folder DEST safely (verified, atomic; never cp -a)"),
+        ("restore", "replace the index in DEST (or --kb NAME) with the one in folder SRC safely (its servers follow)"),
     ):
-        p = command(name, help_, kb=False)
-        p.add_argument("src", metavar="SRC", help="the index folder to copy")
-        p.add_argument("dest", metavar="DEST", help="the folder to write it to")
+        # --kb NAME (or --index DIR) stands for the knowledge base's side: SRC of a backup, DEST of a restore.
+        p = command(name, help_)
+        p.add_argument("src", nargs="?" if name == "backup" else None, metavar="SRC", help="the index folder to copy")
+        p.add_argument("dest", nargs="?" if name == "restore" else None, metavar="DEST", help="the folder to write to")
         if name == "backup":
             p.add_argument("--overwrite", action="store_true", help="replace an index already in DEST")
         p.set_defaults(func=_whole_index.cmd_copy, restore=name == "restore")
@@ -356,6 +357,12 @@ def _check_usage(args: argparse.Namespace) -> None:
         raise _CliError("give --index or --kb, not both")
     if args.command in _NO_KB and (index or kb):
         raise _CliError(f"{args.command} does not use a knowledge base: drop --{'index' if index else 'kb'}")
+    if args.command in ("backup", "restore"):
+        side = "SRC" if args.command == "backup" else "DEST"
+        named = getattr(args, side.lower()) is not None
+        if named == bool(index or kb):
+            how = "not both" if named else "one of them"
+            raise _CliError(f"{args.command}: give the folder {side} or --kb NAME (or --index DIR), {how}")
 
 
 def _run(args: argparse.Namespace) -> int:
