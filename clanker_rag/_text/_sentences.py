@@ -33,7 +33,7 @@ import re
 from itertools import pairwise
 from typing import NamedTuple
 
-__all__ = ["Released", "SentenceSplitter", "is_question", "last_question", "split_sentences"]
+__all__ = ["Released", "SentenceSplitter", "is_question", "last_question", "last_question_start", "split_sentences"]
 
 _TERMINATORS = ".!?\u2026"
 # Closing quotes, brackets and markdown emphasis that may follow a terminator ("Stop." / (why?) / **done.**).
@@ -183,6 +183,19 @@ def is_question(sentence: str) -> bool:
 _QUESTION_END_RE = re.compile(rf"(?<=\S)\?+(?=$|[\s<{re.escape(_CLOSERS)}])")
 
 
+def _last_question(text: str) -> tuple[int, str] | None:
+    end = len(text)
+    for sentence in reversed(split_sentences(text)):
+        start = end - len(sentence)
+        end = start
+        marks = list(_QUESTION_END_RE.finditer(sentence))
+        if marks:
+            question = " ".join(sentence[: marks[-1].end()].split())
+            if question:
+                return start + len(sentence) - len(sentence.lstrip()), question
+    return None
+
+
 def last_question(text: str) -> str | None:
     """The last question in ``text``: its last sentence with a question mark, up to that mark.
 
@@ -190,10 +203,11 @@ def last_question(text: str) -> str | None:
     ``?q=1`` do not); text after it in the same sentence (a lowercase
     "thanks", a chat template's closing tag) is cut off.
     """
-    for sentence in reversed(split_sentences(text)):
-        marks = list(_QUESTION_END_RE.finditer(sentence))
-        if marks:
-            question = " ".join(sentence[: marks[-1].end()].split())
-            if question:
-                return question
-    return None
+    found = _last_question(text)
+    return found[1] if found else None
+
+
+def last_question_start(text: str) -> int | None:
+    """Where the sentence of :func:`last_question` begins in ``text`` (its first visible character)."""
+    found = _last_question(text)
+    return found[0] if found else None

@@ -10,6 +10,7 @@ import pytest
 from _fake_upstream import FakeUpstream, Reply
 
 from clanker_rag._kb import KnowledgeBase
+from clanker_rag._serve._handler import restated_question
 from clanker_rag._serve._proxy import make_server
 
 
@@ -42,3 +43,17 @@ def test_the_chat_question_is_retrieved_for_whole(content: str, question: str) -
             server.server_close()
             thread.join(10)
     assert [r["query"] for r in answer["clanker_rag"]["retrievals"]] == [question]
+
+
+@pytest.mark.parametrize(
+    ("prompt", "tail"),
+    [
+        # A question wrapped over lines: the block goes before all of it, not between its lines.
+        ("Notes.\nQ: How do I call\nos.path.join on Windows?\nA:", "Q: How do I call\nos.path.join on Windows?\nA:"),
+        ("Context: json.tool.\nQ: What does json.tool do?\nA:", "Q: What does json.tool do?\nA:"),
+        ("Q: Why does e.g. the\nparser fail?\nA: ", "Q: Why does e.g. the\nparser fail?\nA: "),
+        ("x" * 700 + " Why?\nA:", ""),  # the question's line is longer than a restated tail may be
+    ],
+)
+def test_the_restated_question_is_the_whole_question_s_lines(prompt: str, tail: str) -> None:
+    assert restated_question(prompt) == tail

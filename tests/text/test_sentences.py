@@ -9,7 +9,13 @@ from _profiles import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clanker_rag._text._sentences import SentenceSplitter, is_question, last_question, split_sentences
+from clanker_rag._text._sentences import (
+    SentenceSplitter,
+    is_question,
+    last_question,
+    last_question_start,
+    split_sentences,
+)
 
 
 def sentences(text: str) -> list[str]:
@@ -133,6 +139,12 @@ def test_last_question_is_whole(text: str, question: str | None) -> None:
     assert last_question(text) == question
 
 
+def test_last_question_start_is_where_its_sentence_begins() -> None:
+    text = "Hi. How do I call\nos.path.join? Thanks.\nA:"
+    assert last_question_start(text) == text.index("How")
+    assert last_question_start("no question here") is None
+
+
 # -- generated questions about code ---------------------------------------------------------
 
 _NAME = st.from_regex(r"[a-z_][a-z0-9_]{0,7}", fullmatch=True)
@@ -170,4 +182,5 @@ def test_a_generated_question_comes_out_whole_for_any_split(
     text = before + question + after
     assert question in sentences(text)
     assert last_question(text) == question
+    assert last_question_start(text) == len(before)
     assert fed(split_at(text, cuts)) == fed([text])
