@@ -39,6 +39,22 @@ def cranfield() -> Path:
 
 
 @pytest.fixture
+def ctrl_c_raises() -> Iterator[None]:
+    """SIGINT raises KeyboardInterrupt in this process for the test, as in a terminal.
+
+    A run in the background (``scripts/test &``, ``nohup``) starts with SIGINT ignored; a test
+    that sends it to this process sets the disposition it relies on, and puts the old one back.
+    """
+    import signal
+
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+@pytest.fixture
 def fake_server() -> Iterator[Callable[[Handle], FakeServer]]:
     """Starts a loopback fake HTTP server answering with a handler; every one stops when the test ends."""
     started: list[FakeServer] = []

@@ -20,6 +20,7 @@ from typing import NamedTuple
 
 from .._exceptions import ConfigError
 from .._kb import KnowledgeBase, default_index_path
+from ._terminal import counted
 
 __all__ = ["Copied", "copy_index"]
 
@@ -71,4 +72,5 @@ def run(src: str, dest: str, *, restore: bool, overwrite: bool) -> str:
     done = copy_index(Path(src), Path(dest), replace=restore or overwrite, verb=verb)
     what = "restored" if restore else "backed up"
     over = ", replacing the index there" if done.replaced else ""
-    return f"{what} {src} to {dest}: {done.sources} sources, {done.chunks} chunks, verified{over}"
+    copied = f"{counted(done.sources, 'source')}, {counted(done.chunks, 'chunk')}"
+    return f"{what} {src} to {dest}: {copied}, verified{over}"

@@ -19,6 +19,7 @@ from .._exceptions import ConfigError
 from .._validate import check_number
 from ..cluster import DEFAULT_TIMEOUT, ShardedKnowledgeBase, close_client, connect, require_dask
 from ..cluster import MANIFEST as _MANIFEST
+from ._terminal import counted
 
 __all__ = ["CliHooks", "run_cluster"]
 
@@ -71,7 +72,7 @@ def run_cluster(args: argparse.Namespace, hooks: CliHooks) -> int:
             if args.command == "stats":
                 return _stats(args, kb, path)
             # No folder to watch: a sharded index is re-read by restarting serve.
-            return hooks.run_proxy(args, kb, None, f"{path} ({kb.n_shards} shards on {args.cluster})")
+            return hooks.run_proxy(args, kb, None, f"{path} ({counted(kb.n_shards, 'shard')} on {args.cluster})")
         finally:
             kb.close()
     finally:
@@ -123,5 +124,8 @@ def _stats(args: argparse.Namespace, kb: ShardedKnowledgeBase, path: Path) -> in
     print(f"chunks    {obj['chunks']}")
     print(f"size      {size / 1e6:.2f} MB")
     for n, info in enumerate(obj["per_shard"]):
-        print(f"shard {n:<3} {info['chunks']} chunks, {info['sources']} sources, {info['terms']} terms")
+        print(
+            f"shard {n:<3} {counted(info['chunks'], 'chunk')}, {counted(info['sources'], 'source')}, "
+            f"{counted(info['terms'], 'term')}"
+        )
     return 0

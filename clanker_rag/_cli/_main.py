@@ -14,7 +14,7 @@ import sys
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import _whole_index
-from ._terminal import one_line, printable
+from ._terminal import counted, one_line, printable
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -261,12 +261,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_demo)
 
     for name, help_ in (
-        ("backup", "copy the index in folder SRC to DEST safely (verified, atomic; never cp -a over an index)"),
-        ("restore", "replace the index in folder DEST with the one in SRC safely (servers of DEST follow it)"),
+        ("backup", "copy the index in SRC (or --kb NAME) to folder DEST safely (verified, atomic; never cp -a)"),
+        ("restore", "replace the index in DEST (or --kb NAME) with the one in folder SRC safely (its servers follow)"),
     ):
-        p = command(name, help_, kb=False)
-        p.add_argument("src", metavar="SRC", help="the index folder to copy")
-        p.add_argument("dest", metavar="DEST", help="the folder to write it to")
+        # --kb NAME (or --index DIR) stands for the knowledge base's side: SRC of a backup, DEST of a restore.
+        p = command(name, help_)
+        p.add_argument("src", nargs="?" if name == "backup" else None, metavar="SRC", help="the index folder to copy")
+        p.add_argument("dest", nargs="?" if name == "restore" else None, metavar="DEST", help="the folder to write to")
         if name == "backup":
             p.add_argument("--overwrite", action="store_true", help="replace an index already in DEST")
         p.set_defaults(func=_whole_index.cmd_copy, restore=name == "restore")
@@ -360,6 +361,12 @@ def _check_usage(args: argparse.Namespace) -> None:
         raise _CliError("give --index or --kb, not both")
     if args.command in _NO_KB and (index or kb):
         raise _CliError(f"{args.command} does not use a knowledge base: drop --{'index' if index else 'kb'}")
+    if args.command in ("backup", "restore"):
+        side = "SRC" if args.command == "backup" else "DEST"
+        named = getattr(args, side.lower()) is not None
+        if named == bool(index or kb):
+            how = "not both" if named else "one of them"
+            raise _CliError(f"{args.command}: give the folder {side} or --kb NAME (or --index DIR), {how}")
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -711,7 +718,7 @@ def _cmd_rm(args: argparse.Namespace) -> int:
         if missing and not removed:
             raise _unknown_source(kb, missing[0])
     for name, n in removed:
-        print(f"removed {one_line(name)} ({n} chunks)")
+        print(f"removed {one_line(name)} ({counted(n, 'chunk')})")
     for pattern in missing:
         print(f"{PROG}: warning: nothing matched {pattern!r}", file=sys.stderr)
     return 1 if missing else 0
@@ -726,7 +733,7 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
     with KnowledgeBase.edit(path) as kb:
         before = kb.segments
         kb.optimize()
-    print(f"optimized {path}: {before} segment{'s' * (before != 1)} -> 1, {len(kb)} chunks")
+    print(f"optimized {path}: {counted(before, 'segment')} -> 1, {counted(len(kb), 'chunk')}")
     return 0
 
 
@@ -775,13 +782,14 @@ def _cmd_ask(args: argparse.Namespace) -> int:
         ctl = RagController(answer_retriever(kb), k=args.k or 3, questions=True, tools=True)
         prompt = CHAT_PROMPT.format(question=args.question)
         blocks = [ev.block for ev in ctl.events([], prompt, question=args.question) if isinstance(ev, InjectEvent)]
+        # No answer was given, so the exit code says so (a script must not take the block for one).
         print(
-            f"{PROG}: no model server configured; set {BASE_URL_ENV}=http://127.0.0.1:8080 or pass --base-url URL "
-            "(any OpenAI-compatible server: llama.cpp, vLLM, Ollama, LM Studio). This would be injected:",
+            f"{PROG}: error: no model server configured; set {BASE_URL_ENV}=http://127.0.0.1:8080 or pass --base-url "
+            "URL (any OpenAI-compatible server: llama.cpp, vLLM, Ollama, LM Studio). This would be injected:",
             file=sys.stderr,
         )
         print("".join(blocks).strip("\n") if blocks else "(nothing in the knowledge base matches that question)")
-        return 0
+        return 1
     api = "completions" if args.completions else "chat" if args.chat else "auto"
     events = ask_events(
         kb, args.question, base_url, model=args.model or os.environ.get(MODEL_ENV),
@@ -801,7 +809,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     kb = _load(args)
     # One index is re-read when another process saves it; a sharded one is not (see scale.md).
     watch = path if isinstance(kb, KnowledgeBase) else None
-    return _run_proxy(args, kb, watch, f"{path} ({len(kb)} chunks)")
+    return _run_proxy(args, kb, watch, f"{path} ({counted(len(kb), 'chunk')})")
 
 
 def _run_proxy(args: argparse.Namespace, retriever: Any, watch: Path | None, what: str) -> int:
@@ -853,6 +861,7 @@ def _run_proxy(args: argparse.Namespace, retriever: Any, watch: Path | None, wha
         serve(server, ready)
     except KeyboardInterrupt:
         print(f"{PROG}: stopped", file=sys.stderr)
+        return 130  # Ctrl-C, as every command reports it
     return 0
 
 

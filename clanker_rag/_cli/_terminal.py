@@ -11,7 +11,7 @@ import os
 import re
 from typing import TextIO
 
-__all__ = ["Style", "one_line", "printable", "use_color"]
+__all__ = ["Style", "counted", "one_line", "printable", "use_color"]
 
 # C0 controls but tab and newline, DEL, C1 controls, and the bidi overrides
 # and isolates that can reorder what a reader sees.
@@ -32,6 +32,11 @@ def one_line(text: str) -> str:
     label that must stay on its line (a newline in a file name would otherwise
     start a line of its own)."""
     return printable(text).translate(_LINE_BREAKS)
+
+
+def counted(n: int, noun: str) -> str:
+    """``n`` and ``noun``, plural unless ``n`` is 1: "1 chunk", "2 chunks"."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _escape(m: re.Match[str]) -> str:

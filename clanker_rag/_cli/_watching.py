@@ -5,14 +5,17 @@ then the folders are scanned and each settled burst of changes is one
 re-ingest and save (:mod:`clanker_rag._ingest._watch`), shown as one line.
 
 Ctrl-C (or SIGTERM) asks the watch to stop: a commit under way finishes, so
-the index is left whole, and the command exits 0.  A second Ctrl-C aborts
-at once (exit 130); the index then holds the last complete commit.
+the index is left whole (the command says so at once, since a commit can take
+a while), and the command exits 130 (143 after SIGTERM), as any command
+stopped by Ctrl-C does.  A second Ctrl-C aborts at once (exit 130); the index
+then holds the last complete commit.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import threading
@@ -27,7 +30,7 @@ from .._ingest._run import IngestReport
 from .._ingest._watch import Changes, FolderSync, watch
 from .._kb import KnowledgeBase
 from .._validate import check_number
-from ._terminal import one_line
+from ._terminal import counted, one_line
 
 __all__ = ["cycle_line", "watch_command"]
 
@@ -54,15 +57,20 @@ def watch_command(
     shown = ", ".join(one_line(str(p)) for p in args.paths)
     print(f"{PROG}: watching {shown} ({len(baseline)} files; Ctrl-C to stop)", file=sys.stderr, flush=True)
 
-    def commit(diff: Changes) -> IngestReport:
-        started = time.monotonic()
-        cycle = sync.commit(diff)
-        line = cycle_json(cycle, diff) if args.json else cycle_line(cycle, diff, time.monotonic() - started)
-        if line:
-            print(line, flush=True)
-        return cycle
-
     with _stop_on_signals() as stopping:
+
+        def commit(diff: Changes) -> IngestReport:
+            started = time.monotonic()
+            stopping.committing = True
+            try:
+                cycle = sync.commit(diff)
+            finally:
+                stopping.committing = False
+            line = cycle_json(cycle, diff) if args.json else cycle_line(cycle, diff, time.monotonic() - started)
+            if line:
+                print(line, flush=True)
+            return cycle
+
         stats = watch(
             sync.scan,
             commit,
@@ -72,8 +80,9 @@ def watch_command(
             stop=stopping,
             sleep=_napper(stopping),
         )
-    print(f"{PROG}: stopped watching after {stats.commits} commits; index: {path}", file=sys.stderr)
-    return 0
+    print(f"{PROG}: stopped watching after {counted(stats.commits, 'commit')}; index: {path}", file=sys.stderr)
+    # Stopped by a signal, so the exit code says which (130 for Ctrl-C), as for every command.
+    return 128 + stopping.signum if stopping.signum else 0
 
 
 def _renames(report: IngestReport, diff: Changes) -> list[tuple[str, str]]:
@@ -113,7 +122,7 @@ def cycle_line(report: IngestReport, diff: Changes, seconds: float) -> str:
     if not parts:
         return ""
     stamp = time.strftime("%H:%M:%S")
-    return f"{stamp} {'; '.join(parts)} ({report.chunks_total} chunks, {seconds:.2f}s)"
+    return f"{stamp} {'; '.join(parts)} ({counted(report.chunks_total, 'chunk')}, {seconds:.2f}s)"
 
 
 def cycle_json(report: IngestReport, diff: Changes) -> str:
@@ -125,23 +134,50 @@ def cycle_json(report: IngestReport, diff: Changes) -> str:
     return json.dumps(data, ensure_ascii=False)
 
 
+class _StopRequest:
+    """The watch's stop condition: true once the first SIGINT or SIGTERM came (``signum``)."""
+
+    def __init__(self) -> None:
+        self.signum = 0
+        self.committing = False  # a commit is under way: a stop waits for it
+
+    def __call__(self) -> bool:
+        return self.signum != 0
+
+
+_FINISHING = f"{PROG}: finishing the commit in progress; Ctrl-C again to abort"
+
+
+def _say(line: str) -> None:
+    """Write ``line`` to stderr from a signal handler (not through the buffer the interrupted code may be using)."""
+    try:
+        fd = sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):  # a stand-in stderr (tests, IDEs) has no descriptor
+        print(line, file=sys.stderr, flush=True)
+        return
+    os.write(fd, (line + "\n").encode("utf-8", "replace"))
+
+
 @contextmanager
-def _stop_on_signals() -> Iterator[Callable[[], bool]]:
+def _stop_on_signals() -> Iterator[_StopRequest]:
     """A stop condition set by the first SIGINT or SIGTERM; a second one raises KeyboardInterrupt."""
-    requested = threading.Event()
+    stop = _StopRequest()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
-        if requested.is_set():
+        if stop.signum:
             raise KeyboardInterrupt
-        requested.set()
+        stop.signum = signum
+        if stop.committing:
+            # A commit can take a while; silence would look like a hang.
+            _say(_FINISHING)
 
     if threading.current_thread() is not threading.main_thread():
         # Signals reach only the main thread: Ctrl-C stays a KeyboardInterrupt.
-        yield requested.is_set
+        yield stop
         return
     old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        yield requested.is_set
+        yield stop
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)

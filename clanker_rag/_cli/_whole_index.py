@@ -33,9 +33,20 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_copy(args: argparse.Namespace) -> int:
+    from . import _named_kbs
     from ._backup import run
 
-    print(one_line(run(args.src, args.dest, restore=args.restore, overwrite=getattr(args, "overwrite", False))))
+    src, dest = args.src, args.dest
+    if src is None or dest is None:
+        # --kb NAME or --index DIR gave the side left out: a backup's source must exist, a restore may create it.
+        if args.index:
+            chosen = args.index
+        elif src is None:
+            chosen = str(_named_kbs.resolve_name(args.kb))
+        else:
+            chosen = str(_named_kbs.kb_path(args.kb))
+        src, dest = (chosen, dest) if src is None else (src, chosen)
+    print(one_line(run(src, dest, restore=args.restore, overwrite=getattr(args, "overwrite", False))))
     return 0
 
 

@@ -7,7 +7,7 @@ other processes save (``_follow``), and who may talk to an HTTP server at all
 (``_access``: host, origin and body-type checks, the bearer token); the last
 two are shared with the MCP server.
 
-May import: ``_answer``, ``_stream``, ``_kb``, ``_storage``, ``_http`` (the
+May import: ``_answer``, ``_stream``, ``_kb``, ``_storage``, ``_text``, ``_http`` (the
 one HTTP client, for the upstream) and the leaves.
 Must not import: the CLI, the cluster or the integrations.
 """

@@ -32,6 +32,7 @@ from .._sse import DONE, encode_event
 from .._stream._blocks import DEFAULT_BLOCK_CHARS, BlockBuilder, last_question, squash_ws
 from .._stream._controller import InjectEvent, RagController, RetrieveEvent, StreamEvent, TextEvent
 from .._stream._settings import BlockLayout, Limits, Triggers
+from .._text._sentences import last_question_start
 from .._types import Retriever
 from .._urls import BaseUrl, parse_base_url
 from .._validate import check_int, check_number
@@ -158,17 +159,20 @@ _RESTATE_CHARS = 600
 def restated_question(prompt: str) -> str:
     """The end of a completion prompt that the block injected for its question goes before.
 
-    The prompt's lines from the last one holding a question mark to its end
-    ("Q: What port?\nA:"): the model reads the passages, then the question
-    and its answer cue.  Empty when the prompt asks nothing, or when that
-    tail is longer than :data:`_RESTATE_CHARS` (the block then follows the prompt).
+    The prompt's lines from the one where its last question begins to its end
+    ("Q: What port?\nA:"; a question wrapped over lines is taken whole): the
+    model reads the passages, then the question and its answer cue.  Empty
+    when the prompt asks nothing, or when that tail is longer than
+    :data:`_RESTATE_CHARS` (the block then follows the prompt).
     """
-    lines = prompt.splitlines(keepends=True)
-    for i in range(len(lines) - 1, -1, -1):
-        if "?" in lines[i]:
-            tail = "".join(lines[i:])
-            return tail if len(tail) <= _RESTATE_CHARS else ""
-    return ""
+    # Only the last _RESTATE_CHARS characters can hold a tail short enough; a question begun
+    # before them starts the window, and its line's start makes the tail too long.
+    offset = max(0, len(prompt) - _RESTATE_CHARS)
+    start = last_question_start(prompt[offset:])
+    if start is None:
+        return ""
+    tail = prompt[prompt.rfind("\n", 0, offset + start) + 1 :]
+    return tail if len(tail) <= _RESTATE_CHARS else ""
 
 
 def _nests_deeper(obj: object, limit: int) -> bool:

@@ -6,7 +6,7 @@ blocks and the guard on retrieved text (``_blocks``), the controller's typed
 settings (``_settings``), the events a turn reports (``_events``), and the I/O-free turn logic with its sync and async
 drivers (``_controller``).
 
-May import: ``_retrieval`` (fusion), ``_types`` and the leaves.  Must not
-import: backends, answering, serving or the CLI.  Backends import only
-``_generate`` from here.
+May import: ``_retrieval`` (fusion), ``_text`` (sentence ends), ``_types``
+and the leaves.  Must not import: backends, answering, serving or the CLI.
+Backends import only ``_generate`` from here.
 """

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from .._text import _sentences
 from .._types import HitLike
 from .._validate import check_int
 
@@ -55,7 +56,6 @@ MIN_BLOCK_CHARS = 64
 _MIN_PASSAGE_ROOM = 40
 
 _WS_RE = re.compile(r"\s+")
-_QUESTION_RE = re.compile(r"[^.!?\n]*\?")
 
 # -- the guard ----------------------------------------------------------------------
 
@@ -273,15 +273,13 @@ def norm_query(query: str) -> str:
 
 
 def last_question(text: str, *, window: int = 4000) -> str | None:
-    """The last question sentence in the final ``window`` characters of ``text``."""
-    found = _QUESTION_RE.findall(text[-window:])
-    question = squash_ws(found[-1]) if found else ""
-    return question or None
+    """The last question in the final ``window`` characters of ``text``, whole (see ``_text._sentences``)."""
+    return _sentences.last_question(text[-window:])
 
 
 def is_question_sentence(sentence: str) -> bool:
     """Whether a sentence the model wrote is a question worth retrieving for."""
-    return sentence.endswith("?") and len(sentence) > 3
+    return _sentences.is_question(sentence) and len(sentence.strip()) > 3
 
 
 # -- blocks ---------------------------------------------------------------------------

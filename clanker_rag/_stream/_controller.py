@@ -49,6 +49,7 @@ from typing import Any
 
 from .._exceptions import RetrievalTimeoutError
 from .._retrieval._fusion import hit_key, reciprocal_rank_fusion
+from .._text._sentences import SentenceSplitter
 from .._types import HitLike, Retriever
 from .._validate import check_bool, check_int, out_of_range
 from ._blocks import (
@@ -75,10 +76,17 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_BOUNDARY_RE = re.compile(r"[.!?](?=\s)|\n")
 # The settings' defaults, shared by every controller (they are frozen).
 _TRIGGERS, _LIMITS, _LAYOUT, _HOOKS = Triggers(), Limits(), BlockLayout(), Hooks()
 _LABEL_RE = re.compile(r"^\s*\w+:\s")
+
+
+@dataclass(frozen=True, slots=True)
+class _SentenceEnd:
+    """A queue item: the sentence tracker's splitter ended a sentence here."""
+
+
+_SENTENCE_END = _SentenceEnd()
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,14 +106,14 @@ class _ControllerTurn:
         self.gen: list[str] = []  # everything after the prompt, in order
         self.gen_len = 0
         self.scanner = TagScanner(ctl._tool_names, max_payload=ctl.limits.max_payload)
-        self.queue: deque[tuple[str | ToolCall, float | None]] = deque()
+        self.queue: deque[tuple[str | ToolCall | _SentenceEnd, float | None]] = deque()
         self.injections = 0
         self.resumes = 0
         self.seen_keys: set[Hashable] = set()
         self.seen_queries: set[str] = set()
         self.track = ctl.questions or ctl.triggers.flare is not None
         self.hold = ctl.triggers.flare == "rewind" and resumable
-        self.prev_char = ""
+        self.splitter = SentenceSplitter()
         self.ended = False  # the current generation has ended and the scanner is flushed
         self.question = ""
         self.question_searched = False  # tool_query="first": the question has had its search
@@ -145,7 +153,6 @@ class _ControllerTurn:
         self._append(text)
         if self.track:
             self.sent.append((text, logprob))
-            self.prev_char = text[-1]
         if self.hold:
             self.held.append(text)
         else:
@@ -171,26 +178,6 @@ class _ControllerTurn:
             self._new_sentence()
         return trig
 
-    def _scan_text(self, text: str, logprob: float | None, out: list[str]) -> tuple[int, _Trigger | None]:
-        """Feed visible text to the sentence tracker; stop at the first trigger."""
-        if not self.track:
-            self._add_text(text, logprob, out)
-            return len(text), None
-        pos = 0
-        if self.prev_char in ".!?" and self.prev_char and text[:1].isspace():
-            trig = self._end_sentence(out)
-            if trig is not None:
-                return 0, trig
-        for m in _BOUNDARY_RE.finditer(text):
-            end = m.end()
-            self._add_text(text[pos:end], logprob, out)
-            pos = end
-            trig = self._end_sentence(out)
-            if trig is not None:
-                return end, trig
-        self._add_text(text[pos:], logprob, out)
-        return len(text), None
-
     # -- pieces ----------------------------------------------------------------
     def feed(self, text: str, logprob: float | None) -> None:
         released, calls = self.scanner.feed(text)
@@ -199,12 +186,29 @@ class _ControllerTurn:
     def _enqueue(self, released: str, calls: Sequence[ToolCall], logprob: float | None) -> None:
         pos = 0
         for call in calls:
-            if call.position > pos:
-                self.queue.append((released[pos : call.position], logprob))
+            self._enqueue_text(released[pos : call.position], logprob)
+            # The text before a call is over: the splitter lets go of the whitespace it held.
+            self._enqueue_split(*self.splitter.flush(), logprob)
             self.queue.append((call, logprob))
             pos = call.position
-        if pos < len(released):
-            self.queue.append((released[pos:], logprob))
+        self._enqueue_text(released[pos:], logprob)
+
+    def _enqueue_text(self, text: str, logprob: float | None) -> None:
+        """Queue visible text, with a sentence end wherever the splitter puts one when sentences are tracked."""
+        if self.track:
+            self._enqueue_split(*self.splitter.feed(text), logprob)
+        elif text:
+            self.queue.append((text, logprob))
+
+    def _enqueue_split(self, text: str, ends: Sequence[int], logprob: float | None) -> None:
+        pos = 0
+        for end in ends:
+            if end > pos:
+                self.queue.append((text[pos:end], logprob))
+            self.queue.append((_SENTENCE_END, logprob))
+            pos = end
+        if pos < len(text):
+            self.queue.append((text[pos:], logprob))
 
     def drain(self) -> tuple[str, _Trigger | None]:
         """Process queued scanner output up to the next trigger."""
@@ -216,17 +220,16 @@ class _ControllerTurn:
                 out.append(self._release_held())
                 self._new_sentence()
                 self._append(item.raw)
-                self.prev_char = ""
                 return "".join(out), _Trigger("tool", item.query, item)
-            cut, trig = self._scan_text(item, logprob, out)
-            if trig is not None:
-                if cut < len(item):
-                    self.queue.appendleft((item[cut:], logprob))
-                return "".join(out), trig
+            if isinstance(item, _SentenceEnd):
+                trig = self._end_sentence(out)
+                if trig is not None:
+                    return "".join(out), trig
+                continue
+            self._add_text(item, logprob, out)
         if self.ended and self.sent:
-            # The stream ended mid-sentence (no whitespace after its last
-            # "."): that sentence still gets its FLARE check.  A closing
-            # question is addressed to the user, so it triggers nothing.
+            # The stream ended: its last sentence still gets its FLARE check.
+            # A closing question is addressed to the user, so it triggers nothing.
             trig = self._end_sentence(out, questions=False)
             return "".join(out), trig
         return "".join(out), None
@@ -242,6 +245,7 @@ class _ControllerTurn:
                 call = self.scanner.take_open_call()
         released, calls = self.scanner.flush()
         self._enqueue(released, calls, None)
+        self._enqueue_split(*self.splitter.flush(), None)
         if call is not None:
             self.queue.append((call, None))
         self.ended = True
@@ -331,7 +335,6 @@ class _ControllerTurn:
             self._commit(fresh, hits is not None)
             self._append(block.text + ctl.layout.after_block)
             events.append(InjectEvent.of(block, trig.kind, trig.query))
-            self.prev_char = ""
             resume = self.resumable and self.resumes < ctl.limits.max_injections * 2 + 2
             if resume:
                 self.resumes += 1
@@ -365,7 +368,6 @@ class _ControllerTurn:
             self._append(block.text + ctl.layout.after_block)
         events.append(InjectEvent.of(block, trig.kind, trig.query))
         self._new_sentence()
-        self.prev_char = ""
         resume = self.resumable
         if resume:
             self.resumes += 1
@@ -382,6 +384,7 @@ class _ControllerTurn:
         self.queue.clear()
         self.ended = False
         self.scanner.reset()
+        self.splitter.flush()
         self._new_sentence()
 
     def _run_handler(self, call: ToolCall) -> str:

@@ -1,8 +1,9 @@
 """Text analysis: from a string to index terms, and from a document to chunks.
 
 Job: tokenising, identifier splitting, stop words, the Snowball English
-stemmer (``_analysis``, ``_stemmer``, ``_stopwords``) and the chunker that cuts
-token windows while keeping the original text (``_chunking``).
+stemmer (``_analysis``, ``_stemmer``, ``_stopwords``), the chunker that cuts
+token windows while keeping the original text (``_chunking``) and the
+incremental sentence splitter that finds whole questions (``_sentences``).
 
 May import: the package's leaves (``_exceptions``, ``_types``, ``_validate``).
 Must not import: anything that stores, indexes, reads files or talks to a

@@ -310,9 +310,12 @@ def build_server(service: KnowledgeService, *, name: str = "clanker-rag") -> Any
                 raise ResourceNotFoundError(f"no source behind {uri}")
             return [ReadResourceContents(content=text, mime_type="text/plain")]
 
+    from .. import __version__
+
     server = _Server(
         name,
         instructions="A local knowledge base: search or retrieve passages, then show a source for more context.",
+        version=__version__,  # the initialize answer's serverInfo.version (the SDK's default is empty)
         log_level="WARNING",
     )
 

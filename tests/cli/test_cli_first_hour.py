@@ -230,4 +230,4 @@ def test_serve_a_sharded_index_without_cluster(sharded: Path) -> None:
         served = serve_and_ask(["--upstream", up.url, "--index", str(sharded)], question)
         assert served.answer["choices"][0]["text"] == "7341"
         assert "guide/ports.md" in up.requests[0]["body"]["prompt"]
-    assert served.code == 0 and "Traceback" not in served.rest
+    assert served.code == 130 and "Traceback" not in served.rest

@@ -289,7 +289,7 @@ def test_cli_serve_on_the_cluster_injects_from_the_shards(client, tmp_path):
         assert "(3 shards on " in served.banner
         assert served.answer["choices"][0]["text"] == "7341"
         assert "guide/ports.md" in up.requests[0]["body"]["prompt"]  # injected from a shard on a worker
-    assert served.code == 0 and "stopped" in served.rest and "Traceback" not in served.rest
+    assert served.code == 130 and "stopped" in served.rest and "Traceback" not in served.rest
 
 
 def test_shards_are_spread_one_a_worker(client, saved):

@@ -421,7 +421,7 @@ def test_the_child_computes_its_half_of_the_impacts(monkeypatch):
 
 
 @needs_fork
-def test_a_ctrl_c_reaching_the_forked_child_is_left_to_this_process():
+def test_a_ctrl_c_reaching_the_forked_child_is_left_to_this_process(ctrl_c_raises):
     # Ctrl-C goes to the whole process group.  A child that took it would
     # unwind this process's stack (whose handlers may save an index); it
     # ignores SIGINT and finishes, and this process alone is interrupted.

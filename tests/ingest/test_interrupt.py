@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from _serve import default_sigint
 from _trees import write
 
 from clanker_rag._exceptions import IndexFormatError
@@ -140,6 +141,7 @@ def ingest_command(tree: Path, index: Path) -> subprocess.Popen[bytes]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         start_new_session=True,  # its own process group, as a terminal's Ctrl-C reaches it
+        preexec_fn=default_sigint,  # and Ctrl-C's default action, even when this run is a background job
     )
 
 

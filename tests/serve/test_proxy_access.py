@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 
 import pytest
 from _fake_upstream import FakeUpstream, Reply
+from _serve import default_sigint
 
 from clanker_rag._exceptions import ConfigError
 from clanker_rag._kb import KnowledgeBase
@@ -255,7 +256,7 @@ def test_the_serve_command_refuses_foreign_hosts_and_requires_the_token_from_its
     with FakeUpstream(lambda path, body: Reply(["ok"])) as up:
         env = dict(os.environ, PYTHONPATH=str(ROOT), CLANKER_RAG_TOKEN=TOKEN)
         cmd = [sys.executable, "-m", "clanker_rag", "serve", "--index", str(index), "--upstream", up.url, "--port", "0"]
-        proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
+        proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env, preexec_fn=default_sigint)
         assert proc.stderr is not None
         try:
             banner = proc.stderr.readline()
