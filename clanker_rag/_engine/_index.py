@@ -24,7 +24,7 @@ from collections.abc import Callable, Collection, Container, Iterable, Mapping
 from functools import partial
 from itertools import accumulate, chain, compress, repeat
 from operator import is_, mul, ne
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._exceptions import IndexFormatError
 from .._storage._codec import Floats, Ints, Postings, TermList, copy_array
@@ -42,6 +42,9 @@ from ._pruning import Ranked
 from ._scoring import BM25, TermExplanation, term_impacts
 from ._stale import StaleTerm, saved_under, stale_term
 from ._vocab import Pending, Vocabulary
+
+if TYPE_CHECKING:
+    from ._sources import Doc
 
 __all__ = ["InvertedIndex", "TermExplanation"]
 
@@ -103,9 +106,8 @@ class InvertedIndex:
         # Terms whose top posting's packed impact was checked against the packed
         # statistics (negative: one failed, the packed impacts are not used so).
         self.stale_trust = 0
-        # Chunks removed since the lists were packed: stale terms' packed lists still hold them.
-        self.dead: set[int] = set()
-        # Removed chunks whose postings stay in the lists until each list is next read (see _held).
+        # The one record of removed chunks (see _held): those whose postings stay in the lists
+        # until each list is next read, and those removed since the lists were packed.
         self.held = Held()
 
     # -- building -------------------------------------------------------------
@@ -247,7 +249,7 @@ class InvertedIndex:
         self.base_lookups = ImpactLookups()
         self.stale_terms = {}
         self.stale_trust = 0
-        self.dead = set()
+        self.held.since_packed = set()
         n = lists.n_terms
         self.docs = [None] * n
         self.tfs = [None] * n
@@ -321,9 +323,14 @@ class InvertedIndex:
         held.swept_of(tid, gone, gone_tfs)
         return new_docs
 
-    def hold(self, cid: int) -> None:
-        """Chunk ``cid``, about to be forgotten, keeps its postings until each list is next read."""
-        self.held.hold(cid, self.dl[cid])
+    @property
+    def dead(self) -> set[int]:
+        """Chunks removed since the lists were packed: stale terms' packed lists still hold them."""
+        return self.held.since_packed
+
+    def hold(self, cid: int, doc: Doc | None = None) -> None:
+        """Chunk ``cid`` (of ``doc``), about to be forgotten, keeps its postings until each list is next read."""
+        self.held.hold(cid, self.dl[cid], doc)
 
     def drop_held(self, terms_of: Callable[[int], Iterable[str]]) -> list[int]:
         """Sweep every held chunk out of the lists now (a whole save reads every list
@@ -339,13 +346,13 @@ class InvertedIndex:
         short = held.short()
         if short:
             self.fold_all()
-        self.held = Held()
+        held.swept_all()
         return short
 
     def fold_all(self) -> None:
         for tid in range(len(self.terms)):
             self.fold(tid)
-        self.held = Held()  # no list holds a held chunk any more
+        self.held.swept_all()  # no list holds a held chunk any more
 
     def remove(self, cid: int, terms: Iterable[str]) -> int:
         """Drop chunk ``cid`` from the postings of ``terms``; returns the summed tf removed.
@@ -386,7 +393,7 @@ class InvertedIndex:
         self.gen += 1
         lists = self.packed_lists
         if lists is not None and lists.stats is not None and cid < lists.stats.n_chunks:
-            self.dead.add(cid)
+            self.held.since_packed.add(cid)
 
     # -- statistics and impacts ------------------------------------------------
     @property

@@ -11,9 +11,9 @@ refuses to save.
 
 A committed chunk that is removed leaves the statistics and the chunk table
 at once; its postings stay in the lists until each list is next read (the
-index's ``held`` chunks, see ``_held``), or until a whole save or a writer's
-backlog drops them all (:meth:`IndexWriter.settle`, which finds them by the
-terms of their text).
+index's ``held`` chunks, see ``_held``, the one record of removed chunks),
+or until a whole save or a writer's backlog drops them all
+(:meth:`IndexWriter.settle`, which finds them by the terms of their text).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from .._text._chunking import Chunker
 from .._types import Sections, StrPath
 from .._validate import check_metadata, check_sections
 from ._bulk_impacts import spare_core
-from ._commits import Commits, Removal, drop_postings, replay, whole_snapshot
+from ._commits import Commits, drop_postings, replay, whole_snapshot
 from ._counting import CountedChunk, CountedTexts, TermIds, span_counts
 from ._index import InvertedIndex
 from ._prepared import Counted, TextItem
@@ -101,8 +101,6 @@ class IndexWriter:
         self.data_files: list[_store.DataFile] = []
         # The commit (format 4) loaded from or last saved as, and what changed since (no segments: none yet).
         self.commits = Commits([], 0)
-        # Committed chunks removed whose postings are still in the lists (see _commits).
-        self.waiting: list[Removal] = []
 
     @property
     def analyzer(self) -> Analyzer:
@@ -255,8 +253,7 @@ class IndexWriter:
         try:
             for cid in cids:
                 if wait:
-                    self.waiting.append(Removal(doc, cid, index.dl[cid]))
-                    index.hold(cid)
+                    index.hold(cid, doc)
                 else:
                     drop_postings(index, corpus.analyzer, ct, doc, cid, index.dl[cid])
                 index.forget(cid)
@@ -264,27 +261,29 @@ class IndexWriter:
         except BaseException:
             self.torn = True
             raise
-        if len(self.waiting) > _WAITING_MAX:  # a writer that never searches holds a bounded backlog
+        if len(index.held) > _WAITING_MAX:  # a writer that never searches holds a bounded backlog
             self.settle()
         return len(cids)
 
     def settle(self) -> None:
         """Drop every waiting removal's postings now, found by the terms of its text (before
         a whole save, which reads every list, and for a writer's backlog)."""
-        ct, an, docs = self.corpus.chunks, self.corpus.analyzer, {gone.cid: gone.doc for gone in self.waiting}
+        ct, an, index = self.corpus.chunks, self.corpus.analyzer, self.corpus.index
+        if not index.held.cids:
+            return
+        docs = index.held.docs  # (kept here: the sweep empties the record)
 
         def terms_of(cid: int) -> list[str]:
             section = ct.section[cid]
             return [*an(docs[cid].text[ct.start[cid] : ct.end[cid]]), *(an(section) if section else ())]
 
         try:
-            short = self.corpus.index.drop_held(terms_of) if docs else []
+            short = index.drop_held(terms_of)
         except BaseException:
             self.torn = True
             raise
         for cid in short:  # postings a changed analyser no longer finds: purged by a full scan
             log.warning(_PURGED, docs[cid].source, ct.index[cid])
-        self.waiting.clear()
 
     # -- opening -----------------------------------------------------------------------
     def open(self, opened: _codec.Opened, folder: Path, where: str) -> None:
