@@ -37,7 +37,14 @@ from ._validate import int_k, text_items
 if TYPE_CHECKING:
     from ._ingest._report import IngestReport
 
-__all__ = ["Explanation", "KnowledgeBase", "default_index_path", "edit_folder", "explain_with_stats", "search_with_stats"]
+__all__ = [
+    "Explanation",
+    "KnowledgeBase",
+    "default_index_path",
+    "edit_folder",
+    "explain_with_stats",
+    "search_with_stats",
+]
 
 log = logging.getLogger(__name__)
 
@@ -462,7 +469,8 @@ class KnowledgeBase:
 
         lock = IndexLock(folder, timeout=timeout)
         unsaved: Callable[[KnowledgeBase], bool] = lambda kb: kb._writer.unsaved(folder)  # noqa: E731
-        with edit_folder(lock, opened, unsaved, lambda kb: kb.save(folder), writing=lambda: _store.writing(folder)) as kb:
+        writing = lambda: _store.writing(folder)  # noqa: E731  # (the lock file is written there)
+        with edit_folder(lock, opened, unsaved, lambda kb: kb.save(folder), writing=writing) as kb:
             yield kb
 
 
@@ -500,6 +508,8 @@ def search_with_stats(
     return kb._search_with_stats(weights, k, stats, source=source, where=where)
 
 
-def explain_with_stats(kb: KnowledgeBase, weights: Mapping[str, float], hit: Hit, stats: CollectionStats) -> Explanation:
+def explain_with_stats(
+    kb: KnowledgeBase, weights: Mapping[str, float], hit: Hit, stats: CollectionStats
+) -> Explanation:
     """``kb.explain`` for :func:`search_with_stats`."""
     return kb._explain_with_stats(weights, hit, stats)

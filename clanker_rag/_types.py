@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 StrPath = Union[str, "os.PathLike[str]"]
-Sections = Sequence[tuple[int, int, Union[str, None]]]
+Sections = Sequence[tuple[int, int, str | None]]
 """``(start, end, label)`` spans of a text, chunked apart (see ``KnowledgeBase.add_text``)."""
 
 

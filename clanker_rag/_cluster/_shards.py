@@ -29,8 +29,8 @@ from typing import Any, TypeVar
 
 from .._engine._collection import CollectionStats
 from .._exceptions import ClankerRagError, IndexFormatError
-from .._ingest._readers import READER_VERSION
 from .._ingest._options import IngestOptions
+from .._ingest._readers import READER_VERSION
 from .._ingest._run import IngestReport, ingest
 from .._kb import Explanation, KnowledgeBase, explain_with_stats, search_with_stats
 from .._types import Hit, Sections, StrPath

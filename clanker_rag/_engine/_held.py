@@ -29,7 +29,6 @@ from bisect import bisect_left
 from collections.abc import Sequence
 from itertools import compress, repeat
 from operator import not_
-
 from typing import TYPE_CHECKING
 
 from .._storage._codec import Ints

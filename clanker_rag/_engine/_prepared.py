@@ -74,4 +74,3 @@ class PreparedWriter(Protocol):
         """Save to folder ``path`` as ``KnowledgeBase.save`` does (``overwrite``: even over an index
         this knowledge base was not loaded from or saved to)."""
         ...
-

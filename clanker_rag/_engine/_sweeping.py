@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 from .._storage._codec import Ints
 from .._storage._tf_column import TF_TYPES, extend_ints
 from ._building import IndexColumns
-from ._held import Held
 
 if TYPE_CHECKING:
     from ._sources import Doc

@@ -445,4 +445,3 @@ class IndexWriter:
     def unsaved(self, folder: Path) -> bool:
         """Whether ``edit()`` of ``folder`` must save: something changed since the load or last save there."""
         return self.saved_changes != self.changes or self.path != folder
-

@@ -19,7 +19,6 @@ import pytest
 from _trees import write
 
 from clanker_rag._exceptions import ConfigError, IngestError
-from clanker_rag._ingest._discovery import DiscoveryOptions
 from clanker_rag._ingest._options import IngestOptions
 from clanker_rag._ingest._report import IngestReport
 from clanker_rag._kb import KnowledgeBase
@@ -28,6 +27,7 @@ from clanker_rag._kb import KnowledgeBase
 def ingest(kb: KnowledgeBase, path: Any, **options: Any) -> IngestReport:
     """The ingest as ``kb.ingest`` runs it (with the knowledge base's own writer)."""
     return kb.ingest(path, **options)
+
 
 # Built by concatenation so this test file is not itself a "file holding a
 # private-key block" for anyone ingesting the repository.

@@ -22,18 +22,19 @@ from _trees import write
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from clanker_rag._engine._writing import IndexWriter
 from clanker_rag._exceptions import ConfigError
 from clanker_rag._ingest import _parallel, _run
 from clanker_rag._ingest._parallel import usable_cpus
 from clanker_rag._ingest._readers import read_document
 from clanker_rag._ingest._report import IngestReport
-from clanker_rag._engine._writing import IndexWriter
 from clanker_rag._kb import KnowledgeBase
 
 
 def ingest(kb: KnowledgeBase, path: Any, **options: Any) -> IngestReport:
     """The ingest as ``kb.ingest`` runs it (with the knowledge base's own writer)."""
     return kb.ingest(path, **options)
+
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY_BLOCK = "-----BEGIN " + "OPENSSH PRIVATE KEY-----\nabc\n-----END " + "OPENSSH PRIVATE KEY-----\n"
@@ -532,7 +533,8 @@ def test_a_worker_reports_typed_outcomes(tmp_path: Path) -> None:
     direct, prepared_kb = KnowledgeBase(chunk_size=40, stride=20), KnowledgeBase(chunk_size=40, stride=20)
     direct.add_text(prepared.doc.text, "a.md", sections=prepared.doc.sections)
     ready = _parallel.Ready(None, "a.md", None, prepared, terms)  # type: ignore[arg-type]
-    prepared_kb._writer.add_prepared(prepared.doc.text, "a.md", None, prepared.doc.sections, content="x", counted=ready.chunks)
+    writer = prepared_kb._writer
+    writer.add_prepared(prepared.doc.text, "a.md", None, prepared.doc.sections, content="x", counted=ready.chunks)
     assert [(h.text, h.section) for h in direct.search("harbor title")] == [
         (h.text, h.section) for h in prepared_kb.search("harbor title")
     ]

@@ -32,6 +32,7 @@ def ingest(kb: KnowledgeBase, path: Any, **options: Any) -> IngestReport:
     """The ingest as ``kb.ingest`` runs it (with the knowledge base's own writer)."""
     return kb.ingest(path, **options)
 
+
 FORMATS = [
     "text",
     "markdown",

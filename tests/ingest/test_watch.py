@@ -44,6 +44,7 @@ def ingest(kb: KnowledgeBase, path: Any, **options: Any) -> IngestReport:
     """The ingest as ``kb.ingest`` runs it (with the knowledge base's own writer)."""
     return kb.ingest(path, **options)
 
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -230,7 +230,8 @@ def test_term_lookups_find_the_same_ids_checked_read_by_read_or_whole(folder, mo
     from clanker_rag._storage import _codec
 
     reference = KnowledgeBase.load(folder)
-    words = [reference._index.terms[tid] for tid in range(len(reference._index.terms))] + ["zzz", "", "qqqq", "alpha9zz"]
+    known = reference._index.terms
+    words = [known[tid] for tid in range(len(known))] + ["zzz", "", "qqqq", "alpha9zz"]
     monkeypatch.setattr(_codec, "CHECKED_READS", reads)
     kb = KnowledgeBase.load(folder)
     terms = kb._index.terms
