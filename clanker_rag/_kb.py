@@ -467,9 +467,13 @@ class KnowledgeBase:
             kb._writer.path, kb._writer.lock = folder, lock
             return kb
 
+        def unsaved(kb: KnowledgeBase) -> bool:
+            return kb._writer.unsaved(folder)
+
+        def writing() -> AbstractContextManager[None]:  # (the lock file is written there)
+            return _store.writing(folder)
+
         lock = IndexLock(folder, timeout=timeout)
-        unsaved: Callable[[KnowledgeBase], bool] = lambda kb: kb._writer.unsaved(folder)  # noqa: E731
-        writing = lambda: _store.writing(folder)  # noqa: E731  # (the lock file is written there)
         with edit_folder(lock, opened, unsaved, lambda kb: kb.save(folder), writing=writing) as kb:
             yield kb
 

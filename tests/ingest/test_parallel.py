@@ -120,8 +120,8 @@ def report_view(report: IngestReport) -> dict[str, Any]:
 
 def both(tree: Path, tmp: Path, **options: object) -> tuple[KnowledgeBase, IngestReport, KnowledgeBase, IngestReport]:
     serial_kb, parallel_kb = KnowledgeBase(chunk_size=40, stride=20), KnowledgeBase(chunk_size=40, stride=20)
-    serial = ingest(serial_kb, tree, jobs=1, progress=False, **options)  # type: ignore[arg-type]
-    parallel = ingest(parallel_kb, tree, jobs=3, progress=False, **options)  # type: ignore[arg-type]
+    serial = ingest(serial_kb, tree, jobs=1, progress=False, **options)
+    parallel = ingest(parallel_kb, tree, jobs=3, progress=False, **options)
     return serial_kb, serial, parallel_kb, parallel
 
 
@@ -409,14 +409,14 @@ def test_jobs_above_the_usable_cpus_is_warned_about(caplog: pytest.LogCaptureFix
     assert any(str(too_many) in r.getMessage() and "usable CPUs" in r.getMessage() for r in caplog.records)
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="clanker_rag"):
-        _workers_for(KnowledgeBase(), usable_cpus())
+        _workers_for(KnowledgeBase()._writer, usable_cpus())
     assert not caplog.records
 
 
 def test_jobs_is_validated() -> None:
     for bad in (0, -2, True, 1.5):
         with pytest.raises(ConfigError, match="jobs"):
-            ingest(KnowledgeBase(), ".", jobs=bad)  # type: ignore[arg-type]
+            ingest(KnowledgeBase(), ".", jobs=bad)
 
 
 def test_custom_analyser_or_wrapped_add_text_stays_in_this_process(tmp_path: Path) -> None:
