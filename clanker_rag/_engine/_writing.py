@@ -78,14 +78,14 @@ class Corpus:
 class IndexWriter:
     """Changes a :class:`Corpus` and writes it to its folder (see the module docstring).
 
-    ``own_adds`` says whether the knowledge base's ``add_text`` is its own
-    (see :meth:`takes_prepared`).
+    ``own_adds``, a method of the knowledge base, says whether its ``add_text``
+    is its own (see :meth:`takes_prepared`).
     """
 
     def __init__(self, corpus: Corpus, own_adds: Callable[[], bool]) -> None:
         self.corpus = corpus
         # (Weak: the knowledge base holds its writer, and a cycle would keep its mapped files open.)
-        self._own_adds = weakref.WeakMethod(own_adds) if hasattr(own_adds, "__self__") else lambda: own_adds
+        self._own_adds = weakref.WeakMethod(own_adds)
         self.path: Path | None = None
         self.revision: str | None = None
         self.lock: IndexLock | None = None
