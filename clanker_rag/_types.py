@@ -1,18 +1,42 @@
-"""Small shared types: the search hit and the ``Retriever`` protocol.
+"""Small shared types: the search hit, the ``Retriever`` protocol and what a knowledge base offers.
 
 The stream controller, the proxy and the rerankers depend on these, never on
 ``KnowledgeBase`` itself, so any backend that returns hit-like objects can
-stand in for the built-in index.
+stand in for the built-in index.  :class:`KnowledgeBaseLike` names what one
+knowledge base and a sharded one both offer (the CLI reads either through
+it); :class:`Sources`, its part an ingest changes, is what the ingest takes.
 """
 
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Mapping, Sequence
+import os
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, Union, runtime_checkable
 
-__all__ = ["Hit", "HitLike", "Retriever", "metadata_matches", "source_matches"]
+if TYPE_CHECKING:  # (value types of the layers above, named only in annotations)
+    from ._engine._collection import CollectionStats
+    from ._engine._scoring import Explanation
+    from ._ingest._report import IngestReport
+    from ._text._analysis import Analyzer
+
+__all__ = [
+    "Hit",
+    "HitLike",
+    "KnowledgeBaseLike",
+    "Retriever",
+    "Sections",
+    "Sources",
+    "StrPath",
+    "metadata_matches",
+    "source_matches",
+]
+
+StrPath = Union[str, "os.PathLike[str]"]
+Sections = Sequence[tuple[int, int, str | None]]
+"""``(start, end, label)`` spans of a text, chunked apart (see ``KnowledgeBase.add_text``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +95,70 @@ class Retriever(Protocol):
     """Anything that can answer ``search(query, k)`` with ranked hits."""
 
     def search(self, query: str, k: int = 10) -> Sequence[HitLike]: ...
+
+
+class Sources(Protocol):
+    """A knowledge base's sources by name, each added whole, replaced, removed, and saved: what an ingest changes."""
+
+    def __len__(self) -> int: ...
+
+    def sources(self) -> list[str]: ...
+
+    def source_metadata(self, source: str) -> dict[str, Any] | None: ...
+
+    def add_text(
+        self, text: str, source: str, metadata: Mapping[str, Any] | None = None, *, sections: Sections | None = None
+    ) -> int:
+        """Index ``text`` under ``source``, replacing what that source held; the chunks added
+        (0 when the same text and metadata were already indexed under ``source``)."""
+        ...
+
+    def remove(self, source: str) -> int: ...
+
+    def save(self, path: StrPath | None = None) -> Path: ...
+
+
+class KnowledgeBaseLike(Sources, Retriever, Protocol):
+    """What a knowledge base offers, one (``KnowledgeBase``) or sharded (``ShardedKnowledgeBase``):
+    its sources and chunks, search, explanations and statistics, adds, removals, ingests and saves."""
+
+    @property
+    def path(self) -> Path | None: ...
+
+    @property
+    def analyzer(self) -> Analyzer:
+        """What turns a text (or a query) into its terms."""
+        ...
+
+    def __contains__(self, source: object) -> bool: ...
+
+    def source_text(self, source: str) -> str | None: ...
+
+    def chunks(self, source: str) -> Iterable[Hit]: ...
+
+    def search(
+        self,
+        query: str,
+        k: int = 10,
+        *,
+        source: str | None = None,
+        where: Mapping[str, Any] | None = None,
+        feedback: bool = False,
+    ) -> list[Hit]: ...
+
+    def __call__(self, query: str, k: int = 10) -> list[Hit]: ...
+
+    def explain(self, query: str, hit: Hit, *, feedback: bool = False) -> Explanation: ...
+
+    def collection_stats(self, terms: Iterable[str]) -> CollectionStats:
+        """Chunk count, summed length and the document frequency of ``terms`` (what BM25 weighs by)."""
+        ...
+
+    def add_texts(self, items: Iterable[tuple[str, str] | tuple[str, str, Mapping[str, Any] | None]]) -> int: ...
+
+    def ingest(self, path: StrPath | Sequence[StrPath], **options: object) -> IngestReport:
+        """Ingest files and folders (the options: ``IngestOptions``'s fields)."""
+        ...
 
 
 def source_matches(name: str, pattern: str | None) -> bool:

@@ -22,6 +22,7 @@ on one machine without Dask.  See ``docs/scale.md``.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import heapq
 import json
@@ -68,11 +69,12 @@ from ._exceptions import (
     RetrievalTimeoutError,
     install_hint,
 )
-from ._ingest._run import IngestReport, Progress, ProgressHook
-from ._kb import Explanation, KnowledgeBase
+from ._ingest._options import IngestOptions, ProgressHook
+from ._ingest._run import IngestReport, Progress
+from ._kb import Explanation, KnowledgeBase, edit_folder
 from ._storage._lock import IndexLock
 from ._text._analysis import Analyzer
-from ._types import Hit
+from ._types import Hit, Sections, StrPath
 from ._validate import check_int, check_metadata, check_number, int_k, one_of, text_items
 
 __all__ = ["MANIFEST", "ShardedHits", "ShardedKnowledgeBase", "connect", "shard_of"]
@@ -419,6 +421,11 @@ class ShardedKnowledgeBase:
         return self._path
 
     @property
+    def analyzer(self) -> Analyzer:
+        """The shards' analyser (the client analyses queries with it, as every shard would)."""
+        return self._analyzer
+
+    @property
     def n_shards(self) -> int:
         return len(self._home)
 
@@ -426,7 +433,7 @@ class ShardedKnowledgeBase:
         """The shards' analyser, BM25 and chunking settings (as ``clanker-rag stats`` shows them)."""
         return dict(self._settings)
 
-    def save(self, path: str | os.PathLike[str] | None = None) -> Path:
+    def save(self, path: StrPath | None = None) -> Path:
         """Write one ordinary index folder per shard (``shard-000``...) and the manifest ``cluster.json``.
 
         Each shard folder is written atomically and opens with
@@ -521,26 +528,27 @@ class ShardedKnowledgeBase:
         are released when the block ends.
         """
         folder = Path(path).absolute()
-        lock = IndexLock(folder, timeout=lock_timeout)
-        lock.acquire()
-        try:
+
+        def opened(lock: IndexLock) -> ShardedKnowledgeBase:
             if (folder / MANIFEST).exists():
                 kb = cls.load(folder, client=client, shards=shards, timeout=timeout, term_tables=term_tables)
             else:
-                kb = cls(
-                    3 if shards is None else shards, client=client, timeout=timeout, term_tables=term_tables, **create
-                )
+                n = 3 if shards is None else shards
+                kb = cls(n, client=client, timeout=timeout, term_tables=term_tables, **create)
                 kb._path = folder
             kb._lock = lock
-            try:
-                yield kb
-                if kb._changes != kb._saved_changes or not (folder / MANIFEST).exists():
-                    kb.save(folder)
-            finally:
-                kb._lock = None
-                kb.close()
-        finally:
-            lock.release()
+            return kb
+
+        def unsaved(kb: ShardedKnowledgeBase) -> bool:
+            return kb._changes != kb._saved_changes or not (folder / MANIFEST).exists()
+
+        def close(kb: ShardedKnowledgeBase) -> None:
+            kb._lock = None
+            kb.close()
+
+        lock = IndexLock(folder, timeout=lock_timeout)
+        with edit_folder(lock, opened, unsaved, lambda kb: kb.save(folder), close) as kb:
+            yield kb
 
     def close(self) -> None:
         """Release the shards held on the cluster (the client stays open: it is the caller's)."""
@@ -573,12 +581,7 @@ class ShardedKnowledgeBase:
         return shard_of(source, self.n_shards)
 
     def add_text(
-        self,
-        text: str,
-        source: str,
-        metadata: Mapping[str, Any] | None = None,
-        *,
-        sections: Sequence[tuple[int, int, str | None]] | None = None,
+        self, text: str, source: str, metadata: Mapping[str, Any] | None = None, *, sections: Sections | None = None
     ) -> int:
         """``KnowledgeBase.add_text`` on the source's shard; returns chunks added."""
         i = self.shard_of(source)
@@ -602,7 +605,7 @@ class ShardedKnowledgeBase:
         i = self.shard_of(source)
         return self._change({i: (shard_remove, ([source],))})[i]
 
-    def ingest(self, path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], **options: Any) -> IngestReport:
+    def ingest(self, path: StrPath | Sequence[StrPath], **options: Any) -> IngestReport:
         """Ingest files and folders, each shard reading the files placed on it (on its worker).
 
         Options are those of :func:`clanker_rag.ingest` with one-machine
@@ -613,12 +616,10 @@ class ShardedKnowledgeBase:
         shard walks the whole tree, reading only its own files: the bar
         shows their mean).  Paths must be readable by every worker.
         """
-        index_path = options.pop("index_path", None)
-        progress = options.pop("progress", None)
-        show = sys.stderr.isatty() if progress is None else bool(progress)
-        for unused in ("jobs", "checkpoint_files", "checkpoint_seconds"):
-            options.pop(unused, None)
-        prefix = options.pop("prefix", "")
+        settings = IngestOptions(**options)
+        show = sys.stderr.isatty() if settings.progress is None else bool(settings.progress)
+        # What every shard runs with: no saves, checkpoints or workers of its own.
+        shared = dataclasses.replace(settings, index_path=None, progress=False, jobs=None, overwrite=False)
         paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
         if not paths:
             raise IngestError("nothing to ingest: no path given")
@@ -626,6 +627,7 @@ class ShardedKnowledgeBase:
         for root in roots:
             if not os.path.exists(root):
                 raise IngestError(f"cannot ingest {root!r}: no such file or folder")
+        index_path = settings.index_path
         if self.client is not None:
             # Every worker reads the tree and, at the save, writes the shard folders: a worker that
             # cannot see them fails here, named, rather than scattering shards over local disks.
@@ -636,11 +638,14 @@ class ShardedKnowledgeBase:
         for root in roots:
             # As ingest() names sources of several roots: each after its folder.
             name = os.path.basename(os.path.realpath(root)) or "root"
-            pre = prefix + name + "/" if len(roots) > 1 and os.path.isdir(root) else prefix
+            pre = settings.prefix + name + "/" if len(roots) > 1 and os.path.isdir(root) else settings.prefix
             n = self.n_shards
             bar = _IngestBar(n, sys.stderr if show else None)
             with bar.following(self.client) as hooks:
-                changes = {i: (shard_ingest, (i, n, root, pre, dict(options), hooks[i])) for i in range(n)}
+                changes = {
+                    i: (shard_ingest, (i, n, root, dataclasses.replace(shared, prefix=pre, progress=hooks[i] or False)))
+                    for i in range(n)
+                }
                 results = self._change(changes)
             reports.append(merge_reports([results[i] for i in range(n)]))
         report = merge_reports(reports)

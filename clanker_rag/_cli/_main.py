@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
     from .._ingest._run import IngestReport
     from .._kb import KnowledgeBase
+    from .._types import KnowledgeBaseLike
 
 __all__ = ["main"]
 
@@ -504,24 +505,43 @@ def _target(args: argparse.Namespace, *, write: bool = False) -> Path:
     return default_index_path()
 
 
-def _load(args: argparse.Namespace, *, sharded: bool = True) -> Any:
-    """The knowledge base a command reads: one index, or (``sharded``) a sharded one opened in this process."""
-    from .._kb import KnowledgeBase
-    from .._storage._store import INDEX_FILE
-
-    path = _target(args)
-    if not path.exists():
-        raise _CliError(f"{path}: no such index folder (create one with: clanker-rag ingest PATH --index {path})")
-    if not (path / INDEX_FILE).exists():
+def _load(args: argparse.Namespace) -> KnowledgeBaseLike:
+    """The knowledge base a command reads: one index, or a sharded one opened in this process."""
+    path = _index_folder(args)
+    if not _one_index(path):
         from ..cluster import MANIFEST, ShardedKnowledgeBase
 
         if (path / MANIFEST).exists():
-            if not sharded:
-                hint = f"add --cluster local to run {args.command} on it (extra: dask)"
-                raise _CliError(f"{path} is a sharded index: {hint}")
             # Every shard in this process: no Dask needed to read a sharded index.
             return ShardedKnowledgeBase.load(path)
+    return _load_one(args, path)
+
+
+def _load_one(args: argparse.Namespace, path: Path | None = None) -> KnowledgeBase:
+    """The one (not sharded) index a command reads."""
+    from .._kb import KnowledgeBase
+
+    path = _index_folder(args) if path is None else path
+    if not _one_index(path):
+        from ..cluster import MANIFEST
+
+        if (path / MANIFEST).exists():
+            hint = f"add --cluster local to run {args.command} on it (extra: dask)"
+            raise _CliError(f"{path} is a sharded index: {hint}")
     return KnowledgeBase.load(path)
+
+
+def _index_folder(args: argparse.Namespace) -> Path:
+    path = _target(args)
+    if not path.exists():
+        raise _CliError(f"{path}: no such index folder (create one with: clanker-rag ingest PATH --index {path})")
+    return path
+
+
+def _one_index(path: Path) -> bool:
+    from .._storage._store import INDEX_FILE
+
+    return (path / INDEX_FILE).exists()
 
 
 # -- ingest -------------------------------------------------------------------------------------------
@@ -592,7 +612,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
     return _print_search(args, _load(args))
 
 
-def _print_search(args: argparse.Namespace, kb: Any) -> int:
+def _print_search(args: argparse.Namespace, kb: KnowledgeBaseLike) -> int:
     from ._search import print_search
 
     return print_search(args, kb)
@@ -601,7 +621,7 @@ def _print_search(args: argparse.Namespace, kb: Any) -> int:
 # -- show / stats / rm -----------------------------------------------------------------------------
 
 
-def _unknown_source(kb: KnowledgeBase, source: str) -> _CliError:
+def _unknown_source(kb: KnowledgeBaseLike, source: str) -> _CliError:
     import difflib
 
     close = difflib.get_close_matches(source, kb.sources(), n=3, cutoff=0.5)
@@ -652,7 +672,7 @@ def _cmd_sources(args: argparse.Namespace) -> int:
 def _cmd_stats(args: argparse.Namespace) -> int:
     import json
 
-    kb = _load(args, sharded=False)
+    kb = _load_one(args)
     path = kb.path
     size = 0
     if path is not None:
@@ -871,7 +891,8 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
     require_sdk()
     path = _target(args, write=bool(args.allow_ingest))
     # With ingest allowed, a new knowledge base may start empty; otherwise a missing index is an error.
-    kb = None if args.allow_ingest and not (path / "index.json").exists() else _load(args)
+    # (The MCP server serves one index: a sharded one is refused, named, by _load_one.)
+    kb = None if args.allow_ingest and not (path / "index.json").exists() else _load_one(args)
     run_server(kb, path, transport=args.transport, host=args.host, port=args.port, ingest_roots=args.allow_ingest)
     return 0
 

@@ -10,8 +10,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from .._exceptions import ConfigError
-from .._text._analysis import Analyzer
-from .._types import Hit
+from .._types import Hit, KnowledgeBaseLike
 from ._terminal import Style, one_line, printable, use_color
 
 __all__ = ["parse_where", "print_search", "snippet"]
@@ -70,7 +69,7 @@ def snippet(
     return re.sub(r"\s+", " ", "".join(out)).strip()
 
 
-def print_search(args: argparse.Namespace, kb: Any) -> int:
+def print_search(args: argparse.Namespace, kb: KnowledgeBaseLike) -> int:
     """Search ``kb`` (one or sharded) and print the hits as ``search`` does."""
     hits = kb.search(args.query, args.k, source=args.filter, where=parse_where(args.where), feedback=args.feedback)
     if args.json:
@@ -86,7 +85,7 @@ def print_search(args: argparse.Namespace, kb: Any) -> int:
         print(f"no results for {args.query!r}", file=sys.stderr)
         return 0
     style = Style(use_color(args.color, sys.stdout))
-    analyzer = getattr(kb, "analyzer", None) or Analyzer()  # a sharded knowledge base: the default one
+    analyzer = kb.analyzer
     query_terms = set(analyzer(args.query))
     lines = []
     for rank, hit in enumerate(hits, 1):

@@ -11,6 +11,7 @@ import json
 import sys
 from typing import Any
 
+from .._types import KnowledgeBaseLike
 from ._terminal import one_line
 
 __all__ = ["matching", "print_sources", "source_info"]
@@ -30,7 +31,7 @@ def line_count(text: str) -> int:
     return text.count("\n") + (1 if text and not text.endswith("\n") else 0)
 
 
-def source_info(kb: Any, name: str) -> dict[str, Any]:
+def source_info(kb: KnowledgeBaseLike, name: str) -> dict[str, Any]:
     """One source as ``sources --json`` prints it."""
     text = kb.source_text(name) or ""
     return {
@@ -42,7 +43,7 @@ def source_info(kb: Any, name: str) -> dict[str, Any]:
     }
 
 
-def print_sources(kb: Any, pattern: str | None, *, as_json: bool, where: str) -> int:
+def print_sources(kb: KnowledgeBaseLike, pattern: str | None, *, as_json: bool, where: str) -> int:
     """Print the sources ``pattern`` selects (one name a line, or a JSON list); the exit code."""
     names = matching(kb.sources(), pattern)
     if as_json:

@@ -29,10 +29,11 @@ from typing import Any, TypeVar
 
 from .._engine._collection import CollectionStats
 from .._exceptions import ClankerRagError, IndexFormatError
+from .._ingest._options import IngestOptions
 from .._ingest._readers import READER_VERSION
-from .._ingest._run import IngestReport, ProgressHook, ingest
-from .._kb import Explanation, KnowledgeBase
-from .._types import Hit
+from .._ingest._run import IngestReport, ingest
+from .._kb import Explanation, KnowledgeBase, explain_with_stats, search_with_stats
+from .._types import Hit, Sections, StrPath
 from ._identity import Expected, ShardIdentity, check_loaded, check_saving, read_identity, write_identity
 
 __all__ = ["LocalShards", "ShardBox", "load_shard", "new_box", "save_shard", "shard_of"]
@@ -166,7 +167,7 @@ def shard_search(
     source: str | None,
     where: Mapping[str, Any] | None,
 ) -> list[Hit]:
-    return kb.search_with_stats(weights, k, stats, source=source, where=where)
+    return search_with_stats(kb, weights, k, stats, source=source, where=where)
 
 
 def shard_feedback(
@@ -179,7 +180,7 @@ def shard_feedback(
 ) -> list[tuple[Hit, list[str]]]:
     """The best hits here for the feedback round, each with its terms (text, then section label)."""
     out = []
-    for hit in kb.search_with_stats(weights, k, stats, source=source, where=where):
+    for hit in search_with_stats(kb, weights, k, stats, source=source, where=where):
         terms = list(kb.analyzer(hit.text))
         if hit.section:
             terms.extend(kb.analyzer(hit.section))
@@ -188,7 +189,7 @@ def shard_feedback(
 
 
 def shard_explain(kb: KnowledgeBase, weights: Mapping[str, float], hit: Hit, stats: CollectionStats) -> Explanation:
-    return kb.explain_with_stats(weights, hit, stats)
+    return explain_with_stats(kb, weights, hit, stats)
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,7 +236,7 @@ def shard_remove(kb: KnowledgeBase, sources: list[str]) -> int:
 
 
 class _Placed:
-    """A shard as the ingest sees it: files placed on another shard look unchanged.
+    """A shard as the ingest sees it (its ``Sources``): files placed on another shard look unchanged.
 
     ``ingest`` then stats them (to report them unchanged) but never reads
     them; files placed here are read, chunked and indexed as on one machine.
@@ -243,7 +244,6 @@ class _Placed:
 
     def __init__(self, kb: KnowledgeBase, index: int, n_shards: int, root: str, prefix: str) -> None:
         self.kb = kb
-        self.chunker = kb.chunker  # the ingest sizes sections by it
         self.index = index
         self.n_shards = n_shards
         self.is_dir = os.path.isdir(root)
@@ -255,12 +255,7 @@ class _Placed:
         return shard_of(source, self.n_shards) == self.index
 
     def add_text(
-        self,
-        text: str,
-        source: str,
-        metadata: dict[str, Any] | None = None,
-        *,
-        sections: Sequence[tuple[int, int, str | None]] | None = None,
+        self, text: str, source: str, metadata: Mapping[str, Any] | None = None, *, sections: Sections | None = None
     ) -> int:
         return self.kb.add_text(text, source, metadata, sections=sections)
 
@@ -270,7 +265,7 @@ class _Placed:
     def sources(self) -> list[str]:
         return self.kb.sources()
 
-    def source_metadata(self, source: str) -> Mapping[str, Any] | None:
+    def source_metadata(self, source: str) -> dict[str, Any] | None:
         if self.mine(source):
             return self.kb.source_metadata(source)
         rel = source[len(self.prefix) :] if source.startswith(self.prefix) else source
@@ -281,8 +276,8 @@ class _Placed:
             return None  # the ingest stats it again and reports it; only its owner's report keeps that
         return {"root": self.root_id, "reader": READER_VERSION, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
-    def save(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
-        return self.kb.save(path, overwrite=overwrite)
+    def save(self, path: StrPath | None = None) -> Path:
+        return self.kb.save(path)
 
     def __len__(self) -> int:
         return len(self.kb)
@@ -307,13 +302,11 @@ def shard_ingest(
     index: int,
     n_shards: int,
     root: str,
-    prefix: str,
-    options: dict[str, Any],
-    progress: ProgressHook | None = None,
+    options: IngestOptions,
 ) -> IngestReport:
     """Ingest the files of ``root`` placed on shard ``index``; the report names only those."""
-    placed = _Placed(kb, index, n_shards, root, prefix)
-    report = ingest(placed, root, prefix=prefix, progress=progress or False, **options)
+    placed = _Placed(kb, index, n_shards, root, options.prefix)
+    report = ingest(placed, root, options, chunk_size=kb.chunker.chunk_size)
     # Folder skips are the same on every shard: shard 0 reports them.
     report.unchanged = [s for s in report.unchanged if placed.mine(s)]
     report.skipped = [(s, why) for s, why in report.skipped if (index == 0 if s.endswith("/") else placed.mine(s))]

@@ -12,9 +12,10 @@ replays every segment after the first into the index (:func:`replay`).
 
 A committed chunk that is removed (by a load's deletion marks or by
 ``remove``) leaves the statistics at once but its postings only when the
-index is next read (a :class:`Removal` waits; :func:`drop_postings`): the
-commit writes deletion marks by name and needs neither, so a process that
-loads, removes a source and saves never analyses a text or copies a list.
+index is next read (the index holds it, see ``_held``): the commit writes
+deletion marks by name and needs neither, so a process that loads, removes
+a source and saves never analyses a text or copies a list.  A chunk added
+since the commit is dropped from its lists at once (:func:`drop_postings`).
 """
 
 from __future__ import annotations
@@ -25,14 +26,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import chain, compress, count, repeat
 from operator import attrgetter, is_not
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from .._storage import _codec, _segments, _writer
 from ._index import InvertedIndex
 from ._replay import add_lists, postings_since
 from ._sources import ChunkTable, Doc
 
-__all__ = ["Commits", "Removal", "drop_postings", "replay", "whole_snapshot"]
+__all__ = ["Commits", "drop_postings", "replay", "whole_snapshot"]
 
 log = logging.getLogger(__name__)
 
@@ -184,14 +185,6 @@ def replay(seg: _codec.Segment, ct: ChunkTable, index: InvertedIndex, put: Calla
     tids = index.ids_of(list(post.terms))
     dls: Sequence[int] = array("i", map(cols.length.__getitem__, live))
     add_lists(index, dls, tids, post.offsets, post.chunks, post.tfs, renumber)
-
-
-class Removal(NamedTuple):
-    """A committed chunk out of the statistics whose postings wait to be dropped."""
-
-    doc: Doc
-    cid: int
-    length: int  # its length in terms, before it left the statistics
 
 
 def drop_postings(

@@ -1,4 +1,10 @@
-"""Removed chunks whose postings are still in the lists: each list is swept of them when next read.
+"""The one record of removed chunks: :class:`Held`.
+
+It holds the removed chunks whose postings are still in the lists (each list
+is swept of them when next read), the source each came from (a writer drops
+the rest by the terms of its text), and the chunks removed since the lists
+were packed (a stale term's packed list still holds them: the search leaves
+them out).
 
 A committed chunk that is removed (a load's deletion mark, or ``remove`` of
 a committed source) leaves the statistics at once (its length is 0 from
@@ -23,8 +29,12 @@ from bisect import bisect_left
 from collections.abc import Sequence
 from itertools import compress, repeat
 from operator import not_
+from typing import TYPE_CHECKING
 
 from .._storage._codec import Ints
+
+if TYPE_CHECKING:
+    from ._sources import Doc
 
 __all__ = ["Held", "SCAN_SHARE"]
 
@@ -35,22 +45,32 @@ SCAN_SHARE = 32
 
 
 class Held:
-    """The removed chunks whose postings may still be in some lists, and what was swept of them."""
+    """Removed chunks: those whose postings may still be in some lists (with what was swept of
+    them, and their sources), and those removed since the lists were packed."""
 
-    __slots__ = ("cids", "lengths", "removed", "swept")
+    __slots__ = ("cids", "docs", "lengths", "removed", "since_packed", "swept")
 
     def __init__(self) -> None:
         self.cids: list[int] = []  # in the order they were held
         self.lengths: dict[int, int] = {}  # cid -> its length (summed tf) before it was removed
+        self.docs: dict[int, Doc] = {}  # cid -> its source (when the remover gave it)
         self.removed: dict[int, int] = {}  # cid -> the frequencies swept of it so far
         self.swept: dict[int, int] = {}  # tid -> how many of ``cids`` its list was swept of
+        # Chunks removed since the lists were packed (held or not): the packed lists still hold them.
+        self.since_packed: set[int] = set()
 
     def __len__(self) -> int:
         return len(self.cids)
 
-    def hold(self, cid: int, length: int) -> None:
+    def hold(self, cid: int, length: int, doc: Doc | None = None) -> None:
         self.cids.append(cid)
         self.lengths[cid] = length
+        if doc is not None:
+            self.docs[cid] = doc
+
+    def swept_all(self) -> None:
+        """Every list was swept: no chunk is held any more (those removed since packing stay recorded)."""
+        self.cids, self.lengths, self.docs, self.removed, self.swept = [], {}, {}, {}, {}
 
     def due(self, tid: int) -> bool:
         """Whether chunks were held since the term's list was last swept."""

@@ -18,22 +18,18 @@ posting; that is the whole trick behind the speed.
 from __future__ import annotations
 
 from array import array
-from bisect import bisect_left
-from collections import deque
-from collections.abc import Callable, Collection, Container, Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from functools import partial
-from itertools import accumulate, chain, compress, repeat
-from operator import is_, mul, ne
-from typing import Any
+from itertools import accumulate, repeat
+from operator import mul, ne
 
 from .._exceptions import IndexFormatError
 from .._storage._codec import Floats, Ints, Postings, TermList, copy_array
 from .._storage._impact_tables import StoredTables
 from .._storage._lists import order_offsets_of, walk_postings
-from .._storage._tf_column import TF_TYPES, extend_ints
+from .._storage._tf_column import extend_ints
 from . import _search
 from ._bulk_impacts import impacts_and_orders, pack_pending
-from ._held import Held
 from ._lookups import ImpactLookups, TermImpacts
 from ._norms import LengthNorms
 from ._orders import ImpactOrders
@@ -41,16 +37,10 @@ from ._packed_lists import BaseStats, PackedLists, PackedOrders, TermLists, pack
 from ._pruning import Ranked
 from ._scoring import BM25, TermExplanation, term_impacts
 from ._stale import StaleTerm, saved_under, stale_term
-from ._vocab import Pending, Vocabulary
+from ._sweeping import SweptColumns
 
 __all__ = ["InvertedIndex", "TermExplanation"]
 
-_list_extend = list.extend
-_consume: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend
-# While building, a term's postings wait in one list as chunk id, tf, chunk
-# id, tf, ...: one C-level extend per posting, and the ints are the chunk's
-# one id object and small cached tfs, so packing them later stays in cache
-# (a fresh int per posting, e.g. ``id << 32 | tf``, costs a cache miss each).
 # Lists longer than ORDER_MIN also keep their positions sorted by impact
 # (largest first), so the chunks where a term contributes at least some value
 # are a prefix found by binary search (see _search).
@@ -59,35 +49,15 @@ ORDER_MIN = 32
 _TRUSTED = 3
 
 
-class InvertedIndex:
-    """Postings and statistics for chunks identified by non-negative int ids."""
+class InvertedIndex(SweptColumns):
+    """Postings, statistics and cached impacts for chunks identified by non-negative int ids, and
+    the accessors the search reads (the columns and their growth: ``_building``; reads and
+    removals: ``_sweeping``)."""
 
     def __init__(self, bm25: BM25) -> None:
-        self.bm25 = bm25
-        self.vocab: dict[str, int] = Vocabulary(self, InvertedIndex.saved_id, InvertedIndex._new_term)
-        # A loaded index keeps its terms in the data file (TermList);
-        # ``vocab`` then fills in as terms are looked up.
-        self.terms: list[str] | TermList = []
-        # None: not yet cut out of the packed lists (see _adopt_lists).
-        # A view of the packed lists until the list changes, then an array of its own.
-        self.docs: list[Ints | None] = []
-        self.tfs: list[Ints | None] = []
-        self.imps: list[Floats | None] = []
-        # The packed lists (mapped at load, or packed by a bulk pass) and their impact orders.
-        self.packed_lists: PackedLists | None = None
-        # Largest impact of each list; -1.0: not computed yet.
-        self.maxes: array[float] = array("f")
-        self.imp_gen: list[int] = []
-        self.pending: dict[int, list[int]] = Pending()
-        # Terms whose pending postings were folded into their lists since the
-        # last commit: with ``pending``, the terms a commit's new segment holds.
-        self.touched: set[int] = set()
+        super().__init__(bm25)
         # A load's generation (no add expected to follow): stale orders sort on first use in it.
         self.settled = -1
-        self.dl: array[int] = array("i")
-        self.n_docs = 0
-        self.total_len = 0
-        self.gen = 0
         self.norms = LengthNorms(bm25)
         # Impact orders of the long lists: packed, sorted and cached, or wanted.
         self.orders = ImpactOrders()
@@ -103,58 +73,6 @@ class InvertedIndex:
         # Terms whose top posting's packed impact was checked against the packed
         # statistics (negative: one failed, the packed impacts are not used so).
         self.stale_trust = 0
-        # Chunks removed since the lists were packed: stale terms' packed lists still hold them.
-        self.dead: set[int] = set()
-        # Removed chunks whose postings stay in the lists until each list is next read (see _held).
-        self.held = Held()
-
-    # -- building -------------------------------------------------------------
-    def _new_term(self, term: str) -> int:
-        return self._new_terms([term])
-
-    def _new_terms(self, terms: list[str]) -> int:
-        """Give ``terms`` (distinct, all unknown) the next ids; returns the first."""
-        tid, n = len(self.terms), len(terms)
-        self.vocab.update(zip(terms, range(tid, tid + n)))
-        self.terms.extend(terms)
-        # Arrays are created on first use (fold): most terms of a big build
-        # only ever live in the packed lists that refresh() makes.
-        for column in (self.docs, self.tfs, self.imps):
-            column.extend(repeat(None, n))
-        self.maxes.extend(repeat(0.0, n))
-        self.imp_gen.extend(repeat(-1, n))
-        return tid
-
-    def ids_of(self, terms: list[str]) -> list[int]:
-        """The ids of ``terms`` (distinct), unknown ones created in the given order:
-        what looking each up in :attr:`vocab` in turn gives, in a few C-level passes."""
-        vocab = self.vocab
-        ids: list[Any] = list(map(vocab.get, terms))
-        if None not in ids:
-            return ids
-        at = list(compress(range(len(ids)), map(is_, ids, repeat(None))))
-        if isinstance(self.terms, TermList):  # a loaded dictionary holds some of them
-            for i, tid in zip(list(at), self.terms.find_all(list(map(terms.__getitem__, at)))):
-                if tid is not None:
-                    ids[i] = vocab[terms[i]] = tid
-            at = list(compress(range(len(ids)), map(is_, ids, repeat(None))))
-        first = self._new_terms(list(map(terms.__getitem__, at)))
-        _consume(map(ids.__setitem__, at, range(first, first + len(at))))
-        return ids
-
-    def saved_id(self, term: str) -> int | None:
-        """The id of ``term`` in a loaded dictionary not yet in ``vocab``, or None."""
-        terms = self.terms
-        return terms.find(term) if isinstance(terms, TermList) else None
-
-    def term_id(self, term: str) -> int | None:
-        """The id of ``term``, or None when the index has never seen it."""
-        tid = self.vocab.get(term)
-        if tid is None:
-            tid = self.saved_id(term)
-            if tid is not None:
-                self.vocab[term] = tid
-        return tid
 
     @classmethod
     def from_packed(cls, bm25: BM25, postings: Postings, lengths: Ints, *, where: str = "index") -> InvertedIndex:
@@ -202,43 +120,6 @@ class InvertedIndex:
             index.base_lookups.use_saved(index.base_tables, index.gen)
         return index
 
-    def add(self, cid: int, counts: Mapping[int, int]) -> int:
-        """Index chunk ``cid`` (larger than every id added before) with its term-id counts.
-
-        Term ids come from ``vocab``, which creates them on first lookup.
-        """
-        return self.add_runs(cid, counts, counts.values())
-
-    def add_runs(self, cid: int, tids: Iterable[int], tfs: Collection[int]) -> int:
-        """:meth:`add` with the distinct term ids and their counts side by side."""
-        _consume(map(_list_extend, map(self.pending.__getitem__, tids), zip(repeat(cid), tfs)))
-        dl = sum(tfs)
-        gap = cid + 1 - len(self.dl)
-        if gap > 0:
-            self.dl.extend(repeat(0, gap))
-        self.dl[cid] = dl
-        self.n_docs += 1
-        self.total_len += dl
-        self.gen += 1
-        return dl
-
-    def add_chunks(self, first: int, sizes: Collection[int], tids: Iterable[int], tfs: array[int]) -> None:
-        """:meth:`add_runs` of chunks ``first``, ``first + 1``... holding ``sizes``
-        distinct terms each, whose ids and counts are laid end to end in
-        ``tids`` and ``tfs``: the same index, without a Python step per chunk."""
-        n = len(sizes)
-        if first < len(self.dl):
-            raise ValueError(f"chunk {first} is not larger than every chunk added before")
-        cids = chain.from_iterable(map(repeat, range(first, first + n), sizes))
-        _consume(map(_list_extend, map(self.pending.__getitem__, tids), zip(cids, tfs)))
-        ends = list(accumulate(sizes))
-        dls = array("i", map(sum, map(tfs.__getitem__, map(slice, [0, *ends[:-1]], ends))))
-        self.dl.extend(repeat(0, first - len(self.dl)))
-        self.dl.extend(dls)
-        self.n_docs += n
-        self.total_len += sum(dls)
-        self.gen += n
-
     def _adopt_lists(self, lists: PackedLists) -> None:
         """Read every term's lists from ``lists`` (views until changed, see :meth:`_owned`)."""
         self.packed_lists = lists
@@ -247,151 +128,13 @@ class InvertedIndex:
         self.base_lookups = ImpactLookups()
         self.stale_terms = {}
         self.stale_trust = 0
-        self.dead = set()
+        self.held.since_packed = set()
         n = lists.n_terms
         self.docs = [None] * n
         self.tfs = [None] * n
         self.imps = [None] * n
         self.maxes = array("f", [-1.0]) * n
         self.imp_gen = [self.gen] * n
-
-    def _cut(self, tid: int) -> Ints:
-        lists = self.packed_lists
-        if lists is None or not lists.holds(tid):
-            d0: array[int] = array("i")
-            self.docs[tid], self.tfs[tid], self.imps[tid] = d0, array("I"), array("f")
-            return d0
-        d, self.tfs[tid], self.imps[tid] = lists.cut(tid)
-        self.docs[tid] = d
-        return d
-
-    def _owned(self, tid: int) -> tuple[array[int], array[int]]:
-        """The term's chunk ids and tfs as arrays of its own, ready to change
-        (a loaded list is a read-only view of the data file until then)."""
-        docs, tfs = self.docs[tid], self.tfs[tid]
-        if docs is None:
-            docs = self._cut(tid)
-            tfs = self.tfs[tid]
-        assert tfs is not None
-        if not isinstance(docs, array) or not isinstance(tfs, array) or tfs.typecode != "I":
-            # The impacts are not copied: every caller changes the list, which
-            # makes them stale (imp_gen -1), and they are recomputed before use.
-            # (A swept list keeps its frequencies as narrow as saved: widened here.)
-            docs, tfs = docs if isinstance(docs, array) else copy_array("i", docs), copy_array("I", tfs)
-            self.docs[tid], self.tfs[tid], self.imps[tid] = docs, tfs, array("f")
-        return docs, tfs
-
-    def fold(self, tid: int) -> Ints:
-        """The term's chunk ids, after moving pending postings into its arrays."""
-        docs = self.docs[tid]
-        if docs is None:
-            docs = self._cut(tid)
-        if tid in self.pending:
-            pending = self.pending.pop(tid)
-            self.touched.add(tid)
-            docs, tfs = self._owned(tid)
-            docs.fromlist(pending[0::2])
-            tfs.fromlist(pending[1::2])
-            self.imp_gen[tid] = -1
-        held = self.held
-        if held.cids and held.swept.get(tid, 0) < len(held.cids):  # (Held.due, inline: every read asks)
-            docs = self._sweep(tid, docs)
-        return docs
-
-    def _sweep(self, tid: int, docs: Ints) -> Ints:
-        """The term's list without the chunks held since it was last swept (see ``_held``)."""
-        held = self.held
-        at = held.positions(tid, docs, self.dl)
-        if not at:
-            held.swept_of(tid, (), ())
-            return docs
-        tfs = self._tf(tid)
-        gone, gone_tfs = list(map(docs.__getitem__, at)), list(map(tfs.__getitem__, at))
-        # The runs between the removed postings, copied whole (a memcpy each).
-        # Frequencies as narrow as they were saved (widening costs a pass item by item; see _owned).
-        narrow = memoryview(tfs).format
-        new_docs, new_tfs = array("i"), array(narrow if narrow in TF_TYPES else "I")
-        for a, b in zip([0, *[p + 1 for p in at]], [*at, len(docs)]):
-            extend_ints(new_docs, docs[a:b])
-            extend_ints(new_tfs, tfs[a:b])  # a loaded list's may be saved narrower
-        # The columns change together, and the counts after: an interrupt leaves the
-        # list as it was (swept again) or its counts short (see drop_held).
-        self.docs[tid], self.tfs[tid], self.imps[tid] = new_docs, new_tfs, array("f")
-        self.imp_gen[tid] = -1
-        held.swept_of(tid, gone, gone_tfs)
-        return new_docs
-
-    def hold(self, cid: int) -> None:
-        """Chunk ``cid``, about to be forgotten, keeps its postings until each list is next read."""
-        self.held.hold(cid, self.dl[cid])
-
-    def drop_held(self, terms_of: Callable[[int], Iterable[str]]) -> list[int]:
-        """Sweep every held chunk out of the lists now (a whole save reads every list
-        raw): the lists of the terms ``terms_of(cid)`` gives each.  Returns the chunks
-        those left postings of (an analyser that no longer reproduces what was
-        indexed); then every list was swept."""
-        held = self.held
-        for cid in held.cids:
-            for term in set(terms_of(cid)):
-                tid = self.term_id(term)
-                if tid is not None:
-                    self.fold(tid)
-        short = held.short()
-        if short:
-            self.fold_all()
-        self.held = Held()
-        return short
-
-    def fold_all(self) -> None:
-        for tid in range(len(self.terms)):
-            self.fold(tid)
-        self.held = Held()  # no list holds a held chunk any more
-
-    def remove(self, cid: int, terms: Iterable[str]) -> int:
-        """Drop chunk ``cid`` from the postings of ``terms``; returns the summed tf removed.
-
-        The caller compares that sum with the chunk's length to be sure every
-        posting went, then calls :meth:`forget`.
-        """
-        removed = 0
-        for term in set(terms):
-            tid = self.term_id(term)
-            if tid is None:
-                continue
-            removed += self._drop(tid, cid)
-        return removed
-
-    def _drop(self, tid: int, cid: int) -> int:
-        """Drop chunk ``cid`` from the term's list; returns its tf there (0: absent)."""
-        docs = self.fold(tid)
-        i = bisect_left(docs, cid)
-        if i == len(docs) or docs[i] != cid:
-            return 0
-        docs, tfs = self._owned(tid)
-        tf = tfs[i]
-        del docs[i], tfs[i]
-        self.imp_gen[tid] = -1
-        return tf
-
-    def purge(self, cid: int) -> None:
-        """Drop chunk ``cid`` from every posting list (a full scan: the slow path of a removal)."""
-        for tid in range(len(self.terms)):
-            self._drop(tid, cid)
-
-    def forget(self, cid: int) -> None:
-        """Take chunk ``cid`` out of the collection statistics."""
-        self.n_docs -= 1
-        self.total_len -= self.dl[cid]
-        self.dl[cid] = 0
-        self.gen += 1
-        lists = self.packed_lists
-        if lists is not None and lists.stats is not None and cid < lists.stats.n_chunks:
-            self.dead.add(cid)
-
-    # -- statistics and impacts ------------------------------------------------
-    @property
-    def avgdl(self) -> float:
-        return self.total_len / self.n_docs if self.n_docs else 0.0
 
     def df(self, term: str) -> int:
         tid = self.term_id(term)
@@ -673,21 +416,6 @@ class InvertedIndex:
             lookups, gen, n = self.base_lookups, lists.gen, stale.first_new
             stale.use_packed(lambda below: lookups.lookup(term, 1.0, below, gen, n))
         return stale.bound(w, cands, highest)
-
-    def imps_of(self, tid: int) -> Floats:
-        """The term's impacts as last computed (current after :meth:`impacts`)."""
-        imps = self.imps[tid]
-        assert imps is not None
-        return imps
-
-    def tfs_of(self, tid: int) -> Ints:
-        """The term's frequencies, beside :meth:`fold`'s chunk ids."""
-        return self._tf(tid)
-
-    def _tf(self, tid: int) -> Ints:
-        tfs = self.tfs[tid]
-        assert tfs is not None
-        return tfs
 
     def contributions(self, tid: int, w: float) -> Iterable[float]:
         """``w`` times each current impact, beside :meth:`fold`'s chunk ids."""

@@ -6,7 +6,8 @@ decodes its name) only when something needs it, and :class:`ChunkDocs` finds a
 chunk's ``Doc`` from its id: a big index has hundreds of thousands of sources
 and a search shows ten, so making every ``Doc`` at load was most of a load's
 time and memory.  Whatever needs every source (the name map, a save, a filter)
-makes them all at once.
+makes them all at once.  :class:`SourceMap` is the one record of which
+sources are held, by name.
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ from array import array
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import chain, repeat
-from operator import sub
+from operator import attrgetter, sub
 from typing import Any, NamedTuple
 
-from .._storage._codec import Ints, SourceColumns, SourceStore, copy_array
+from .._exceptions import IndexFormatError
+from .._storage._codec import Ints, NameIndex, SourceColumns, SourceStore, copy_array
 from .._storage._stored import Offsets
 
-__all__ = ["ChunkDocs", "ChunkTable", "Doc", "LoadedSources"]
+__all__ = ["ChunkDocs", "ChunkTable", "Doc", "LoadedSources", "SourceMap"]
 
 
 class Doc(NamedTuple):
@@ -202,6 +204,86 @@ class LoadedSources:
             return map(docs.__getitem__, self._owners)
         # Each source repeated over its run of chunks, in one C-level pass.
         return chain.from_iterable(map(repeat, docs, map(sub, firsts[1:], firsts[:-1])))
+
+
+class SourceMap:
+    """The sources held, by name: the one record of them.
+
+    A new knowledge base keeps a dict.  A loaded one keeps its first
+    segment's sources by number (:class:`LoadedSources`), found by name in
+    that segment's sorted names (``names()``), with those removed since
+    (``hidden``) and those of later segments or added since (``extra``),
+    until something needs every source by name: then the dict is made.
+    """
+
+    __slots__ = ("_extra", "_hidden", "_map", "_names", "loaded", "where")
+
+    def __init__(self) -> None:
+        self._map: dict[str, Doc] | None = {}
+        self.loaded: LoadedSources | None = None
+        self._names: Callable[[], NameIndex | None] = lambda: None
+        self._hidden: set[int] = set()  # numbers of the loaded sources removed
+        self._extra: dict[str, Doc] = {}
+        self.where = "index"  # named in errors
+
+    def adopt(self, loaded: LoadedSources, names: Callable[[], NameIndex | None], where: str) -> None:
+        """Hold ``loaded`` by number (nothing made yet), found by name through ``names()`` while it gives them."""
+        self._map, self.loaded, self._names, self.where = None, loaded, names, where
+        self._hidden, self._extra = set(), {}
+
+    @property
+    def mapped(self) -> bool:
+        """Whether every source is in the name dict (made when something needed them all)."""
+        return self._map is not None
+
+    def all(self) -> dict[str, Doc]:
+        """Every source by name (the first call after a load makes them all)."""
+        docs = self._map
+        if docs is None:
+            assert self.loaded is not None
+            loaded = self.loaded.everything()
+            if self._hidden:
+                hidden = self._hidden
+                loaded = [doc for i, doc in enumerate(loaded) if i not in hidden]
+            docs = dict(zip(map(attrgetter("source"), loaded), loaded))
+            n = len(docs) + len(self._extra)
+            docs.update(self._extra)
+            if len(docs) != len(loaded) + len(self._extra) or len(docs) != n:
+                raise IndexFormatError(f"{self.where}: the index names a source twice")
+            self._extra = {}
+            self._map = docs
+        return docs
+
+    def get(self, source: str, *, pop: bool = False) -> Doc | None:
+        """The source's :class:`Doc` (taken out with ``pop``), found in the loaded segment's sorted
+        names when it can be: an add or a remove then makes no other ``Doc``."""
+        names = self._names()
+        if self._map is not None or names is None or self.loaded is None:
+            return self.all().pop(source, None) if pop else self.all().get(source)
+        doc = self._extra.pop(source, None) if pop else self._extra.get(source)
+        if doc is None:
+            number = names.find(source)
+            if number is None or number in self._hidden:
+                return None
+            doc = self.loaded.doc(number)
+            if pop:
+                self._hidden.add(number)
+        return doc
+
+    def hide(self, number: int) -> None:
+        """Loaded source ``number`` is deleted (a load's deletion mark)."""
+        self._hidden.add(number)
+
+    def put(self, doc: Doc) -> None:
+        if self._map is None:
+            self._extra[doc.source] = doc
+        else:
+            self._map[doc.source] = doc
+
+    def __contains__(self, source: object) -> bool:
+        if self._map is not None:
+            return source in self._map
+        return isinstance(source, str) and self.get(source) is not None
 
 
 class ChunkDocs:

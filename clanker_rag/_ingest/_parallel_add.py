@@ -12,48 +12,23 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from concurrent.futures import Future
 from functools import partial
 from itertools import chain
-from typing import Any, Protocol
 
-from .._engine._counting import CountedChunk, CountedTexts
+from .._engine._counting import CountedTexts
+from .._engine._prepared import PreparedWriter, TextItem
 from .._exceptions import ConfigError
 from .._gc_pause import collector_paused
-from .._text._analysis import Analyzer
-from .._text._chunking import Chunker
+from .._types import Sources
 from ._parallel import Pool, WorkerTerms, can_parallel, start_method, usable_cpus
 
 __all__ = ["add_texts_parallel"]
 
 logger = logging.getLogger(__name__)
 
-Item = tuple[str, str, "Mapping[str, Any] | None"]
-
-
-class KnowledgeBase(Protocol):
-    """What a bulk add needs of a knowledge base (an import of ``_kb`` here would close a cycle)."""
-
-    analyzer: Analyzer
-    chunker: Chunker
-
-    def takes_prepared(self) -> bool: ...
-
-    def add_text(self, text: str, source: str, metadata: Mapping[str, Any] | None = None) -> int: ...
-
-    def add_counted(self, items: Sequence[Item], counted: CountedTexts) -> int | None: ...
-
-    def add_prepared(
-        self,
-        text: str,
-        source: str,
-        metadata: Mapping[str, Any] | None,
-        sections: None,
-        *,
-        content: str | None,
-        counted: Callable[[Mapping[str, int]], Iterable[CountedChunk]] | None = None,
-    ) -> int: ...
+Item = TextItem
 
 
 # A batch is up to 1,024 texts or a megabyte: each batch costs this process a
@@ -72,10 +47,10 @@ START_CHARS = 8 << 20
 WORKER_QUEUE = 2
 
 
-def _plan(kb: KnowledgeBase, jobs: int | None) -> tuple[int, str] | None:
+def _plan(writer: PreparedWriter, jobs: int | None) -> tuple[int, str] | None:
     """Workers and start method, or None to add in this process."""
-    reason = can_parallel(kb.analyzer, kb.chunker)
-    if reason is None and not kb.takes_prepared():
+    reason = can_parallel(writer.analyzer, writer.chunker)
+    if reason is None and not writer.takes_prepared():
         reason = "add_text is overridden"
     if reason is not None:
         logger.debug("add_texts in one process: %s", reason)
@@ -88,7 +63,7 @@ def _plan(kb: KnowledgeBase, jobs: int | None) -> tuple[int, str] | None:
     return (n, method) if n > 1 else None
 
 
-def _serial(kb: KnowledgeBase, items: Iterator[Item]) -> int:
+def _serial(kb: Sources, items: Iterator[Item]) -> int:
     total = 0
     with collector_paused():
         for text, source, meta in items:
@@ -96,11 +71,12 @@ def _serial(kb: KnowledgeBase, items: Iterator[Item]) -> int:
     return total
 
 
-def add_texts_parallel(kb: KnowledgeBase, items: Iterator[Item], jobs: int | None) -> int:
-    """Add ``items`` (already checked tuples) as :meth:`KnowledgeBase.add_texts` does."""
+def add_texts_parallel(kb: Sources, writer: PreparedWriter, items: Iterator[Item], jobs: int | None) -> int:
+    """Add ``items`` (already checked tuples) to ``kb`` as :meth:`KnowledgeBase.add_texts` does
+    (``writer``: its index writer, which takes the chunks the workers count)."""
     if jobs is not None and (type(jobs) is not int or jobs < 1):
         raise ConfigError(f"add_texts(): jobs must be an int >= 1 or None, got {jobs!r}")
-    plan = _plan(kb, jobs)
+    plan = _plan(writer, jobs)
     if plan is None:
         return _serial(kb, items)
     workers, method = plan
@@ -114,11 +90,11 @@ def add_texts_parallel(kb: KnowledgeBase, items: Iterator[Item], jobs: int | Non
                 break
         else:
             return _serial(kb, iter(head))
-    return _pooled(kb, chain(head, items), workers, method)
+    return _pooled(kb, writer, chain(head, items), workers, method)
 
 
-def _pooled(kb: KnowledgeBase, items: Iterator[Item], workers: int, method: str) -> int:
-    pool = Pool(kb.analyzer, kb.chunker, workers, method)
+def _pooled(kb: Sources, writer: PreparedWriter, items: Iterator[Item], workers: int, method: str) -> int:
+    pool = Pool(writer.analyzer, writer.chunker, workers, method)
     terms: dict[str, WorkerTerms] = {}
     pending: deque[tuple[Future[str], list[Item]]] = deque()
 
@@ -138,7 +114,7 @@ def _pooled(kb: KnowledgeBase, items: Iterator[Item], workers: int, method: str)
             partial(worker_terms.term_ids, counted.keys, known, made=made),
         )
         # The usual case, new sources only, in one pass; else text by text.
-        at_once = kb.add_counted(batch, whole)
+        at_once = writer.add_counted(batch, whole)
         if at_once is not None:
             return at_once
         added = 0
@@ -147,7 +123,7 @@ def _pooled(kb: KnowledgeBase, items: Iterator[Item], workers: int, method: str)
         for (text, source, meta), n in zip(batch, per_text):
             last = first + n
             chunks = partial(counted.chunks, worker_terms, first=first, last=last, pos=pos)
-            added += kb.add_prepared(text, source, meta, None, content=None, counted=chunks)
+            added += writer.add_prepared(text, source, meta, None, content=None, counted=chunks)
             pos += sum(sizes[first:last])
             first = last
         return added

@@ -22,25 +22,16 @@ import logging
 import os
 import sys
 import time
-from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import IO, Any, Protocol, TypeGuard, Union
+from typing import IO, Any
 
-from .._engine._counting import CountedChunk
+from .._engine._prepared import Counted, PreparedWriter
 from .._exceptions import ConfigError, IngestError
 from .._gc_pause import collector_paused
-from .._text._analysis import Analyzer
-from .._text._chunking import Chunker
-from ._discovery import (
-    DEFAULT_SKIP_DIRS,
-    Candidate,
-    DiscoveryOptions,
-    Skipped,
-    discover,
-    single_file,
-)
+from .._types import Sources, StrPath
+from ._discovery import Candidate, DiscoveryOptions, Skipped, discover, single_file
+from ._options import DEFAULT_CHECKPOINT_FILES, IngestOptions, ProgressHook
 from ._parallel import (
     Failed,
     ParallelReader,
@@ -55,7 +46,6 @@ from ._parallel import (
     usable_cpus,
 )
 from ._readers import (
-    DEFAULT_EXTENSIONS,
     READER_ERRORS,
     READER_VERSION,
     STREAMED_FORMATS,
@@ -65,131 +55,11 @@ from ._readers import (
     has_private_key,
     read_document,
 )
+from ._report import IngestReport
 
 __all__ = ["IngestReport", "Progress", "ProgressHook", "ingest"]
 
 logger = logging.getLogger(__name__)
-
-StrPath = Union[str, "os.PathLike[str]"]
-
-DEFAULT_MAX_FILE_SIZE = 10 * 1024 * 1024
-DEFAULT_MAX_RECORD_FILE_SIZE = 256 * 1024 * 1024
-
-
-class _KnowledgeBaseLike(Protocol):
-    def add_text(
-        self,
-        text: str,
-        source: str,
-        metadata: dict[str, Any] | None = None,
-        *,
-        sections: Sequence[tuple[int, int, str | None]] | None = None,
-    ) -> int: ...
-
-    def remove(self, source: str) -> int: ...
-
-    def sources(self) -> list[str]: ...
-
-    def source_metadata(self, source: str) -> Mapping[str, Any] | None: ...
-
-    def save(self, path: StrPath, *, overwrite: bool = False) -> Any: ...
-
-
-class _TakesPrepared(_KnowledgeBaseLike, Protocol):
-    """A :class:`KnowledgeBase`: it takes files already read, and chunks counted elsewhere."""
-
-    analyzer: Analyzer
-    chunker: Chunker
-
-    def add_prepared(
-        self,
-        text: str,
-        source: str,
-        metadata: Mapping[str, Any] | None,
-        sections: Sequence[tuple[int, int, str | None]] | None,
-        *,
-        content: str,
-        counted: Callable[[Mapping[str, int]], Iterable[CountedChunk]] | None = None,
-    ) -> int: ...
-
-    def takes_prepared(self) -> bool: ...
-
-
-@dataclass
-class IngestReport:
-    """What one ingest did.  Paths are source names (relative to their root).
-
-    ``skipped`` lists ``(path, reason)`` for every file or pruned folder that
-    was not indexed; folders end with ``/``.  ``chunks_total`` is the size of
-    the knowledge base afterwards.
-    """
-
-    roots: list[str] = field(default_factory=list)
-    added: list[str] = field(default_factory=list)
-    updated: list[str] = field(default_factory=list)
-    unchanged: list[str] = field(default_factory=list)
-    removed: list[str] = field(default_factory=list)
-    skipped: list[tuple[str, str]] = field(default_factory=list)
-    chunks_added: int = 0
-    chunks_removed: int = 0
-    chunks_total: int = 0
-    bytes_read: int = 0
-    seconds: float = 0.0
-    saves: int = 0
-    workers: int = 0  # worker processes that read and counted files (0: all done in this process)
-
-    def skip_reasons(self) -> dict[str, int]:
-        """How many skips of each kind (reasons without their specifics)."""
-        return dict(Counter(_reason_kind(reason) for _, reason in self.skipped).most_common())
-
-    def summary(self) -> str:
-        """One line for people: counts, chunks, time."""
-        parts = [
-            f"{len(self.added)} added",
-            f"{len(self.updated)} updated",
-            f"{len(self.unchanged)} unchanged",
-            f"{len(self.removed)} removed",
-            f"{len(self.skipped)} skipped",
-        ]
-        rate = ""
-        if self.seconds > 0:
-            mb = self.bytes_read / 1e6
-            helpers = f", {self.workers} worker process{'es' if self.workers != 1 else ''}" if self.workers else ""
-            rate = f" in {self.seconds:.1f}s ({mb / self.seconds:.1f} MB/s{helpers})"
-        return (
-            ", ".join(parts)
-            + f"; {self.chunks_added} chunks added, {self.chunks_removed} removed,"
-            + f" {self.chunks_total} in the index{rate}"
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready form (``clanker-rag ingest --json``)."""
-        return {
-            "roots": list(self.roots),
-            "added": list(self.added),
-            "updated": list(self.updated),
-            "unchanged": list(self.unchanged),
-            "removed": list(self.removed),
-            "skipped": [[path, reason] for path, reason in self.skipped],
-            "chunks_added": self.chunks_added,
-            "chunks_removed": self.chunks_removed,
-            "chunks_total": self.chunks_total,
-            "bytes_read": self.bytes_read,
-            "seconds": round(self.seconds, 3),
-            "workers": self.workers,
-        }
-
-
-def _reason_kind(reason: str) -> str:
-    if reason.endswith("not in the allow-list"):
-        return "not in the allow-list"
-    for sep in (" (", ": "):
-        if sep in reason:
-            reason = reason.split(sep, 1)[0]
-    return reason
-
-
-ProgressHook = Callable[[int, int], None]
 
 
 class Progress:
@@ -238,114 +108,30 @@ class Progress:
         self.stream.flush()
 
 
-def _chunk_budget(kb: object) -> int | None:
-    for owner in (kb, getattr(kb, "chunker", None)):
-        size = getattr(owner, "chunk_size", None)
-        if isinstance(size, int) and not isinstance(size, bool):
-            return size
-    return None
-
-
-def _check_positive(name: str, value: object, *, allow_float: bool = False) -> None:
-    types: tuple[type, ...] = (int, float) if allow_float else (int,)
-    if isinstance(value, bool) or not isinstance(value, types) or value <= 0:  # type: ignore[operator]
-        kind = "number" if allow_float else "integer"
-        raise ConfigError(f"{name}={value!r} is out of range: expected a positive {kind}")
-
-
-DEFAULT_CHECKPOINT_FILES = 500
-
-
 def ingest(
-    kb: _KnowledgeBaseLike,
+    kb: Sources,
     path: StrPath | Sequence[StrPath],
+    options: IngestOptions,
     *,
-    include: Iterable[str] = (),
-    exclude: Iterable[str] = (),
-    extensions: Iterable[str] | None = None,
-    skip_dirs: Iterable[str] | None = None,
-    gitignore: bool = True,
-    secret_guard: bool = True,
-    follow_symlinks: bool = False,
-    max_file_size: int = DEFAULT_MAX_FILE_SIZE,
-    max_record_file_size: int = DEFAULT_MAX_RECORD_FILE_SIZE,
-    sync: bool = True,
-    prefix: str = "",
-    index_path: StrPath | None = None,
-    checkpoint_files: int | None = None,
-    checkpoint_seconds: float = 30.0,
-    progress: bool | ProgressHook | None = None,
-    jobs: int | None = None,
-    overwrite: bool = False,
+    writer: PreparedWriter | None = None,
+    chunk_size: int | None = None,
 ) -> IngestReport:
     """Ingest files and folders into ``kb``; returns an :class:`IngestReport`.
 
-    Parameters
-    ----------
-    path:
-        A file, a folder, or a list of them.  Sources are named by their path
-        relative to the folder given (posix separators); a file given on its
-        own is named by its file name.  With several folders, each folder's
-        sources start with the folder's name (``docs/guide.md``).
-    include, exclude:
-        gitignore-style globs on the relative path (``*.md``, ``docs/**``).
-        With ``include``, a file is selected only if it matches one (even if
-        its extension is not on the allow-list); ``exclude`` always wins.
-    extensions:
-        Replaces the default allow-list of extensions (``[".md", "py"]``).
-    skip_dirs:
-        Replaces the folder names that are never entered (``.git``,
-        ``node_modules``, ``__pycache__``, ``dist``, ``build``...).
-        Virtualenvs (folders holding ``pyvenv.cfg``) are always skipped.
-    gitignore:
-        Honour ``.gitignore`` files in the tree and in the enclosing repository.
-    secret_guard:
-        Refuse credential files by name (``.env*``, ``*.pem``, ``id_rsa*``...)
-        and any file whose text holds a private-key block.  On by default;
-        ``False`` turns it off.
-    follow_symlinks:
-        Follow symlinks that point outside the root (inside ones always are;
-        loops are detected either way).
-    max_file_size, max_record_file_size:
-        Size caps in bytes, checked before reading; the second applies to the
-        streamed record formats (CSV, TSV, JSON, JSONL).
-    sync:
-        After walking a folder completely, remove the sources of that folder
-        that were not selected this time (deleted, now ignored, now skipped).
-    prefix:
-        Put before every source name (``"docs/"``) to keep roots apart.
-    index_path:
-        Save the knowledge base there as it goes and at the end: every
-        ``checkpoint_files`` indexed files when that is given; otherwise
-        after the first 500 files, then every ``checkpoint_seconds`` seconds
-        but never sooner than four times the last save took, so saving a
-        large index stays under a fifth of the run.
-    progress:
-        Show a progress bar on stderr; ``None`` shows it when stderr is a
-        terminal; a callable is called as ``progress(files done, files)`` instead.
-    jobs:
-        Worker processes that read, chunk and count files while this one
-        indexes them; ``1`` reads everything here.  ``None`` (the default)
-        uses one per core when there are enough files to be worth it, the
-        platform forks (Linux, BSD), no other thread is running and ``kb``
-        is a :class:`KnowledgeBase` with the built-in analyser.  An explicit
-        ``jobs`` above 1 in a program running threads (or on macOS and
-        Windows) starts workers by spawning, which needs the usual
-        ``if __name__ == "__main__":`` guard.  The index is the same either way.
-        More than the usable CPUs is honoured with a logged warning (the
-        command line caps ``-j`` at them).
-    overwrite:
-        Let ``index_path`` name a folder that already holds an index ``kb``
-        was not loaded from; without it such an ingest is refused before any
-        file is read, so an existing index is never replaced by accident.
+    ``path`` is a file, a folder, or a list of them.  Sources are named by
+    their path relative to the folder given (posix separators); a file given
+    on its own is named by its file name.  With several folders, each
+    folder's sources start with the folder's name (``docs/guide.md``).
+    ``options``: see :class:`IngestOptions`.
+
+    ``writer`` is the knowledge base's own index writer (a
+    ``KnowledgeBase`` passes it): files go in as read, or as counted by
+    worker processes, and the writer says whether a save would replace
+    another index and whether an interrupted change left the index whole.
+    Without it every file goes through ``kb.add_text`` and an interrupted
+    run does not save.  The readers size sections by the chunk size of the
+    writer's chunker, else by ``chunk_size`` (the knowledge base's).
     """
-    _check_positive("max_file_size", max_file_size)
-    _check_positive("max_record_file_size", max_record_file_size)
-    if checkpoint_files is not None:
-        _check_positive("checkpoint_files", checkpoint_files)
-    _check_positive("checkpoint_seconds", checkpoint_seconds, allow_float=True)
-    if jobs is not None:
-        _check_positive("jobs", jobs)
     paths: list[StrPath] = [path] if isinstance(path, str | os.PathLike) else list(path)
     if not paths:
         raise IngestError("nothing to ingest: no path given")
@@ -353,28 +139,15 @@ def ingest(
     for p in roots:
         if not os.path.exists(p):
             raise IngestError(f"cannot ingest {p!r}: no such file or folder")
-    if index_path is not None and not overwrite:
+    index_path = options.index_path
+    if index_path is not None and not options.overwrite and writer is not None and writer.would_replace(index_path):
         # Checked before any work, not at the first checkpoint minutes later.
-        would_replace = getattr(kb, "would_replace", None)
-        if callable(would_replace) and would_replace(index_path):
-            raise ConfigError(
-                f"{os.fspath(index_path)}: already holds an index that this knowledge base was not loaded from; "
-                "ingesting would replace its documents (load it and ingest into it, or pass overwrite=True)"
-            )
-    options = DiscoveryOptions(
-        include=tuple(include),
-        exclude=tuple(exclude),
-        extensions=DEFAULT_EXTENSIONS if extensions is None else DiscoveryOptions.normalise_extensions(extensions),
-        skip_dirs=DEFAULT_SKIP_DIRS if skip_dirs is None else frozenset(skip_dirs),
-        gitignore=gitignore,
-        secret_guard=secret_guard,
-        follow_symlinks=follow_symlinks,
-        skip_real=frozenset({os.path.realpath(index_path)}) if index_path is not None else frozenset(),
-    )
-    run = _Run(
-        kb, options, max_file_size, max_record_file_size, prefix, index_path, checkpoint_files, checkpoint_seconds, jobs
-    )
-    run.overwrite = overwrite
+        raise ConfigError(
+            f"{os.fspath(index_path)}: already holds an index that this knowledge base was not loaded from; "
+            "ingesting would replace its documents (load it and ingest into it, or pass overwrite=True)"
+        )
+    run = _Run(kb, options, writer, chunk_size)
+    progress = options.progress
     show: bool | ProgressHook = sys.stderr.isatty() if progress is None else progress
     started = time.monotonic()
     try:
@@ -384,8 +157,9 @@ def ingest(
                     # Several roots: each one's sources start with its folder name
                     # ("docs/guide.md", "src/app.py") so equal relative paths
                     # (two __init__.py) cannot overwrite each other.
-                    run.prefix = prefix + _root_name(root) + "/" if len(roots) > 1 and os.path.isdir(root) else prefix
-                    run.ingest_root(root, sync=sync, show_progress=show)
+                    several = len(roots) > 1 and os.path.isdir(root)
+                    run.prefix = options.prefix + _root_name(root) + "/" if several else options.prefix
+                    run.ingest_root(root, sync=options.sync, show_progress=show)
             finally:
                 # Before the collector resumes: what only the run needed
                 # (the local worker's caches) is freed, not walked.
@@ -407,8 +181,7 @@ def ingest(
                 )
             else:
                 run.save()
-        size = getattr(kb, "__len__", None)
-        run.report.chunks_total = size() if callable(size) else 0
+        run.report.chunks_total = len(kb)
     return run.report
 
 
@@ -416,18 +189,12 @@ def _root_name(root: str) -> str:
     return os.path.basename(os.path.realpath(root)) or "root"
 
 
-def _plain_kb(kb: object) -> TypeGuard[_TakesPrepared]:
-    """Whether ``kb`` is a KnowledgeBase whose add_text is its own (not overridden or wrapped)."""
-    takes = getattr(kb, "takes_prepared", None)
-    return callable(takes) and takes() is True
-
-
-def _workers_for(kb: _TakesPrepared, jobs: int | None) -> tuple[int, str]:
+def _workers_for(writer: PreparedWriter, jobs: int | None) -> tuple[int, str]:
     """Processes that read and count for an ingest, this one included (1: this
     one alone), and the start method of the others."""
     if jobs == 1:
         return 1, ""
-    reason = can_parallel(kb.analyzer, kb.chunker)
+    reason = can_parallel(writer.analyzer, writer.chunker)
     if reason is not None:
         logger.log(logging.INFO if jobs else logging.DEBUG, "ingesting in one process: %s", reason)
         return 1, ""
@@ -447,27 +214,19 @@ def _workers_for(kb: _TakesPrepared, jobs: int | None) -> tuple[int, str]:
 
 class _Run:
     def __init__(
-        self,
-        kb: _KnowledgeBaseLike,
-        options: DiscoveryOptions,
-        max_file_size: int,
-        max_record_file_size: int,
-        prefix: str,
-        index_path: StrPath | None,
-        checkpoint_files: int | None,
-        checkpoint_seconds: float,
-        jobs: int | None = 1,
+        self, kb: Sources, options: IngestOptions, writer: PreparedWriter | None, chunk_size: int | None
     ) -> None:
         self.kb = kb
-        self.options = options
-        self.max_file_size = max_file_size
-        self.max_record_file_size = max_record_file_size
-        self.prefix = prefix
-        self.index_path = index_path
-        self.overwrite = False
-        self.checkpoint_files = checkpoint_files
-        self.checkpoint_seconds = checkpoint_seconds
-        self.budget = _chunk_budget(kb)
+        self.writer = writer
+        self.options: DiscoveryOptions = options.discovery()
+        self.max_file_size = options.max_file_size
+        self.max_record_file_size = options.max_record_file_size
+        self.prefix = options.prefix
+        self.index_path = options.index_path
+        self.overwrite = options.overwrite
+        self.checkpoint_files = options.checkpoint_files
+        self.checkpoint_seconds = options.checkpoint_seconds
+        self.budget = writer.chunker.chunk_size if writer is not None else chunk_size
         self.report = IngestReport()
         self.dirty = 0
         # Set when an add, a removal or a save was stopped midway (an
@@ -478,20 +237,19 @@ class _Run:
         self.last_save = time.monotonic()
         self.save_seconds = 0.0  # how long the last save took
         self.root_id = ""
-        # A plain KnowledgeBase takes chunks counted by workers and the file
-        # hash for its change check; anything else gets add_text calls.
-        self.plain: _TakesPrepared | None = kb if _plain_kb(kb) else None
+        # A knowledge base's own writer takes chunks counted by workers and the
+        # file hash for its change check; otherwise kb.add_text is called.
+        self.plain = writer if writer is not None and writer.takes_prepared() else None
         self.reader: ParallelReader | None = None
         if self.plain is not None:
-            workers, method = _workers_for(self.plain, jobs)
+            workers, method = _workers_for(self.plain, options.jobs)
             if workers > 1:
                 self.reader = ParallelReader(self.plain.analyzer, self.plain.chunker, workers, method, self.budget)
 
     def intact(self) -> bool:
-        """After a change stopped midway: whether the knowledge base can tell it
-        was left whole (a :class:`KnowledgeBase` knows; anything else is not trusted)."""
-        is_intact = getattr(self.kb, "is_intact", None)
-        return callable(is_intact) and is_intact() is True
+        """After a change stopped midway: whether the knowledge base's writer can tell it
+        was left whole (without a writer it is not trusted)."""
+        return self.writer is not None and self.writer.is_intact()
 
     @contextmanager
     def _changing(self) -> Iterator[None]:
@@ -509,7 +267,10 @@ class _Run:
         # stopped there, what is in memory is not known to be whole.  Nor is
         # another save tried: the folder holds the old index or the new one.
         self.save_stopped = True
-        self.kb.save(self.index_path, overwrite=self.overwrite)
+        if self.writer is not None:
+            self.writer.commit(self.index_path, overwrite=self.overwrite)
+        else:
+            self.kb.save(self.index_path)
         self.save_stopped = False
         self.overwrite = False  # after the first save the folder is this knowledge base's own
         self.report.saves += 1
@@ -656,7 +417,7 @@ class _Run:
         source: str,
         plan: ReadPlan,
         doc: Document | None,
-        counted: Callable[[Mapping[str, int]], Iterable[CountedChunk]] | None,
+        counted: Counted | None,
     ) -> bool:
         if doc is None:
             self.report.unchanged.append(source)

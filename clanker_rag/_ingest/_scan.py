@@ -23,12 +23,11 @@ import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
-from ._discovery import DEFAULT_SKIP_DIRS, Candidate, DiscoveryOptions, Skipped, discover, single_file
-from ._readers import DEFAULT_EXTENSIONS
+from ._discovery import Candidate, DiscoveryOptions, Skipped, discover, single_file
 
-__all__ = ["FULL_SCAN_SECONDS", "FileStamp", "Scanner", "Snapshot", "discovery_options", "scan_roots"]
+__all__ = ["FULL_SCAN_SECONDS", "FileStamp", "Scanner", "Snapshot", "scan_roots"]
 
 FULL_SCAN_SECONDS = 5.0
 # A folder stamped less than this after its last change may change again
@@ -49,22 +48,6 @@ class FileStamp(NamedTuple):
 
 Snapshot = Mapping[str, FileStamp]
 """Source name -> stamp of every file a scan selected."""
-
-
-def discovery_options(index_path: str | os.PathLike[str] | None, options: Mapping[str, Any]) -> DiscoveryOptions:
-    """The selection ``ingest(**options)`` makes, so a scan watches exactly the files it reads."""
-    extensions = options.get("extensions")
-    skip_dirs = options.get("skip_dirs")
-    return DiscoveryOptions(
-        include=tuple(options.get("include", ())),
-        exclude=tuple(options.get("exclude", ())),
-        extensions=DEFAULT_EXTENSIONS if extensions is None else DiscoveryOptions.normalise_extensions(extensions),
-        skip_dirs=DEFAULT_SKIP_DIRS if skip_dirs is None else frozenset(skip_dirs),
-        gitignore=bool(options.get("gitignore", True)),
-        secret_guard=bool(options.get("secret_guard", True)),
-        follow_symlinks=bool(options.get("follow_symlinks", False)),
-        skip_real=frozenset({os.path.realpath(index_path)}) if index_path is not None else frozenset(),
-    )
 
 
 def _name_prefixes(roots: Sequence[str], prefix: str) -> list[str]:

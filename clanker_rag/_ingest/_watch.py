@@ -31,8 +31,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._exceptions import ClankerRagError, ConfigError, IndexLockedError, IngestError
-from ._run import IngestReport, StrPath, _KnowledgeBaseLike, ingest
-from ._scan import FileStamp, Scanner, Snapshot, discovery_options
+from .._types import KnowledgeBaseLike, StrPath
+from ._options import IngestOptions
+from ._report import IngestReport
+from ._scan import FileStamp, Scanner, Snapshot
 
 __all__ = [
     "Changes",
@@ -280,7 +282,7 @@ class FolderSync:
     :meth:`scan` stamps the files an ingest of ``paths`` selects;
     :meth:`commit` re-ingests them into ``kb`` and saves (only what changed is
     read; with a segmented index the save is a small commit).  ``options`` are
-    :func:`~clanker_rag._ingest._run.ingest`'s keywords.
+    ``kb.ingest``'s keywords (:class:`IngestOptions`' fields).
 
     Another process may save the same index between two commits (an MCP
     server's ``ingest``, a second writer): the commit's save is then refused
@@ -293,11 +295,11 @@ class FolderSync:
 
     def __init__(
         self,
-        kb: _KnowledgeBaseLike,
+        kb: KnowledgeBaseLike,
         paths: StrPath | Sequence[StrPath],
         index_path: StrPath,
         *,
-        reload: Callable[[], _KnowledgeBaseLike] | None = None,
+        reload: Callable[[], KnowledgeBaseLike] | None = None,
         **options: Any,
     ) -> None:
         self.kb = kb
@@ -306,15 +308,16 @@ class FolderSync:
             raise ConfigError("nothing to watch: no path given")
         self.index_path = index_path
         options.pop("progress", None)  # no progress bar for each commit
+        options.pop("index_path", None)
         self.options = options
-        self.scanner = Scanner(
-            self.paths, discovery_options(index_path, options), prefix=str(options.get("prefix", ""))
-        )
+        # The commits' selection, checked now: the scans watch exactly the files an ingest reads.
+        selection = IngestOptions(index_path=index_path, **options)
+        self.scanner = Scanner(self.paths, selection.discovery(), prefix=selection.prefix)
         self._reload = reload if reload is not None else self._load_again
         self._unsaved = False
 
-    def _load_again(self) -> _KnowledgeBaseLike:
-        loaded: _KnowledgeBaseLike = type(self.kb).load(self.index_path)  # type: ignore[attr-defined]
+    def _load_again(self) -> KnowledgeBaseLike:
+        loaded: KnowledgeBaseLike = type(self.kb).load(self.index_path)  # type: ignore[attr-defined]
         return loaded
 
     def scan(self) -> dict[str, FileStamp]:
@@ -325,7 +328,7 @@ class FolderSync:
         started = time.monotonic()
         unsaved, self._unsaved = self._unsaved, True
         try:
-            report = ingest(self.kb, self.paths, index_path=self.index_path, progress=False, **self.options)
+            report = self.kb.ingest(self.paths, index_path=self.index_path, progress=False, **self.options)
             if unsaved and not report.saves:
                 self.kb.save(self.index_path)
                 report.saves += 1

@@ -37,15 +37,15 @@ QUERIES = ["uniq7", "alpha common", "kappa lambda", "zeta words", "uniq3 uniq31 
 def test_an_unfiltered_search_makes_only_the_hits_sources(tmp_path):
     build(texts()).save(tmp_path)
     kb = KnowledgeBase.load(tmp_path)
-    assert kb._loaded is not None and kb._loaded.made == 0
+    assert kb._corpus.sources.loaded is not None and kb._corpus.sources.loaded.made == 0
     hits = kb.search("uniq7 uniq12", k=2)
     assert {h.source for h in hits} == {"docs/s07.txt", "docs/s12.txt"}
-    assert kb._loaded.made == 2
-    assert kb._doc_map is None  # no name map either
+    assert kb._corpus.sources.loaded.made == 2
+    assert not kb._corpus.sources.mapped  # no name map either
     assert kb.explain("uniq7 uniq12", hits[0]).score == hits[0].score
-    assert kb._loaded.made == 2
+    assert kb._corpus.sources.loaded.made == 2
     assert len(kb.sources()) == 40
-    assert kb._loaded.made == 40
+    assert kb._corpus.sources.loaded.made == 40
 
 
 def test_edits_filters_and_saves_after_a_lazy_load_match_a_fresh_build(tmp_path):

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import clanker_rag._kb as kb_module
+import clanker_rag._engine._writing as writing_module
 from clanker_rag import Analyzer, IndexFormatError, KnowledgeBase
 from clanker_rag._engine._held import Held
 from clanker_rag._engine._index import InvertedIndex
@@ -216,7 +216,7 @@ def test_looking_up_one_source_of_a_loaded_index_makes_no_other(tmp_path: Path) 
     live = base(40)
     fresh_build(live).save(tmp_path)
     kb = KnowledgeBase.load(tmp_path, analyzer=plain)
-    loaded = kb._loaded
+    loaded = kb._corpus.sources.loaded
     assert loaded is not None
     assert kb.source_metadata("s7") == {} and kb.source_text("s7") == live["s7"]
     assert "s8" in kb and "nope" not in kb and 5 not in kb
@@ -237,11 +237,11 @@ def test_a_writer_that_never_searches_holds_a_bounded_backlog(tmp_path: Path, ch
         return real(self, terms_of)  # type: ignore[arg-type]
 
     monkeypatch.setattr(InvertedIndex, "drop_held", counted)
-    monkeypatch.setattr(kb_module, "_WAITING_MAX", 3)
+    monkeypatch.setattr(writing_module, "_WAITING_MAX", 3)
     for i in range(6):
         assert kb.remove(f"s{i}") > 0
         # Past the bound the backlog is dropped at once, before any search asks for it.
-        assert len(kb._idx.held) <= 3
+        assert len(kb._index.held) <= 3
     assert calls and max(calls) > 3
     for i in range(6):
         del live[f"s{i}"]

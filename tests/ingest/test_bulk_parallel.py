@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from clanker_rag import ConfigError, KnowledgeBase
+from clanker_rag._engine._writing import IndexWriter
 from clanker_rag._ingest import _parallel_add
 from clanker_rag._ingest._parallel import Pool, Worker, WorkerTerms, _Numbers
 from clanker_rag._ingest._readers import Document
@@ -129,15 +130,15 @@ def split(counted: Any) -> list[list[int]]:
 
 
 def _spy_add_counted(monkeypatch: pytest.MonkeyPatch) -> list[int | None]:
-    """Record what every KnowledgeBase.add_counted call returned (None: text by text)."""
+    """Record what every IndexWriter.add_counted call returned (None: text by text)."""
     calls: list[int | None] = []
-    real = KnowledgeBase.add_counted
+    real = IndexWriter.add_counted
 
-    def spy(self: KnowledgeBase, items: Any, counted: Any) -> int | None:
+    def spy(self: IndexWriter, items: Any, counted: Any) -> int | None:
         calls.append(real(self, items, counted))
         return calls[-1]
 
-    monkeypatch.setattr(KnowledgeBase, "add_counted", spy)
+    monkeypatch.setattr(IndexWriter, "add_counted", spy)
     return calls
 
 

@@ -13,14 +13,21 @@ import textwrap
 import time
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _trees import write
 
 from clanker_rag._exceptions import ConfigError, IngestError
-from clanker_rag._ingest._discovery import DiscoveryOptions
-from clanker_rag._ingest._run import IngestReport, ingest
+from clanker_rag._ingest._options import IngestOptions
+from clanker_rag._ingest._report import IngestReport
 from clanker_rag._kb import KnowledgeBase
+
+
+def ingest(kb: KnowledgeBase, path: Any, **options: Any) -> IngestReport:
+    """The ingest as ``kb.ingest`` runs it (with the knowledge base's own writer)."""
+    return kb.ingest(path, **options)
+
 
 # Built by concatenation so this test file is not itself a "file holding a
 # private-key block" for anyone ingesting the repository.
@@ -689,7 +696,6 @@ def test_ingest_killed_midway_can_be_rerun(tmp_path: Path) -> None:
         import os, signal, sys
         sys.path.insert(0, {str(ROOT)!r})
         from clanker_rag._kb import KnowledgeBase
-        from clanker_rag._ingest._run import ingest
         kb = KnowledgeBase()
         real_add = kb.add_text
         calls = 0
@@ -700,7 +706,7 @@ def test_ingest_killed_midway_can_be_rerun(tmp_path: Path) -> None:
                 os.kill(os.getpid(), signal.SIGKILL)
             return real_add(*args, **kwargs)
         kb.add_text = add_then_die
-        ingest(kb, {str(tree)!r}, index_path={str(index)!r}, checkpoint_files=5)
+        kb.ingest({str(tree)!r}, index_path={str(index)!r}, checkpoint_files=5)
     """)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120)
     assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
@@ -779,7 +785,8 @@ def test_timed_checkpoints_keep_saving_under_a_fifth_of_the_run(tmp_path: Path, 
 
     clock = [1000.0]
     monkeypatch.setattr(time, "monotonic", lambda: clock[0])
-    run = ingest_module._Run(KnowledgeBase(), DiscoveryOptions(), 1 << 20, 1 << 20, "", tmp_path / "index", None, 30.0)
+    options = IngestOptions(index_path=tmp_path / "index", checkpoint_seconds=30.0, jobs=1)
+    run = ingest_module._Run(KnowledgeBase(), options, None, None)
     saves: list[float] = []
 
     def fake_save() -> None:
@@ -809,9 +816,7 @@ def test_timed_checkpoints_keep_saving_under_a_fifth_of_the_run(tmp_path: Path, 
     run._maybe_checkpoint()
     assert len(saves) == 2
     # Before it, 500 files do: a run killed early keeps them.
-    fresh = ingest_module._Run(
-        KnowledgeBase(), DiscoveryOptions(), 1 << 20, 1 << 20, "", tmp_path / "index", None, 30.0
-    )
+    fresh = ingest_module._Run(KnowledgeBase(), options, None, None)
     monkeypatch.setattr(fresh, "save", lambda: saves.append(-1.0))
     fresh.dirty = 499
     fresh._maybe_checkpoint()

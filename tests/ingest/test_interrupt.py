@@ -10,14 +10,21 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _serve import default_sigint
 from _trees import write
 
 from clanker_rag._exceptions import IndexFormatError
-from clanker_rag._ingest._run import ingest
+from clanker_rag._ingest._report import IngestReport
 from clanker_rag._kb import KnowledgeBase
+
+
+def ingest(kb: KnowledgeBase, path: Any, **options: Any) -> IngestReport:
+    """The ingest as ``kb.ingest`` runs it (with the knowledge base's own writer)."""
+    return kb.ingest(path, **options)
+
 
 ROOT = Path(__file__).resolve().parents[2]
 QUERIES = ["alpha beta gamma", "delta epsilon", "zeta eta theta iota", "kappa", "lambda mu nu xi omicron"]
@@ -83,7 +90,7 @@ def test_an_interrupt_inside_an_add_keeps_the_last_checkpoint_and_a_rerun_conver
     # Three chunks into the fifth file (one span_counts call a chunk).
     stop_at = sum(len(list(done.chunks(source))) for source in order[:4]) + 3
     index = tmp_path / "index"
-    import clanker_rag._kb as kb_module
+    import clanker_rag._engine._writing as writing_module
     from clanker_rag._engine._counting import span_counts
 
     real = span_counts
@@ -96,13 +103,13 @@ def test_an_interrupt_inside_an_add_keeps_the_last_checkpoint_and_a_rerun_conver
             raise KeyboardInterrupt
         return real(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(kb_module, "span_counts", interrupted)
+    monkeypatch.setattr(writing_module, "span_counts", interrupted)
     kb = KnowledgeBase()
     with pytest.raises(KeyboardInterrupt):
         ingest(kb, tree, index_path=index, checkpoint_files=2, jobs=1)
-    monkeypatch.setattr(kb_module, "span_counts", real)
+    monkeypatch.setattr(writing_module, "span_counts", real)
     # The half-added file is in memory only: nothing saves it.
-    assert not kb.is_intact()
+    assert not kb._writer.is_intact()
     with pytest.raises(IndexFormatError, match="stopped midway"):
         kb.save(tmp_path / "elsewhere")
     saved = KnowledgeBase.load(index)
@@ -129,7 +136,7 @@ def test_an_interrupt_between_files_saves_what_was_indexed(tmp_path: Path, monke
     monkeypatch.setattr(kb, "source_metadata", stop_at_the_fourth)
     with pytest.raises(KeyboardInterrupt):
         ingest(kb, tree, index_path=index, jobs=1)
-    assert kb.is_intact()
+    assert kb._writer.is_intact()
     assert len(KnowledgeBase.load(index).sources()) == 3
 
 

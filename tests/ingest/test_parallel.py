@@ -22,12 +22,19 @@ from _trees import write
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from clanker_rag._engine._writing import IndexWriter
 from clanker_rag._exceptions import ConfigError
 from clanker_rag._ingest import _parallel, _run
 from clanker_rag._ingest._parallel import usable_cpus
 from clanker_rag._ingest._readers import read_document
-from clanker_rag._ingest._run import IngestReport, ingest
+from clanker_rag._ingest._report import IngestReport
 from clanker_rag._kb import KnowledgeBase
+
+
+def ingest(kb: KnowledgeBase, path: Any, **options: Any) -> IngestReport:
+    """The ingest as ``kb.ingest`` runs it (with the knowledge base's own writer)."""
+    return kb.ingest(path, **options)
+
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY_BLOCK = "-----BEGIN " + "OPENSSH PRIVATE KEY-----\nabc\n-----END " + "OPENSSH PRIVATE KEY-----\n"
@@ -113,8 +120,8 @@ def report_view(report: IngestReport) -> dict[str, Any]:
 
 def both(tree: Path, tmp: Path, **options: object) -> tuple[KnowledgeBase, IngestReport, KnowledgeBase, IngestReport]:
     serial_kb, parallel_kb = KnowledgeBase(chunk_size=40, stride=20), KnowledgeBase(chunk_size=40, stride=20)
-    serial = ingest(serial_kb, tree, jobs=1, progress=False, **options)  # type: ignore[arg-type]
-    parallel = ingest(parallel_kb, tree, jobs=3, progress=False, **options)  # type: ignore[arg-type]
+    serial = ingest(serial_kb, tree, jobs=1, progress=False, **options)
+    parallel = ingest(parallel_kb, tree, jobs=3, progress=False, **options)
     return serial_kb, serial, parallel_kb, parallel
 
 
@@ -307,20 +314,20 @@ def test_reader_failure_in_a_worker_is_a_reported_skip(
 def test_parallel_ingest_interrupted_keeps_saved_work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     tree, index = tmp_path / "tree", tmp_path / "index"
     make_tree(tree)
-    real = KnowledgeBase._add
+    real = IndexWriter.add_prepared
     calls = 0
 
-    def flaky(self: KnowledgeBase, *args: object, **kwargs: object) -> int:
+    def flaky(self: IndexWriter, *args: object, **kwargs: object) -> int:
         nonlocal calls
         calls += 1
         if calls == 30:
             raise RuntimeError("disk on fire")
         return real(self, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(KnowledgeBase, "_add", flaky)
+    monkeypatch.setattr(IndexWriter, "add_prepared", flaky)
     with pytest.raises(RuntimeError, match="disk on fire"):
         ingest(KnowledgeBase(), tree, index_path=index, checkpoint_files=10, jobs=2, progress=False)
-    monkeypatch.setattr(KnowledgeBase, "_add", real)
+    monkeypatch.setattr(IndexWriter, "add_prepared", real)
     kept = KnowledgeBase.load(index)
     assert len(kept.sources()) == 29  # every file added before the failure was saved
     report = ingest(kept, tree, index_path=index, jobs=2, progress=False)
@@ -338,6 +345,7 @@ def test_parallel_ingest_killed_outright_leaves_no_worker_no_lock_no_spool(tmp_p
     script = textwrap.dedent(f"""
         import os, signal, sys, time
         sys.path.insert(0, {str(ROOT)!r})
+        from clanker_rag._engine._writing import IndexWriter
         from clanker_rag._ingest import _parallel
         from clanker_rag._kb import KnowledgeBase
         _parallel.POOL_MIN_BYTES = 0
@@ -351,14 +359,14 @@ def test_parallel_ingest_killed_outright_leaves_no_worker_no_lock_no_spool(tmp_p
                 time.sleep(0.02)
             return real_prepare(self, task)
         _parallel._start_worker, _parallel.Worker.prepare = start, prepare
-        real_add, calls = KnowledgeBase._add, 0
+        real_add, calls = IndexWriter.add_prepared, 0
         def add_then_die(self, *args, **kwargs):
             global calls
             calls += 1
             if calls == 40:
                 os.kill(main, signal.SIGKILL)
             return real_add(self, *args, **kwargs)
-        KnowledgeBase._add = add_then_die
+        IndexWriter.add_prepared = add_then_die
         with KnowledgeBase.edit({str(index)!r}) as kb:
             kb.ingest({str(tree)!r}, index_path={str(index)!r}, checkpoint_files=10, jobs=3, progress=False)
     """)
@@ -396,19 +404,19 @@ def test_jobs_above_the_usable_cpus_is_warned_about(caplog: pytest.LogCaptureFix
 
     too_many = usable_cpus() + 62
     with caplog.at_level(logging.WARNING, logger="clanker_rag"):
-        workers, _ = _workers_for(KnowledgeBase(), too_many)
+        workers, _ = _workers_for(KnowledgeBase()._writer, too_many)
     assert workers == too_many  # an explicit library request is honoured; the CLI caps -j
     assert any(str(too_many) in r.getMessage() and "usable CPUs" in r.getMessage() for r in caplog.records)
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="clanker_rag"):
-        _workers_for(KnowledgeBase(), usable_cpus())
+        _workers_for(KnowledgeBase()._writer, usable_cpus())
     assert not caplog.records
 
 
 def test_jobs_is_validated() -> None:
     for bad in (0, -2, True, 1.5):
         with pytest.raises(ConfigError, match="jobs"):
-            ingest(KnowledgeBase(), ".", jobs=bad)  # type: ignore[arg-type]
+            ingest(KnowledgeBase(), ".", jobs=bad)
 
 
 def test_custom_analyser_or_wrapped_add_text_stays_in_this_process(tmp_path: Path) -> None:
@@ -496,7 +504,7 @@ def test_add_text_overridden_in_a_subclass_is_called_for_every_file(tmp_path: Pa
             return super().add_text(text, source, metadata, sections=sections)
 
     kb = Logged()
-    assert not kb.takes_prepared() and KnowledgeBase().takes_prepared()
+    assert not kb._takes_prepared() and KnowledgeBase()._takes_prepared()
     report = ingest(kb, tree, jobs=2, progress=False)
     assert report.workers == 0 and sorted(seen) == sorted(report.added)
 
@@ -525,7 +533,8 @@ def test_a_worker_reports_typed_outcomes(tmp_path: Path) -> None:
     direct, prepared_kb = KnowledgeBase(chunk_size=40, stride=20), KnowledgeBase(chunk_size=40, stride=20)
     direct.add_text(prepared.doc.text, "a.md", sections=prepared.doc.sections)
     ready = _parallel.Ready(None, "a.md", None, prepared, terms)  # type: ignore[arg-type]
-    prepared_kb.add_prepared(prepared.doc.text, "a.md", None, prepared.doc.sections, content="x", counted=ready.chunks)
+    writer = prepared_kb._writer
+    writer.add_prepared(prepared.doc.text, "a.md", None, prepared.doc.sections, content="x", counted=ready.chunks)
     assert [(h.text, h.section) for h in direct.search("harbor title")] == [
         (h.text, h.section) for h in prepared_kb.search("harbor title")
     ]

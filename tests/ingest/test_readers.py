@@ -7,6 +7,7 @@ import itertools
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -23,8 +24,14 @@ from clanker_rag._ingest._readers import (
     decode_bytes,
     parse_text,
 )
-from clanker_rag._ingest._run import ingest
+from clanker_rag._ingest._report import IngestReport
 from clanker_rag._kb import KnowledgeBase
+
+
+def ingest(kb: KnowledgeBase, path: Any, **options: Any) -> IngestReport:
+    """The ingest as ``kb.ingest`` runs it (with the knowledge base's own writer)."""
+    return kb.ingest(path, **options)
+
 
 FORMATS = [
     "text",

@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _serve import default_sigint
@@ -25,7 +26,7 @@ from hypothesis import strategies as st
 from clanker_rag._cli._main import main
 from clanker_rag._cli._watching import cycle_json, cycle_line
 from clanker_rag._exceptions import ConfigError, IndexLockedError, IngestError
-from clanker_rag._ingest._run import IngestReport, ingest
+from clanker_rag._ingest._report import IngestReport
 from clanker_rag._ingest._scan import Scanner, scan_roots
 from clanker_rag._ingest._watch import (
     Changes,
@@ -38,6 +39,12 @@ from clanker_rag._ingest._watch import (
     watch,
 )
 from clanker_rag._kb import KnowledgeBase
+
+
+def ingest(kb: KnowledgeBase, path: Any, **options: Any) -> IngestReport:
+    """The ingest as ``kb.ingest`` runs it (with the knowledge base's own writer)."""
+    return kb.ingest(path, **options)
+
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -653,8 +660,8 @@ def test_a_commit_whose_save_failed_is_saved_by_the_next_one(
     synced: tuple[FolderSync, Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sync, tree, index = synced
-    kb = sync.kb
-    real_save: Callable[..., object] = kb.save
+    writer = sync.kb._writer  # type: ignore[attr-defined]  # (both kb.save and the ingest's checkpoints write through it)
+    real_save: Callable[..., object] = writer.save
 
     def full_disk(*args: object, **kwargs: object) -> object:
         raise OSError(28, "No space left on device")
@@ -662,10 +669,10 @@ def test_a_commit_whose_save_failed_is_saved_by_the_next_one(
     before = sync.scan()
     bump(tree / "alpha.md", "# Alpha\n\nThe alpha file talks about apricots.\n")
     diff = changes(before, sync.scan())
-    monkeypatch.setattr(kb, "save", full_disk)
+    monkeypatch.setattr(writer, "save", full_disk)
     with pytest.raises(OSError, match="No space"):
         sync.commit(diff)
-    monkeypatch.setattr(kb, "save", real_save)
+    monkeypatch.setattr(writer, "save", real_save)
     # The knowledge base took the edit, so the ingest finds nothing new: it must save anyway.
     report = sync.commit(diff)
     assert report.saves == 1

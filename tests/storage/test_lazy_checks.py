@@ -212,7 +212,7 @@ def test_statistics_that_do_not_match_the_chunk_lengths_fail_at_load(folder):
 
 
 def test_a_flipped_bit_in_the_term_dictionary_fails_when_a_commit_looks_the_term_up(folder):
-    term = KnowledgeBase.load(folder)._idx.terms[10]
+    term = KnowledgeBase.load(folder)._index.terms[10]
     path, body, _ = segment(folder)
     start = ref(body, "dictionary.text")[0]
     at, size = ref(body, "dictionary.offsets")
@@ -230,10 +230,11 @@ def test_term_lookups_find_the_same_ids_checked_read_by_read_or_whole(folder, mo
     from clanker_rag._storage import _codec
 
     reference = KnowledgeBase.load(folder)
-    words = [reference._idx.terms[tid] for tid in range(len(reference._idx.terms))] + ["zzz", "", "qqqq", "alpha9zz"]
+    known = reference._index.terms
+    words = [known[tid] for tid in range(len(known))] + ["zzz", "", "qqqq", "alpha9zz"]
     monkeypatch.setattr(_codec, "CHECKED_READS", reads)
     kb = KnowledgeBase.load(folder)
-    terms = kb._idx.terms
+    terms = kb._index.terms
     assert isinstance(terms, _codec.TermList)
     saved = terms.saved
     expected = [*range(len(words) - 4), None, None, None, None]

@@ -109,13 +109,13 @@ def test_fresh_kb_ingest_refuses_before_reading_any_file(tmp_path, monkeypatch):
     (docs / "a.txt").write_text("some words to index\n")
     kb = KnowledgeBase()
     added: list[str] = []
-    real_add = kb.add_prepared
+    real_add = kb._writer.add_prepared
 
     def recording_add(*a, **k):
         added.append("x")
         return real_add(*a, **k)
 
-    monkeypatch.setattr(kb, "add_prepared", recording_add)
+    monkeypatch.setattr(kb._writer, "add_prepared", recording_add)
     with pytest.raises(ConfigError, match="overwrite=True") as info:
         kb.ingest(docs, index_path=tmp_path / "i", checkpoint_files=10_000)
     assert str(tmp_path / "i") in str(info.value)
@@ -131,15 +131,15 @@ def test_ingest_with_overwrite_replaces_an_existing_index(tmp_path):
     report = kb.ingest(docs, index_path=tmp_path / "i", overwrite=True, progress=False, checkpoint_files=1)
     assert report.added == ["a.txt"]
     assert KnowledgeBase.load(tmp_path / "i").sources() == ["a.txt"]
-    assert not kb.would_replace(tmp_path / "i")  # now its own: later saves keep the stale-save check
+    assert not kb._writer.would_replace(tmp_path / "i")  # now its own: later saves keep the stale-save check
 
 
 def test_would_replace_sees_through_aliases(tmp_path):
     kb = small_kb()
-    assert not kb.would_replace(tmp_path / "new")  # nothing there yet
+    assert not kb._writer.would_replace(tmp_path / "new")  # nothing there yet
     kb.save(tmp_path / "i")
-    assert not kb.would_replace(tmp_path / "x" / ".." / "i")
-    assert KnowledgeBase().would_replace(tmp_path / "i")
+    assert not kb._writer.would_replace(tmp_path / "x" / ".." / "i")
+    assert KnowledgeBase()._writer.would_replace(tmp_path / "i")
 
 
 def test_cli_ingest_adds_to_an_existing_index(tmp_path, capsys):

@@ -105,7 +105,7 @@ def sample_texts() -> list[tuple[str, str]]:
 @pytest.fixture
 def forking(monkeypatch):
     """Saves of at least 10 texts fork for them, as if a core were idle; records what happens."""
-    from clanker_rag import _kb
+    from clanker_rag._engine import _writing as _kb  # (the index writer makes the snapshot a save writes)
     from clanker_rag._storage import _writer
 
     monkeypatch.setattr(_writer, "FORK_TEXTS", 10)
@@ -191,7 +191,8 @@ def test_a_failed_early_child_leaves_the_texts_to_this_process(tmp_path, forking
 
 @needs_fork
 def test_a_save_failing_after_the_early_fork_reaps_the_child_and_writes_nothing(tmp_path, forking, monkeypatch):
-    from clanker_rag import KnowledgeBase, _kb
+    from clanker_rag import KnowledgeBase
+    from clanker_rag._engine import _writing as _kb
     from clanker_rag._forking import Child
 
     texts = sample_texts()
