@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from ._discovery import DEFAULT_SKIP_DIRS, Candidate, DiscoveryOptions, Skipped, discover, single_file
+from ._discovery import DEFAULT_SKIP_DIRS, Candidate, DiscoveryOptions, Skipped, discover, resolved, single_file
 from ._readers import DEFAULT_EXTENSIONS
 
 __all__ = ["FULL_SCAN_SECONDS", "FileStamp", "Scanner", "Snapshot", "discovery_options", "scan_roots"]
@@ -154,7 +154,7 @@ def _folders(root: str, pruned: set[str], options: DiscoveryOptions) -> Iterable
         for sub, name, sub_rel in subdirs:
             if sub_rel in pruned or name in options.skip_dirs or name.endswith(".egg-info"):
                 continue
-            if options.skip_real and os.path.realpath(sub) in options.skip_real:
+            if options.skip_real and resolved(sub) in options.skip_real:
                 continue
             stack.append((sub, sub_rel))
 

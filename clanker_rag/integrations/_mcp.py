@@ -21,9 +21,11 @@ built, never when this module is.
 from __future__ import annotations
 
 import difflib
+import errno
 import logging
 import os
 import socket
+import stat
 import sys
 import threading
 import urllib.parse
@@ -32,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._exceptions import ClankerRagError, ConfigError, MissingExtraError, install_hint
+from .._ingest._readers import FoundPath, open_beneath
 from .._kb import KnowledgeBase
 from .._serve._access import TOKEN_ENV, bearer_ok, token_from_env
 from .._serve._follow import IndexFollower
@@ -225,20 +228,21 @@ class KnowledgeService:
             root = next((r for r in self._roots if target == r or r in target.parents), None)
             if root is None:
                 raise ConfigError(f"path {path!r:.300} is outside the folders ingest may read: {self._roots_text()}")
-            exists = target.exists()
+            pinned = _pin(target)
         except (OSError, ValueError) as exc:  # a name too long for the file system, say
             raise ConfigError(f"path {path!r:.300} cannot be read: {getattr(exc, 'strerror', None) or exc}") from None
-        if not exists:
+        if pinned is None:
             raise ConfigError(f"path {path!r:.300} does not exist")
+        found, is_dir = pinned
         # Source names as `clanker-rag ingest ROOT` gives them, whatever part of ROOT is read.
-        rel = (target if target.is_dir() else target.parent).relative_to(root).as_posix()
+        rel = (target if is_dir else target.parent).relative_to(root).as_posix()
         prefix = "" if rel == "." else rel + "/"
         if len(self._roots) > 1:
             prefix = f"{root.name}/{prefix}"
         assert self._path is not None
         with KnowledgeBase.edit(self._path) as kb:
             report: IngestReport = kb.ingest(
-                target, index_path=self._path, prefix=prefix, secret_guard=True, progress=False, jobs=1
+                found, index_path=self._path, prefix=prefix, secret_guard=True, progress=False, jobs=1
             )
         with self._lock:
             self._current()
@@ -258,6 +262,32 @@ class KnowledgeService:
         source = urllib.parse.unquote(uri[len(RESOURCE_PREFIX) :])
         text = self._with_kb(lambda kb: kb.source_text(source))
         return None if text is None else neutralize(text)
+
+
+def _pin(target: Path) -> tuple[FoundPath, bool] | None:
+    """``target`` (resolved, inside a root) pinned to the file or folder there now, and whether it is a folder.
+
+    It is opened following no symlink in any component, so what the ingest
+    reads is what was checked to be inside the root: a component swapped for
+    a symlink since (before or after this check) makes the ingest skip it
+    rather than read outside the root.  None when nothing is there.
+    """
+    real = str(target)
+    try:
+        fd = open_beneath(real, getattr(os, "O_PATH", os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise ConfigError(f"path {real!r:.300} changed while it was checked (a symlink now); try again") from None
+        raise
+    try:
+        st = os.fstat(fd)
+    finally:
+        os.close(fd)
+    if stat.S_ISLNK(st.st_mode):  # (O_PATH | O_NOFOLLOW opens a symlink itself)
+        raise ConfigError(f"path {real!r:.300} changed while it was checked (a symlink now); try again")
+    return FoundPath(real, real, (st.st_dev, st.st_ino)), stat.S_ISDIR(st.st_mode)
 
 
 _DESCRIPTIONS = {
