@@ -39,7 +39,7 @@ from .._kb import KnowledgeBase
 from .._serve._access import TOKEN_ENV, bearer_ok, token_from_env
 from .._serve._follow import IndexFollower
 from .._stream._blocks import BlockBuilder, neutralize
-from ._adapters import check_k, check_query, check_source, check_where
+from ._adapters import MAX_WHERE_KEYS, MAX_WHERE_VALUES, check_k, check_query, check_source, check_where
 
 if TYPE_CHECKING:
     from .._ingest._run import IngestReport
@@ -155,7 +155,9 @@ class KnowledgeService:
     def show(self, source: str, start_line: int | None = None, end_line: int | None = None) -> str:
         """The (neutralised) text of ``source``, or of lines ``start_line``-``end_line`` (1-based, inclusive)."""
         if not isinstance(source, str) or not source:
-            raise ConfigError(f"source={source!r} must be the name of an indexed source")
+            raise ConfigError(f"source={source!r:.200} must be the name of an indexed source")
+        if len(source) > MAX_PATH_CHARS:
+            raise ConfigError(f"source is {len(source)} characters long; the limit is {MAX_PATH_CHARS}")
         first, last = _int_or_none("start_line", start_line), _int_or_none("end_line", end_line)
 
         def read(kb: KnowledgeBase) -> tuple[str | None, list[str]]:
@@ -257,7 +259,8 @@ class KnowledgeService:
 
     def resource_text(self, uri: str) -> str | None:
         """The neutralised text of the source behind ``uri``, or None."""
-        if not uri.startswith(RESOURCE_PREFIX):
+        # (a source name percent-encoded takes at most three characters a character)
+        if not uri.startswith(RESOURCE_PREFIX) or len(uri) > len(RESOURCE_PREFIX) + 3 * MAX_PATH_CHARS:
             return None
         source = urllib.parse.unquote(uri[len(RESOURCE_PREFIX) :])
         text = self._with_kb(lambda kb: kb.source_text(source))
@@ -294,7 +297,8 @@ _DESCRIPTIONS = {
     "search": (
         "Search the knowledge base (BM25). Returns up to k passages, best first, each with its source, "
         "line range, score and text. k: 1-100 (default 5). source: only sources matching a glob "
-        "('docs/*.md') or starting with a prefix. where: metadata filter, {key: value or [values]}."
+        "('docs/*.md') or starting with a prefix. where: metadata filter, {key: value or [values]} "
+        f"(at most {MAX_WHERE_KEYS} keys and {MAX_WHERE_VALUES} values a key)."
     ),
     "retrieve": (
         "Retrieve passages for a question as one numbered block of [n] source:lines entries to read and "
