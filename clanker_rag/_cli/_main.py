@@ -320,7 +320,46 @@ def _size(text: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit code."""
+    """Run the command line; returns the exit code.
+
+    A Ctrl-C anywhere in it, its clean-up included, is the one line and exit
+    code 130 that an interrupted command gives.  Run as the program (no
+    ``argv``), a Ctrl-C after that, while the interpreter shuts down (joining
+    threads, atexit handlers), ends the process the default way, by the
+    signal, rather than with a traceback.
+    """
+    try:
+        try:
+            code = _main(argv)
+        finally:
+            if argv is None:
+                _default_sigint()
+    except KeyboardInterrupt:
+        code = _interrupted(False)
+    return code
+
+
+def _default_sigint() -> None:
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _interrupted(debug: bool) -> int:
+    try:
+        if debug:
+            import traceback
+
+            traceback.print_exc()
+        print(f"{PROG}: interrupted", file=sys.stderr)
+    except (KeyboardInterrupt, OSError):  # a second Ctrl-C, or stderr gone: the exit code says it
+        pass
+    return 130
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -372,12 +411,7 @@ def _run(args: argparse.Namespace) -> int:
         code: int = args.func(args)
         return code
     except KeyboardInterrupt:
-        if debug:
-            import traceback
-
-            traceback.print_exc()
-        print(f"{PROG}: interrupted", file=sys.stderr)
-        return 130
+        return _interrupted(debug)
     except BrokenPipeError:
         # The reader of stdout went away (| head): not worth a message.
         _silence_stdout()
