@@ -9,8 +9,12 @@ exit code; ``--debug`` adds the traceback and debug logging.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
+import threading
+import traceback
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import _whole_index
@@ -320,42 +324,24 @@ def _size(text: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit code.
-
-    A Ctrl-C anywhere in it, its clean-up included, is the one line and exit
-    code 130 that an interrupted command gives.  Run as the program (no
-    ``argv``), a Ctrl-C after that, while the interpreter shuts down (joining
-    threads, atexit handlers), ends the process the default way, by the
-    signal, rather than with a traceback.
-    """
+    """Run the command line; returns the exit code.  A Ctrl-C in its clean-up too is "interrupted" and 130;
+    run as the program (no ``argv``), it then leaves SIGINT to its default action, so a Ctrl-C while the
+    interpreter exits (thread joins, atexit) ends the process by the signal, not with a traceback."""
     try:
         try:
-            code = _main(argv)
+            return _main(argv)
         finally:
-            if argv is None:
-                _default_sigint()
+            if argv is None and threading.current_thread() is threading.main_thread():
+                signal.signal(signal.SIGINT, signal.SIG_DFL)
     except KeyboardInterrupt:
-        code = _interrupted(False)
-    return code
-
-
-def _default_sigint() -> None:
-    import signal
-    import threading
-
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        return _interrupted(False)
 
 
 def _interrupted(debug: bool) -> int:
-    try:
+    with contextlib.suppress(KeyboardInterrupt, OSError):  # a second Ctrl-C, or stderr gone: the code says it
         if debug:
-            import traceback
-
             traceback.print_exc()
         print(f"{PROG}: interrupted", file=sys.stderr)
-    except (KeyboardInterrupt, OSError):  # a second Ctrl-C, or stderr gone: the exit code says it
-        pass
     return 130
 
 

@@ -23,8 +23,12 @@ import itertools
 import socket
 import threading
 import time
+from http.server import BaseHTTPRequestHandler
+from typing import Protocol, cast
 
-__all__ = ["DEFAULT_HEADER_SECONDS", "HeaderDeadlines"]
+from .._exceptions import ConfigError
+
+__all__ = ["DEFAULT_HEADER_SECONDS", "DeadlineHandler", "HeaderDeadlines", "check_header_seconds"]
 
 # Real clients send a request line and headers in one packet, milliseconds
 # after they connect or reuse a connection; Apache's keep-alive timeout is 5 s.
@@ -104,3 +108,45 @@ class HeaderDeadlines:
                 self.expired += 1
                 with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
+
+
+def check_header_seconds(value: object, most: float) -> None:
+    """Raise ``ConfigError`` unless ``value`` is a number of seconds in (0, ``most``]."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"header_timeout={value!r} must be a number of seconds")
+    if not 0 < value <= most:
+        raise ConfigError(f"header_timeout={value} is out of range: expected > 0 and <= {most:g}")
+
+
+class _WithDeadlines(Protocol):
+    header_deadlines: HeaderDeadlines
+
+
+class DeadlineHandler(BaseHTTPRequestHandler):
+    """A request handler whose request line and headers are due within its server's ``header_deadlines``.
+
+    The wait starts when the handler waits for a request and ends once the
+    headers are parsed; a request cut off at the deadline is not served.
+    """
+
+    _header_ticket = -1
+
+    def _deadlines(self) -> HeaderDeadlines:
+        return cast(_WithDeadlines, self.server).header_deadlines
+
+    def handle_one_request(self) -> None:
+        deadlines = self._deadlines()
+        self._header_ticket = deadlines.start(self.connection)
+        try:
+            super().handle_one_request()
+        finally:
+            deadlines.done(self._header_ticket)
+
+    def parse_request(self) -> bool:
+        parsed = super().parse_request()
+        if not self._deadlines().done(self._header_ticket):
+            # Cut off at the deadline: the headers read may be a truncated set
+            # (and the socket is shut down: nothing can be answered).
+            self.close_connection = True
+            return False
+        return parsed

@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Generator, Iterator, Mapping
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 
 from .._answer._ask import base_model_events, probe_server
@@ -35,7 +35,7 @@ from .._stream._controller import InjectEvent, RagController, RetrieveEvent, Str
 from .._types import Retriever
 from .._urls import BaseUrl, parse_base_url
 from ._access import AccessPolicy
-from ._deadlines import DEFAULT_HEADER_SECONDS, HeaderDeadlines
+from ._deadlines import DEFAULT_HEADER_SECONDS, DeadlineHandler, HeaderDeadlines, check_header_seconds
 from ._native_tools import assemble_response, run_native
 from ._upstream import (
     ChatTurns,
@@ -63,11 +63,9 @@ DEFAULT_MAX_REQUEST_BYTES = 8 * 1024 * 1024
 # Connections served at once (a thread each); past it a connection gets 503 at
 # once.  Well above the concurrent streams one upstream can serve.
 DEFAULT_MAX_CONNECTIONS = 256
-# A client socket that neither sends nor reads for this long, once its request's
-# headers are in, is dropped.  (Waiting for the upstream does not count: that
-# socket is the upstream's.)  Before the headers are in, a connection has
-# ProxyConfig.header_timeout (see _deadlines.py): an idle keep-alive or a
-# half-sent request does not hold its thread and slot for a minute.
+# A client socket that neither sends nor reads for this long once its request's headers
+# are in (before: ProxyConfig.header_timeout, _deadlines.py) is dropped.  (Waiting for
+# the upstream does not count: that socket is the upstream's.)
 CLIENT_IDLE_SECONDS = 60
 _BUSY = (
     b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
@@ -134,8 +132,7 @@ class ProxyConfig:
     # (see _access.py); the upstream then gets api_key, never the client's header.
     token: str | None = None
     max_connections: int = DEFAULT_MAX_CONNECTIONS
-    # Seconds a connection has to send a request line and headers (a new one,
-    # or a keep-alive one between requests); then it is closed.
+    # Seconds a connection (new, or keep-alive between requests) has to send a request's headers.
     header_timeout: float = DEFAULT_HEADER_SECONDS
     base: BaseUrl = field(init=False)
 
@@ -150,12 +147,7 @@ class ProxyConfig:
             raise ConfigError(f"max_request_bytes={self.max_request_bytes} is out of range: expected >= 1024")
         if self.timeout <= 0:
             raise ConfigError(f"timeout={self.timeout} is out of range: expected > 0")
-        if isinstance(self.header_timeout, bool) or not isinstance(self.header_timeout, int | float):
-            raise ConfigError(f"header_timeout={self.header_timeout!r} must be a number of seconds")
-        if not 0 < self.header_timeout <= CLIENT_IDLE_SECONDS:
-            raise ConfigError(
-                f"header_timeout={self.header_timeout} is out of range: expected > 0 and <= {CLIENT_IDLE_SECONDS}"
-            )
+        check_header_seconds(self.header_timeout, CLIENT_IDLE_SECONDS)
         if (
             isinstance(self.max_connections, bool)
             or not isinstance(self.max_connections, int)
@@ -293,7 +285,7 @@ class _ClientGone(Exception):
     """Writing to the client failed: it disconnected."""
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(DeadlineHandler):
     server: ProxyServer
     protocol_version = "HTTP/1.1"
     server_version = "clanker-rag"
@@ -306,25 +298,6 @@ class _Handler(BaseHTTPRequestHandler):
         super().setup()
         with contextlib.suppress(OSError):
             self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    def handle_one_request(self) -> None:
-        # The request line and headers are due within header_timeout, or the
-        # socket is shut down (_deadlines.py); parse_request ends the wait.
-        deadlines = self.server.header_deadlines
-        self._header_ticket = deadlines.start(self.connection)
-        try:
-            super().handle_one_request()
-        finally:
-            deadlines.done(self._header_ticket)
-
-    def parse_request(self) -> bool:
-        parsed = super().parse_request()
-        if not self.server.header_deadlines.done(self._header_ticket):
-            # Cut off at the deadline: the headers read may be a truncated
-            # set (the socket is shut down and nothing can be answered).
-            self.close_connection = True
-            return False
-        return parsed
 
     # -- logging: never headers, never credentials ------------------------------------
     def _secrets(self) -> list[str]:

@@ -120,7 +120,9 @@ def check_where(where: object) -> dict[str, Any] | None:
         if not isinstance(key, str) or not key:
             raise ConfigError(f"where key {key!r:.200} must be a non-empty string")
         if len(key) > MAX_WHERE_CHARS:
-            raise ConfigError(f"where key {key[:80]!r}... is {len(key)} characters long; the limit is {MAX_WHERE_CHARS}")
+            raise ConfigError(
+                f"where key {key[:80]!r}... is {len(key)} characters long; the limit is {MAX_WHERE_CHARS}"
+            )
         if isinstance(value, (list, tuple)) and len(value) > MAX_WHERE_VALUES:
             raise ConfigError(f"where[{key!r}] lists {len(value)} values; the limit is {MAX_WHERE_VALUES}")
         ok = isinstance(value, _SCALARS) or (

@@ -18,7 +18,7 @@ import pytest
 
 from clanker_rag import KnowledgeBase
 from clanker_rag._ingest import _run
-from clanker_rag._ingest._discovery import Candidate, DiscoveryOptions, Skipped
+from clanker_rag._ingest._discovery import Candidate, DiscoveryOptions, Skipped, discover
 
 GUARD_SECONDS = 20
 
@@ -96,7 +96,7 @@ def test_a_file_swapped_for_a_fifo_after_the_walk_is_skipped(
 ) -> None:
     root = _tree(tmp_path)
     fifo = root / "a.md"
-    real = _run.discover
+    real = discover
 
     def walk(path: str, options: DiscoveryOptions) -> Iterator[Candidate | Skipped]:
         yield from real(path, options)

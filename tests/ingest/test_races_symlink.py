@@ -18,7 +18,7 @@ import pytest
 
 from clanker_rag import KnowledgeBase
 from clanker_rag._ingest import _run
-from clanker_rag._ingest._discovery import Candidate, DiscoveryOptions, Skipped
+from clanker_rag._ingest._discovery import Candidate, DiscoveryOptions, Skipped, discover, single_file
 
 OUTSIDE = "zebraoutside confidential words that live outside the ingest root"
 
@@ -49,7 +49,7 @@ def _swap_in_link(path: Path, target: Path) -> None:
 
 def _hooked_walk(monkeypatch: pytest.MonkeyPatch, after: str | None, swap: object) -> list[bool]:
     """Run ``swap()`` once the walk has yielded ``after`` (None: once the walk is over)."""
-    real = _run.discover
+    real = discover
     done: list[bool] = []
 
     def walk(root: str, options: DiscoveryOptions) -> Iterator[Candidate | Skipped]:
@@ -112,7 +112,7 @@ def test_an_explicitly_named_file_swapped_after_the_check_is_not_read(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root, outside = _tree(tmp_path)
-    real = _run.single_file
+    real = single_file
 
     def decide(path: str, options: DiscoveryOptions) -> Candidate | Skipped:
         out = real(path, options)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,10 +22,10 @@ from clanker_rag._ingest._watch import Changes, FileStamp, watch
 def _flaky_realpath(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     real = os.path.realpath
 
-    def realpath(path: str | os.PathLike[str], *args: object, **kwargs: object) -> str:
+    def realpath(path: str | os.PathLike[str], **kwargs: Any) -> str:
         if os.fspath(path).endswith(os.sep + name):
             raise OSError(22, "Invalid argument", os.fspath(path))  # readlink on what is a file now
-        return real(path, *args, **kwargs)  # type: ignore[arg-type]
+        return real(os.fspath(path), **kwargs)
 
     monkeypatch.setattr(os.path, "realpath", realpath)
 
@@ -64,7 +65,11 @@ def test_a_full_scan_survives_a_symlink_changing_under_it(tmp_path: Path, monkey
 
 def test_the_watch_survives_a_scan_that_fails() -> None:
     now = [0.0]
-    snapshots = [{"a.md": FileStamp(1, 1, 1)}, OSError(40, "Too many levels of symbolic links"), None, None]
+    snapshots: list[dict[str, FileStamp] | OSError | None] = [
+        {"a.md": FileStamp(1, 1, 1)},
+        OSError(40, "Too many levels of symbolic links"),
+        None,
+    ]
     scans: list[float] = []
 
     def scan() -> dict[str, FileStamp]:

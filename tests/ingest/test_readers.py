@@ -22,6 +22,7 @@ from clanker_rag._ingest._readers import (
     _sections,
     binary_reason,
     decode_bytes,
+    open_beneath,
     parse_text,
 )
 from clanker_rag._ingest._run import ingest
@@ -292,7 +293,7 @@ def test_unreadable_folder_keeps_its_indexed_files(tmp_path: Path, monkeypatch: 
     (tmp_path / "b.md").write_text("top level")
     kb = KnowledgeBase()
     ingest(kb, tmp_path)
-    real_open = _discovery.open_beneath
+    real_open = open_beneath
 
     def open_folder(path: str, flags: int) -> int:  # (root lists a chmod 000 folder)
         if str(path).endswith("sub"):

@@ -39,10 +39,7 @@ print(json.dumps(done))
 
 def _deleter(path: Path, stop: threading.Event) -> None:
     while not stop.is_set():
-        try:
-            path.unlink()
-        except FileNotFoundError:
-            pass
+        path.unlink(missing_ok=True)
         stop.wait(0.005)
 
 
@@ -103,7 +100,7 @@ def test_a_lock_file_swapped_after_flock_is_retried(tmp_path: Path, monkeypatch:
     import clanker_rag._storage._lock as lock_mod
 
     real = lock_mod._flock_nb
-    swapped = []
+    swapped: list[bool] = []
 
     def flock_then_swap(fd: int) -> None:
         real(fd)
