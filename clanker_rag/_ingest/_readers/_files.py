@@ -110,6 +110,9 @@ _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 _O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 _O_NOCTTY = getattr(os, "O_NOCTTY", 0)
+# Folders on the way are only looked up in: O_PATH needs search permission alone, as
+# a path lookup does (a folder with mode 711 is passed through, not listed).
+_O_LOOKUP = getattr(os, "O_PATH", os.O_RDONLY)
 # Opening relative to a directory descriptor (POSIX); elsewhere a path is opened whole.
 BENEATH = os.open in os.supports_dir_fd and bool(_O_NOFOLLOW)
 # A path component that is a symlink now (ELOOP: the last one; ENOTDIR: one before it).
@@ -126,16 +129,16 @@ def open_beneath(real: str, flags: int) -> int:
     if not BENEATH:  # pragma: no cover - Windows: no descriptor-relative opens
         return os.open(real, flags | _O_CLOEXEC)
     parts = [p for p in real.split(os.sep) if p]
-    dir_fd = os.open(os.sep, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
+    if not parts:  # (the root folder itself)
+        return os.open(os.sep, flags | _O_CLOEXEC)
+    dir_fd = os.open(os.sep, _O_LOOKUP | _O_DIRECTORY | _O_CLOEXEC)
     try:
         for part in parts[:-1]:
             if part == "..":  # (a resolved path has none; never climb out)
                 raise OSError(errno.EINVAL, "a resolved path has no '..'", real)
-            nxt = os.open(part, os.O_RDONLY | _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC, dir_fd=dir_fd)
+            nxt = os.open(part, _O_LOOKUP | _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC, dir_fd=dir_fd)
             os.close(dir_fd)
             dir_fd = nxt
-        if not parts:
-            return os.dup(dir_fd)
         return os.open(parts[-1], flags | _O_NOFOLLOW | _O_CLOEXEC, dir_fd=dir_fd)
     finally:
         os.close(dir_fd)
