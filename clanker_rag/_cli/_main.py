@@ -9,8 +9,12 @@ exit code; ``--debug`` adds the traceback and debug logging.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
+import threading
+import traceback
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import _whole_index
@@ -326,7 +330,28 @@ def _size(text: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit code."""
+    """Run the command line; returns the exit code.  A Ctrl-C in its clean-up too is "interrupted" and 130;
+    run as the program (no ``argv``), it then leaves SIGINT to its default action, so a Ctrl-C while the
+    interpreter exits (thread joins, atexit) ends the process by the signal, not with a traceback."""
+    try:
+        try:
+            return _main(argv)
+        finally:
+            if argv is None and threading.current_thread() is threading.main_thread():
+                signal.signal(signal.SIGINT, signal.SIG_DFL)
+    except KeyboardInterrupt:
+        return _interrupted(False)
+
+
+def _interrupted(debug: bool) -> int:
+    with contextlib.suppress(KeyboardInterrupt, OSError):  # a second Ctrl-C, or stderr gone: the code says it
+        if debug:
+            traceback.print_exc()
+        print(f"{PROG}: interrupted", file=sys.stderr)
+    return 130
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -384,12 +409,7 @@ def _run(args: argparse.Namespace) -> int:
         code: int = args.func(args)
         return code
     except KeyboardInterrupt:
-        if debug:
-            import traceback
-
-            traceback.print_exc()
-        print(f"{PROG}: interrupted", file=sys.stderr)
-        return 130
+        return _interrupted(debug)
     except BrokenPipeError:
         # The reader of stdout went away (| head): not worth a message.
         _silence_stdout()

@@ -5,6 +5,13 @@ same tree always gives the same order), honours ``.gitignore`` files with
 git's own matching rules, prunes tool and dependency folders, never follows a
 symlink out of the root unless asked, and survives symlink loops.
 
+What the walk decides is what gets read: folders are listed through
+descriptors opened without following symlinks and checked against the
+inode their parent's listing showed, and each selected file carries its
+resolved path and inode (a :class:`._readers.FoundPath`), which the reader
+checks on open.  Ignore files and data files are opened without blocking and
+only when regular: a FIFO is skipped, never waited on.
+
 The secret guard runs before anything is opened: files whose names say they
 hold credentials are never read.  Content-based checks (private-key blocks)
 happen after decoding, in the ingest step.
@@ -15,14 +22,17 @@ are reported once, as ``folder/``.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import fnmatch
 import logging
 import os
 import re
+import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from ._readers import DEFAULT_EXTENSIONS, DEFAULT_FILENAMES, format_for
+from ._readers import BENEATH, DEFAULT_EXTENSIONS, DEFAULT_FILENAMES, FoundPath, format_for, open_beneath
 
 __all__ = [
     "DEFAULT_SKIP_DIRS",
@@ -33,10 +43,19 @@ __all__ = [
     "Skipped",
     "compile_glob",
     "discover",
+    "resolved",
     "secret_name_reason",
 ]
 
 logger = logging.getLogger(__name__)
+
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+_O_NOCTTY = getattr(os, "O_NOCTTY", 0)
+_O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+# Folders listed through descriptors (POSIX); elsewhere by path.
+_FD_WALK = BENEATH and os.scandir in os.supports_fd
 
 DEFAULT_SKIP_DIRS: frozenset[str] = frozenset(
     {
@@ -343,6 +362,14 @@ def _within(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
+def resolved(path: str) -> str | None:
+    """``os.path.realpath``, or None when a symlink changes under it (it raises ``OSError`` then)."""
+    try:
+        return os.path.realpath(path)
+    except (OSError, ValueError):
+        return None
+
+
 def _repo_ignores(root: str) -> tuple[GitIgnore, ...]:
     """Ignore files of an enclosing git work tree, above the ingest root."""
     ancestors: list[str] = []
@@ -368,94 +395,205 @@ def _repo_ignores(root: str) -> tuple[GitIgnore, ...]:
     return tuple(out)
 
 
-def _read_small(path: str) -> str | None:
+def _read_small(real: str, dir_fd: int | None = None) -> str | None:
+    """The first MiB of the ignore file at resolved path ``real`` (a name in ``dir_fd`` when given).
+
+    Opened without blocking and without following a symlink: an ignore file
+    that is a FIFO, a device or a symlink is skipped (logged), never waited on.
+    """
+    flags = os.O_RDONLY | _O_NONBLOCK | _O_NOCTTY
     try:
-        with open(path, "rb") as fh:
-            data = fh.read(1 << 20)
-    except OSError:
+        if dir_fd is not None:
+            fd = os.open(real, flags | _O_NOFOLLOW | _O_CLOEXEC, dir_fd=dir_fd)
+        else:
+            fd = open_beneath(real, flags)
+    except FileNotFoundError:
         return None
+    except OSError as exc:
+        logger.info("ignore file %s not read: %s", real, exc.strerror or exc)
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            logger.warning("ignore file %s not read: not a regular file", real)
+            return None
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            if _O_NONBLOCK:
+                os.set_blocking(fh.fileno(), True)
+            data = fh.read(1 << 20)
+    except OSError as exc:
+        logger.info("ignore file %s not read: %s", real, exc.strerror or exc)
+        return None
+    finally:
+        os.close(fd)
     return data.decode("utf-8", "replace")
 
 
+def _ident(st: os.stat_result) -> tuple[int, int]:
+    return st.st_dev, st.st_ino
+
+
+class _Changed(Exception):
+    """A folder is no longer the one the walk saw (swapped, replaced by a symlink)."""
+
+
+def _open_folder(real: str, ident: tuple[int, int] | None) -> int | None:
+    """A descriptor of folder ``real`` opened following no symlink, checked against ``ident``.
+
+    None where descriptors cannot be listed (the walk lists paths then).
+    Raises ``OSError`` when it cannot be opened, :class:`_Changed` when it is
+    not the folder the walk saw.
+    """
+    if not _FD_WALK:  # pragma: no cover - Windows
+        return None
+    try:
+        fd = open_beneath(real, os.O_RDONLY | _O_DIRECTORY)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise _Changed from None
+        raise
+    if ident is not None and _ident(os.fstat(fd)) != ident:
+        os.close(fd)
+        raise _Changed
+    return fd
+
+
+@dataclass(frozen=True, slots=True)
+class _Folder:
+    """A folder waiting to be listed: how it is named and where it really is."""
+
+    path: str  # as the walk reached it (what file paths are built from)
+    real: str  # resolved, opened without following symlinks
+    rel: str
+    active: tuple[GitIgnore, ...]
+    ident: tuple[int, int] | None  # (device, inode) when found; None for a root not yet opened
+
+
 def discover(root: str, options: DiscoveryOptions) -> Iterator[Candidate | Skipped]:
-    """Walk ``root`` (a folder) and yield selected files and skips in sorted order."""
-    root_real = os.path.realpath(root)
+    """Walk ``root`` (a folder) and yield selected files and skips in sorted order.
+
+    Every folder is listed through a descriptor opened without following a
+    symlink and checked against what its parent's listing saw, and every
+    selected file carries the resolved path and inode the walk saw (a
+    :class:`FoundPath`): what is read is what was walked, even if a file or
+    folder is swapped for a symlink meanwhile.
+    """
+    root_real = resolved(root)
+    if root_real is None:
+        yield Skipped("./", "unreadable folder: it changed while being resolved", transient=True)
+        return
+    root_ident = root.ident if isinstance(root, FoundPath) and root.real == root_real else None
+    if isinstance(root, FoundPath) and root.real != root_real:
+        yield Skipped("./", "folder changed since it was checked (now a symlink elsewhere)", transient=True)
+        return
     ignores: tuple[GitIgnore, ...] = ()
     if options.gitignore:
         ignores = _repo_ignores(root_real)
-        own = _read_small(os.path.join(root, ".git", "info", "exclude"))
-        if own is not None:
-            ignores += (GitIgnore.parse(own),)
     visited: set[tuple[int, int]] = set()
-    try:
-        st = os.stat(root)
-        visited.add((st.st_dev, st.st_ino))
-    except OSError:
-        pass
-    stack: list[tuple[str, str, tuple[GitIgnore, ...]]] = [(root, "", ignores)]
+    stack: list[_Folder] = [_Folder(root, root_real, "", ignores, root_ident)]
     while stack:
-        dirpath, rel_dir, active = stack.pop()
-        prefix = rel_dir + "/" if rel_dir else ""
+        folder = stack.pop()
+        prefix = folder.rel + "/" if folder.rel else ""
         try:
-            with os.scandir(dirpath) as it:
-                entries = sorted(it, key=lambda e: e.name)
+            fd = _open_folder(folder.real, folder.ident)
+        except _Changed:
+            yield Skipped(prefix or "./", "folder changed during the walk (swapped or now a symlink)", transient=True)
+            continue
         except OSError as exc:
             yield Skipped(prefix or "./", f"unreadable folder: {exc.strerror or exc}", transient=True)
             continue
-        if options.gitignore and any(e.name == ".gitignore" for e in entries):
-            text = _read_small(os.path.join(dirpath, ".gitignore"))
-            if text is not None:
-                active = (*active, GitIgnore.parse(text, strip=prefix))
-        subdirs: list[tuple[str, str, tuple[GitIgnore, ...]]] = []
-        for entry in entries:
-            name = entry.name
-            rel = prefix + name
-            if _has_surrogates(name):
-                yield Skipped(_printable(rel), "file name is not valid UTF-8")
+        try:
+            if fd is not None and not folder.rel:
+                visited.add(_ident(os.fstat(fd)))
+            elif not folder.rel:
+                with contextlib.suppress(OSError):
+                    visited.add(_ident(os.stat(root_real)))
+            yield from _list(folder, fd, root_real, visited, stack, options)
+        finally:
+            if fd is not None:
+                os.close(fd)
+
+
+def _list(
+    folder: _Folder,
+    fd: int | None,
+    root_real: str,
+    visited: set[tuple[int, int]],
+    stack: list[_Folder],
+    options: DiscoveryOptions,
+) -> Iterator[Candidate | Skipped]:
+    """One folder's entries (``fd`` its descriptor): its files decided, its subfolders pushed on ``stack``."""
+    prefix = folder.rel + "/" if folder.rel else ""
+    active = folder.active
+    try:
+        with os.scandir(fd if fd is not None else folder.path) as it:
+            entries = sorted(it, key=lambda e: e.name)
+    except OSError as exc:
+        yield Skipped(prefix or "./", f"unreadable folder: {exc.strerror or exc}", transient=True)
+        return
+    if options.gitignore and not folder.rel:
+        own = _read_small(os.path.join(root_real, ".git", "info", "exclude"))
+        if own is not None:
+            active = (*active, GitIgnore.parse(own))
+    if options.gitignore and any(e.name == ".gitignore" for e in entries):
+        real = os.path.join(folder.real, ".gitignore")
+        text = _read_small(".gitignore", fd) if fd is not None else _read_small(real)
+        if text is not None:
+            active = (*active, GitIgnore.parse(text, strip=prefix))
+    subdirs: list[_Folder] = []
+    for entry in entries:
+        name = entry.name
+        rel = prefix + name
+        path = os.path.join(folder.path, name)
+        real = os.path.join(folder.real, name)
+        if _has_surrogates(name):
+            yield Skipped(_printable(rel), "file name is not valid UTF-8")
+            continue
+        try:
+            is_link = entry.is_symlink()
+            is_dir = entry.is_dir()
+            is_file = not is_dir and entry.is_file()
+            seen = _ident(entry.stat(follow_symlinks=False))
+        except OSError as exc:
+            yield Skipped(rel, f"unreadable: {exc.strerror or exc}", transient=True)
+            continue
+        if is_link:
+            target = resolved(real)
+            if target is None:
+                yield Skipped(rel, "symlink changed during the walk", transient=True)
+                continue
+            if not os.path.exists(target):
+                yield Skipped(rel, "broken symlink")
+                continue
+            if not options.follow_symlinks and not _within(target, root_real):
+                yield Skipped(rel + ("/" if is_dir else ""), "symlink leaves the ingest root")
                 continue
             try:
-                is_link = entry.is_symlink()
-                is_dir = entry.is_dir()
-                is_file = not is_dir and entry.is_file()
+                seen = _ident(os.stat(target))
             except OSError as exc:
                 yield Skipped(rel, f"unreadable: {exc.strerror or exc}", transient=True)
                 continue
-            if is_link:
-                target = os.path.realpath(entry.path)
-                if not os.path.exists(target):
-                    yield Skipped(rel, "broken symlink")
-                    continue
-                if not options.follow_symlinks and not _within(target, root_real):
-                    yield Skipped(rel + ("/" if is_dir else ""), "symlink leaves the ingest root")
-                    continue
-            if is_dir:
-                skip = _dir_skip_reason(entry, rel, active, options)
-                if skip is not None:
-                    yield Skipped(rel + "/", skip)
-                    continue
-                try:
-                    st = os.stat(entry.path)
-                except OSError as exc:
-                    yield Skipped(rel + "/", f"unreadable folder: {exc.strerror or exc}", transient=True)
-                    continue
-                ident = (st.st_dev, st.st_ino)
-                if ident in visited:
-                    yield Skipped(rel + "/", "symlink loop (folder already visited)")
-                    continue
-                visited.add(ident)
-                subdirs.append((entry.path, rel, active))
+            real = target
+        if is_dir:
+            skip = _dir_skip_reason(name, real, rel, active, options)
+            if skip is not None:
+                yield Skipped(rel + "/", skip)
                 continue
-            if not is_file:
-                yield Skipped(rel, "not a regular file")
+            if seen in visited:
+                yield Skipped(rel + "/", "symlink loop (folder already visited)")
                 continue
-            yield _file_decision(entry.path, rel, active, options)
-        stack.extend(reversed(subdirs))
+            visited.add(seen)
+            subdirs.append(_Folder(path, real, rel, active, seen))
+            continue
+        if not is_file:
+            yield Skipped(rel, "not a regular file")
+            continue
+        yield _file_decision(FoundPath(path, real, seen), rel, active, options)
+    stack.extend(reversed(subdirs))
 
 
 def _dir_skip_reason(
-    entry: os.DirEntry[str], rel: str, active: tuple[GitIgnore, ...], options: DiscoveryOptions
+    name: str, real: str, rel: str, active: tuple[GitIgnore, ...], options: DiscoveryOptions
 ) -> str | None:
-    name = entry.name
     if name in options.skip_dirs or name.endswith(".egg-info"):
         return f"skipped folder ({name})"
     if options.secret_guard and _SECRET_PATH_RE.match(rel + "/x"):
@@ -464,9 +602,9 @@ def _dir_skip_reason(
         return f"excluded by {pattern!r}"
     if active and _ignored(rel, True, active):
         return "ignored by .gitignore"
-    if options.skip_real and os.path.realpath(entry.path) in options.skip_real:
+    if options.skip_real and real in options.skip_real:
         return "skipped folder (the index itself)"
-    if os.path.exists(os.path.join(entry.path, "pyvenv.cfg")):
+    if os.path.exists(os.path.join(real, "pyvenv.cfg")):
         return "skipped folder (virtualenv)"
     return None
 
@@ -492,12 +630,27 @@ def _file_decision(
 
 
 def single_file(path: str, options: DiscoveryOptions) -> Candidate | Skipped:
-    """The decision for a file named explicitly: no allow-list, no ignore files."""
+    """The decision for a file named explicitly: no allow-list, no ignore files.
+
+    The file is resolved once, here; it is read at that resolved path and
+    must be the file seen now (a :class:`FoundPath` given stays pinned to
+    the file it names).
+    """
     name = os.path.basename(path)
     if _has_surrogates(name):
         return Skipped(_printable(name), "file name is not valid UTF-8")
     if options.secret_guard and (reason := secret_name_reason(os.path.abspath(path).replace(os.sep, "/"))):
         return Skipped(name, reason)
-    if not os.path.isfile(path):
+    real = resolved(path)
+    if real is None:
+        return Skipped(name, "changed while being resolved", transient=True)
+    try:
+        st = os.stat(real)
+    except OSError:
         return Skipped(name, "not a regular file")
-    return Candidate(path, name, format_for(name))
+    if not stat.S_ISREG(st.st_mode):
+        return Skipped(name, "not a regular file")
+    seen = _ident(st)
+    if isinstance(path, FoundPath) and (path.real, path.ident) != (real, seen):
+        return Skipped(name, "changed since it was checked (swapped or now a symlink)", transient=True)
+    return Candidate(FoundPath(path, real, seen), name, format_for(name))

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from ._discovery import Candidate, DiscoveryOptions, Skipped, discover, single_file
+from ._discovery import Candidate, DiscoveryOptions, Skipped, discover, resolved, single_file
 
 __all__ = ["FULL_SCAN_SECONDS", "FileStamp", "Scanner", "Snapshot", "scan_roots"]
 
@@ -137,7 +137,7 @@ def _folders(root: str, pruned: set[str], options: DiscoveryOptions) -> Iterable
         for sub, name, sub_rel in subdirs:
             if sub_rel in pruned or name in options.skip_dirs or name.endswith(".egg-info"):
                 continue
-            if options.skip_real and os.path.realpath(sub) in options.skip_real:
+            if options.skip_real and resolved(sub) in options.skip_real:
                 continue
             stack.append((sub, sub_rel))
 

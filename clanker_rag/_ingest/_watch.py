@@ -234,7 +234,12 @@ def watch(
         backoff = RETRY_FIRST
         while not stop():
             started = clock()
-            snapshot = scan()
+            try:
+                snapshot = scan()
+            except OSError as exc:  # the tree changed under the walk (a symlink swapped): look again
+                logger.warning("the scan failed (%s); scanning again in %.2gs", exc, interval)
+                sleep(interval)
+                continue
             now = clock()
             stats.scans += 1
             stats.scan_seconds = now - started

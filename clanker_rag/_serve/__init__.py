@@ -5,7 +5,8 @@ and JSON sinks (``_handler``), the upstream side (``_upstream``), retrieval
 through native tool calls (``_native_tools``), following an index folder
 other processes save (``_follow``), and who may talk to an HTTP server at all
 (``_access``: host, origin and body-type checks, the bearer token); the last
-two are shared with the MCP server.
+two are shared with the MCP server.  ``_deadlines`` closes proxy connections
+whose request headers do not arrive in time.
 
 May import: ``_answer``, ``_stream``, ``_kb``, ``_storage``, ``_text``, ``_http`` (the
 one HTTP client, for the upstream) and the leaves.

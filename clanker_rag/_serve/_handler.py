@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Generator, Iterator, Mapping
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 
 from .._answer._ask import base_model_events, probe_server
@@ -37,6 +37,7 @@ from .._types import Retriever
 from .._urls import BaseUrl, parse_base_url
 from .._validate import check_int, check_number
 from ._access import AccessPolicy
+from ._deadlines import DEFAULT_HEADER_SECONDS, DeadlineHandler, HeaderDeadlines, check_header_seconds
 from ._native_tools import assemble_response, run_native
 from ._upstream import (
     ChatTurns,
@@ -64,9 +65,9 @@ DEFAULT_MAX_REQUEST_BYTES = 8 * 1024 * 1024
 # Connections served at once (a thread each); past it a connection gets 503 at
 # once.  Well above the concurrent streams one upstream can serve.
 DEFAULT_MAX_CONNECTIONS = 256
-# A client socket that neither sends nor reads for this long is dropped: an
-# idle keep-alive connection or a half-open one does not hold its thread for
-# minutes.  (Waiting for the upstream does not count: that socket is the upstream's.)
+# A client socket that neither sends nor reads for this long once its request's headers
+# are in (before: ProxyConfig.header_timeout, _deadlines.py) is dropped.  (Waiting for
+# the upstream does not count: that socket is the upstream's.)
 CLIENT_IDLE_SECONDS = 60
 _BUSY = (
     b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
@@ -133,6 +134,8 @@ class ProxyConfig:
     # (see _access.py); the upstream then gets api_key, never the client's header.
     token: str | None = None
     max_connections: int = DEFAULT_MAX_CONNECTIONS
+    # Seconds a connection (new, or keep-alive between requests) has to send a request's headers.
+    header_timeout: float = DEFAULT_HEADER_SECONDS
     base: BaseUrl = field(init=False)
 
     def __post_init__(self) -> None:
@@ -143,6 +146,7 @@ class ProxyConfig:
         check_int("k", self.k, 1)
         check_int("max_request_bytes", self.max_request_bytes, 1024)
         check_number("timeout", self.timeout, 0, low_open=True)
+        check_header_seconds(self.header_timeout, CLIENT_IDLE_SECONDS)
         check_int("max_connections", self.max_connections, 1)
         # The controller's own checks, made at start-up instead of on the first request.
         Triggers(min_score=self.min_score)
@@ -210,7 +214,12 @@ class ProxyServer(ThreadingHTTPServer):
         self._probe_lock = threading.Lock()
         self.access = AccessPolicy(str(address[0]), config.token)
         self._slots = threading.BoundedSemaphore(config.max_connections)
+        self.header_deadlines = HeaderDeadlines(config.header_timeout)
         super().__init__(address, _Handler)
+
+    def server_close(self) -> None:
+        super().server_close()
+        self.header_deadlines.close()
 
     def process_request(self, request: Any, client_address: Any) -> None:
         """A thread for the connection, or 503 at once when ``max_connections`` are open."""
@@ -276,7 +285,7 @@ class _ClientGone(Exception):
     """Writing to the client failed: it disconnected."""
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(DeadlineHandler):
     server: ProxyServer
     protocol_version = "HTTP/1.1"
     server_version = "clanker-rag"

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from .._exceptions import ClankerRagError, IndexFormatError, IndexWriteError
+from . import _lock
 
 __all__ = [
     "DATA_NAME",
@@ -218,6 +219,7 @@ def write_index(folder: str | os.PathLike[str], body: dict[str, Any], *, keep: I
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    _lock.check_held(folder)  # before a file is deleted or the commit point moves
     for stale in folder.glob(".*.tmp"):
         if _STALE_TMP.fullmatch(stale.name):
             stale.unlink(missing_ok=True)

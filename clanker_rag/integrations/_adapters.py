@@ -23,6 +23,9 @@ __all__ = [
     "MAX_K",
     "MAX_QUERY_CHARS",
     "MAX_SOURCE_CHARS",
+    "MAX_WHERE_CHARS",
+    "MAX_WHERE_KEYS",
+    "MAX_WHERE_VALUES",
     "check_flag",
     "check_k",
     "check_query",
@@ -41,6 +44,14 @@ MAX_QUERY_CHARS = 10_000
 # expression costs up to the square of its length ("[[[[..." takes a minute
 # at 30 000 characters), so it is capped well below where that shows.
 MAX_SOURCE_CHARS = 1_000
+
+# A ``where`` filter is matched against every source's metadata, each list
+# value by a linear scan: a model (or a caller) sending 200 000 values would
+# hold the index for seconds while every other call waits.  Real filters name
+# a few keys and a few values.
+MAX_WHERE_KEYS = 32
+MAX_WHERE_VALUES = 256
+MAX_WHERE_CHARS = 1_000  # a key, or a string value
 
 # A retriever without filter support is asked for this many times k, then
 # filtered here; bounded so a rare filter cannot turn into a full scan.
@@ -101,10 +112,18 @@ def check_where(where: object) -> dict[str, Any] | None:
         return None
     if not isinstance(where, Mapping):
         raise ConfigError(f"where={where!r:.200} must be an object of metadata key: value (or a list of values)")
+    if len(where) > MAX_WHERE_KEYS:
+        raise ConfigError(f"where has {len(where)} keys; the limit is {MAX_WHERE_KEYS}")
     out: dict[str, Any] = {}
     for key, value in where.items():
         if not isinstance(key, str) or not key:
-            raise ConfigError(f"where key {key!r} must be a non-empty string")
+            raise ConfigError(f"where key {key!r:.200} must be a non-empty string")
+        if len(key) > MAX_WHERE_CHARS:
+            raise ConfigError(
+                f"where key {key[:80]!r}... is {len(key)} characters long; the limit is {MAX_WHERE_CHARS}"
+            )
+        if isinstance(value, (list, tuple)) and len(value) > MAX_WHERE_VALUES:
+            raise ConfigError(f"where[{key!r}] lists {len(value)} values; the limit is {MAX_WHERE_VALUES}")
         ok = isinstance(value, _SCALARS) or (
             isinstance(value, (list, tuple)) and all(isinstance(v, _SCALARS) for v in value)
         )
@@ -112,6 +131,11 @@ def check_where(where: object) -> dict[str, Any] | None:
             raise ConfigError(
                 f"where[{key!r}]={value!r:.200} must be a string, number, boolean, null or a list of those"
             )
+        for v in value if isinstance(value, (list, tuple)) else (value,):
+            if isinstance(v, str) and len(v) > MAX_WHERE_CHARS:
+                raise ConfigError(
+                    f"where[{key!r}] has a value {len(v)} characters long; the limit is {MAX_WHERE_CHARS}"
+                )
         out[key] = list(value) if isinstance(value, (list, tuple)) else value
     return out or None
 

@@ -21,9 +21,11 @@ built, never when this module is.
 from __future__ import annotations
 
 import difflib
+import errno
 import logging
 import os
 import socket
+import stat
 import sys
 import threading
 import urllib.parse
@@ -32,12 +34,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._exceptions import ClankerRagError, ConfigError, MissingExtraError, install_hint
+from .._ingest._readers import FoundPath, open_beneath
 from .._kb import KnowledgeBase
 from .._serve._access import TOKEN_ENV, bearer_ok, token_from_env
 from .._serve._follow import IndexFollower
 from .._stream._blocks import BlockBuilder, neutralize
 from .._validate import check_int, one_of
-from ._adapters import check_k, check_query, check_source, check_where
+from ._adapters import MAX_WHERE_KEYS, MAX_WHERE_VALUES, check_k, check_query, check_source, check_where
 
 if TYPE_CHECKING:
     from .._ingest._run import IngestReport
@@ -153,7 +156,9 @@ class KnowledgeService:
     def show(self, source: str, start_line: int | None = None, end_line: int | None = None) -> str:
         """The (neutralised) text of ``source``, or of lines ``start_line``-``end_line`` (1-based, inclusive)."""
         if not isinstance(source, str) or not source:
-            raise ConfigError(f"source={source!r} must be the name of an indexed source")
+            raise ConfigError(f"source={source!r:.200} must be the name of an indexed source")
+        if len(source) > MAX_PATH_CHARS:
+            raise ConfigError(f"source is {len(source)} characters long; the limit is {MAX_PATH_CHARS}")
         first, last = _int_or_none("start_line", start_line), _int_or_none("end_line", end_line)
 
         def read(kb: KnowledgeBase) -> tuple[str | None, list[str]]:
@@ -226,20 +231,21 @@ class KnowledgeService:
             root = next((r for r in self._roots if target == r or r in target.parents), None)
             if root is None:
                 raise ConfigError(f"path {path!r:.300} is outside the folders ingest may read: {self._roots_text()}")
-            exists = target.exists()
+            pinned = _pin(target)
         except (OSError, ValueError) as exc:  # a name too long for the file system, say
             raise ConfigError(f"path {path!r:.300} cannot be read: {getattr(exc, 'strerror', None) or exc}") from None
-        if not exists:
+        if pinned is None:
             raise ConfigError(f"path {path!r:.300} does not exist")
+        found, is_dir = pinned
         # Source names as `clanker-rag ingest ROOT` gives them, whatever part of ROOT is read.
-        rel = (target if target.is_dir() else target.parent).relative_to(root).as_posix()
+        rel = (target if is_dir else target.parent).relative_to(root).as_posix()
         prefix = "" if rel == "." else rel + "/"
         if len(self._roots) > 1:
             prefix = f"{root.name}/{prefix}"
         assert self._path is not None
         with KnowledgeBase.edit(self._path) as kb:
             report: IngestReport = kb.ingest(
-                target, index_path=self._path, prefix=prefix, secret_guard=True, progress=False, jobs=1
+                found, index_path=self._path, prefix=prefix, secret_guard=True, progress=False, jobs=1
             )
         with self._lock:
             self._current()
@@ -254,18 +260,46 @@ class KnowledgeService:
 
     def resource_text(self, uri: str) -> str | None:
         """The neutralised text of the source behind ``uri``, or None."""
-        if not uri.startswith(RESOURCE_PREFIX):
+        # (a source name percent-encoded takes at most three characters a character)
+        if not uri.startswith(RESOURCE_PREFIX) or len(uri) > len(RESOURCE_PREFIX) + 3 * MAX_PATH_CHARS:
             return None
         source = urllib.parse.unquote(uri[len(RESOURCE_PREFIX) :])
         text = self._with_kb(lambda kb: kb.source_text(source))
         return None if text is None else neutralize(text)
 
 
+def _pin(target: Path) -> tuple[FoundPath, bool] | None:
+    """``target`` (resolved, inside a root) pinned to the file or folder there now, and whether it is a folder.
+
+    It is opened following no symlink in any component, so what the ingest
+    reads is what was checked to be inside the root: a component swapped for
+    a symlink since (before or after this check) makes the ingest skip it
+    rather than read outside the root.  None when nothing is there.
+    """
+    real = str(target)
+    try:
+        fd = open_beneath(real, getattr(os, "O_PATH", os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise ConfigError(f"path {real!r:.300} changed while it was checked (a symlink now); try again") from None
+        raise
+    try:
+        st = os.fstat(fd)
+    finally:
+        os.close(fd)
+    if stat.S_ISLNK(st.st_mode):  # (O_PATH | O_NOFOLLOW opens a symlink itself)
+        raise ConfigError(f"path {real!r:.300} changed while it was checked (a symlink now); try again")
+    return FoundPath(real, real, (st.st_dev, st.st_ino)), stat.S_ISDIR(st.st_mode)
+
+
 _DESCRIPTIONS = {
     "search": (
         "Search the knowledge base (BM25). Returns up to k passages, best first, each with its source, "
         "line range, score and text. k: 1-100 (default 5). source: only sources matching a glob "
-        "('docs/*.md') or starting with a prefix. where: metadata filter, {key: value or [values]}."
+        "('docs/*.md') or starting with a prefix. where: metadata filter, {key: value or [values]} "
+        f"(at most {MAX_WHERE_KEYS} keys and {MAX_WHERE_VALUES} values a key)."
     ),
     "retrieve": (
         "Retrieve passages for a question as one numbered block of [n] source:lines entries to read and "

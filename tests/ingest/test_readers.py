@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from clanker_rag._ingest import _discovery
 from clanker_rag._ingest._discovery import GitIgnore, compile_glob, secret_name_reason
 from clanker_rag._ingest._readers import (
     SkipFile,
@@ -22,6 +23,7 @@ from clanker_rag._ingest._readers import (
     _sections,
     binary_reason,
     decode_bytes,
+    open_beneath,
     parse_text,
 )
 from clanker_rag._ingest._report import IngestReport
@@ -286,7 +288,7 @@ def test_unreadable_file_keeps_old_chunks(tmp_path: Path, monkeypatch: pytest.Mo
     def denied(*args: object, **kwargs: object) -> None:
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(_files, "open", denied, raising=False)
+    monkeypatch.setattr(_files, "open_beneath", denied)  # (root reads a chmod 000 file)
     report = ingest(kb, tmp_path)
     assert report.skipped == [("locked.md", "unreadable: Permission denied")]
     assert kb.sources() == ["locked.md"]
@@ -298,14 +300,14 @@ def test_unreadable_folder_keeps_its_indexed_files(tmp_path: Path, monkeypatch: 
     (tmp_path / "b.md").write_text("top level")
     kb = KnowledgeBase()
     ingest(kb, tmp_path)
-    real_scandir = os.scandir
+    real_open = open_beneath
 
-    def scandir(path: str) -> object:
+    def open_folder(path: str, flags: int) -> int:  # (root lists a chmod 000 folder)
         if str(path).endswith("sub"):
             raise PermissionError(13, "Permission denied")
-        return real_scandir(path)
+        return real_open(path, flags)
 
-    monkeypatch.setattr("clanker_rag._ingest._discovery.os.scandir", scandir)
+    monkeypatch.setattr(_discovery, "open_beneath", open_folder)
     report = ingest(kb, tmp_path)
     assert ("sub/", "unreadable folder: Permission denied") in report.skipped
     assert not report.removed

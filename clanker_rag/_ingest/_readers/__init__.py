@@ -11,7 +11,7 @@ spans to the chunk budget.
 
 from ._base import READER_ERRORS, Document, Reader, Section, SkipFile
 from ._decoding import binary_reason, decode_bytes, has_private_key
-from ._files import content_known
+from ._files import BENEATH, FoundPath, content_known, open_beneath, open_regular
 from ._registry import (
     DEFAULT_EXTENSIONS,
     DEFAULT_FILENAMES,
@@ -24,6 +24,7 @@ from ._registry import (
 )
 
 __all__ = [
+    "BENEATH",
     "DEFAULT_EXTENSIONS",
     "DEFAULT_FILENAMES",
     "READERS",
@@ -31,6 +32,7 @@ __all__ = [
     "READER_VERSION",
     "STREAMED_FORMATS",
     "Document",
+    "FoundPath",
     "Reader",
     "Section",
     "SkipFile",
@@ -39,6 +41,8 @@ __all__ = [
     "decode_bytes",
     "format_for",
     "has_private_key",
+    "open_beneath",
+    "open_regular",
     "parse_text",
     "read_document",
 ]
