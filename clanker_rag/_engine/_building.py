@@ -40,7 +40,7 @@ class IndexColumns:
     def __init__(self, bm25: BM25) -> None:
         self.bm25 = bm25
         self.vocab: dict[str, int] = Vocabulary(self, IndexColumns.saved_id, IndexColumns._new_term)
-        # A loaded format 3 index keeps its terms in the data file (TermList);
+        # A loaded index keeps its terms in the data file (TermList);
         # ``vocab`` then fills in as terms are looked up.
         self.terms: list[str] | TermList = []
         # None: not yet cut out of the packed lists (see _adopt_lists).

@@ -99,7 +99,7 @@ class IndexWriter:
         self.torn = False
         # The data files a load mapped (one a segment), held open.
         self.data_files: list[_store.DataFile] = []
-        # The commit (format 4) loaded from or last saved as, and what changed since (no segments: none yet).
+        # The commit point loaded from or last saved as, and what changed since (no segments: none yet).
         self.commits = Commits([], 0)
 
     @property
