@@ -11,13 +11,13 @@ import io
 from contextlib import redirect_stderr, redirect_stdout
 
 import pytest
-from _llama_server import LlamaServer
 
 from bench.answers_qa import correct, load
 from clanker_rag._answer._ask import ask_events, probe_server
 from clanker_rag._cli._main import main
 from clanker_rag._kb import KnowledgeBase
 from clanker_rag._stream._controller import TextEvent
+from tests.helpers._llama_server import LlamaServer
 
 pytestmark = pytest.mark.llama
 

@@ -17,10 +17,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import SHARED
 
 from clanker_rag._cli._main import main
 from clanker_rag._kb import KnowledgeBase
+from tests.helpers._paths import SHARED
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI_DOC = ROOT / "docs" / "cli.md"

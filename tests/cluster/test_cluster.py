@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _trees import write
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -24,6 +23,7 @@ from clanker_rag import (
 )
 from clanker_rag._engine import _collection
 from clanker_rag.cluster import MANIFEST, ShardedKnowledgeBase, shard_of
+from tests.helpers._trees import write
 
 ROOT = Path(__file__).resolve().parents[2]
 VOCAB = [f"w{i}" for i in range(30)] + ["alpha", "beta", "gamma", "delta"]

@@ -10,9 +10,10 @@ import sys
 import time
 
 import pytest
-from _dask_procs import cluster, env
-from _dask_threads import stop_offload_thread
-from _trees import write
+
+from tests.helpers._dask_procs import cluster, env
+from tests.helpers._dask_threads import stop_offload_thread
+from tests.helpers._trees import write
 
 pytest.importorskip("distributed", reason="the dask extra (distributed) is not installed")
 

@@ -15,12 +15,12 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from _trees import write
 
 from clanker_rag._exceptions import ConfigError, IngestError
 from clanker_rag._ingest._discovery import DiscoveryOptions
 from clanker_rag._ingest._run import IngestReport, ingest
 from clanker_rag._kb import KnowledgeBase
+from tests.helpers._trees import write
 
 # Built by concatenation so this test file is not itself a "file holding a
 # private-key block" for anyone ingesting the repository.

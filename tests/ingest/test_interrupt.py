@@ -12,11 +12,11 @@ import time
 from pathlib import Path
 
 import pytest
-from _trees import write
 
 from clanker_rag._exceptions import IndexFormatError
 from clanker_rag._ingest._run import ingest
 from clanker_rag._kb import KnowledgeBase
+from tests.helpers._trees import write
 
 ROOT = Path(__file__).resolve().parents[2]
 QUERIES = ["alpha beta gamma", "delta epsilon", "zeta eta theta iota", "kappa", "lambda mu nu xi omicron"]

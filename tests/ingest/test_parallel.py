@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _trees import write
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -28,6 +27,7 @@ from clanker_rag._ingest._parallel import usable_cpus
 from clanker_rag._ingest._readers import read_document
 from clanker_rag._ingest._run import IngestReport, ingest
 from clanker_rag._kb import KnowledgeBase
+from tests.helpers._trees import write
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY_BLOCK = "-----BEGIN " + "OPENSSH PRIVATE KEY-----\nabc\n-----END " + "OPENSSH PRIVATE KEY-----\n"

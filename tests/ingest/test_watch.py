@@ -17,7 +17,6 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import pytest
-from _trees import write
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -37,6 +36,7 @@ from clanker_rag._ingest._watch import (
     watch,
 )
 from clanker_rag._kb import KnowledgeBase
+from tests.helpers._trees import write
 
 ROOT = Path(__file__).resolve().parents[2]
 

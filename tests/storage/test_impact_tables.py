@@ -8,7 +8,6 @@ from itertools import accumulate
 from pathlib import Path
 
 import pytest
-from engine.test_index_properties import VOCAB, build, corpus, exhaustive, query, ranked
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -27,6 +26,7 @@ from clanker_rag._storage._impact_tables import (
     lookup,
     pack_tables,
 )
+from tests.engine.test_index_properties import VOCAB, build, corpus, exhaustive, query, ranked
 
 FIXTURE_V3 = Path(__file__).parents[1] / "data" / "index_v3"
 

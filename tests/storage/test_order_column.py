@@ -6,7 +6,6 @@ from array import array
 from pathlib import Path
 
 import pytest
-from engine.test_index_properties import VOCAB, build, corpus, exhaustive, query, ranked
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -15,6 +14,7 @@ from clanker_rag import IndexFormatError, KnowledgeBase
 from clanker_rag._engine._scoring import impact_order
 from clanker_rag._storage._codec import read
 from clanker_rag._storage._store import Blob
+from tests.engine.test_index_properties import VOCAB, build, corpus, exhaustive, query, ranked
 
 
 def laid_out(lengths, seed=0):

@@ -12,13 +12,13 @@ from itertools import accumulate, pairwise
 from pathlib import Path
 
 import pytest
-from _forge import rewrite_segment
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from clanker_rag import IndexFormatError, IndexLockedError, KnowledgeBase
 from clanker_rag._storage import _store
 from clanker_rag._storage._store import FORMAT_VERSION
+from tests.helpers._forge import rewrite_segment
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE_V1 = Path(__file__).parents[1] / "data" / "index_v1"

@@ -11,13 +11,13 @@ import re
 from collections.abc import Iterator, Sequence
 
 import pytest
-from _llama_server import FEW_SHOT, KB_DOCS, LlamaServer
 
 from clanker_rag._kb import KnowledgeBase
 from clanker_rag._stream._blocks import BlockBuilder
 from clanker_rag._stream._controller import InjectEvent, RagController, RetrieveEvent, TextEvent
 from clanker_rag._types import Hit
 from clanker_rag.backends import LlamaCppBackend, RequestStats, Token
+from tests.helpers._llama_server import FEW_SHOT, KB_DOCS, LlamaServer
 
 pytestmark = pytest.mark.llama
 

@@ -6,12 +6,12 @@ import random
 import re
 
 import pytest
-from _profiles import examples
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from clanker_rag._exceptions import ConfigError
 from clanker_rag._stream._scanner import TagScanner, ToolCall
+from tests.helpers._profiles import examples
 
 _TAG_START = re.compile(r"<tool[\s>/]", re.IGNORECASE)
 

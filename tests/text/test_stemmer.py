@@ -14,7 +14,6 @@ import os
 from pathlib import Path
 
 import pytest
-from _profiles import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -23,6 +22,7 @@ from hypothesis import strategies as st
 from snowballstemmer.english_stemmer import EnglishStemmer  # type: ignore[import-untyped]
 
 from clanker_rag._text._stemmer import stem
+from tests.helpers._profiles import examples
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SHARED = Path(os.environ.get("CLANKER_RAG_SHARED", REPO_ROOT.parent / "shared"))
