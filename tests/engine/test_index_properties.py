@@ -75,39 +75,6 @@ def test_score_monotone_in_tf(rest, extra, variant):
     assert scores["d1"] >= scores["d0"]
 
 
-ops = st.lists(
-    st.tuples(st.sampled_from(["add", "remove"]), st.integers(0, 8), doc_text),
-    min_size=1,
-    max_size=40,
-)
-
-
-@settings(max_examples=200, deadline=None)
-@given(ops, query, st.sampled_from([None, 4]))
-def test_incremental_updates_equal_a_fresh_build(operations, q, chunk_size):
-    live = {}
-    kb = KnowledgeBase(chunk_size=chunk_size, stride=2 if chunk_size else None, analyzer=plain)
-    for op, i, text in operations:
-        src = f"s{i}"
-        if op == "add":
-            kb.add_text(text, src)
-            live[src] = text
-        else:
-            kb.remove(src)
-            live.pop(src, None)
-        kb.search(q)  # interleave queries so cached impacts go stale and get refreshed
-    fresh = KnowledgeBase(chunk_size=chunk_size, stride=2 if chunk_size else None, analyzer=plain)
-    for src, text in live.items():
-        fresh.add_text(text, src)
-    assert kb._index.n_docs == fresh._index.n_docs
-    assert kb._index.total_len == fresh._index.total_len
-    for term in VOCAB:
-        assert kb._index.df(term) == fresh._index.df(term)
-    got = sorted((h.source, h.chunk_index, h.score) for h in kb.search(q, k=100))
-    want = sorted((h.source, h.chunk_index, h.score) for h in fresh.search(q, k=100))
-    assert got == want
-
-
 @settings(max_examples=60, deadline=None)
 @given(corpus, st.lists(query, min_size=1, max_size=4), st.lists(st.integers(0, 39), max_size=5))
 def test_index_round_trips_exactly(tmp_path_factory, texts, queries, removals):
