@@ -184,6 +184,7 @@ def test_python_blocks_run(
     capsys.readouterr()
 
 
+@pytest.mark.slow
 @pytest.mark.rerank
 def test_quality_blocks_run_with_the_real_model(
     tmp_path: Path, servers: dict[str, str], monkeypatch: pytest.MonkeyPatch, capsys: Any

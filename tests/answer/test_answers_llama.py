@@ -19,7 +19,7 @@ from clanker_rag._kb import KnowledgeBase
 from clanker_rag._stream._controller import TextEvent
 from tests.helpers._llama_server import LlamaServer
 
-pytestmark = pytest.mark.llama
+pytestmark = [pytest.mark.llama, pytest.mark.slow]
 
 QUESTIONS = 8
 FLOOR = 5  # correct answers out of QUESTIONS; measured 6/8, 7/8, 8/8 (final3, final4, final7; bench/RESULTS.md)

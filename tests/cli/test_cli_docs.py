@@ -62,6 +62,7 @@ def test_search_sample_is_what_search_prints(capsys, monkeypatch):
     assert actual == expected, "docs/cli.md's search sample should read:\n" + "\n".join(actual)
 
 
+@pytest.mark.slow
 def test_eval_samples_are_what_eval_prints(cranfield, capsys, monkeypatch, tmp_path):
     # The doc's "datasets/cranfield" is found through CLANKER_RAG_SHARED from any folder.
     monkeypatch.setenv("CLANKER_RAG_SHARED", str(SHARED))

@@ -58,6 +58,7 @@ op = st.one_of(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.lists(doc, max_size=30),
@@ -103,6 +104,7 @@ def zipf_corpus(seed: int, n_docs: int) -> list[str]:
     return [" ".join(rng.choices(words, weights, k=rng.randint(3, 60))) for _ in range(n_docs)]
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.integers(0, 2**32 - 1),

@@ -26,7 +26,10 @@ from clanker_rag.cluster import ShardedKnowledgeBase, close_client, connect  # n
 ROOT = Path(__file__).resolve().parents[2]
 # Killed workers are restarted by their nanny: new worker processes and threads that belong to the
 # module's cluster, which the `client` fixture shuts down (and checks that no process is left).
-pytestmark = pytest.mark.leaves_running("the module's LocalCluster restarts killed workers until the module ends")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.leaves_running("the module's LocalCluster restarts killed workers until the module ends"),
+]
 QUERIES = ["proxy streams tokens", "controller splices results", "w3 w7", "index shard worker", "alpha"]
 
 

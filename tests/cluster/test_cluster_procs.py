@@ -21,7 +21,7 @@ from clanker_rag import KnowledgeBase, RetrievalTimeoutError
 from clanker_rag.cluster import ShardedKnowledgeBase, close_client, connect
 
 # The workers' nannies start their worker processes; the cluster context kills every group.
-pytestmark = pytest.mark.leaves_running("the cluster's processes are killed by their own fixture")
+pytestmark = [pytest.mark.slow, pytest.mark.leaves_running("the cluster's processes are killed by their own fixture")]
 
 
 @pytest.fixture(scope="module", autouse=True)

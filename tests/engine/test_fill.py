@@ -81,6 +81,7 @@ impact_lists = st.lists(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(500), deadline=None)
 @given(impact_lists, st.integers(min_value=0, max_value=10))
 def test_impact_orders_are_the_defined_order(lists: list[list[float]], order_min: int) -> None:

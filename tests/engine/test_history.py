@@ -25,6 +25,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
@@ -243,4 +244,4 @@ class History(RuleBasedStateMachine):
 
 
 History.TestCase.settings = settings(max_examples=examples(300), stateful_step_count=25, deadline=None)
-test_any_history_searches_as_one_fresh_build = History.TestCase
+test_any_history_searches_as_one_fresh_build = pytest.mark.slow(History.TestCase)

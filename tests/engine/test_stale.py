@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -41,6 +42,7 @@ def impact(bm: BM25, n: int, total: int, df: int, tf: int, dl: int) -> float:
 stats = st.tuples(st.integers(1, 5000), st.integers(1, 200), st.floats(0.2, 20.0))
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(
     variants,

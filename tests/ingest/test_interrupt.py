@@ -143,6 +143,7 @@ def ingest_command(tree: Path, index: Path) -> subprocess.Popen[bytes]:
     )
 
 
+@pytest.mark.slow
 def test_ctrl_c_to_the_process_group_at_any_moment_then_a_rerun_equals_a_clean_ingest(tmp_path: Path) -> None:
     tree = tmp_path / "tree"
     # Few big files: most of the run is spent adding one, where an interrupt

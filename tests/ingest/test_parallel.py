@@ -462,6 +462,7 @@ def test_explicit_jobs_in_a_threaded_program_start_workers_without_fork(tmp_path
     assert_same(serial_kb, parallel_kb, tmp_path)
 
 
+@pytest.mark.slow
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     texts=st.lists(

@@ -731,6 +731,7 @@ def _search(index: Path, query: str, env: dict[str, str]) -> str:
     return done.stdout if done.returncode == 0 else ""
 
 
+@pytest.mark.slow
 def test_ingest_watch_makes_an_edit_searchable_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
     tree = tmp_path / "tree"
     write(tree, "guide.md", "# Guide\n\nHow to start the service.\n")

@@ -254,6 +254,7 @@ ARTICLES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.rerank
 def test_real_model_hybrid_recovers_paraphrases(tmp_path):
     kb = KnowledgeBase()

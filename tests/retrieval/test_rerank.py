@@ -180,6 +180,7 @@ def test_model_folders_load_as_the_right_kind(tmp_path, monkeypatch):
 # -- the real model ----------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.rerank
 def test_real_bi_encoder_reranks_a_lexical_near_miss_to_the_top():
     kb = KnowledgeBase()

@@ -28,7 +28,7 @@ openai = pytest.importorskip(
     "openai", reason="these tests talk to the proxy with the OpenAI client: pip install 'clanker-rag[test]'"
 )
 
-pytestmark = pytest.mark.llama
+pytestmark = [pytest.mark.llama, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

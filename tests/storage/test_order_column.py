@@ -89,6 +89,7 @@ def saved_orders(kb):
     return {terms[t]: list(packed.read(t, n)) for t, n in enumerate(packed.lengths()) if n}
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None)
 @given(corpus, st.lists(query, min_size=1, max_size=4), st.integers(30, 42), st.integers(1, 8))
 def test_orders_saved_narrow_rank_exactly_after_load_resave_and_commit(tmp_path_factory, texts, queries, limit, k):

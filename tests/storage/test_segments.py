@@ -207,6 +207,7 @@ COMMITTER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_kill_during_commits_and_merges_leaves_a_whole_commit(tmp_path):
     kb = KnowledgeBase(chunk_size=8, stride=4)
     for i in range(30):

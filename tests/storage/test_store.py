@@ -184,6 +184,7 @@ SAVER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_kill_during_save_leaves_old_or_new_index(tmp_path):
     kb = small_kb()
     kb.save(tmp_path)
@@ -368,6 +369,7 @@ piece = st.one_of(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.lists(piece, max_size=30), max_size=4), st.integers(1, 64))
 def test_a_run_is_its_pieces_back_to_back_whatever_they_are_and_however_they_are_grouped(runs, group):

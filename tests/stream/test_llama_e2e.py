@@ -19,7 +19,7 @@ from clanker_rag._types import Hit
 from clanker_rag.backends import LlamaCppBackend, RequestStats, Token
 from tests.helpers._llama_server import FEW_SHOT, KB_DOCS, LlamaServer
 
-pytestmark = pytest.mark.llama
+pytestmark = [pytest.mark.llama, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

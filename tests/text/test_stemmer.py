@@ -182,6 +182,7 @@ def test_every_cranfield_word_matches_reference() -> None:
     assert mismatches == {}
 
 
+@pytest.mark.slow
 @settings(max_examples=800, deadline=None)
 @given(st.text(alphabet="abcdefghijklmnopqrstuvwxyz'", max_size=15))
 def test_random_ascii_words_match_reference(word: str) -> None:
