@@ -35,7 +35,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
 
 from bench.answers_qa import QA, correct, load  # noqa: E402
 from clanker_rag._answer._ask import (  # noqa: E402
@@ -224,7 +223,7 @@ def main() -> int:
     if args.url:
         result = run(args.url.rstrip("/"), args)
     else:
-        from _llama_server import LlamaServer
+        from tests.helpers._llama_server import LlamaServer
 
         with LlamaServer() as server:
             result = run(server.url, args)

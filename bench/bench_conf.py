@@ -33,7 +33,6 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
 
 from bench.answers_qa import correct  # noqa: E402
 from bench.bench_docs import COLLECTIONS, Item, knowledge_base, load  # noqa: E402
@@ -567,7 +566,7 @@ def main() -> int:
     if args.no_model or args.url:
         run(None if args.no_model else args.url.rstrip("/"))
     else:
-        from _llama_server import LlamaServer
+        from tests.helpers._llama_server import LlamaServer
 
         with LlamaServer() as server:
             run(server.url)

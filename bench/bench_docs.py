@@ -67,7 +67,6 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
 
 from bench.answers_qa import QA, contains, correct  # noqa: E402
 from bench.answers_qa import load as load_own  # noqa: E402
@@ -420,7 +419,7 @@ def main() -> int:
             for item, rec in zip(items, records):
                 answer(kbs[item.collection], item, url, rec, not args.no_baseline)
         else:
-            from _llama_server import LlamaServer
+            from tests.helpers._llama_server import LlamaServer
 
             with LlamaServer() as server:
                 for item, rec in zip(items, records):

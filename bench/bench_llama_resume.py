@@ -22,14 +22,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
-
-from _llama_server import FEW_SHOT, KB_DOCS, LlamaServer  # noqa: E402
 
 from clanker_rag._kb import KnowledgeBase  # noqa: E402
 from clanker_rag._stream._controller import InjectEvent, RagController, RetrieveEvent  # noqa: E402
 from clanker_rag._stream._generate import RequestStats, Token  # noqa: E402
 from clanker_rag.backends import LlamaCppBackend  # noqa: E402
+from tests.helpers._llama_server import FEW_SHOT, KB_DOCS, LlamaServer  # noqa: E402
 
 
 class Timed:

@@ -35,7 +35,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
 
 from bench.answers_qa import correct  # noqa: E402
 from bench.bench_docs import COLLECTIONS, OWN, fetch, load  # noqa: E402
@@ -86,7 +85,7 @@ def main() -> int:
     parser.add_argument("--url", help="a running llama.cpp server to use instead of starting one")
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args()
-    from _llama_server import LlamaServer
+    from tests.helpers._llama_server import LlamaServer
 
     items = [item for name in args.collections for item in load([name])[:: args.every]]
     work = Path(tempfile.mkdtemp(prefix="clanker-rag-paths-"))

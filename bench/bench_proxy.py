@@ -28,12 +28,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
-from _fake_upstream import FakeUpstream, Reply  # noqa: E402
-
 from clanker_rag._kb import KnowledgeBase  # noqa: E402
+from tests.helpers._fake_upstream import FakeUpstream, Reply  # noqa: E402
 
 
 def read_stream(port: int, body: dict[str, object]) -> list[float]:

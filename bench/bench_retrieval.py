@@ -33,7 +33,6 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
 
 from bench.answers_qa import correct  # noqa: E402
 from bench.bench_docs import COLLECTIONS, DEFAULT_COLLECTIONS, Item, knowledge_base, load  # noqa: E402

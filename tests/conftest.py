@@ -1,22 +1,18 @@
 import os
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from _fake_server import FakeServer, Handle
-from _profiles import PROFILE
 from hypothesis import settings
 
-ROOT = Path(__file__).resolve().parent.parent
-# The shared data sets sit beside the repository (CI lays them there); override with CLANKER_RAG_SHARED.
-SHARED = Path(os.environ.get("CLANKER_RAG_SHARED", ROOT.parent / "shared"))
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from tests.helpers._fake_server import FakeServer, Handle
+from tests.helpers._leaks import alive, child_pids
+from tests.helpers._paths import SHARED
+from tests.helpers._profiles import PROFILE
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-# Hypothesis profiles (see _profiles.py): "fast" by default, "ci" (HYPOTHESIS_PROFILE=ci) runs
+# Hypothesis profiles (see helpers/_profiles.py): "fast" by default, "ci" (HYPOTHESIS_PROFILE=ci) runs
 # every example the tests ask for.  No deadline in either: the machine is shared, and speed is
 # measured in bench/, never asserted in tests.
 settings.register_profile("fast", max_examples=50, deadline=None)
@@ -75,7 +71,7 @@ def llama_server():
     Fails, not skips, when the binary or the model is missing: set
     CLANKER_SKIP_LLAMA=1 to opt out on a machine without them.
     """
-    from _llama_server import LlamaServer, LlamaUnavailable
+    from tests.helpers._llama_server import LlamaServer, LlamaUnavailable
 
     if os.environ.get("CLANKER_SKIP_LLAMA") == "1":
         pytest.skip("CLANKER_SKIP_LLAMA=1")
@@ -97,44 +93,20 @@ def llama_server():
 _LEAK_GRACE_S = 5.0
 
 
-def _child_pids() -> set[int]:
-    pids: set[int] = set()
-    try:
-        tasks = os.listdir(f"/proc/{os.getpid()}/task")
-    except OSError:  # not Linux: no /proc to read
-        return pids
-    for tid in tasks:
-        try:
-            with open(f"/proc/{os.getpid()}/task/{tid}/children", encoding="ascii") as fh:
-                pids.update(int(p) for p in fh.read().split())
-        except OSError:
-            continue
-    return pids
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
-            state = fh.read().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"  # a zombie has exited; only its exit status is left to collect
-
-
 @pytest.fixture(autouse=True)
 def no_leftover_threads_or_processes(request: pytest.FixtureRequest) -> Iterator[None]:
     import threading
     import time
 
     threads_before = set(threading.enumerate())
-    children_before = _child_pids()
+    children_before = child_pids()
     yield
     if request.node.get_closest_marker("leaves_running"):
         return
     deadline = time.monotonic() + _LEAK_GRACE_S
     while True:
         threads = [t for t in threading.enumerate() if t not in threads_before and t.is_alive()]
-        children = [p for p in _child_pids() - children_before if _alive(p)]
+        children = [p for p in child_pids() - children_before if alive(p)]
         if not threads and not children:
             return
         if time.monotonic() > deadline:

@@ -83,6 +83,7 @@ def test_each_install_line_names_something_that_exists(line: InstallLine) -> Non
             metadata.version(name)  # raises PackageNotFoundError for a name that is not a real package here
 
 
+@pytest.mark.slow
 def test_pip_resolves_the_repository_install_lines() -> None:
     # Every distinct form once (editable or not): with --no-deps pip builds the metadata and leaves the extras
     # unresolved (it does not even warn about an unknown one: the test above checks them against pyproject.toml),

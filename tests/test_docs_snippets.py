@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
-from _fake_upstream import FakeUpstream, Reply
 
 from clanker_rag._kb import KnowledgeBase
 from clanker_rag._serve._proxy import make_server
+from tests.helpers._fake_upstream import FakeUpstream, Reply
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -184,12 +184,13 @@ def test_python_blocks_run(
     capsys.readouterr()
 
 
+@pytest.mark.slow
 @pytest.mark.rerank
 def test_quality_blocks_run_with_the_real_model(
     tmp_path: Path, servers: dict[str, str], monkeypatch: pytest.MonkeyPatch, capsys: Any
 ) -> None:
-    from _models import minilm_path
-    from conftest import SHARED
+    from tests.helpers._models import minilm_path
+    from tests.helpers._paths import SHARED
 
     _your_folder(tmp_path)
     # Its evaluate_dataset("datasets/cranfield") is found under CLANKER_RAG_SHARED, as the doc says.

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from _backends import Recorder
-from _gbnf import allows
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -23,6 +21,8 @@ from clanker_rag._stream._blocks import BlockBuilder
 from clanker_rag._stream._controller import InjectEvent
 from clanker_rag._text._analysis import Analyzer
 from clanker_rag._types import Hit
+from tests.helpers._backends import Recorder
+from tests.helpers._gbnf import allows
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,6 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
-from _fake_server import Exchange, FakeServer, Handle
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -21,6 +20,7 @@ from clanker_rag._stream._controller import InjectEvent, RagController, Retrieve
 from clanker_rag._stream._settings import BlockLayout, Triggers
 from clanker_rag._text._analysis import Analyzer
 from clanker_rag._types import Hit
+from tests.helpers._fake_server import Exchange, FakeServer, Handle
 
 GUIDE = (
     "# Server\n\nThe server is started with the serve command and reads its settings from a file.\n"

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from _backends import Recorder
-from _gbnf import allows
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -17,6 +15,8 @@ from clanker_rag._stream._controller import InjectEvent, RagController
 from clanker_rag._stream._settings import BlockLayout, Hooks
 from clanker_rag._text._analysis import Analyzer
 from clanker_rag._types import Hit
+from tests.helpers._backends import Recorder
+from tests.helpers._gbnf import allows
 
 
 def test_sentences_split_prose_and_rows() -> None:

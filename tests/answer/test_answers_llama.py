@@ -11,15 +11,15 @@ import io
 from contextlib import redirect_stderr, redirect_stdout
 
 import pytest
-from _llama_server import LlamaServer
 
 from bench.answers_qa import correct, load
 from clanker_rag._answer._ask import ask_events, probe_server
 from clanker_rag._cli._main import main
 from clanker_rag._kb import KnowledgeBase
 from clanker_rag._stream._controller import TextEvent
+from tests.helpers._llama_server import LlamaServer
 
-pytestmark = pytest.mark.llama
+pytestmark = [pytest.mark.llama, pytest.mark.slow]
 
 QUESTIONS = 8
 FLOOR = 5  # correct answers out of QUESTIONS; measured 6/8, 7/8, 8/8 (final3, final4, final7; bench/RESULTS.md)

@@ -5,12 +5,12 @@ from __future__ import annotations
 import re
 
 import pytest
-from _gbnf import allows, regex
 from hypothesis import given
 from hypothesis import strategies as st
 
 from clanker_rag._answer._answer_types import expected_types, types_in
 from clanker_rag._answer._grammars import closest_typed, copy_grammar, name_fit, one_of
+from tests.helpers._gbnf import allows, regex
 
 
 @pytest.mark.parametrize(

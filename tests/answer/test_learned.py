@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from _passages import Fixed, hit
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -23,6 +22,7 @@ from clanker_rag._answer._learned import FEATURES, PICK, WEIGHTS, candidates, le
 from clanker_rag._exceptions import ConfigError
 from clanker_rag._text._analysis import Analyzer
 from clanker_rag._types import Hit
+from tests.helpers._passages import Fixed, hit
 
 ANALYZER = Analyzer()
 ROOT = Path(__file__).resolve().parents[2]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from _passages import Fixed, hit
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -25,6 +24,7 @@ from clanker_rag._answer._focusing import (
     table_rows,
 )
 from clanker_rag._text._analysis import Analyzer
+from tests.helpers._passages import Fixed, hit
 
 ANALYZER = Analyzer()
 

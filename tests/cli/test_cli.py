@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _fake_upstream import FakeUpstream, Reply
-from _serve import serve_and_ask
 
 from clanker_rag._cli._main import main
 from clanker_rag._kb import KnowledgeBase, default_index_path
 from clanker_rag._retrieval import _eval
+from tests.helpers._fake_upstream import FakeUpstream, Reply
+from tests.helpers._serve import serve_and_ask
 
 ROOT = Path(__file__).resolve().parents[2]
 ANSI = re.compile(r"\x1b\[[0-9;]*m")

@@ -17,11 +17,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from _serve import default_sigint
-from conftest import SHARED
 
 from clanker_rag._cli._main import main
 from clanker_rag._kb import KnowledgeBase
+from tests.helpers._paths import SHARED
+from tests.helpers._serve import default_sigint
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI_DOC = ROOT / "docs" / "cli.md"
@@ -63,6 +63,7 @@ def test_search_sample_is_what_search_prints(capsys, monkeypatch):
     assert actual == expected, "docs/cli.md's search sample should read:\n" + "\n".join(actual)
 
 
+@pytest.mark.slow
 def test_eval_samples_are_what_eval_prints(cranfield, capsys, monkeypatch, tmp_path):
     # The doc's "datasets/cranfield" is found through CLANKER_RAG_SHARED from any folder.
     monkeypatch.setenv("CLANKER_RAG_SHARED", str(SHARED))

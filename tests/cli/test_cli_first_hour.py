@@ -222,8 +222,8 @@ def test_ingest_summary_counts_worker_processes_in_good_english(workers: int, wo
 
 
 def test_serve_a_sharded_index_without_cluster(sharded: Path) -> None:
-    from _fake_upstream import FakeUpstream, Reply
-    from _serve import serve_and_ask
+    from tests.helpers._fake_upstream import FakeUpstream, Reply
+    from tests.helpers._serve import serve_and_ask
 
     with FakeUpstream(lambda path, body: Reply(["7341"])) as up:
         question = "Which port does the server listen on?\n"

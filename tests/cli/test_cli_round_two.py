@@ -6,13 +6,13 @@ import signal
 from pathlib import Path
 
 import pytest
-from _fake_upstream import FakeUpstream, Reply
-from _serve import serve_and_ask
 
 from clanker_rag._cli._main import main
 from clanker_rag._cli._terminal import counted
 from clanker_rag._cli._watching import _stop_on_signals
 from clanker_rag._kb import KnowledgeBase
+from tests.helpers._fake_upstream import FakeUpstream, Reply
+from tests.helpers._serve import serve_and_ask
 
 FINISHING = "clanker-rag: finishing the commit in progress; Ctrl-C again to abort\n"
 

@@ -12,7 +12,7 @@ import pytest
 from clanker_rag._cli._demo import run_demo
 from clanker_rag._kb import KnowledgeBase
 
-pytestmark = pytest.mark.llama
+pytestmark = [pytest.mark.llama, pytest.mark.slow]
 
 
 def test_demo_runs_the_whole_loop_and_stops_the_server() -> None:

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _trees import write
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -24,6 +23,7 @@ from clanker_rag import (
 )
 from clanker_rag._engine import _collection
 from clanker_rag.cluster import MANIFEST, ShardedKnowledgeBase, shard_of
+from tests.helpers._trees import write
 
 ROOT = Path(__file__).resolve().parents[2]
 VOCAB = [f"w{i}" for i in range(30)] + ["alpha", "beta", "gamma", "delta"]
@@ -58,6 +58,7 @@ op = st.one_of(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.lists(doc, max_size=30),
@@ -103,6 +104,7 @@ def zipf_corpus(seed: int, n_docs: int) -> list[str]:
     return [" ".join(rng.choices(words, weights, k=rng.randint(3, 60))) for _ in range(n_docs)]
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.integers(0, 2**32 - 1),

@@ -13,9 +13,10 @@ import time
 from pathlib import Path
 
 import pytest
-from _dask_threads import stop_offload_thread
-from _trees import write
-from conftest import _alive, _child_pids
+
+from tests.helpers._dask_threads import stop_offload_thread
+from tests.helpers._leaks import alive, child_pids
+from tests.helpers._trees import write
 
 distributed = pytest.importorskip("distributed", reason="the dask extra (distributed) is not installed")
 
@@ -25,13 +26,16 @@ from clanker_rag.cluster import ShardedKnowledgeBase, close_client, connect  # n
 ROOT = Path(__file__).resolve().parents[2]
 # Killed workers are restarted by their nanny: new worker processes and threads that belong to the
 # module's cluster, which the `client` fixture shuts down (and checks that no process is left).
-pytestmark = pytest.mark.leaves_running("the module's LocalCluster restarts killed workers until the module ends")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.leaves_running("the module's LocalCluster restarts killed workers until the module ends"),
+]
 QUERIES = ["proxy streams tokens", "controller splices results", "w3 w7", "index shard worker", "alpha"]
 
 
 @pytest.fixture(scope="module")
 def client():
-    before = _child_pids()
+    before = child_pids()
     threads_before = set(threading.enumerate())
     c = connect("local", n_workers=3)  # LocalCluster(host="127.0.0.1", processes=True), no work stealing
     assert all(addr.startswith("tcp://127.0.0.1:") for addr in c.scheduler_info()["workers"])
@@ -58,12 +62,12 @@ def cluster_processes(before):
     """Child processes started since ``before``, but multiprocessing's own helper
     (the resource tracker of the spawn start method lives as long as the interpreter)."""
     out = []
-    for pid in _child_pids() - before:
+    for pid in child_pids() - before:
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             continue
-        if _alive(pid) and b"resource_tracker" not in cmdline:
+        if alive(pid) and b"resource_tracker" not in cmdline:
             out.append(pid)
     return out
 
@@ -276,8 +280,8 @@ def test_ingest_finishes_when_a_worker_is_killed_during_it(client, tmp_path, mon
 
 
 def test_cli_serve_on_the_cluster_injects_from_the_shards(client, tmp_path):
-    from _fake_upstream import FakeUpstream, Reply
-    from _serve import serve_and_ask
+    from tests.helpers._fake_upstream import FakeUpstream, Reply
+    from tests.helpers._serve import serve_and_ask
 
     kb = ShardedKnowledgeBase(3)
     kb.add_text("The harbor lantern server listens on port 7341 by default.", "guide/ports.md")

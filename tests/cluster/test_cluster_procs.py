@@ -10,9 +10,10 @@ import sys
 import time
 
 import pytest
-from _dask_procs import cluster, env
-from _dask_threads import stop_offload_thread
-from _trees import write
+
+from tests.helpers._dask_procs import cluster, env
+from tests.helpers._dask_threads import stop_offload_thread
+from tests.helpers._trees import write
 
 pytest.importorskip("distributed", reason="the dask extra (distributed) is not installed")
 
@@ -20,7 +21,7 @@ from clanker_rag import KnowledgeBase, RetrievalTimeoutError
 from clanker_rag.cluster import ShardedKnowledgeBase, close_client, connect
 
 # The workers' nannies start their worker processes; the cluster context kills every group.
-pytestmark = pytest.mark.leaves_running("the cluster's processes are killed by their own fixture")
+pytestmark = [pytest.mark.slow, pytest.mark.leaves_running("the cluster's processes are killed by their own fixture")]
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -78,6 +78,7 @@ def test_one_process_matches_the_reference(lists, variant, order_min):
     )
 
 
+@pytest.mark.slow
 @needs_fork
 @settings(max_examples=40, deadline=None)
 @given(st.lists(postings_list, min_size=2, max_size=12), variants, st.integers(0, 8))
@@ -276,6 +277,7 @@ def test_packing_pending_lists_in_one_process_equals_packing_them_first(lists, v
     assert pending == {}  # freed
 
 
+@pytest.mark.slow
 @needs_fork
 @settings(max_examples=40, deadline=None)
 @given(pending_lists, variants, st.integers(0, 8), st.sampled_from([0.0, 0.1, 0.5, 0.9, 1.0]))

@@ -8,13 +8,13 @@ from collections.abc import Sequence
 from itertools import pairwise
 
 import pytest
-from _profiles import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from clanker_rag._engine import _fill
 from clanker_rag._engine._fill import float32s, int32s, retyped_int32s
 from clanker_rag._engine._scoring import impact_order, impact_orders
+from tests.helpers._profiles import examples
 
 INT32_MAX = 2**31 - 1
 # Doubles, including ones that round to the same float32 and ones that do not fit one's
@@ -81,6 +81,7 @@ impact_lists = st.lists(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(500), deadline=None)
 @given(impact_lists, st.integers(min_value=0, max_value=10))
 def test_impact_orders_are_the_defined_order(lists: list[list[float]], order_min: int) -> None:

@@ -3,6 +3,7 @@
 import math
 from array import array
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -37,6 +38,7 @@ def exhaustive(kb, q, k, allowed=None):
     return [(kb._source_of(d), s) for d, s in best]
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(corpus, query, st.integers(1, 12), variants)
 def test_pruned_top_k_equals_exhaustive(texts, q, k, variant):
@@ -75,39 +77,7 @@ def test_score_monotone_in_tf(rest, extra, variant):
     assert scores["d1"] >= scores["d0"]
 
 
-ops = st.lists(
-    st.tuples(st.sampled_from(["add", "remove"]), st.integers(0, 8), doc_text),
-    min_size=1,
-    max_size=40,
-)
-
-
-@settings(max_examples=200, deadline=None)
-@given(ops, query, st.sampled_from([None, 4]))
-def test_incremental_updates_equal_a_fresh_build(operations, q, chunk_size):
-    live = {}
-    kb = KnowledgeBase(chunk_size=chunk_size, stride=2 if chunk_size else None, analyzer=plain)
-    for op, i, text in operations:
-        src = f"s{i}"
-        if op == "add":
-            kb.add_text(text, src)
-            live[src] = text
-        else:
-            kb.remove(src)
-            live.pop(src, None)
-        kb.search(q)  # interleave queries so cached impacts go stale and get refreshed
-    fresh = KnowledgeBase(chunk_size=chunk_size, stride=2 if chunk_size else None, analyzer=plain)
-    for src, text in live.items():
-        fresh.add_text(text, src)
-    assert kb._index.n_docs == fresh._index.n_docs
-    assert kb._index.total_len == fresh._index.total_len
-    for term in VOCAB:
-        assert kb._index.df(term) == fresh._index.df(term)
-    got = sorted((h.source, h.chunk_index, h.score) for h in kb.search(q, k=100))
-    want = sorted((h.source, h.chunk_index, h.score) for h in fresh.search(q, k=100))
-    assert got == want
-
-
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(corpus, st.lists(query, min_size=1, max_size=4), st.lists(st.integers(0, 39), max_size=5))
 def test_index_round_trips_exactly(tmp_path_factory, texts, queries, removals):
@@ -133,6 +103,7 @@ def test_index_round_trips_exactly(tmp_path_factory, texts, queries, removals):
     assert body((folder / "copy" / "index.json").read_bytes()) == body(first)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(
     corpus,
@@ -276,6 +247,7 @@ def test_lookup_tables_stay_within_their_budget(monkeypatch):
     assert kinds == {array, dict}, "both kinds of table should have been used"
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(corpus, variants, st.sampled_from([1, 4, 32]))
 def test_saving_from_the_buffers_writes_what_walking_every_term_writes(tmp_path_factory, texts, variant, order_min):
@@ -315,6 +287,7 @@ def test_saving_from_the_buffers_writes_what_walking_every_term_writes(tmp_path_
         index_module.ORDER_MIN = old
 
 
+@pytest.mark.slow
 @settings(max_examples=80, deadline=None)
 @given(corpus, variants, st.lists(st.integers(0, 39), max_size=6), st.sampled_from([1, 4, 32]))
 def test_bulk_refresh_after_changes_equals_term_by_term(tmp_path_factory, texts, variant, removals, order_min):
@@ -364,6 +337,7 @@ def test_bulk_refresh_after_changes_equals_term_by_term(tmp_path_factory, texts,
         index_module.ORDER_MIN = old
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(
     st.lists(doc_text, min_size=5, max_size=40),

@@ -1,5 +1,6 @@
 """full_scores: terms that hold none of the candidates are not looked up, and the scores stay bit for bit."""
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -11,6 +12,7 @@ impact = st.floats(0.01, 20.0, allow_nan=False, allow_infinity=False)
 term = st.tuples(st.sampled_from([1.0, 2.0, 0.5]), st.dictionaries(st.integers(0, 29), impact, max_size=20))
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.lists(term, min_size=1, max_size=6), st.sets(st.integers(0, 29), min_size=1), st.floats(0.0, 30.0))
 def test_skipping_terms_without_the_candidates_keeps_every_score(terms, cand_set, theta):
@@ -54,6 +56,7 @@ def test_skipping_terms_without_the_candidates_keeps_every_score(terms, cand_set
         assert skipped[0] == cands
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(
     st.lists(st.tuples(st.floats(0.01, 20.0), st.integers(1, 10**6)), min_size=1, max_size=8),
@@ -74,6 +77,7 @@ def test_cheap_essentials_leave_out_less_than_theta(terms, theta):
     assert all(above(spent + plan[i][0]) >= theta * (1 - 1e-12) for i in essential)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(
     st.lists(st.sampled_from([0.0, 0.5, 1.0, 1.5, 2.0, 3.25]), max_size=40),
@@ -102,6 +106,7 @@ def test_an_impact_order_hint_is_used_only_when_it_is_the_order(imps, rnd, kind)
 ratio = st.floats(0.9, 1.1, allow_nan=False)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(
     st.lists(st.tuples(term, ratio, st.floats(0.0, 0.05)), min_size=1, max_size=5),

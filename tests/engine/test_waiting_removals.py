@@ -14,8 +14,6 @@ import logging
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 import clanker_rag._engine._writing as writing_module
 from clanker_rag import Analyzer, IndexFormatError, KnowledgeBase
@@ -48,57 +46,6 @@ def fresh_build(live: dict[str, str]) -> KnowledgeBase:
 
 def base(n: int = 12) -> dict[str, str]:
     return {f"s{i}": " ".join(VOCAB[i % 6 : i % 6 + 5] * (1 + i % 3)) for i in range(n)}
-
-
-text = st.lists(st.sampled_from(VOCAB), max_size=12).map(" ".join)
-name = st.sampled_from([f"s{i}" for i in range(14)])
-op = st.one_of(
-    st.tuples(st.just("add"), name, text),
-    st.tuples(st.just("remove"), name, st.just("")),
-    st.tuples(st.sampled_from(["save", "load", "save-no-merge", "peek"]), st.just(""), st.just("")),
-)
-
-
-@settings(max_examples=60, deadline=None)
-@given(st.lists(op, max_size=20))
-def test_removals_that_wait_search_as_one_fresh_build(tmp_path_factory, ops):
-    # Searches only at the end (and after "peek"), so removals pile up across adds, commits and loads.
-    saved, _segments.POLICY = _segments.POLICY, Policy(merge_factor=2, full_share=10.0, full_below=0)
-    try:
-        folder = tmp_path_factory.mktemp("wait")
-        live = base()
-        kb = fresh_build(live)
-        kb.save(folder)
-        on_disk = dict(live)
-        for kind, source, body in ops:
-            if kind == "add":
-                kb.add_text(body, source)
-                if live.get(source) != body:
-                    live.pop(source, None)
-                    live[source] = body
-            elif kind == "remove":
-                kb.remove(source)
-                live.pop(source, None)
-            elif kind == "load":
-                kb = KnowledgeBase.load(folder, analyzer=plain)
-                live = dict(on_disk)
-            elif kind == "peek":
-                assert ranked(kb, "t1 t2") == ranked(fresh_build(live), "t1 t2")
-            else:
-                kb.save(merge=kind == "save")
-                on_disk = dict(live)
-            # What needs no postings is right while removals wait.
-            assert len(kb) == len(fresh_build(live))
-            assert all(kb.source_text(s) == t for s, t in live.items())
-        fresh = fresh_build(live)
-        assert kb.sources() == fresh.sources()
-        for q in QUERIES:
-            assert ranked(kb, q) == ranked(fresh, q)
-        assert kb._index.total_len == fresh._index.total_len
-        for term in VOCAB:
-            assert kb._index.df(term) == fresh._index.df(term)
-    finally:
-        _segments.POLICY = saved
 
 
 def test_load_remove_and_commit_touch_no_posting_list(tmp_path: Path, cheap, monkeypatch) -> None:

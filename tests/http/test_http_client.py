@@ -9,7 +9,6 @@ import threading
 from collections.abc import Callable
 
 import pytest
-from _fake_server import Exchange, FakeServer, Handle
 
 from clanker_rag._exceptions import (
     BackendError,
@@ -20,6 +19,7 @@ from clanker_rag._exceptions import (
     ServerUnreachableError,
 )
 from clanker_rag._http import ModelServer, Timeout
+from tests.helpers._fake_server import Exchange, FakeServer, Handle
 
 Start = Callable[[Handle], FakeServer]
 

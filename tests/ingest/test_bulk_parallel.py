@@ -38,6 +38,7 @@ texts = st.lists(st.sampled_from(WORDS), max_size=60).map(" ".join)
 items = st.lists(st.tuples(texts, st.sampled_from(["s1", "s2", "s3", "s4", "s5", "s6"])), min_size=1, max_size=12)
 
 
+@pytest.mark.slow
 @fork_only
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(items=items, batch=st.sampled_from([2, 5]))
@@ -142,6 +143,7 @@ def _spy_add_counted(monkeypatch: pytest.MonkeyPatch) -> list[int | None]:
     return calls
 
 
+@pytest.mark.slow
 @fork_only
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(bodies=st.lists(texts, min_size=1, max_size=12), batch=st.sampled_from([1, 3, 5]), loaded=st.booleans())

@@ -60,6 +60,7 @@ class Recorder:
         self.calls.append("unfreeze")
 
 
+@pytest.mark.slow
 def test_survivors_skip_the_young_generations_and_cycles_are_still_freed(collector_on: None) -> None:
     if gc.get_freeze_count():
         pytest.skip("an earlier test left objects frozen; the promotion is covered by the recorder tests")

@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _trees import write
 
 from clanker_rag._exceptions import ConfigError, IngestError
 from clanker_rag._ingest._options import IngestOptions
 from clanker_rag._ingest._report import IngestReport
 from clanker_rag._kb import KnowledgeBase
+from tests.helpers._trees import write
 
 
 def ingest(kb: KnowledgeBase, path: Any, **options: Any) -> IngestReport:

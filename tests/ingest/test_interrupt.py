@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _serve import default_sigint
-from _trees import write
 
 from clanker_rag._exceptions import IndexFormatError
 from clanker_rag._ingest._report import IngestReport
 from clanker_rag._kb import KnowledgeBase
+from tests.helpers._serve import default_sigint
+from tests.helpers._trees import write
 
 
 def ingest(kb: KnowledgeBase, path: Any, **options: Any) -> IngestReport:
@@ -152,6 +152,7 @@ def ingest_command(tree: Path, index: Path) -> subprocess.Popen[bytes]:
     )
 
 
+@pytest.mark.slow
 def test_ctrl_c_to_the_process_group_at_any_moment_then_a_rerun_equals_a_clean_ingest(tmp_path: Path) -> None:
     tree = tmp_path / "tree"
     # Few big files: most of the run is spent adding one, where an interrupt

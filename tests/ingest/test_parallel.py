@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _trees import write
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -29,6 +28,7 @@ from clanker_rag._ingest._parallel import usable_cpus
 from clanker_rag._ingest._readers import read_document
 from clanker_rag._ingest._report import IngestReport
 from clanker_rag._kb import KnowledgeBase
+from tests.helpers._trees import write
 
 
 def ingest(kb: KnowledgeBase, path: Any, **options: Any) -> IngestReport:
@@ -470,6 +470,7 @@ def test_explicit_jobs_in_a_threaded_program_start_workers_without_fork(tmp_path
     assert_same(serial_kb, parallel_kb, tmp_path)
 
 
+@pytest.mark.slow
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     texts=st.lists(

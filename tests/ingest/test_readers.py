@@ -83,6 +83,7 @@ def test_sections_are_ordered_spans_inside_the_text(text: str, fmt: str, budget:
         pos = end
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(text=structured_text, fmt=st.sampled_from(["markdown", "rst", "python", "js", "c", "text", "json", "jsonl"]))
 def test_source_formats_index_the_original_text(text: str, fmt: str) -> None:
@@ -218,6 +219,7 @@ count_text = st.lists(
 ).map("".join)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(text=count_text, data=st.data())
 def test_word_counts_match_the_word_regex_on_any_span(text: str, data: st.DataObject) -> None:

@@ -18,8 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _serve import default_sigint
-from _trees import write
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -39,6 +37,8 @@ from clanker_rag._ingest._watch import (
     watch,
 )
 from clanker_rag._kb import KnowledgeBase
+from tests.helpers._serve import default_sigint
+from tests.helpers._trees import write
 
 
 def ingest(kb: KnowledgeBase, path: Any, **options: Any) -> IngestReport:
@@ -739,6 +739,7 @@ def _search(index: Path, query: str, env: dict[str, str]) -> str:
     return done.stdout if done.returncode == 0 else ""
 
 
+@pytest.mark.slow
 def test_ingest_watch_makes_an_edit_searchable_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
     tree = tmp_path / "tree"
     write(tree, "guide.md", "# Guide\n\nHow to start the service.\n")

@@ -83,6 +83,7 @@ async def _session_run(params: StdioServerParameters, body) -> None:
 # -- over stdio --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_stdio_tools_answer_and_errors_do_not_kill_the_server(index: Path) -> None:
     seen: dict[str, Any] = {}  # call results, names, texts: each key's own type
 
@@ -147,6 +148,7 @@ def test_stdio_tools_answer_and_errors_do_not_kill_the_server(index: Path) -> No
     assert not seen["after_errors"].is_error
 
 
+@pytest.mark.slow
 def test_stdio_resources_and_reload_after_external_ingest(index: Path) -> None:
     seen: dict[str, Any] = {}  # call results, names, texts: each key's own type
 
@@ -174,6 +176,7 @@ def test_stdio_resources_and_reload_after_external_ingest(index: Path) -> None:
     assert resource_uri("trips/kayak.md") in seen["uris_after"]
 
 
+@pytest.mark.slow
 def test_stdio_ingest_only_inside_allowed_roots(tmp_path: Path) -> None:
     root = tmp_path / "notes"
     (root / "sub").mkdir(parents=True)
@@ -248,6 +251,7 @@ def _http_server(index: Path, **env: str) -> Iterator[str]:
             proc.stderr.close()
 
 
+@pytest.mark.slow
 def test_http_transport_on_loopback(index: Path) -> None:
     seen: dict[str, Any] = {}  # call results, names, texts: each key's own type
     with _http_server(index) as url:
@@ -266,6 +270,7 @@ def test_http_transport_on_loopback(index: Path) -> None:
     assert seen["bad"].is_error and "k=21" in _text(seen["bad"]) and "1 to 20" in _text(seen["bad"])
 
 
+@pytest.mark.slow
 def test_http_transport_with_a_token_requires_it(index: Path) -> None:
     import http.client
 

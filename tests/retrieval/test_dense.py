@@ -4,10 +4,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _models import FakeBiEncoder, minilm_path
 
 from clanker_rag import ConfigError, IndexFormatError, KnowledgeBase
 from clanker_rag._retrieval._dense import DenseStore, HybridRetriever, update_embeddings
+from tests.helpers._models import FakeBiEncoder, minilm_path
 
 DOCS = {
     "cats.md": "Cats are small mammals. A cat sleeps most of the day and hunts mice at night.",
@@ -254,6 +254,7 @@ ARTICLES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.rerank
 def test_real_model_hybrid_recovers_paraphrases(tmp_path):
     kb = KnowledgeBase()

@@ -6,11 +6,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _models import FakeBiEncoder, FakeCrossEncoder, minilm_path
 
 from clanker_rag import ConfigError, Hit, KnowledgeBase, MissingExtraError
 from clanker_rag._retrieval._embed import load_model
 from clanker_rag._retrieval._rerank import Reranker, RerankingRetriever
+from tests.helpers._models import FakeBiEncoder, FakeCrossEncoder, minilm_path
 
 # BM25 ranks these by the word "report"; only the last is about cats.
 DOCS = {
@@ -180,6 +180,7 @@ def test_model_folders_load_as_the_right_kind(tmp_path, monkeypatch):
 # -- the real model ----------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.rerank
 def test_real_bi_encoder_reranks_a_lexical_near_miss_to_the_top():
     kb = KnowledgeBase()

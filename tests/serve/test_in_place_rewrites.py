@@ -72,6 +72,7 @@ DAMAGE = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", sorted(DAMAGE))
 def test_a_served_index_survives_its_data_file_being_rewritten_in_place(tmp_path: Path, damage: str) -> None:
     folder = tmp_path / "index"

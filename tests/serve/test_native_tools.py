@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from _chat_chunks import CLIENT_TOOL, text_chunks, tool_call_chunks
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from clanker_rag import KnowledgeBase
 from clanker_rag._serve._native_tools import assemble_response, run_native
+from tests.helpers._chat_chunks import CLIENT_TOOL, text_chunks, tool_call_chunks
 
 
 def _kb() -> KnowledgeBase:

@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from _fake_upstream import FakeUpstream, Reply, prompt_text
 
 from clanker_rag._kb import KnowledgeBase
 from clanker_rag._serve._handler import restated_question
 from clanker_rag._serve._proxy import ProxyServer, SharedRetriever, make_server, redact
 from clanker_rag._types import Hit
+from tests.helpers._fake_upstream import FakeUpstream, Reply, prompt_text
 
 if TYPE_CHECKING:
     from openai import OpenAI

@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-from _fake_upstream import FakeUpstream, Reply
-from _serve import default_sigint
 
 from clanker_rag._exceptions import ConfigError
 from clanker_rag._kb import KnowledgeBase
 from clanker_rag._serve._access import AccessPolicy, bearer_ok, token_from_env
 from clanker_rag._serve._proxy import ProxyServer, make_server
+from tests.helpers._fake_upstream import FakeUpstream, Reply
+from tests.helpers._serve import default_sigint
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET_FACT = "The vault code is 7341."

@@ -12,11 +12,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from _fake_upstream import FakeUpstream, Reply
 
 from clanker_rag._answer._prompts import after_block
 from clanker_rag._kb import KnowledgeBase
 from clanker_rag._serve._proxy import ProxyServer, make_server
+from tests.helpers._fake_upstream import FakeUpstream, Reply
 
 openai = pytest.importorskip(
     "openai", reason="the proxy tests drive it with the OpenAI client: pip install 'clanker-rag[test]'"

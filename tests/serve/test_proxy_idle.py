@@ -17,11 +17,11 @@ import threading
 from collections.abc import Iterator
 
 import pytest
-from _fake_upstream import FakeUpstream, Reply
 
 from clanker_rag import ConfigError
 from clanker_rag._kb import KnowledgeBase
 from clanker_rag._serve._proxy import ProxyServer, make_server
+from tests.helpers._fake_upstream import FakeUpstream, Reply
 
 SLOTS = 16
 

@@ -16,10 +16,10 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from _llama_server import FEW_SHOT, KB_DOCS, LlamaServer
 
 from clanker_rag._kb import KnowledgeBase
 from clanker_rag._serve._proxy import ProxyServer, make_server
+from tests.helpers._llama_server import FEW_SHOT, KB_DOCS, LlamaServer
 
 if TYPE_CHECKING:
     from openai import OpenAI
@@ -28,7 +28,7 @@ openai = pytest.importorskip(
     "openai", reason="these tests talk to the proxy with the OpenAI client: pip install 'clanker-rag[test]'"
 )
 
-pytestmark = pytest.mark.llama
+pytestmark = [pytest.mark.llama, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

@@ -14,11 +14,11 @@ from typing import Any
 
 import openai
 import pytest
-from _chat_chunks import CLIENT_TOOL, text_chunks, tool_call_chunks
-from _fake_server import Exchange, FakeServer, Handle
 
 from clanker_rag import KnowledgeBase
 from clanker_rag._serve._proxy import make_server
+from tests.helpers._chat_chunks import CLIENT_TOOL, text_chunks, tool_call_chunks
+from tests.helpers._fake_server import Exchange, FakeServer, Handle
 
 
 class ChunkUpstream:

@@ -6,10 +6,9 @@ import http.client
 import json
 import threading
 
-from _fake_upstream import FakeUpstream, Reply
-
 from clanker_rag._kb import KnowledgeBase
 from clanker_rag._serve._proxy import make_server
+from tests.helpers._fake_upstream import FakeUpstream, Reply
 
 
 def test_a_source_with_several_passages_is_listed_once_in_rank_order() -> None:

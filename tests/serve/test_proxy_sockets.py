@@ -16,10 +16,10 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from _fake_upstream import FakeUpstream, Reply
 
 from clanker_rag._kb import KnowledgeBase
 from clanker_rag._serve._proxy import ProxyServer, make_server
+from tests.helpers._fake_upstream import FakeUpstream, Reply
 
 
 @pytest.fixture()

@@ -8,11 +8,11 @@ import socket
 from collections.abc import Callable
 
 import pytest
-from _fake_server import Exchange, FakeServer, Handle
 
 from clanker_rag._exceptions import ServerAnswerError, ServerStatusError, ServerTimeoutError, ServerUnreachableError
 from clanker_rag._serve._upstream import Upstream, UpstreamError, UpstreamTurn, event_stream, upstream_error
 from clanker_rag._urls import parse_base_url
+from tests.helpers._fake_server import Exchange, FakeServer, Handle
 
 URL = "http://127.0.0.1:8080/v1/completions"
 

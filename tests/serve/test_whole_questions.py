@@ -7,11 +7,11 @@ import json
 import threading
 
 import pytest
-from _fake_upstream import FakeUpstream, Reply
 
 from clanker_rag._kb import KnowledgeBase
 from clanker_rag._serve._handler import restated_question
 from clanker_rag._serve._proxy import make_server
+from tests.helpers._fake_upstream import FakeUpstream, Reply
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,6 @@ from contextlib import contextmanager
 from itertools import accumulate
 
 import pytest
-from engine.test_index_properties import VOCAB, build, corpus, exhaustive, query, ranked
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,6 +25,7 @@ from clanker_rag._storage._impact_tables import (
     lookup,
     pack_tables,
 )
+from tests.engine.test_index_properties import VOCAB, build, corpus, exhaustive, query, ranked
 
 
 @contextmanager

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _forge import rewrite_segment
 
 from clanker_rag import IndexFormatError, KnowledgeBase
 from clanker_rag._storage import _segments, _store, _texts
+from tests.helpers._forge import rewrite_segment
 
 N = 120
 NAMES = [f"doc{i:03d}.txt" for i in range(N)]

@@ -48,6 +48,7 @@ def test_a_load_survives_its_data_file_being_replaced_right_after_it_is_mapped(
     assert mapped and not any(p.exists() for p in mapped), "the data file was not deleted under the load"
 
 
+@pytest.mark.slow
 def test_loads_and_searches_never_fail_while_another_process_edits_and_saves(tmp_path: Path) -> None:
     folder = tmp_path / "index"
     saved(folder)

@@ -6,7 +6,6 @@ from array import array
 from pathlib import Path
 
 import pytest
-from engine.test_index_properties import VOCAB, build, corpus, exhaustive, query, ranked
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -15,6 +14,7 @@ from clanker_rag import IndexFormatError, KnowledgeBase
 from clanker_rag._engine._scoring import impact_order
 from clanker_rag._storage._codec import read
 from clanker_rag._storage._store import Blob
+from tests.engine.test_index_properties import VOCAB, build, corpus, exhaustive, query, ranked
 
 
 def laid_out(lengths, seed=0):
@@ -89,6 +89,7 @@ def saved_orders(kb):
     return {terms[t]: list(packed.read(t, n)) for t, n in enumerate(packed.lengths()) if n}
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None)
 @given(corpus, st.lists(query, min_size=1, max_size=4), st.integers(30, 42), st.integers(1, 8))
 def test_orders_saved_narrow_rank_exactly_after_load_resave_and_commit(tmp_path_factory, texts, queries, limit, k):

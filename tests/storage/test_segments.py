@@ -12,8 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from clanker_rag import Analyzer, IndexFormatError, KnowledgeBase
 from clanker_rag._storage import _segments, _store, _texts
@@ -45,75 +43,6 @@ def fresh_build(live: dict[str, str]) -> KnowledgeBase:
     for source, text in live.items():
         kb.add_text(text, source)
     return kb
-
-
-def same_as_fresh(kb: KnowledgeBase, live: dict[str, str]) -> None:
-    fresh = fresh_build(live)
-    assert len(kb) == len(fresh) and kb.sources() == fresh.sources()
-    assert kb._index.total_len == fresh._index.total_len
-    for term in VOCAB:
-        assert kb._index.df(term) == fresh._index.df(term)
-    for q in QUERIES:
-        # Same chunks, same scores bit for bit, same order (ties by chunk id: the order of adding).
-        assert ranked(kb, q) == ranked(fresh, q)
-
-
-text = st.lists(st.sampled_from(VOCAB), max_size=14).map(" ".join)
-name = st.sampled_from([f"s{i}" for i in range(8)])
-op = st.one_of(
-    st.tuples(st.just("add"), name, text),
-    st.tuples(st.just("remove"), name, st.just("")),
-    st.tuples(st.sampled_from(["save", "load", "optimize", "save-no-merge"]), st.just(""), st.just("")),
-)
-
-
-@settings(max_examples=80, deadline=None)
-@given(st.lists(st.tuples(name, text), max_size=6), st.lists(op, max_size=24), st.booleans())
-def test_any_history_of_commits_searches_as_one_fresh_build(tmp_path_factory, first, ops, compress):
-    policy = Policy(merge_factor=2, full_share=0.6, full_below=0)
-    saved, _segments.POLICY = _segments.POLICY, policy
-    was, size = _texts.COMPRESS, _texts.TEXT_BLOCK
-    _texts.COMPRESS, _texts.TEXT_BLOCK = compress, 32  # texts across blocks
-    try:
-        folder = tmp_path_factory.mktemp("seg")
-        live: dict[str, str] = {}
-        kb = KnowledgeBase(chunk_size=4, stride=2, analyzer=plain)
-        for source, body in first:
-            kb.add_text(body, source)
-            if live.get(source) != body:
-                live.pop(source, None)
-                live[source] = body
-        kb.save(folder)
-        on_disk = dict(live)
-        for kind, source, body in ops:
-            if kind == "add":
-                kb.add_text(body, source)
-                if live.get(source) != body:  # the same text again changes nothing
-                    live.pop(source, None)
-                    live[source] = body
-            elif kind == "remove":
-                kb.remove(source)
-                live.pop(source, None)
-            elif kind == "load":
-                kb = KnowledgeBase.load(folder, analyzer=plain)
-                live = dict(on_disk)
-            else:
-                if kind == "optimize":
-                    kb.optimize()
-                    assert len(commit(folder)["segments"]) == 1
-                else:
-                    kb.save(merge=kind == "save")
-                on_disk = dict(live)
-                again = KnowledgeBase.load(folder, analyzer=plain)
-                same_as_fresh(again, on_disk)
-                named = {s["file"] for s in commit(folder)["segments"]}
-                assert named <= {p.name for p in folder.glob("data-*.bin")}
-            same_as_fresh(kb, live)
-        for source, body in live.items():
-            assert kb.source_text(source) == body
-    finally:
-        _segments.POLICY = saved
-        _texts.COMPRESS, _texts.TEXT_BLOCK = was, size
 
 
 def test_a_commit_writes_only_the_new_segment_and_marks(tmp_path, segmented):
@@ -278,6 +207,7 @@ COMMITTER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_kill_during_commits_and_merges_leaves_a_whole_commit(tmp_path):
     kb = KnowledgeBase(chunk_size=8, stride=4)
     for i in range(30):

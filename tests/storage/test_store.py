@@ -11,13 +11,13 @@ from itertools import accumulate
 from pathlib import Path
 
 import pytest
-from _forge import rewrite_segment
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from clanker_rag import IndexFormatError, IndexLockedError, KnowledgeBase
 from clanker_rag._storage import _store
 from clanker_rag._storage._store import FORMAT_VERSION
+from tests.helpers._forge import rewrite_segment
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -181,6 +181,7 @@ SAVER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_kill_during_save_leaves_old_or_new_index(tmp_path):
     kb = small_kb()
     kb.save(tmp_path)
@@ -332,6 +333,7 @@ piece = st.one_of(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.lists(piece, max_size=30), max_size=4), st.integers(1, 64))
 def test_a_run_is_its_pieces_back_to_back_whatever_they_are_and_however_they_are_grouped(runs, group):

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _forge import rewrite_segment
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,6 +25,7 @@ from clanker_rag._storage._tf_column import (
     tf_part,
     tf_type,
 )
+from tests.helpers._forge import rewrite_segment
 
 counts = st.lists(
     st.one_of(st.integers(1, 254), st.integers(1, 254), st.integers(1, 254), st.integers(255, 70_000)), max_size=200

@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_layers import import_graph
 
 from clanker_rag import BM25, Analyzer, IndexFormatError, KnowledgeBase
 from clanker_rag._cli import main
 from clanker_rag._cli._upgrade import CLUSTER_MANIFEST
 from clanker_rag.cluster import MANIFEST, ShardedKnowledgeBase
+from tests.test_layers import import_graph
 
 DATA = Path(__file__).parents[1] / "data"
 EXPECTED = json.loads((Path(__file__).parent / "upgrade_expected.json").read_text(encoding="utf-8"))

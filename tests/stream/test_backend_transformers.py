@@ -69,6 +69,7 @@ def test_resume_reuses_the_cache_and_matches_a_fresh_run() -> None:
             assert a.logprob == pytest.approx(b.logprob, abs=1e-4)
 
 
+@pytest.mark.slow
 def test_stop_string_ends_generation_before_it() -> None:
     model, tok = tiny_model(1), CharTokenizer()
     backend = TransformersBackend(model, tok, max_new_tokens=30, reuse_cache=False)

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _fake_server import Exchange, FakeServer, Handle
 
 from clanker_rag._exceptions import BackendError, ConfigError
 from clanker_rag._kb import KnowledgeBase
@@ -21,6 +20,7 @@ from clanker_rag._sse import iter_sse
 from clanker_rag._stream._controller import InjectEvent, RagController, RetrieveEvent
 from clanker_rag._stream._generate import RETRIEVE_TOOL, ToolCallDeltas, render_tool_call
 from clanker_rag.backends import ChatBackend, CompletionsBackend, LlamaCppBackend, Token
+from tests.helpers._fake_server import Exchange, FakeServer, Handle
 
 ANSWER_BEFORE = ' Checking. <tool name="retrieve">default port</tool> never seen'
 CHECKOUT = Path(__file__).resolve().parents[2]  # the clone the tests run from: install hints name it

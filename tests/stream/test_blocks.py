@@ -146,6 +146,7 @@ _FRAGMENTS = [
 passage_text = st.lists(st.sampled_from(_FRAGMENTS) | st.text(max_size=3), max_size=40).map("".join)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(
     texts=st.lists(passage_text, min_size=0, max_size=4),
@@ -246,6 +247,7 @@ _MARKED = [*_FRAGMENTS, *COPIED_AWAY, "t\u0301ool", "<\u2800", "QUESTION", ">>",
 marked_text = st.lists(st.sampled_from(_MARKED) | st.text(max_size=3), max_size=40).map("".join)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(text=marked_text)
 def test_no_marker_survives_even_with_marks_dropped(text: str) -> None:

@@ -11,7 +11,6 @@ import re
 from collections.abc import Iterator, Sequence
 
 import pytest
-from _llama_server import FEW_SHOT, KB_DOCS, LlamaServer
 
 from clanker_rag._kb import KnowledgeBase
 from clanker_rag._stream._blocks import BlockBuilder
@@ -19,8 +18,9 @@ from clanker_rag._stream._controller import InjectEvent, RagController, Retrieve
 from clanker_rag._stream._settings import Hooks, Limits, Triggers
 from clanker_rag._types import Hit
 from clanker_rag.backends import LlamaCppBackend, RequestStats, Token
+from tests.helpers._llama_server import FEW_SHOT, KB_DOCS, LlamaServer
 
-pytestmark = pytest.mark.llama
+pytestmark = [pytest.mark.llama, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

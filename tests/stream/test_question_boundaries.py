@@ -26,7 +26,7 @@ def make_kb() -> KnowledgeBase:
     return kb
 
 
-def retrieved(events: list[object]) -> list[tuple[str, str]]:
+def retrieved(events: Sequence[object]) -> list[tuple[str, str]]:
     return [(ev.kind, ev.query) for ev in events if isinstance(ev, RetrieveEvent)]
 
 

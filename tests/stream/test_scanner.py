@@ -6,12 +6,12 @@ import random
 import re
 
 import pytest
-from _profiles import examples
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from clanker_rag._exceptions import ConfigError
 from clanker_rag._stream._scanner import TagScanner, ToolCall
+from tests.helpers._profiles import examples
 
 _TAG_START = re.compile(r"<tool[\s>/]", re.IGNORECASE)
 
@@ -98,6 +98,7 @@ def transcript(draw: st.DrawFn) -> tuple[str, str, list[str]]:
     return text, expected_visible, queries
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(10_000), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(transcript(), st.lists(st.integers(min_value=0, max_value=10_000), max_size=12))
 def test_any_split_gives_the_same_text_and_calls(case: tuple[str, str, list[str]], cuts: list[int]) -> None:

@@ -1,3 +1,5 @@
+import pytest
+
 from clanker_rag import Analyzer, KnowledgeBase
 
 
@@ -107,6 +109,7 @@ def test_fast_counting_equals_plain_analysis(text):
     assert an.count(find_words(text)) == Counter(an(text))
 
 
+@pytest.mark.slow
 @settings(max_examples=500, deadline=None)
 @given(st.one_of(st.text(st.characters(max_codepoint=127)), st.lists(pieces, max_size=40).map("".join), st.text()))
 def test_word_finding_fast_path_equals_the_splitting_regex(text):
@@ -116,6 +119,7 @@ def test_word_finding_fast_path_equals_the_splitting_regex(text):
     assert find_words(text) == split_words(text)[1::2]
 
 
+@pytest.mark.slow
 @settings(max_examples=500, deadline=None)
 @given(st.one_of(st.text(st.characters(max_codepoint=127)), st.lists(pieces, max_size=40).map("".join), st.text()))
 def test_piece_offsets_fast_path_equals_the_splitting_regex(text):
@@ -140,6 +144,7 @@ settings_of_analyzers = st.fixed_dictionaries(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.lists(words_of_code, max_size=6).map(lambda w: [x for ws in w for x in ws]), settings_of_analyzers)
 def test_a_words_terms_do_not_depend_on_the_words_analysed_before(words, options):

@@ -5,7 +5,6 @@ from __future__ import annotations
 from itertools import pairwise
 
 import pytest
-from _profiles import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,6 +15,7 @@ from clanker_rag._text._sentences import (
     last_question_start,
     split_sentences,
 )
+from tests.helpers._profiles import examples
 
 
 def sentences(text: str) -> list[str]:

@@ -14,7 +14,6 @@ import os
 from pathlib import Path
 
 import pytest
-from _profiles import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -23,6 +22,7 @@ from hypothesis import strategies as st
 from snowballstemmer.english_stemmer import EnglishStemmer  # type: ignore[import-untyped]
 
 from clanker_rag._text._stemmer import stem
+from tests.helpers._profiles import examples
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SHARED = Path(os.environ.get("CLANKER_RAG_SHARED", REPO_ROOT.parent / "shared"))
@@ -182,6 +182,7 @@ def test_every_cranfield_word_matches_reference() -> None:
     assert mismatches == {}
 
 
+@pytest.mark.slow
 @settings(max_examples=800, deadline=None)
 @given(st.text(alphabet="abcdefghijklmnopqrstuvwxyz'", max_size=15))
 def test_random_ascii_words_match_reference(word: str) -> None:

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from _fake_server import Exchange, FakeServer, Recorded
+from tests.helpers._fake_server import Exchange, FakeServer, Recorded
 
 Responder = Callable[[str, dict[str, Any]], "Reply"]
 

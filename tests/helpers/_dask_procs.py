@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # As docs/scale.md tells a deployment to set them.
 DASK_ENV = {
     "DASK_DISTRIBUTED__SCHEDULER__WORK_STEALING": "False",

@@ -1,0 +1,1 @@
+"""Sharded indexes and their Dask deployments (threads and separate processes)."""

@@ -1,0 +1,1 @@
+"""Ingestion: readers, parallel and bulk runs, interrupts, and watching a folder."""

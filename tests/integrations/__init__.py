@@ -1,0 +1,1 @@
+"""The agent-framework adapters: MCP, LangChain, LlamaIndex."""

@@ -1,0 +1,1 @@
+"""Retrievers over the index: dense, fusion, proximity, reranking, and evaluation."""

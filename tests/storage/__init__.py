@@ -1,0 +1,1 @@
+"""The saved index: codec, segments and commits, columns, texts, and what damage and races do."""

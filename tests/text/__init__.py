@@ -1,0 +1,1 @@
+"""Text analysis: the analyser, chunking, stemming, stop words."""
