@@ -78,15 +78,6 @@ def test_eval_finds_a_data_set_under_clanker_rag_shared(tmp_path, monkeypatch, c
     assert "CLANKER_RAG_SHARED" in capsys.readouterr().err
 
 
-@pytest.mark.slow
-def test_cranfield_quality_is_at_least_the_best_peer(cranfield):
-    # bm25s with stopwords + Snowball stemmer reaches 0.373 nDCG@10 here.
-    plain = evaluate_dataset(cranfield).metrics
-    assert plain["ndcg@10"] >= 0.37
-    fed = evaluate_dataset(cranfield, feedback=True).metrics
-    assert fed["ndcg@10"] >= 0.385
-
-
 def test_slow_evaluations_report_progress_and_plain_bm25_stays_quiet(tmp_path, caplog):
     import logging
 
