@@ -80,6 +80,8 @@ def _run(server: Any, upstream: FakeUpstream | None) -> Iterator[Site]:
 @contextmanager
 def proxy_site(token: str | None = None, reply: str = "The gateway uses port 7341.", **options: Any) -> Iterator[Site]:
     with FakeUpstream(lambda path, body: Reply(answer(reply))) as up:
+        # A short header deadline: a browser's idle keep-alive connection ends within the test.
+        options.setdefault("header_timeout", 0.5)
         yield from _run(make_server(knowledge(), up.url, token=token, **options), up)
 
 

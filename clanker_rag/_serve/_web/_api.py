@@ -175,6 +175,8 @@ class WebApp:
         handler.send_header("Content-Length", str(len(data)))
         for name, value in _SECURITY_HEADERS.items():
             handler.send_header(name, value)
+        # A page's requests come in a burst and stop: no connection (and its thread) idles after them.
+        handler.send_header("Connection", "close")
         handler.end_headers()
         if handler.command != "HEAD":
             handler.wfile.write(data)

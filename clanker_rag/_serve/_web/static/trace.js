@@ -30,7 +30,7 @@
     if (!mine) return;
     const rec = mine.recordId != null ? byId.get(mine.recordId) : null;
     const text = mine.text;
-    const cuts = rec ? rec.data.injections.filter((i) => i.offset != null && i.block != null && i.offset > 0) : [];
+    const cuts = rec ? rec.data.injections.filter((i) => i.offset != null && i.block != null) : [];
     const frag = document.createDocumentFragment();
     let at = 0;
     for (const inj of cuts) {
