@@ -45,7 +45,7 @@
       viewer.replaceChildren(
         el("h2", { className: "docname", text: src.name }),
         el("p", { className: "meta" }, [
-          src.chunks.length + " chunks",
+          src.chunks.length + (src.chunks.length === 1 ? " chunk" : " chunks"),
           info ? " · chunk " + info.chunk_index + ", " + fmtLines(info.start_line, info.end_line) : "",
           info && info.section ? " · " + info.section : "",
           src.truncated ? " · shown in part (too long)" : "",
