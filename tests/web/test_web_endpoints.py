@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import socket
 import threading
-import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _web_site import HOSTILE, browse_site, proxy_site
@@ -168,15 +168,17 @@ def test_the_event_stream_sends_kept_records_then_each_change() -> None:
             while reader.readline() not in (b"\r\n", b""):
                 pass
 
-            def next_record() -> dict:
+            def next_record() -> dict[str, Any]:
                 while True:
                     line = reader.readline()
                     assert line, "the stream ended"
                     if line.startswith(b"data: "):
-                        return json.loads(line[6:])
+                        record: dict[str, Any] = json.loads(line[6:])
+                        return record
 
             assert next_record()["question"] == "Which licence applies?"
-            threading.Thread(target=site.chat, args=("Which port does the gateway use?",)).start()
+            asking = threading.Thread(target=site.chat, args=("Which port does the gateway use?",))
+            asking.start()
             seen = [next_record() for _ in range(2)]
             assert seen[0]["question"] == "Which port does the gateway use?"
             assert seen[0]["status"] == "running"
@@ -184,7 +186,7 @@ def test_the_event_stream_sends_kept_records_then_each_change() -> None:
                 seen.append(next_record())
             assert seen[-1]["injections"][0]["passages"][0]["source"] == "docs/ports.md"
             reader.close()
-        time.sleep(0)  # the chat thread has ended: its record finished before the stream said "done"
+        asking.join(10)
 
 
 def test_closing_the_log_ends_every_subscription() -> None:
