@@ -149,7 +149,7 @@ class WebApp:
                 return self._json(handler, 404, {"error": {"message": "no such file", "type": "not_found"}}), "web"
             kind = _TYPES[name[name.rindex(".") :]]
             return self._send(handler, 200, kind, data), "web page"
-        if route == PREFIX + "trace/events":
+        if route == PREFIX + "trace/events" and handler.command == "GET":
             return self._events(handler), "trace events"
         endpoint: Callable[[Mapping[str, str]], Any] | None = {
             PREFIX + "info": self._info,

@@ -17,13 +17,23 @@
       const result = await api("/clanker-rag/sources?" + new URLSearchParams({ filter: filter.value }).toString());
       list.replaceChildren(...result.sources.map((name) =>
         el("li", {}, [el("a", { href: "#" + new URLSearchParams({ src: name }).toString(), text: name })])));
+      markCurrent();
       count.textContent = result.total + " sources" + (result.total > result.sources.length ? " (first " + result.sources.length + " shown)" : "");
     } catch (err) {
       status(err.message, true);
     }
   }
 
+  function markCurrent() {
+    const name = new URLSearchParams(location.hash.slice(1)).get("src");
+    for (const a of list.querySelectorAll("a")) {
+      if (a.textContent === name) a.setAttribute("aria-current", "true");
+      else a.removeAttribute("aria-current");
+    }
+  }
+
   async function open() {
+    markCurrent();
     const params = new URLSearchParams(location.hash.slice(1));
     const name = params.get("src");
     if (!name) { viewer.replaceChildren(el("p", { className: "hint", text: "Pick a source to read it." })); return; }

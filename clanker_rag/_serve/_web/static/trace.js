@@ -2,12 +2,13 @@
 // token can travel as a header); a playground sends one request through the proxy and marks its injections inline.
 "use strict";
 (() => {
-  const { el, status, fetchAuthed, readEvents, fmtScore, fmtLines } = CR;
+  const { el, status, api, fetchAuthed, readEvents, fmtScore, fmtLines } = CR;
   const main = document.getElementById("main");
   const records = el("ol", { className: "records", id: "records", "aria-label": "requests, newest first" });
   const empty = el("p", { className: "hint", id: "empty", text: "No requests yet: point an OpenAI client at this server's /v1, or use the playground." });
   const byId = new Map();
   let maxId = 0;
+  let keep = 100; // the server's --trace-size, read below: the page shows what the server keeps
   let mine = null; // the playground's request: { after, question, text, out, recordId }
 
   // -- playground --------------------------------------------------------------------------
@@ -147,8 +148,8 @@
     entry.data = r;
     entry.node.replaceChildren(...recordBody(r).filter(Boolean));
     entry.node.querySelectorAll("details").forEach((d, i) => { if (open[i]) d.open = true; });
-    // The last request of a bounded trace drops out here when the server dropped it.
-    while (byId.size > 1000) {
+    // The oldest request drops out here as the server drops it.
+    while (byId.size > keep) {
       const oldest = Math.min(...byId.keys());
       byId.get(oldest).node.remove();
       byId.delete(oldest);
@@ -172,5 +173,6 @@
       await new Promise((res) => setTimeout(res, 1000));
     }
   }
+  api("/clanker-rag/info").then((info) => { keep = info.trace_size || keep; }, () => {});
   follow();
 })();
