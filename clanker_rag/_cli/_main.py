@@ -909,7 +909,7 @@ def _run_proxy(args: argparse.Namespace, retriever: Any, watch: Path | None, wha
         where = (
             f"serving {srv.url}/v1 -> {srv.config.upstream}" if upstream else f"browsing at {srv.url}/ (no upstream)"
         )
-        print(f"{PROG}: {where}, pages at {srv.url}/, with {what}; Ctrl-C stops", file=sys.stderr, flush=True)
+        print(f"{PROG}: {where} (pages: / /trace) with {what}; Ctrl-C stops", file=sys.stderr, flush=True)
 
     try:
         serve(server, ready)

@@ -64,7 +64,7 @@ def test_serve_takes_base_url_as_its_upstream_and_writes_the_trace_file(tmp_path
         FakeUpstream(lambda path, body: Reply(answer(" 7341."))) as up,
         serving([*args, "--base-url", up.url], pattern) as (url, banner),
     ):
-        assert f"pages at {url}/" in banner
+        assert f"serving {url}/v1 -> {up.url} (pages: / /trace) with " in banner
         req = urllib.request.Request(
             url + "/v1/completions",
             data=json.dumps({"prompt": "Which port does the gateway use?\nA:"}).encode(),
