@@ -98,10 +98,15 @@ def test_the_playground_streams_through_the_proxy_and_marks_the_injection(browse
         browser.get(site.url + "/trace")
         browser.find_element(By.CSS_SELECTOR, ".playground summary").click()
         browser.find_element(By.ID, "play-prompt").send_keys("Which port does the gateway use?")
+        out, records = browser.find_element(By.ID, "play-out"), browser.find_element(By.ID, "records")
+        box_and_list = (out.rect["height"], records.rect["y"])
         browser.find_element(By.ID, "play-send").click()
         wait(browser).until(lambda d: "The gateway uses port 7341." in d.find_element(By.ID, "play-out").text)
+        wait(browser).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#records .record"))
         marker = browser.find_element(By.CSS_SELECTOR, "#play-out .inline-block")
         assert "port" in marker.text
+        # The answer streamed into a box of fixed size, and the request's record went in below it: nothing moved.
+        assert (out.rect["height"], records.rect["y"]) == box_and_list
         assert site.upstream is not None and site.upstream.requests
         # The playground's keep-alive connection ends at the proxy's header deadline, before the test does.
         wait(browser).until(lambda d: site.server.header_deadlines.expired > 0)

@@ -24,7 +24,7 @@
   ]);
   main.append(
     el("details", { className: "playground" }, [el("summary", { text: "Playground: send a request through the proxy" }), playForm]),
-    empty, records,
+    records, empty,
   );
 
   function renderPlayground() {
