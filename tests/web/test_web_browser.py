@@ -30,8 +30,8 @@ def browser() -> Iterator[webdriver.Chrome]:
     for path in (CHROMIUM, CHROMEDRIVER):
         assert os.access(path, os.X_OK), f"{path} is missing: scripts/install installs chromium and chromium-driver"
     # Selenium Manager stays offline and quiet; it has nothing to find with both paths given.
-    os.environ["SE_OFFLINE"] = "true"
-    os.environ["SE_AVOID_STATS"] = "true"
+    saved = {name: os.environ.get(name) for name in ("SE_OFFLINE", "SE_AVOID_STATS")}
+    os.environ.update(SE_OFFLINE="true", SE_AVOID_STATS="true")
     with tempfile.TemporaryDirectory(prefix="clanker-rag-chromium-") as profile:
         options = webdriver.ChromeOptions()
         options.binary_location = CHROMIUM
@@ -46,6 +46,11 @@ def browser() -> Iterator[webdriver.Chrome]:
             yield driver
         finally:
             driver.quit()
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
 
 
 def wait(driver: webdriver.Chrome, seconds: float = WAIT) -> WebDriverWait[webdriver.Chrome]:

@@ -6,7 +6,8 @@ step, nothing fetched from elsewhere), the JSON and server-sent-event
 endpoints under ``/clanker-rag/`` they read (``_api``), and the bounded
 in-memory record of the requests the proxy handled (``_trace``).
 
-May import: ``_sse``, ``_exceptions``, ``_types`` and the standard library.
+May import: ``_sse``, ``_types``, ``_validate``, ``_stream._events`` (the
+events a trace records) and ``_serve._access`` (the browse-only server's checks).
 Must not import: the rest of ``_serve`` (the handler imports this), the CLI,
 the cluster or the integrations.
 """
