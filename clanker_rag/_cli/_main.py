@@ -225,9 +225,13 @@ def build_parser() -> argparse.ArgumentParser:
         "serve", "OpenAI-compatible proxy that injects knowledge for any client",
         "Run an OpenAI-compatible HTTP server in front of UPSTREAM (llama.cpp, vLLM, Ollama, LM Studio) that "
         "injects passages from the knowledge base into /v1/chat/completions and /v1/completions. "
-        "Point any OpenAI client at http://HOST:PORT/v1.",
+        "Point any OpenAI client at http://HOST:PORT/v1; open http://HOST:PORT/ to search the knowledge base and "
+        "http://HOST:PORT/trace to watch every injection. Without an upstream it serves those pages alone.",
     )  # fmt: skip
-    p.add_argument("--upstream", metavar="URL", help=f"upstream server base URL (default: ${BASE_URL_ENV})")
+    p.add_argument(
+        "--upstream", "--base-url", dest="upstream", metavar="URL",
+        help=f"upstream server base URL (default: ${BASE_URL_ENV}; none: the web pages only)",
+    )  # fmt: skip
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
     p.add_argument("-k", "--k", type=_positive_int, default=3, metavar="N", help="passages per injection (default 3)")
@@ -241,6 +245,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-score", type=float, metavar="S", help="drop passages scoring below S")
     p.add_argument("--max-request-bytes", type=_size, metavar="SIZE", help="request body cap (default 8M)")
     p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS", help="upstream timeout (default 300)")
+    p.add_argument(
+        "--trace-size",
+        type=_positive_int,
+        default=100,
+        metavar="N",
+        help="requests the /trace page keeps (default 100)",
+    )
+    p.add_argument("--trace", metavar="FILE", help="append every proxied request's trace to FILE as a JSON line")
     _cluster_option(p)
     p.set_defaults(func=_cmd_serve)
 
@@ -854,11 +866,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 def _run_proxy(args: argparse.Namespace, retriever: Any, watch: Path | None, what: str) -> int:
     """Serve the proxy over ``retriever`` until Ctrl-C (``watch``: the index folder to re-read after saves)."""
-    from .._serve._proxy import SharedRetriever, make_server, serve
+    from .._serve._proxy import SharedRetriever, make_browse_server, make_server, serve
 
     upstream = args.upstream or os.environ.get(BASE_URL_ENV)
-    if not upstream:
-        raise _CliError(f"serve needs --upstream URL (or ${BASE_URL_ENV}), e.g. --upstream http://127.0.0.1:8080")
     options: dict[str, Any] = {
         "k": args.k,
         "tools": not args.no_tools,
@@ -873,8 +883,13 @@ def _run_proxy(args: argparse.Namespace, retriever: Any, watch: Path | None, wha
     }
     if args.max_request_bytes is not None:
         options["max_request_bytes"] = args.max_request_bytes
+    shared = SharedRetriever(retriever, watch)
     try:
-        server = make_server(SharedRetriever(retriever, watch), upstream, host=args.host, port=args.port, **options)
+        if upstream:
+            trace = {"trace_size": args.trace_size, "trace_file": args.trace}
+            server: Any = make_server(shared, upstream, host=args.host, port=args.port, **options, **trace)
+        else:
+            server = make_browse_server(shared, host=args.host, port=args.port)
     except OSError as exc:
         import errno
 
@@ -885,17 +900,16 @@ def _run_proxy(args: argparse.Namespace, retriever: Any, watch: Path | None, wha
         raise _CliError(f"cannot listen on {where}: {exc.strerror or exc}{hint}") from exc
 
     def ready(srv: Any) -> None:
-        if args.host not in ("127.0.0.1", "::1", "localhost") and srv.config.token is None:
+        if args.host not in ("127.0.0.1", "::1", "localhost") and srv.access.token is None:
             print(
                 f"{PROG}: warning: listening on {args.host}: anyone who can reach this port can use your upstream "
                 "and read your knowledge base (set CLANKER_RAG_TOKEN to require a bearer token)",
                 file=sys.stderr,
             )
-        print(
-            f"{PROG}: serving {srv.url}/v1 -> {srv.config.upstream} with {what}; Ctrl-C stops",
-            file=sys.stderr,
-            flush=True,
+        where = (
+            f"serving {srv.url}/v1 -> {srv.config.upstream}" if upstream else f"browsing at {srv.url}/ (no upstream)"
         )
+        print(f"{PROG}: {where} (pages: / /trace) with {what}; Ctrl-C stops", file=sys.stderr, flush=True)
 
     try:
         serve(server, ready)

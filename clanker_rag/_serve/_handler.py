@@ -52,6 +52,8 @@ from ._upstream import (
     prepend_to_content,
     redact,
 )
+from ._web._api import WebApp, is_page, serves
+from ._web._trace import TraceLog, TraceRecord
 
 __all__ = ["DEFAULT_MAX_REQUEST_BYTES", "ProxyConfig", "ProxyServer"]
 
@@ -205,9 +207,12 @@ class ProxyServer(ThreadingHTTPServer):
     block_on_close = False
     request_queue_size = 128
 
-    def __init__(self, address: tuple[str, int], retriever: Retriever, config: ProxyConfig) -> None:
+    def __init__(
+        self, address: tuple[str, int], retriever: Retriever, config: ProxyConfig, trace: TraceLog | None = None
+    ) -> None:
         self.config = config
         self.retriever = retriever
+        self.trace = trace or TraceLog()  # what the /trace page shows
         self.upstream = Upstream(config.base, config.timeout)
         self._base_model = config.base_model
         self.llama_cpp = False  # the probe found llama.cpp: its completions take a GBNF grammar
@@ -220,6 +225,7 @@ class ProxyServer(ThreadingHTTPServer):
     def server_close(self) -> None:
         super().server_close()
         self.header_deadlines.close()
+        self.trace.close()
 
     def process_request(self, request: Any, client_address: Any) -> None:
         """A thread for the connection, or 503 at once when ``max_connections`` are open."""
@@ -287,6 +293,7 @@ class _ClientGone(Exception):
 
 class _Handler(DeadlineHandler):
     server: ProxyServer
+    _trace: TraceRecord  # the generation request's record (web/_trace.py)
     protocol_version = "HTTP/1.1"
     server_version = "clanker-rag"
     timeout = CLIENT_IDLE_SECONDS
@@ -428,7 +435,7 @@ class _Handler(DeadlineHandler):
         note = ""
         try:
             refusal = self.server.access.refusal(self.command, self.headers.get)
-            if refusal is not None:
+            if refusal is not None and not (refusal.status == 401 and is_page(self.command, self.path)):
                 # Before the body is read: the connection is not reused.
                 self.close_connection = True
                 extra = {"WWW-Authenticate": 'Bearer realm="clanker-rag"'} if refusal.status == 401 else None
@@ -448,8 +455,12 @@ class _Handler(DeadlineHandler):
                 "/v1/completions": "completions",
                 "/completions": "completions",
             }.get(route)
-            if self.command == "POST" and kind is not None:
-                status, note = self._generation(kind, body)
+            if serves(self.command, self.path):  # the pages (web/_api.py)
+                status, note = WebApp(self.server.retriever, self.server.trace).answer(self)
+            elif self.command == "POST" and kind is not None:
+                with self.server.trace.request(kind, body) as self._trace:
+                    status, note = self._generation(kind, body)
+                    self._trace.done(status, note)
             else:
                 status = self._forward(body)
         except _ClientGone as exc:
@@ -608,6 +619,7 @@ class _Handler(DeadlineHandler):
                 elif isinstance(body.get("prompt"), list) and body["prompt"] and isinstance(body["prompt"][0], str):
                     body["prompt"] = [block + "\n" + body["prompt"][0], *body["prompt"][1:]]
                 note = f"forwarded, 1 injection from {len(hits)} passages"
+                self._trace.upfront(question, hits, block)
         headers = self._upstream_headers(json_body=True)
         return self._forward(json.dumps(body).encode("utf-8"), headers=headers), note
 
@@ -680,6 +692,7 @@ class _Handler(DeadlineHandler):
         injections = 0
         try:
             for ev in events:
+                self._trace.see(ev)
                 if isinstance(ev, TextEvent):
                     sink.text(ev.text)
                 elif isinstance(ev, InjectEvent):

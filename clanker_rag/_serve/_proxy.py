@@ -16,7 +16,10 @@ runs each ``/v1/chat/completions`` and ``/v1/completions`` request through a
 
 Requests the controller cannot represent (``n`` > 1, client-defined tools,
 log-probabilities, ``echo``) get the up-front injection only and are then
-forwarded verbatim, as is every other endpoint (``/v1/models``...).
+forwarded verbatim, as is every other endpoint (``/v1/models``...) except
+the web pages' (``GET /``, ``/sources``, ``/trace`` and ``/clanker-rag/...``,
+see :mod:`._web`), which show the knowledge base and a live trace of every
+injection.  Without an upstream, :func:`make_browse_server` serves the pages alone.
 
 Security: binds 127.0.0.1 unless told otherwise; refuses requests a web page
 could send (a foreign ``Host`` or ``Origin``, a CORS preflight, a
@@ -34,25 +37,31 @@ import os
 import socket
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
 
 from .._types import HitLike, Retriever
 from ._access import token_from_env
 from ._follow import IndexFollower
 from ._handler import DEFAULT_MAX_REQUEST_BYTES, ProxyConfig, ProxyServer
 from ._upstream import redact
+from ._web._browse import BrowseServer
+from ._web._trace import DEFAULT_TRACE_SIZE, TraceLog
 
 __all__ = [
     "DEFAULT_MAX_REQUEST_BYTES",
+    "BrowseServer",
     "ProxyConfig",
     "ProxyServer",
     "SharedRetriever",
+    "make_browse_server",
     "make_server",
     "redact",
     "serve",
 ]
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class SharedRetriever:
@@ -71,11 +80,15 @@ class SharedRetriever:
         self._follower = IndexFollower(path, check_every=check_every) if path is not None else None
 
     def search(self, query: str, k: int = 10) -> Sequence[HitLike]:
+        return self.read(lambda retriever: list(retriever.search(query, k)))
+
+    def read(self, fn: Callable[[Any], T]) -> T:
+        """``fn(knowledge base)`` under the lock, on the freshest index (the web pages' searches and reads)."""
         with self._lock:
             fresh = self._follower.fresh(self._retriever) if self._follower is not None else None
             if fresh is not None:
                 self._retriever = fresh
-            return list(self._retriever.search(query, k))
+            return fn(self._retriever)
 
     def collection_stats(self, terms: Iterable[str]) -> object:
         """The served retriever's ``collection_stats(terms)`` (what the answering path's reranking weighs
@@ -96,22 +109,42 @@ def make_server(
     host: str = "127.0.0.1",
     port: int = 0,
     index_path: str | os.PathLike[str] | None = None,
+    trace_size: int = DEFAULT_TRACE_SIZE,
+    trace_file: str | os.PathLike[str] | None = None,
     **options: Any,
 ) -> ProxyServer:
     """A ready (not yet serving) proxy; call ``serve_forever()`` on it, ``shutdown()`` to stop.
 
     Without ``token=``, the token clients must send is ``CLANKER_RAG_TOKEN``
-    from the environment, if set (see :mod:`._access`).
+    from the environment, if set (see :mod:`._access`).  The ``/trace`` page
+    keeps the last ``trace_size`` requests; ``trace_file`` gets each as a JSON line.
     """
     if "token" not in options:
         options["token"] = token_from_env()
     config = ProxyConfig(upstream, **options)
     shared = retriever if isinstance(retriever, SharedRetriever) else SharedRetriever(retriever, index_path)
     cls = _ProxyServer6 if ":" in host else ProxyServer
-    return cls((host, port), shared, config)
+    trace = TraceLog(trace_size, Path(trace_file) if trace_file is not None else None)
+    return cls((host, port), shared, config, trace)
 
 
-def serve(server: ProxyServer, on_ready: Callable[[ProxyServer], None] | None = None) -> None:
+def make_browse_server(
+    retriever: Retriever,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    index_path: str | os.PathLike[str] | None = None,
+    token: str | None = None,
+) -> BrowseServer:
+    """The web pages alone over ``retriever`` (``serve`` without an upstream); the token as in :func:`make_server`."""
+    shared = retriever if isinstance(retriever, SharedRetriever) else SharedRetriever(retriever, index_path)
+    return BrowseServer((host, port), shared, token if token is not None else token_from_env())
+
+
+S = TypeVar("S", ProxyServer, BrowseServer)
+
+
+def serve(server: S, on_ready: Callable[[S], None] | None = None) -> None:
     """Serve until interrupted (Ctrl-C), then close the listening socket."""
     if on_ready is not None:
         on_ready(server)
