@@ -203,8 +203,7 @@ def test_few_modules_at_the_top() -> None:
 
 # Standard-library and third-party modules that open HTTP client connections.
 HTTP_CLIENTS = {"http.client", "urllib.request", "urllib3", "requests", "httpx", "aiohttp"}
-# Known debt, as KNOWN_LONG: the answering path's server probe still speaks urllib.
-KNOWN_HTTP_CLIENTS = {"_answer/_ask.py"}
+KNOWN_HTTP_CLIENTS: set[str] = set()
 
 
 def http_client_imports(path: Path) -> set[str]:

@@ -7,6 +7,6 @@ llama.cpp grammars that make a base model copy from its passage
 noticing an answer that repeats itself (``_repetition``).
 
 May import: ``_stream``, ``backends``, ``_retrieval`` (reranking what ``ask``
-retrieves), ``_text`` and the leaves.  Must not
+retrieves), ``_text``, ``_http`` (the server probe) and the leaves.  Must not
 import: serving, the cluster or the CLI.
 """

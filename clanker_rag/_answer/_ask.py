@@ -13,18 +13,17 @@ stdout holds the answer alone.
 
 from __future__ import annotations
 
-import json
 import logging
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
-from .._exceptions import ConfigError
+from .._exceptions import BackendError, ConfigError
+from .._http import ModelServer
 from .._retrieval._proximity import DEFAULT_WEIGHT as PROXIMITY_WEIGHT
 from .._retrieval._proximity import ProximityRetriever
 from .._stream._controller import InjectEvent, RagController, StreamEvent, TextEvent
+from .._stream._settings import BlockLayout, Hooks, Triggers
 from .._types import Retriever
 from ._focusing import FocusedRetriever, check_windows
 from ._grammars import LEAD_WORDS, CopyingBackend
@@ -132,14 +131,6 @@ class ServerInfo:
     base_model: bool  # no usable chat template: use raw completions
 
 
-def _get_json(url: str, timeout: float, payload: dict[str, object] | None = None) -> object:
-    data = json.dumps(payload).encode() if payload is not None else None
-    headers = {"Content-Type": "application/json"} if data is not None else {}
-    req = urllib.request.Request(url, data=data, headers=headers)
-    with urllib.request.urlopen(req, timeout=timeout) as resp:
-        return json.loads(resp.read())
-
-
 def probe_server(base_url: str, timeout: float = 5.0) -> ServerInfo:
     """Find out whether ``base_url`` serves a base model (llama.cpp only; others count as chat).
 
@@ -147,11 +138,11 @@ def probe_server(base_url: str, timeout: float = 5.0) -> ServerInfo:
     ChatML fallback and the model's vocabulary has no ``<|im_start|>`` token
     (it would be read as plain text, several tokens long).
     """
-    base = base_url.rstrip("/")
+    server = ModelServer(base_url, timeout)
     try:
-        props = _get_json(base + "/props", timeout)
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        logger.debug("no llama.cpp /props at %s (%s): assuming a chat server", base, exc)
+        props = server.json("GET", "/props")
+    except BackendError as exc:
+        logger.debug("no llama.cpp /props at %s (%s): assuming a chat server", server.url, exc)
         return ServerInfo(False, None, False)
     if not isinstance(props, dict):
         return ServerInfo(False, None, False)
@@ -162,9 +153,9 @@ def probe_server(base_url: str, timeout: float = 5.0) -> ServerInfo:
     if _CHATML_MARK not in template:
         return ServerInfo(True, template, False)
     try:
-        tokens = _get_json(base + "/tokenize", timeout, {"content": _CHATML_MARK, "parse_special": True})
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        logger.debug("cannot tokenize at %s (%s): trusting the chat template", base, exc)
+        tokens = server.json("POST", "/tokenize", {"content": _CHATML_MARK, "parse_special": True})
+    except BackendError as exc:
+        logger.debug("cannot tokenize at %s (%s): trusting the chat template", server.url, exc)
         return ServerInfo(True, template, False)
     ids = tokens.get("tokens") if isinstance(tokens, dict) else None
     special = isinstance(ids, list) and len(ids) == 1
@@ -263,15 +254,23 @@ def answer_controller(
             ranker=learned_sentences if learned else None,
             windows=windows,
         )
+    # The path's own settings go into the controller's typed settings; a caller's
+    # ``triggers``/``layout``/``hooks``/``limits`` keep their other fields.
+    triggers = replace(options.pop("triggers", Triggers()), tool_query=tool_query)
+    layout = replace(options.pop("layout", BlockLayout()), block_chars=block_chars, after_block=after_block(question))
+    hooks = options.pop("hooks", Hooks())
+    on_block = options.pop("on_block", None)
+    if on_block is not None:
+        hooks = replace(hooks, on_block=on_block)
     return RagController(
         retriever,
         k=max(k, windows),
         tools=mode in ("tools", "both"),
         questions=mode in ("context", "both"),
-        block_chars=block_chars,
         stop=stop,
-        tool_query=tool_query,  # type: ignore[arg-type]
-        after_block=after_block(question),
+        triggers=triggers,
+        layout=layout,
+        hooks=hooks,
         **options,
     )
 

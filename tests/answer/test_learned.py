@@ -218,34 +218,6 @@ def test_ask_chooses_by_name_and_refuses_an_unknown_chooser() -> None:
         answer_controller(Fixed(), question="What?", chooser="magic")
 
 
-def test_the_trainer_rewrites_only_the_weights_block(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    pytest.importorskip("scipy", reason="bench/train_selector.py fits with scipy (a bench extra)")
-    sys.path.insert(0, str(ROOT))
-    from bench import train_selector
-
-    source = Path(_learned.__file__).read_text(encoding="utf-8")
-    copy = tmp_path / "_learned.py"
-    copy.write_text(source, encoding="utf-8")
-    monkeypatch.setattr(train_selector, "LEARNED", copy)
-    new = [float(i) / 7 for i in range(len(FEATURES))]
-    train_selector.write_weights(new, 2, "python bench/train_selector.py --write")
-    written = copy.read_text(encoding="utf-8")
-    values = {}
-    for node in ast.parse(written).body:
-        if isinstance(node, ast.AnnAssign | ast.Assign):
-            target = node.target if isinstance(node, ast.AnnAssign) else node.targets[0]
-            if isinstance(target, ast.Name) and target.id in ("PICK", "WEIGHTS") and node.value is not None:
-                values[target.id] = ast.literal_eval(node.value)
-    assert values == {"PICK": 2, "WEIGHTS": tuple(new)}
-    # Everything around the block is as it was: the same lines before and after it.
-    before = source.split("# Fitted by ``", 1)[0]
-    after = source[source.index("\n)\n", source.index("WEIGHTS: tuple")) + 3 :]
-    assert written.startswith(before) and written.endswith(after)
-    assert written.count("_RE = re.compile(") == source.count("_RE = re.compile(")
-
-
-# -- more than one window -------------------------------------------------------------------
-
 GUIDE = (
     "Workers\n=======\n\n"
     "The server runs requests in worker processes. Each worker serves one request at a time.\n\n"
