@@ -88,6 +88,9 @@ class Dialect:
     ``markers``
         Strings the guard keeps out of retrieved text (besides the openers
         and closers): the result frame's own tags.
+    ``turn_frame``
+        The answer comes in a turn of its own (a tool or user turn): a call
+        made inside ``<think>`` gets ``</think>`` before it.
     """
 
     name: str
@@ -100,6 +103,7 @@ class Dialect:
     result_close: str = "</result>\n"
     stops: tuple[str, ...] = ()
     markers: tuple[str, ...] = ()
+    turn_frame: bool = False
 
     def __post_init__(self) -> None:
         if not self.name or not self.opens or any(not o for o in self.opens):
@@ -164,6 +168,7 @@ HERMES = Dialect(
     result_close="</tool_response><|im_end|>\n<|im_start|>assistant\n",
     stops=("</tool_call>",),
     markers=("<tool_response>", "</tool_response>", "<|im_start|>", "<|im_end|>"),
+    turn_frame=True,
 )
 LLAMA3 = Dialect(
     "llama3",
@@ -177,6 +182,7 @@ LLAMA3 = Dialect(
     result_close="<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n",
     stops=("<|eom_id|>",),
     markers=("<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<|eom_id|>"),
+    turn_frame=True,
 )
 MISTRAL = Dialect(
     "mistral",
@@ -187,6 +193,7 @@ MISTRAL = Dialect(
     result_open="[TOOL_RESULTS]",
     result_close="[/TOOL_RESULTS]",
     markers=("[TOOL_RESULTS]", "[/TOOL_RESULTS]", "[ARGS]", "[CALL_ID]", "</s>"),
+    turn_frame=True,
 )
 
 DIALECTS: dict[str, Dialect] = {
