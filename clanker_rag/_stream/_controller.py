@@ -85,6 +85,8 @@ _LABEL_RE = re.compile(r"^\s*\w+:\s")
 _THINK_OPEN = ("<think>", "<thinking>", "<seed:think>")
 _THINK_CLOSE = ("</think>", "</thinking>", "</seed:think>")
 _THINK_LOOKBACK = 200
+# A sentence runs on past a thinking tag ("...recall.</think> How ...?"): only what follows it is the sentence.
+_THINK_TAG_RE = re.compile(r"</?(?:think|thinking|seed:think)>")
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,7 +174,7 @@ class _ControllerTurn:
 
     def _end_sentence(self, out: list[str], *, questions: bool = True) -> _Trigger | None:
         ctl = self.ctl
-        sentence = "".join(t for t, _ in self.sent).strip()
+        sentence = _THINK_TAG_RE.split("".join(t for t, _ in self.sent))[-1].strip()
         trig: _Trigger | None = None
         if sentence and self.injections < ctl.limits.max_injections:
             triggers = ctl.triggers
