@@ -31,6 +31,7 @@ from .._exceptions import BackendError, ConfigError, ServerTimeoutError
 from .._sse import DONE, encode_event
 from .._stream._blocks import DEFAULT_BLOCK_CHARS, BlockBuilder, last_question, squash_ws
 from .._stream._controller import InjectEvent, RagController, RetrieveEvent, StreamEvent, TextEvent
+from .._stream._dialects import CLANKER, Dialect, dialects_of
 from .._stream._settings import BlockLayout, Limits, Triggers
 from .._text._sentences import last_question_start
 from .._types import Retriever
@@ -39,7 +40,10 @@ from .._validate import check_int, check_number
 from ._access import AccessPolicy
 from ._deadlines import DEFAULT_HEADER_SECONDS, DeadlineHandler, HeaderDeadlines, check_header_seconds
 from ._native_tools import assemble_response, run_native
+from ._served import ServedModel, served_model
 from ._upstream import (
+    THINK_CLOSE,
+    THINK_OPEN,
     ChatTurns,
     Upstream,
     UpstreamError,
@@ -114,6 +118,15 @@ class ProxyConfig:
     first chat request, the way ``ask`` does (llama.cpp's ``/props``,
     :func:`~clanker_rag._answer._ask.probe_server`); an upstream that does not
     answer counts as a chat server.
+
+    ``dialect`` is how the model writes a retrieval call (a name of
+    :data:`~clanker_rag._stream._dialects.DIALECTS`, or several joined by
+    commas).  ``None`` (``serve``'s default, ``--dialect auto``) asks a
+    llama.cpp upstream once, on the first generation request: the dialect its
+    chat template speaks is used beside ``clanker`` (``<tool_call>`` in the
+    template: hermes; a template that does not say leaves ``clanker``), and
+    the template's token-shaped strings that ``/tokenize`` calls control
+    tokens are kept out of retrieved text too.
     """
 
     upstream: str
@@ -136,6 +149,7 @@ class ProxyConfig:
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     # Seconds a connection (new, or keep-alive between requests) has to send a request's headers.
     header_timeout: float = DEFAULT_HEADER_SECONDS
+    dialect: str | None = "clanker"
     base: BaseUrl = field(init=False)
 
     def __post_init__(self) -> None:
@@ -148,6 +162,8 @@ class ProxyConfig:
         check_number("timeout", self.timeout, 0, low_open=True)
         check_header_seconds(self.header_timeout, CLIENT_IDLE_SECONDS)
         check_int("max_connections", self.max_connections, 1)
+        if self.dialect is not None:
+            dialects_of(self.dialect)  # a bad name fails at start-up
         # The controller's own checks, made at start-up instead of on the first request.
         Triggers(min_score=self.min_score)
         Limits(retrieval_timeout=self.retrieval_timeout)
@@ -212,6 +228,9 @@ class ProxyServer(ThreadingHTTPServer):
         self._base_model = config.base_model
         self.llama_cpp = False  # the probe found llama.cpp: its completions take a GBNF grammar
         self._probe_lock = threading.Lock()
+        self._served: ServedModel | None = None
+        self._served_lock = threading.Lock()
+        self._dialects: tuple[Dialect, ...] = (CLANKER,)
         self.access = AccessPolicy(str(address[0]), config.token)
         self._slots = threading.BoundedSemaphore(config.max_connections)
         self.header_deadlines = HeaderDeadlines(config.header_timeout)
@@ -260,6 +279,24 @@ class ProxyServer(ThreadingHTTPServer):
                 if info.base_model:
                     logger.info("the upstream has no usable chat template: chat requests become completions")
             return self._base_model
+
+    def served(self) -> tuple[tuple[Dialect, ...], tuple[str, ...]]:
+        """The dialects calls are caught in and the served model's control tokens (asked once, see :class:`ProxyConfig`)."""
+        with self._served_lock:
+            if self._served is None:
+                configured = self.config.dialect
+                # A configured dialect asks nothing: the upstream may not be llama.cpp at all.
+                self._served = served_model(self.upstream.server) if configured is None else ServedModel()
+                dialects = dialects_of(configured) if configured is not None else self._detected(self._served)
+                logger.info("retrieval calls in dialect %s", ", ".join(d.name for d in dialects))
+                self._dialects = dialects
+            return self._dialects, self._served.control_tokens
+
+    @staticmethod
+    def _detected(model: ServedModel) -> tuple[Dialect, ...]:
+        if model.dialect is None or model.dialect == CLANKER.name:
+            return (CLANKER,)
+        return dialects_of((CLANKER.name, model.dialect))
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """One log line instead of socketserver's traceback on stderr."""
@@ -613,6 +650,7 @@ class _Handler(DeadlineHandler):
 
     def _drive(self, kind: str, body: dict[str, Any]) -> tuple[int, str]:
         cfg = self.server.config
+        dialects, guard = self.server.served()
         turn = UpstreamTurn(kind, body, self.server.upstream, self._upstream_headers(json_body=True))
         ctl = RagController(
             self.server.retriever,
@@ -627,7 +665,9 @@ class _Handler(DeadlineHandler):
                 block_chars=cfg.block_chars,
                 # A completion prompt's block goes before its question and answer cue.
                 question_tail=restated_question(str(body["prompt"])) if kind == "completions" else None,
+                guard=guard,
             ),
+            dialect=dialects,
         )
         prompt = "" if kind == "chat" else str(body["prompt"])
         question = (self._question(kind, body) or "") if kind == "chat" else None
@@ -755,15 +795,22 @@ class _JsonSink:
         self.kind = kind
         self.turn = turn
         self.parts: list[str] = []
+        self.thinking: list[str] = []
+        self.split = _ThinkSplit()
 
     def text(self, text: str) -> None:
-        self.parts.append(text)
+        if self.turn.reasoning_field is None:
+            self.parts.append(text)
+            return
+        for thinking, part in self.split.feed(text):
+            (self.thinking if thinking else self.parts).append(part)
 
     def error(self, payload: Mapping[str, Any]) -> None:  # pragma: no cover - started is always False
         raise AssertionError("a JSON answer cannot fail mid-stream")
 
     def finish(self, extension: Mapping[str, Any]) -> None:
-        pass
+        for thinking, part in self.split.flush():
+            (self.thinking if thinking else self.parts).append(part)
 
     def response(self, extension: Mapping[str, Any]) -> dict[str, Any]:
         turn = self.turn
@@ -776,6 +823,8 @@ class _JsonSink:
                 "logprobs": None,
                 "finish_reason": turn.finish_reason or "stop",
             }
+            if self.turn.reasoning_field is not None:
+                choice["message"][self.turn.reasoning_field] = "".join(self.thinking)
             obj: dict[str, Any] = {"id": "chatcmpl-" + secrets.token_hex(12), "object": "chat.completion"}
         else:
             choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": turn.finish_reason or "stop"}
@@ -800,6 +849,7 @@ class _SseSink:
         self.created = int(time.time())
         opts = turn.body.get("stream_options")
         self.include_usage = isinstance(opts, dict) and bool(opts.get("include_usage"))
+        self.split = _ThinkSplit()
 
     def _start(self) -> None:
         h = self.handler
@@ -843,8 +893,14 @@ class _SseSink:
     def text(self, text: str) -> None:
         if not self.started:
             self._start()
-        if text:
-            self._event(self._chunk({"content": text} if self.kind == "chat" else text, None))
+        field = self.turn.reasoning_field
+        if field is None or self.kind != "chat":
+            if text:
+                self._event(self._chunk({"content": text} if self.kind == "chat" else text, None))
+            return
+        # The upstream's thinking goes back out in the field it came in, in the same message.
+        for thinking, part in self.split.feed(text):
+            self._event(self._chunk({field if thinking else "content": part}, None))
 
     def send(self, chunk: Mapping[str, Any]) -> None:
         """Send a chunk built elsewhere (``--native-tools``) under this answer's id."""
@@ -867,6 +923,10 @@ class _SseSink:
     def finish(self, extension: Mapping[str, Any]) -> None:
         if not self.started:
             self._start()
+        field = self.turn.reasoning_field
+        if field is not None and self.kind == "chat":
+            for thinking, part in self.split.flush():
+                self._event(self._chunk({field if thinking else "content": part}, None))
         last = self._chunk({} if self.kind == "chat" else "", self.turn.finish_reason or "stop")
         last["clanker_rag"] = dict(extension)
         self._event(last)
@@ -884,3 +944,39 @@ class _SseSink:
             )
         self._event(DONE)
         self.handler._write(b"0\r\n\r\n")
+
+
+class _ThinkSplit:
+    """Splits visible text at the ``<think>`` / ``</think>`` tags the upstream turn put around its thinking.
+
+    Incremental: a tag split across pieces is found; only characters that
+    may still be a tag are held.  Yields ``(thinking, text)`` pairs, tags left out.
+    """
+
+    def __init__(self) -> None:
+        self.thinking = False
+        self.held = ""
+
+    def feed(self, text: str) -> list[tuple[bool, str]]:
+        buf = self.held + text
+        out: list[tuple[bool, str]] = []
+        while buf:
+            tag = THINK_CLOSE if self.thinking else THINK_OPEN
+            at = buf.find(tag)
+            if at != -1:
+                if at:
+                    out.append((self.thinking, buf[:at]))
+                buf = buf[at + len(tag) :]
+                self.thinking = not self.thinking
+                continue
+            keep = next((k for k in range(min(len(tag) - 1, len(buf)), 0, -1) if tag.startswith(buf[-k:])), 0)
+            if len(buf) > keep:
+                out.append((self.thinking, buf[: len(buf) - keep]))
+            buf = buf[len(buf) - keep :]
+            break
+        self.held = buf
+        return out
+
+    def flush(self) -> list[tuple[bool, str]]:
+        held, self.held = self.held, ""
+        return [(self.thinking, held)] if held else []
