@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import secrets
 import socket
 import sys
 import threading
@@ -28,7 +27,6 @@ from typing import Any
 from .._answer._ask import base_model_events, probe_server
 from .._answer._prompts import STOP
 from .._exceptions import BackendError, ConfigError, ServerTimeoutError
-from .._sse import DONE, encode_event
 from .._stream._blocks import DEFAULT_BLOCK_CHARS, BlockBuilder, last_question, squash_ws
 from .._stream._controller import InjectEvent, RagController, RetrieveEvent, StreamEvent, TextEvent
 from .._stream._dialects import CLANKER, Dialect, dialects_of
@@ -41,9 +39,8 @@ from ._access import AccessPolicy
 from ._deadlines import DEFAULT_HEADER_SECONDS, DeadlineHandler, HeaderDeadlines, check_header_seconds
 from ._native_tools import assemble_response, run_native
 from ._served import ServedModel, served_model
+from ._sinks import ClientGone, JsonSink, SseSink
 from ._upstream import (
-    THINK_CLOSE,
-    THINK_OPEN,
     ChatTurns,
     Upstream,
     UpstreamError,
@@ -281,7 +278,7 @@ class ProxyServer(ThreadingHTTPServer):
             return self._base_model
 
     def served(self) -> tuple[tuple[Dialect, ...], tuple[str, ...]]:
-        """The dialects calls are caught in and the served model's control tokens (asked once, see :class:`ProxyConfig`)."""
+        """The dialects calls are caught in and the served model's control tokens (see :class:`ProxyConfig`)."""
         with self._served_lock:
             if self._served is None:
                 configured = self.config.dialect
@@ -316,10 +313,6 @@ class ProxyServer(ThreadingHTTPServer):
         if ":" in host_s:
             host_s = f"[{host_s}]"
         return f"http://{host_s}:{port}"
-
-
-class _ClientGone(Exception):
-    """Writing to the client failed: it disconnected."""
 
 
 class _Handler(DeadlineHandler):
@@ -381,11 +374,15 @@ class _Handler(DeadlineHandler):
         )
 
     # -- plumbing ---------------------------------------------------------------------------
+    def write_body(self, data: bytes) -> None:
+        """Write to the client (the sinks' one way out); :class:`ClientGone` when it has gone."""
+        self._write(data)
+
     def _write(self, data: bytes) -> None:
         try:
             self.wfile.write(data)
         except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError, TimeoutError, OSError) as exc:
-            raise _ClientGone(str(exc)) from None
+            raise ClientGone(str(exc)) from None
 
     def _send_json(self, status: int, obj: Mapping[str, Any], extra_headers: Mapping[str, str] | None = None) -> None:
         data = json.dumps(obj).encode("utf-8")
@@ -399,7 +396,7 @@ class _Handler(DeadlineHandler):
                 self.send_header("Connection", "close")
             self.end_headers()
         except OSError as exc:
-            raise _ClientGone(str(exc)) from None
+            raise ClientGone(str(exc)) from None
         self._write(data)
 
     def _send_error_json(self, status: int, message: str, err_type: str, code: str | int | None = None) -> None:
@@ -456,7 +453,7 @@ class _Handler(DeadlineHandler):
         try:
             return self.rfile.read(length)
         except OSError as exc:
-            raise _ClientGone(str(exc)) from None
+            raise ClientGone(str(exc)) from None
 
     # -- dispatch ---------------------------------------------------------------------------
     def _dispatch(self) -> None:
@@ -489,7 +486,7 @@ class _Handler(DeadlineHandler):
                 status, note = self._generation(kind, body)
             else:
                 status = self._forward(body)
-        except _ClientGone as exc:
+        except ClientGone as exc:
             self.close_connection = True
             note = f"client disconnected: {exc}"
             status = 499
@@ -498,14 +495,14 @@ class _Handler(DeadlineHandler):
             status = exc.status
             try:
                 self._send_json(exc.status, exc.payload(self._secrets()))
-            except _ClientGone:
+            except ClientGone:
                 self.close_connection = True
         except Exception as exc:  # never let one request take the server down
             logger.error("internal error on %s %s: %s: %s", self.command, self._safe_path(), type(exc).__name__, exc)
             logger.debug("traceback of that error", exc_info=exc)
             status = 500
             self.close_connection = True
-            with contextlib.suppress(_ClientGone):
+            with contextlib.suppress(ClientGone):
                 self._send_error_json(500, f"internal proxy error: {type(exc).__name__}", "server_error")
         self._finish_log(status, started, note)
 
@@ -534,7 +531,7 @@ class _Handler(DeadlineHandler):
                     self.send_header("Content-Length", str(length))
                 self.end_headers()
             except OSError as exc:
-                raise _ClientGone(str(exc)) from None
+                raise ClientGone(str(exc)) from None
             if head:
                 return resp.status
             while True:
@@ -715,7 +712,7 @@ class _Handler(DeadlineHandler):
         """Send ``events`` to the client as a ``kind`` answer, streamed or whole; then close ``controller``."""
         cfg = self.server.config
         stream = bool(turn.body.get("stream"))
-        sink = _SseSink(self, kind, turn) if stream else _JsonSink(kind, turn)
+        sink = SseSink(self, kind, turn) if stream else JsonSink(kind, turn)
         retrievals: list[dict[str, Any]] = []
         injections = 0
         try:
@@ -743,7 +740,7 @@ class _Handler(DeadlineHandler):
         extension = {"injections": injections, "retrievals": retrievals}
         sink.finish(extension)
         if not stream:
-            assert isinstance(sink, _JsonSink)
+            assert isinstance(sink, JsonSink)
             self._send_json(200, sink.response(extension), {"X-Clanker-Rag-Injections": str(injections)})
         return 200, f"{'stream' if stream else 'json'}, {injections} injections, {turn.calls} upstream requests"
 
@@ -753,7 +750,7 @@ class _Handler(DeadlineHandler):
         stream = bool(body.get("stream"))
         headers = self._upstream_headers(json_body=True)
         turn = UpstreamTurn("chat", body, self.server.upstream, headers)
-        sink = _SseSink(self, "chat", turn)
+        sink = SseSink(self, "chat", turn)
         chunks: list[dict[str, Any]] = []
 
         def events(payload: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -784,199 +781,3 @@ class _Handler(DeadlineHandler):
             answer["id"] = sink.id
             self._send_json(200, answer, {"X-Clanker-Rag-Injections": str(len(result.retrievals))})
         return 200, f"native tools, {len(result.retrievals)} retrievals, {result.rounds} upstream requests"
-
-
-class _JsonSink:
-    """Collects the answer of a non-streamed request."""
-
-    started = False
-
-    def __init__(self, kind: str, turn: UpstreamTurn) -> None:
-        self.kind = kind
-        self.turn = turn
-        self.parts: list[str] = []
-        self.thinking: list[str] = []
-        self.split = _ThinkSplit()
-
-    def text(self, text: str) -> None:
-        if self.turn.reasoning_field is None:
-            self.parts.append(text)
-            return
-        for thinking, part in self.split.feed(text):
-            (self.thinking if thinking else self.parts).append(part)
-
-    def error(self, payload: Mapping[str, Any]) -> None:  # pragma: no cover - started is always False
-        raise AssertionError("a JSON answer cannot fail mid-stream")
-
-    def finish(self, extension: Mapping[str, Any]) -> None:
-        for thinking, part in self.split.flush():
-            (self.thinking if thinking else self.parts).append(part)
-
-    def response(self, extension: Mapping[str, Any]) -> dict[str, Any]:
-        turn = self.turn
-        text = "".join(self.parts)
-        created = int(time.time())
-        if self.kind == "chat":
-            choice: dict[str, Any] = {
-                "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "logprobs": None,
-                "finish_reason": turn.finish_reason or "stop",
-            }
-            if self.turn.reasoning_field is not None:
-                choice["message"][self.turn.reasoning_field] = "".join(self.thinking)
-            obj: dict[str, Any] = {"id": "chatcmpl-" + secrets.token_hex(12), "object": "chat.completion"}
-        else:
-            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": turn.finish_reason or "stop"}
-            obj = {"id": "cmpl-" + secrets.token_hex(12), "object": "text_completion"}
-        obj.update({"created": created, "model": turn.model or "unknown", "choices": [choice]})
-        usage = turn.usage()
-        if usage is not None:
-            obj["usage"] = usage
-        obj["clanker_rag"] = dict(extension)
-        return obj
-
-
-class _SseSink:
-    """Writes OpenAI-style server-sent events, chunked, one event per piece."""
-
-    def __init__(self, handler: _Handler, kind: str, turn: UpstreamTurn) -> None:
-        self.handler = handler
-        self.kind = kind
-        self.turn = turn
-        self.started = False
-        self.id = ("chatcmpl-" if kind == "chat" else "cmpl-") + secrets.token_hex(12)
-        self.created = int(time.time())
-        opts = turn.body.get("stream_options")
-        self.include_usage = isinstance(opts, dict) and bool(opts.get("include_usage"))
-        self.split = _ThinkSplit()
-
-    def _start(self) -> None:
-        h = self.handler
-        try:
-            h.send_response(200)
-            h.send_header("Content-Type", "text/event-stream; charset=utf-8")
-            h.send_header("Cache-Control", "no-cache")
-            h.send_header("X-Accel-Buffering", "no")
-            h.send_header("Transfer-Encoding", "chunked")
-            h.end_headers()
-        except OSError as exc:
-            raise _ClientGone(str(exc)) from None
-        self.started = True
-        if self.kind == "chat":
-            self._event(self._chunk({"role": "assistant", "content": ""}, None))
-
-    def _event(self, obj: Mapping[str, Any] | str) -> None:
-        data = encode_event(obj)
-        self.handler._write(b"%x\r\n%s\r\n" % (len(data), data))
-
-    def _chunk(self, delta: Mapping[str, Any] | str, finish: str | None) -> dict[str, Any]:
-        model = self.turn.model or "unknown"
-        if self.kind == "chat":
-            choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-            return {
-                "id": self.id,
-                "object": "chat.completion.chunk",
-                "created": self.created,
-                "model": model,
-                "choices": [choice],
-            }
-        choice = {"index": 0, "text": delta, "logprobs": None, "finish_reason": finish}
-        return {
-            "id": self.id,
-            "object": "text_completion",
-            "created": self.created,
-            "model": model,
-            "choices": [choice],
-        }
-
-    def text(self, text: str) -> None:
-        if not self.started:
-            self._start()
-        field = self.turn.reasoning_field
-        if field is None or self.kind != "chat":
-            if text:
-                self._event(self._chunk({"content": text} if self.kind == "chat" else text, None))
-            return
-        # The upstream's thinking goes back out in the field it came in, in the same message.
-        for thinking, part in self.split.feed(text):
-            self._event(self._chunk({field if thinking else "content": part}, None))
-
-    def send(self, chunk: Mapping[str, Any]) -> None:
-        """Send a chunk built elsewhere (``--native-tools``) under this answer's id."""
-        if not self.started:
-            self._start()
-        self._event({**chunk, "id": self.id})
-
-    def close(self) -> None:
-        """End a stream of :meth:`send` chunks."""
-        if not self.started:
-            self._start()
-        self._event(DONE)
-        self.handler._write(b"0\r\n\r\n")
-
-    def error(self, payload: Mapping[str, Any]) -> None:
-        self._event(dict(payload))
-        self._event(DONE)
-        self.handler._write(b"0\r\n\r\n")
-
-    def finish(self, extension: Mapping[str, Any]) -> None:
-        if not self.started:
-            self._start()
-        field = self.turn.reasoning_field
-        if field is not None and self.kind == "chat":
-            for thinking, part in self.split.flush():
-                self._event(self._chunk({field if thinking else "content": part}, None))
-        last = self._chunk({} if self.kind == "chat" else "", self.turn.finish_reason or "stop")
-        last["clanker_rag"] = dict(extension)
-        self._event(last)
-        usage = self.turn.usage()
-        if self.include_usage and usage is not None:
-            self._event(
-                {
-                    "id": self.id,
-                    "object": last["object"],
-                    "created": self.created,
-                    "model": self.turn.model or "unknown",
-                    "choices": [],
-                    "usage": usage,
-                }
-            )
-        self._event(DONE)
-        self.handler._write(b"0\r\n\r\n")
-
-
-class _ThinkSplit:
-    """Splits visible text at the ``<think>`` / ``</think>`` tags the upstream turn put around its thinking.
-
-    Incremental: a tag split across pieces is found; only characters that
-    may still be a tag are held.  Yields ``(thinking, text)`` pairs, tags left out.
-    """
-
-    def __init__(self) -> None:
-        self.thinking = False
-        self.held = ""
-
-    def feed(self, text: str) -> list[tuple[bool, str]]:
-        buf = self.held + text
-        out: list[tuple[bool, str]] = []
-        while buf:
-            tag = THINK_CLOSE if self.thinking else THINK_OPEN
-            at = buf.find(tag)
-            if at != -1:
-                if at:
-                    out.append((self.thinking, buf[:at]))
-                buf = buf[at + len(tag) :]
-                self.thinking = not self.thinking
-                continue
-            keep = next((k for k in range(min(len(tag) - 1, len(buf)), 0, -1) if tag.startswith(buf[-k:])), 0)
-            if len(buf) > keep:
-                out.append((self.thinking, buf[: len(buf) - keep]))
-            buf = buf[len(buf) - keep :]
-            break
-        self.held = buf
-        return out
-
-    def flush(self) -> list[tuple[bool, str]]:
-        held, self.held = self.held, ""
-        return [(self.thinking, held)] if held else []

@@ -61,9 +61,9 @@ from ._blocks import (
     norm_query,
     squash_ws,
 )
+from ._dialects import DIALECTS, Dialect, DialectSpec, dialects_of
 from ._events import InjectEvent, RetrieveEvent, StreamEvent, TextEvent
 from ._generate import AsyncGenerateFn, GenerateFn, Piece, piece_parts
-from ._dialects import DIALECTS, Dialect, DialectSpec, dialects_of
 from ._scanner import ToolCall, make_scanner
 from ._settings import BlockLayout, Hooks, Limits, Triggers
 

@@ -196,9 +196,7 @@ MISTRAL = Dialect(
     turn_frame=True,
 )
 
-DIALECTS: dict[str, Dialect] = {
-    d.name: d for d in (CLANKER, SEARCH_R1, RESEARCH, R1_SEARCHER, HERMES, LLAMA3, MISTRAL)
-}
+DIALECTS: dict[str, Dialect] = {d.name: d for d in (CLANKER, SEARCH_R1, RESEARCH, R1_SEARCHER, HERMES, LLAMA3, MISTRAL)}
 
 DialectSpec = str | Dialect | Iterable[str | Dialect]
 
@@ -310,10 +308,11 @@ def parse_call(dialect: Dialect, payload: str) -> tuple[str, str] | None:
             return None
         name = raw_name
     if isinstance(args, str):
+        encoded = args
         try:
-            args = json.loads(args)
+            args = json.loads(encoded)
         except ValueError:
-            return (name, args.strip())
+            return (name, encoded.strip())
     return (name, _query_of(args))
 
 

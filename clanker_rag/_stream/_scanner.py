@@ -456,7 +456,7 @@ class CallScanner:
                 cut = self._open_len  # the opener is not followed by a call: it is text
             else:
                 payload_end, call_end = ended
-                call = self._call(buf[: call_end], payload_end, size)
+                call = self._call(buf[:call_end], payload_end, size)
                 if call is not None:
                     events.append(call)
                     self._buf = buf[call_end:]

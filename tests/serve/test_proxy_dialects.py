@@ -24,7 +24,7 @@ from clanker_rag._kb import KnowledgeBase
 from clanker_rag._serve._proxy import ProxyServer, make_server
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "stream"))
-from test_dialects import BODY, CASES, IDS, PASSAGE, Case, split_at  # noqa: E402
+from test_dialects import BODY, CASES, IDS, PASSAGE, Case, split_at
 
 openai = pytest.importorskip(
     "openai", reason="the proxy tests drive it with the OpenAI client: pip install 'clanker-rag[test]'"
@@ -231,7 +231,9 @@ def test_reasoning_deltas_pass_through_in_one_message_with_one_finish(proxy: Any
     assert "".join(d.get(field, "") for d in deltas) == "".join(thinking)
     assert "".join(d.get("content", "") or "" for d in deltas) == "It is 7341."
     assert sum(1 for d in deltas if d.get("role") == "assistant") == 1
-    finishes = [c["choices"][0]["finish_reason"] for c in chunks if c.get("choices") and c["choices"][0]["finish_reason"]]
+    finishes = [
+        c["choices"][0]["finish_reason"] for c in chunks if c.get("choices") and c["choices"][0]["finish_reason"]
+    ]
     assert finishes == ["stop"]
     assert len({c["id"] for c in chunks}) == 1
 
@@ -256,7 +258,9 @@ def test_a_call_inside_streamed_thinking_is_answered_and_the_thinking_still_rela
     deltas = [c["choices"][0]["delta"] for c in chunks if c.get("choices")]
     assert "".join(d.get("reasoning_content", "") for d in deltas) == "I need the port.  It is 7341."
     assert "".join(d.get("content", "") or "" for d in deltas) == "Port 7341."
-    finishes = [c["choices"][0]["finish_reason"] for c in chunks if c.get("choices") and c["choices"][0]["finish_reason"]]
+    finishes = [
+        c["choices"][0]["finish_reason"] for c in chunks if c.get("choices") and c["choices"][0]["finish_reason"]
+    ]
     assert finishes == ["stop"]
 
 

@@ -8,6 +8,7 @@ hand from the same source, not read from the package's dialect table.
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -41,53 +42,93 @@ class Case:
 
 CASES = [
     Case(
-        "clanker", "this package's own tag", "Let me check. ", '<tool name="retrieve">clanker server port</tool>',
-        "</tool>", "</tool>", "\n<result>\n", "</result>\n",
+        "clanker",
+        "this package's own tag",
+        "Let me check. ",
+        '<tool name="retrieve">clanker server port</tool>',
+        "</tool>",
+        "</tool>",
+        "\n<result>\n",
+        "</result>\n",
     ),
     Case(
         # Search-R1 infer.py: stops on </search>, appends "\n\n<information>{results}</information>\n\n".
-        "search-r1", "Search-R1 infer.py search_template", "<think>I need the port.</think>\n",
-        "<search> clanker server port </search>", "</search>", "</search>",
-        "\n\n<information>", "</information>\n\n",
+        "search-r1",
+        "Search-R1 infer.py search_template",
+        "<think>I need the port.</think>\n",
+        "<search> clanker server port </search>",
+        "</search>",
+        "</search>",
+        "\n\n<information>",
+        "</information>\n\n",
     ),
     Case(
         # ReSearch (Agent-RL/ReSearch): <search> query </search> answered with <result> ... </result>.
-        "research", "ReSearch rollout", "<think>Look it up.</think>\n", "<search>clanker server port</search>",
-        "</search>", "</search>", " <result>\n", "\n</result>",
+        "research",
+        "ReSearch rollout",
+        "<think>Look it up.</think>\n",
+        "<search>clanker server port</search>",
+        "</search>",
+        "</search>",
+        " <result>\n",
+        "\n</result>",
     ),
     Case(
         # R1-Searcher: <|begin_of_query|> ... <|end_of_query|>, documents in <|begin_of_documents|> ... .
-        "r1-searcher", "R1-Searcher inference loop", "I should search. ",
-        "<|begin_of_query|>clanker server port<|end_of_query|>", "<|end_of_query|>", "<|end_of_query|>",
-        "\n\n<|begin_of_documents|>\n", "<|end_of_documents|>\n\n",
+        "r1-searcher",
+        "R1-Searcher inference loop",
+        "I should search. ",
+        "<|begin_of_query|>clanker server port<|end_of_query|>",
+        "<|end_of_query|>",
+        "<|end_of_query|>",
+        "\n\n<|begin_of_documents|>\n",
+        "<|end_of_documents|>\n\n",
     ),
     Case(
         # Qwen2.5 / Qwen3 tokenizer_config chat_template: "<tool_call>\n{json}\n</tool_call>" and the tool
         # message rendered as "<|im_start|>user\n<tool_response>\n...\n</tool_response><|im_end|>\n".
-        "hermes", "Qwen2.5 tokenizer_config.json chat_template", "",
+        "hermes",
+        "Qwen2.5 tokenizer_config.json chat_template",
+        "",
         '<tool_call>\n{"name": "retrieve", "arguments": {"query": "clanker server port"}}\n</tool_call>',
-        "</tool_call>", "</tool_call>",
-        "<|im_end|>\n<|im_start|>user\n<tool_response>\n", "</tool_response><|im_end|>\n<|im_start|>assistant\n",
+        "</tool_call>",
+        "</tool_call>",
+        "<|im_end|>\n<|im_start|>user\n<tool_response>\n",
+        "</tool_response><|im_end|>\n<|im_start|>assistant\n",
     ),
     Case(
         # Llama 3.1 prompt format (JSON tool calling): {"name": ..., "parameters": ...}<|eot_id|>, the result
         # as "<|start_header_id|>ipython<|end_header_id|>\n\n...<|eot_id|>".
-        "llama3", "Llama 3.1 model card prompt format", "",
-        '{"name": "retrieve", "parameters": {"query": "clanker server port"}}', None, "<|eot_id|>",
+        "llama3",
+        "Llama 3.1 model card prompt format",
+        "",
+        '{"name": "retrieve", "parameters": {"query": "clanker server port"}}',
+        None,
+        "<|eot_id|>",
         "<|start_header_id|>ipython<|end_header_id|>\n\n",
         "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n",
     ),
     Case(
         # Mistral v3 template: [TOOL_CALLS][{...}]</s> then [TOOL_RESULTS]...[/TOOL_RESULTS].
-        "mistral", "mistral-common v3 tokenizer", "",
-        '[TOOL_CALLS][{"name": "retrieve", "arguments": {"query": "clanker server port"}}]', None, "</s>",
-        "[TOOL_RESULTS]", "[/TOOL_RESULTS]",
+        "mistral",
+        "mistral-common v3 tokenizer",
+        "",
+        '[TOOL_CALLS][{"name": "retrieve", "arguments": {"query": "clanker server port"}}]',
+        None,
+        "</s>",
+        "[TOOL_RESULTS]",
+        "[/TOOL_RESULTS]",
     ),
     Case(
         # Mistral tekken (v11+): [TOOL_CALLS]name[ARGS]{json}.
-        "mistral", "mistral-common tekken v11 tokenizer", "",
-        '[TOOL_CALLS]retrieve[ARGS]{"query": "clanker server port"}', None, "</s>",
-        "[TOOL_RESULTS]", "[/TOOL_RESULTS]",
+        "mistral",
+        "mistral-common tekken v11 tokenizer",
+        "",
+        '[TOOL_CALLS]retrieve[ARGS]{"query": "clanker server port"}',
+        None,
+        "</s>",
+        "[TOOL_RESULTS]",
+        "[/TOOL_RESULTS]",
     ),
 ]
 IDS = [f"{c.dialect}-{i}" for i, c in enumerate(CASES)]
@@ -103,7 +144,7 @@ def kb() -> KnowledgeBase:
 
 def split_at(text: str, cuts: Sequence[int]) -> list[str]:
     bounds = [0, *cuts, len(text)]
-    return [text[a:b] for a, b in zip(bounds, bounds[1:]) if b > a]
+    return [text[a:b] for a, b in itertools.pairwise(bounds) if b > a]
 
 
 class Scripted:
@@ -191,7 +232,7 @@ def test_the_async_driver_resumes_with_the_same_bytes(kb: KnowledgeBase, case: C
         backend = AsyncScripted(split_at(script, [cut]))
         ctl = RagController(kb, dialect=case.dialect, k=1)
 
-        async def collect() -> str:
+        async def collect(ctl: RagController = ctl, backend: AsyncScripted = backend) -> str:
             return "".join([piece async for piece in ctl.astream(backend, PROMPT)])
 
         shown = asyncio.run(collect())

@@ -22,9 +22,7 @@ HEADER = re.compile(r"^[^\S\n]*\[\s*\d+\s*\]", re.MULTILINE)
 def as_copied(text: str) -> str:
     """``text`` the way a careless copy reads it: NFKC, format characters, combining marks and blank braille gone."""
     folded = unicodedata.normalize("NFKC", text)
-    return "".join(
-        ch for ch in folded if ch != "\u2800" and unicodedata.category(ch) not in ("Mn", "Mc", "Me", "Cf")
-    )
+    return "".join(ch for ch in folded if ch != "\u2800" and unicodedata.category(ch) not in ("Mn", "Mc", "Me", "Cf"))
 
 
 @pytest.mark.parametrize("mark", DROPPABLE)
