@@ -13,6 +13,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from clanker_rag import ConfigError
 from clanker_rag._kb import KnowledgeBase
@@ -405,3 +407,67 @@ def test_a_context_block_inside_thinking_leaves_the_section_well_formed(kb: Know
     inner = resumed[len("<think>") :]
     assert "</think>" not in inner and "<think>" not in inner
     assert inner.count("<context>") == inner.count("</context>") == 1
+
+
+# -- the scanner on its own: incremental whatever the split -----------------------------------------
+
+FRAGMENTS = [
+    "text ",
+    "<search>q one</search>",
+    "<sea",
+    "<|begin_of_query|>q<|end_of_query|>",
+    "<|begin_of",
+    '<tool_call>{"name": "retrieve", "arguments": {"query": "q"}}</tool_call>',
+    '<tool_call>{"name": "other", "arguments": {}}</tool_call>',
+    '{"name": "retrieve", "parameters": {"query": "q \\" }"}}',
+    '{"name"',
+    '[TOOL_CALLS]retrieve[ARGS]{"query": "q"}',
+    "[TOOL_CALLS]",
+    '<tool name="retrieve">q</tool>',
+    "<tool",
+    "{",
+    "[",
+    "<",
+    "\n",
+]
+SPECS = [("clanker", "search-r1", "r1-searcher", "hermes", "mistral"), ("llama3",), ("research", "hermes")]
+
+
+def scan(spec: Sequence[str], pieces: Sequence[str]) -> tuple[str, list[tuple[int, str, str]]]:
+    scanner = make_scanner(dialects_of(spec), ("retrieve",), max_payload=200)
+    out: list[str] = []
+    calls: list[tuple[int, str, str]] = []
+    for piece in pieces:
+        text, found = scanner.feed(piece)
+        done = sum(map(len, out))
+        calls += [(done + c.position, c.query, c.raw) for c in found]
+        out.append(text)
+    rest, _ = scanner.flush()
+    return "".join(out) + rest, calls
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sampled_from(SPECS),
+    st.lists(st.sampled_from(FRAGMENTS), max_size=8).map("".join),
+    st.lists(st.integers(min_value=0, max_value=400), max_size=5),
+)
+def test_property_the_scanner_finds_the_same_calls_whatever_the_split(
+    spec: Sequence[str], text: str, cuts: list[int]
+) -> None:
+    whole = scan(spec, [text])
+    split = scan(spec, split_at(text, sorted({min(c, len(text)) for c in cuts})))
+    assert split == whole
+    shown, calls = whole
+    # Everything that is not a call comes out byte for byte.
+    rebuilt, at = [], 0
+    for position, _, raw in calls:
+        rebuilt.append(shown[at:position] + raw)
+        at = position
+    assert "".join(rebuilt) + shown[at:] == text
+
+
+def test_a_runaway_call_is_released_as_text() -> None:
+    text = "<search>" + "word " * 100 + "and no end"
+    shown, calls = scan(("search-r1",), list(text))
+    assert not calls and shown == text
