@@ -119,7 +119,9 @@ class _ControllerTurn:
         self.resumes = 0
         self.seen_keys: set[Hashable] = set()
         self.seen_queries: set[str] = set()
-        self.track = ctl.questions or ctl.triggers.flare is not None
+        self.track = ctl.questions or ctl.triggers.flare is not None or ctl.triggers.entropy_trend is not None
+        # The last two tokens' surprisal, for the entropy-trend trigger (None: none yet).
+        self.surprisal: tuple[float | None, float | None] = (None, None)
         self.hold = ctl.triggers.flare == "rewind" and resumable
         self.splitter = SentenceSplitter()
         self.ended = False  # the current generation has ended and the scanner is flushed
@@ -152,6 +154,7 @@ class _ControllerTurn:
 
     # -- sentences -------------------------------------------------------------
     def _new_sentence(self) -> None:
+        self.trend = False  # a token of this sentence had rising, accelerating uncertainty
         self.sent: list[tuple[str, float | None]] = []
         self.sent_start = self.gen_len
         self.held: list[str] = []
@@ -167,10 +170,28 @@ class _ControllerTurn:
         self._append(text)
         if self.track:
             self.sent.append((text, logprob))
+            if logprob is not None and self.ctl.triggers.entropy_trend is not None:
+                self._note_trend(-logprob, self.ctl.triggers.entropy_trend)
         if self.hold:
             self.held.append(text)
         else:
             out.append(text)
+
+    def _note_trend(self, surprisal: float, threshold: float) -> None:
+        """The entropy-trend check (ETC): uncertainty that rises and accelerates.
+
+        Each token's surprisal (``-logprob``, whose expectation is the
+        token entropy) is compared with the two before it: a first
+        difference above zero and a second difference above ``threshold``
+        mark the sentence.
+        """
+        before, last = self.surprisal
+        if before is not None and last is not None:
+            first = surprisal - last
+            second = first - (last - before)
+            if first > 0 and second > threshold:
+                self.trend = True
+        self.surprisal = (last, surprisal)
 
     def _end_sentence(self, out: list[str], *, questions: bool = True) -> _Trigger | None:
         ctl = self.ctl
@@ -185,6 +206,8 @@ class _ControllerTurn:
                 # If every token was unsure, the whole sentence is the best query left.
                 query = squash_ws(masked) or squash_ws(sentence)
                 trig = _Trigger("flare", query)
+            if trig is None and self.trend:
+                trig = _Trigger("entropy", squash_ws(sentence))
             if (
                 trig is None
                 and questions

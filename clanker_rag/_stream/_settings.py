@@ -61,6 +61,13 @@ class Triggers:
     ``think_questions``
         Question sentences inside a ``<think>`` section trigger retrieval
         too (off: a model's thinking asks itself many questions).
+    ``entropy_trend``
+        The entropy-trend trigger (ETC): retrieve after a sentence in which
+        a token's uncertainty (its surprisal, ``-logprob``) rose over the
+        token before and rose faster than before, by more than this many
+        nats (first difference above zero, second above the threshold); the
+        block follows the sentence.  Needs :class:`~clanker_rag.Token`
+        pieces with ``logprob``.  ``None`` (the default) turns it off.
     """
 
     flare: FlareMode | None = None
@@ -69,10 +76,12 @@ class Triggers:
     tool_query: ToolQuery = "model"
     query_rewriter: Callable[[str], list[str]] | None = None
     think_questions: bool = False
+    entropy_trend: float | None = None
 
     def __post_init__(self) -> None:
         one_of("flare", self.flare, FLARE_MODES)
         check_bool("think_questions", self.think_questions)
+        check_number("entropy_trend", self.entropy_trend, 0, none=True)
         check_number("flare_threshold", self.flare_threshold)
         check_number("min_score", self.min_score, none=True)
         one_of("tool_query", self.tool_query, TOOL_QUERIES)
