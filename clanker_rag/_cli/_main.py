@@ -218,6 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--max-tokens", type=int, default=512, metavar="N", help="answer length limit (default 512)")
     p.add_argument("--no-blocks", action="store_true", help="do not print the injected blocks")
+    p.add_argument("--dialect", metavar="NAME", help="a chat model's retrieval-call format (as serve --dialect)")
     _color_option(p)
     p.set_defaults(func=_cmd_ask)
 
@@ -242,6 +243,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--native-tools", action="store_true",
         help="chat: offer the model a retrieve function and run its calls here (upstreams with function calling)",
     )  # fmt: skip
+    p.add_argument("--dialect", default="auto", metavar="NAME",
+                   help="retrieval-call format: clanker, search-r1, research, r1-searcher, hermes, llama3, "
+                   "mistral, a,b, or auto (clanker + what llama.cpp's template speaks)")  # fmt: skip
     p.add_argument("--min-score", type=float, metavar="S", help="drop passages scoring below S")
     p.add_argument("--max-request-bytes", type=_size, metavar="SIZE", help="request body cap (default 8M)")
     p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS", help="upstream timeout (default 300)")
@@ -842,11 +846,19 @@ def _cmd_ask(args: argparse.Namespace) -> int:
         )
         print("".join(blocks).strip("\n") if blocks else "(nothing in the knowledge base matches that question)")
         return 1
-    api = "completions" if args.completions else "chat" if args.chat else "auto"
-    events = ask_events(
-        kb, args.question, base_url, model=args.model or os.environ.get(MODEL_ENV),
-        api_key=os.environ.get(API_KEY_ENV), k=args.k, max_tokens=args.max_tokens, api=api,
-    )  # fmt: skip
+    if args.dialect:  # a model that calls retrieval its own way is asked with chat, in its dialect
+        from ..backends import ChatBackend
+
+        ctl = RagController(answer_retriever(kb), k=args.k or 3, questions=True, tools=True, dialect=args.dialect)
+        chat = ChatBackend(base_url, args.model or os.environ.get(MODEL_ENV), max_tokens=args.max_tokens,
+                           api_key=os.environ.get(API_KEY_ENV))  # fmt: skip
+        events = ctl.events(chat, CHAT_PROMPT.format(question=args.question), question=args.question)
+    else:
+        api = "completions" if args.completions else "chat" if args.chat else "auto"
+        events = ask_events(
+            kb, args.question, base_url, model=args.model or os.environ.get(MODEL_ENV),
+            api_key=os.environ.get(API_KEY_ENV), k=args.k, max_tokens=args.max_tokens, api=api,
+        )  # fmt: skip
     render_events(events, out=sys.stdout, err=sys.stderr, color=args.color, show_blocks=not args.no_blocks)
     return 0
 
@@ -873,6 +885,7 @@ def _run_proxy(args: argparse.Namespace, retriever: Any, watch: Path | None, wha
         "k": args.k,
         "tools": not args.no_tools,
         "native_tools": args.native_tools,
+        "dialect": None if args.dialect == "auto" else args.dialect,
         # A base model (no chat template, as `ask` detects it) gets chat requests as few-shot completions.
         "base_model": None,
         "live": not args.no_live,

@@ -1,7 +1,8 @@
 """Serving: the OpenAI-compatible proxy and index following.
 
-Job: ``clanker-rag serve`` (``_proxy``), the proxy's HTTP side and its SSE
-and JSON sinks (``_handler``), the upstream side (``_upstream``), retrieval
+Job: ``clanker-rag serve`` (``_proxy``), the proxy's HTTP side (``_handler``)
+and its SSE and JSON sinks (``_sinks``), what a llama.cpp upstream says of its
+model (``_served``), the upstream side (``_upstream``), retrieval
 through native tool calls (``_native_tools``), following an index folder
 other processes save (``_follow``), and who may talk to an HTTP server at all
 (``_access``: host, origin and body-type checks, the bearer token); the last

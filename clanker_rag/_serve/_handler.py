@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import secrets
 import socket
 import sys
 import threading
@@ -28,9 +27,9 @@ from typing import Any
 from .._answer._ask import base_model_events, probe_server
 from .._answer._prompts import STOP
 from .._exceptions import BackendError, ConfigError, ServerTimeoutError
-from .._sse import DONE, encode_event
 from .._stream._blocks import DEFAULT_BLOCK_CHARS, BlockBuilder, last_question, squash_ws
 from .._stream._controller import InjectEvent, RagController, RetrieveEvent, StreamEvent, TextEvent
+from .._stream._dialects import CLANKER, Dialect, dialects_of
 from .._stream._settings import BlockLayout, Limits, Triggers
 from .._text._sentences import last_question_start
 from .._types import Retriever
@@ -39,6 +38,8 @@ from .._validate import check_int, check_number
 from ._access import AccessPolicy
 from ._deadlines import DEFAULT_HEADER_SECONDS, DeadlineHandler, HeaderDeadlines, check_header_seconds
 from ._native_tools import assemble_response, run_native
+from ._served import ServedModel, served_model
+from ._sinks import ClientGone, JsonSink, SseSink
 from ._upstream import (
     ChatTurns,
     Upstream,
@@ -116,6 +117,15 @@ class ProxyConfig:
     first chat request, the way ``ask`` does (llama.cpp's ``/props``,
     :func:`~clanker_rag._answer._ask.probe_server`); an upstream that does not
     answer counts as a chat server.
+
+    ``dialect`` is how the model writes a retrieval call (a name of
+    :data:`~clanker_rag._stream._dialects.DIALECTS`, or several joined by
+    commas).  ``None`` (``serve``'s default, ``--dialect auto``) asks a
+    llama.cpp upstream once, on the first generation request: the dialect its
+    chat template speaks is used beside ``clanker`` (``<tool_call>`` in the
+    template: hermes; a template that does not say leaves ``clanker``), and
+    the template's token-shaped strings that ``/tokenize`` calls control
+    tokens are kept out of retrieved text too.
     """
 
     upstream: str
@@ -138,6 +148,7 @@ class ProxyConfig:
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     # Seconds a connection (new, or keep-alive between requests) has to send a request's headers.
     header_timeout: float = DEFAULT_HEADER_SECONDS
+    dialect: str | None = "clanker"
     base: BaseUrl = field(init=False)
 
     def __post_init__(self) -> None:
@@ -150,6 +161,8 @@ class ProxyConfig:
         check_number("timeout", self.timeout, 0, low_open=True)
         check_header_seconds(self.header_timeout, CLIENT_IDLE_SECONDS)
         check_int("max_connections", self.max_connections, 1)
+        if self.dialect is not None:
+            dialects_of(self.dialect)  # a bad name fails at start-up
         # The controller's own checks, made at start-up instead of on the first request.
         Triggers(min_score=self.min_score)
         Limits(retrieval_timeout=self.retrieval_timeout)
@@ -217,6 +230,9 @@ class ProxyServer(ThreadingHTTPServer):
         self._base_model = config.base_model
         self.llama_cpp = False  # the probe found llama.cpp: its completions take a GBNF grammar
         self._probe_lock = threading.Lock()
+        self._served: ServedModel | None = None
+        self._served_lock = threading.Lock()
+        self._dialects: tuple[Dialect, ...] = (CLANKER,)
         self.access = AccessPolicy(str(address[0]), config.token)
         self._slots = threading.BoundedSemaphore(config.max_connections)
         self.header_deadlines = HeaderDeadlines(config.header_timeout)
@@ -267,6 +283,24 @@ class ProxyServer(ThreadingHTTPServer):
                     logger.info("the upstream has no usable chat template: chat requests become completions")
             return self._base_model
 
+    def served(self) -> tuple[tuple[Dialect, ...], tuple[str, ...]]:
+        """The dialects calls are caught in and the served model's control tokens (see :class:`ProxyConfig`)."""
+        with self._served_lock:
+            if self._served is None:
+                configured = self.config.dialect
+                # A configured dialect asks nothing: the upstream may not be llama.cpp at all.
+                self._served = served_model(self.upstream.server) if configured is None else ServedModel()
+                dialects = dialects_of(configured) if configured is not None else self._detected(self._served)
+                logger.info("retrieval calls in dialect %s", ", ".join(d.name for d in dialects))
+                self._dialects = dialects
+            return self._dialects, self._served.control_tokens
+
+    @staticmethod
+    def _detected(model: ServedModel) -> tuple[Dialect, ...]:
+        if model.dialect is None or model.dialect == CLANKER.name:
+            return (CLANKER,)
+        return dialects_of((CLANKER.name, model.dialect))
+
     def handle_error(self, request: Any, client_address: Any) -> None:
         """One log line instead of socketserver's traceback on stderr."""
         exc = sys.exc_info()[1]
@@ -285,10 +319,6 @@ class ProxyServer(ThreadingHTTPServer):
         if ":" in host_s:
             host_s = f"[{host_s}]"
         return f"http://{host_s}:{port}"
-
-
-class _ClientGone(Exception):
-    """Writing to the client failed: it disconnected."""
 
 
 class _Handler(DeadlineHandler):
@@ -351,11 +381,15 @@ class _Handler(DeadlineHandler):
         )
 
     # -- plumbing ---------------------------------------------------------------------------
+    def write_body(self, data: bytes) -> None:
+        """Write to the client (the sinks' one way out); :class:`ClientGone` when it has gone."""
+        self._write(data)
+
     def _write(self, data: bytes) -> None:
         try:
             self.wfile.write(data)
         except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError, TimeoutError, OSError) as exc:
-            raise _ClientGone(str(exc)) from None
+            raise ClientGone(str(exc)) from None
 
     def _send_json(self, status: int, obj: Mapping[str, Any], extra_headers: Mapping[str, str] | None = None) -> None:
         data = json.dumps(obj).encode("utf-8")
@@ -369,7 +403,7 @@ class _Handler(DeadlineHandler):
                 self.send_header("Connection", "close")
             self.end_headers()
         except OSError as exc:
-            raise _ClientGone(str(exc)) from None
+            raise ClientGone(str(exc)) from None
         self._write(data)
 
     def _send_error_json(self, status: int, message: str, err_type: str, code: str | int | None = None) -> None:
@@ -426,7 +460,7 @@ class _Handler(DeadlineHandler):
         try:
             return self.rfile.read(length)
         except OSError as exc:
-            raise _ClientGone(str(exc)) from None
+            raise ClientGone(str(exc)) from None
 
     # -- dispatch ---------------------------------------------------------------------------
     def _dispatch(self) -> None:
@@ -463,7 +497,7 @@ class _Handler(DeadlineHandler):
                     self._trace.done(status, note)
             else:
                 status = self._forward(body)
-        except _ClientGone as exc:
+        except ClientGone as exc:
             self.close_connection = True
             note = f"client disconnected: {exc}"
             status = 499
@@ -472,14 +506,14 @@ class _Handler(DeadlineHandler):
             status = exc.status
             try:
                 self._send_json(exc.status, exc.payload(self._secrets()))
-            except _ClientGone:
+            except ClientGone:
                 self.close_connection = True
         except Exception as exc:  # never let one request take the server down
             logger.error("internal error on %s %s: %s: %s", self.command, self._safe_path(), type(exc).__name__, exc)
             logger.debug("traceback of that error", exc_info=exc)
             status = 500
             self.close_connection = True
-            with contextlib.suppress(_ClientGone):
+            with contextlib.suppress(ClientGone):
                 self._send_error_json(500, f"internal proxy error: {type(exc).__name__}", "server_error")
         self._finish_log(status, started, note)
 
@@ -508,7 +542,7 @@ class _Handler(DeadlineHandler):
                     self.send_header("Content-Length", str(length))
                 self.end_headers()
             except OSError as exc:
-                raise _ClientGone(str(exc)) from None
+                raise ClientGone(str(exc)) from None
             if head:
                 return resp.status
             while True:
@@ -625,6 +659,7 @@ class _Handler(DeadlineHandler):
 
     def _drive(self, kind: str, body: dict[str, Any]) -> tuple[int, str]:
         cfg = self.server.config
+        dialects, guard = self.server.served()
         turn = UpstreamTurn(kind, body, self.server.upstream, self._upstream_headers(json_body=True))
         ctl = RagController(
             self.server.retriever,
@@ -639,7 +674,9 @@ class _Handler(DeadlineHandler):
                 block_chars=cfg.block_chars,
                 # A completion prompt's block goes before its question and answer cue.
                 question_tail=restated_question(str(body["prompt"])) if kind == "completions" else None,
+                guard=guard,
             ),
+            dialect=dialects,
         )
         prompt = "" if kind == "chat" else str(body["prompt"])
         question = (self._question(kind, body) or "") if kind == "chat" else None
@@ -687,7 +724,7 @@ class _Handler(DeadlineHandler):
         """Send ``events`` to the client as a ``kind`` answer, streamed or whole; then close ``controller``."""
         cfg = self.server.config
         stream = bool(turn.body.get("stream"))
-        sink = _SseSink(self, kind, turn) if stream else _JsonSink(kind, turn)
+        sink = SseSink(self, kind, turn) if stream else JsonSink(kind, turn)
         retrievals: list[dict[str, Any]] = []
         injections = 0
         try:
@@ -716,7 +753,7 @@ class _Handler(DeadlineHandler):
         extension = {"injections": injections, "retrievals": retrievals}
         sink.finish(extension)
         if not stream:
-            assert isinstance(sink, _JsonSink)
+            assert isinstance(sink, JsonSink)
             self._send_json(200, sink.response(extension), {"X-Clanker-Rag-Injections": str(injections)})
         return 200, f"{'stream' if stream else 'json'}, {injections} injections, {turn.calls} upstream requests"
 
@@ -726,7 +763,7 @@ class _Handler(DeadlineHandler):
         stream = bool(body.get("stream"))
         headers = self._upstream_headers(json_body=True)
         turn = UpstreamTurn("chat", body, self.server.upstream, headers)
-        sink = _SseSink(self, "chat", turn)
+        sink = SseSink(self, "chat", turn)
         chunks: list[dict[str, Any]] = []
 
         def events(payload: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -757,143 +794,3 @@ class _Handler(DeadlineHandler):
             answer["id"] = sink.id
             self._send_json(200, answer, {"X-Clanker-Rag-Injections": str(len(result.retrievals))})
         return 200, f"native tools, {len(result.retrievals)} retrievals, {result.rounds} upstream requests"
-
-
-class _JsonSink:
-    """Collects the answer of a non-streamed request."""
-
-    started = False
-
-    def __init__(self, kind: str, turn: UpstreamTurn) -> None:
-        self.kind = kind
-        self.turn = turn
-        self.parts: list[str] = []
-
-    def text(self, text: str) -> None:
-        self.parts.append(text)
-
-    def error(self, payload: Mapping[str, Any]) -> None:  # pragma: no cover - started is always False
-        raise AssertionError("a JSON answer cannot fail mid-stream")
-
-    def finish(self, extension: Mapping[str, Any]) -> None:
-        pass
-
-    def response(self, extension: Mapping[str, Any]) -> dict[str, Any]:
-        turn = self.turn
-        text = "".join(self.parts)
-        created = int(time.time())
-        if self.kind == "chat":
-            choice: dict[str, Any] = {
-                "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "logprobs": None,
-                "finish_reason": turn.finish_reason or "stop",
-            }
-            obj: dict[str, Any] = {"id": "chatcmpl-" + secrets.token_hex(12), "object": "chat.completion"}
-        else:
-            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": turn.finish_reason or "stop"}
-            obj = {"id": "cmpl-" + secrets.token_hex(12), "object": "text_completion"}
-        obj.update({"created": created, "model": turn.model or "unknown", "choices": [choice]})
-        usage = turn.usage()
-        if usage is not None:
-            obj["usage"] = usage
-        obj["clanker_rag"] = dict(extension)
-        return obj
-
-
-class _SseSink:
-    """Writes OpenAI-style server-sent events, chunked, one event per piece."""
-
-    def __init__(self, handler: _Handler, kind: str, turn: UpstreamTurn) -> None:
-        self.handler = handler
-        self.kind = kind
-        self.turn = turn
-        self.started = False
-        self.id = ("chatcmpl-" if kind == "chat" else "cmpl-") + secrets.token_hex(12)
-        self.created = int(time.time())
-        opts = turn.body.get("stream_options")
-        self.include_usage = isinstance(opts, dict) and bool(opts.get("include_usage"))
-
-    def _start(self) -> None:
-        h = self.handler
-        try:
-            h.send_response(200)
-            h.send_header("Content-Type", "text/event-stream; charset=utf-8")
-            h.send_header("Cache-Control", "no-cache")
-            h.send_header("X-Accel-Buffering", "no")
-            h.send_header("Transfer-Encoding", "chunked")
-            h.end_headers()
-        except OSError as exc:
-            raise _ClientGone(str(exc)) from None
-        self.started = True
-        if self.kind == "chat":
-            self._event(self._chunk({"role": "assistant", "content": ""}, None))
-
-    def _event(self, obj: Mapping[str, Any] | str) -> None:
-        data = encode_event(obj)
-        self.handler._write(b"%x\r\n%s\r\n" % (len(data), data))
-
-    def _chunk(self, delta: Mapping[str, Any] | str, finish: str | None) -> dict[str, Any]:
-        model = self.turn.model or "unknown"
-        if self.kind == "chat":
-            choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-            return {
-                "id": self.id,
-                "object": "chat.completion.chunk",
-                "created": self.created,
-                "model": model,
-                "choices": [choice],
-            }
-        choice = {"index": 0, "text": delta, "logprobs": None, "finish_reason": finish}
-        return {
-            "id": self.id,
-            "object": "text_completion",
-            "created": self.created,
-            "model": model,
-            "choices": [choice],
-        }
-
-    def text(self, text: str) -> None:
-        if not self.started:
-            self._start()
-        if text:
-            self._event(self._chunk({"content": text} if self.kind == "chat" else text, None))
-
-    def send(self, chunk: Mapping[str, Any]) -> None:
-        """Send a chunk built elsewhere (``--native-tools``) under this answer's id."""
-        if not self.started:
-            self._start()
-        self._event({**chunk, "id": self.id})
-
-    def close(self) -> None:
-        """End a stream of :meth:`send` chunks."""
-        if not self.started:
-            self._start()
-        self._event(DONE)
-        self.handler._write(b"0\r\n\r\n")
-
-    def error(self, payload: Mapping[str, Any]) -> None:
-        self._event(dict(payload))
-        self._event(DONE)
-        self.handler._write(b"0\r\n\r\n")
-
-    def finish(self, extension: Mapping[str, Any]) -> None:
-        if not self.started:
-            self._start()
-        last = self._chunk({} if self.kind == "chat" else "", self.turn.finish_reason or "stop")
-        last["clanker_rag"] = dict(extension)
-        self._event(last)
-        usage = self.turn.usage()
-        if self.include_usage and usage is not None:
-            self._event(
-                {
-                    "id": self.id,
-                    "object": last["object"],
-                    "created": self.created,
-                    "model": self.turn.model or "unknown",
-                    "choices": [],
-                    "usage": usage,
-                }
-            )
-        self._event(DONE)
-        self.handler._write(b"0\r\n\r\n")

@@ -26,6 +26,9 @@ from .._stream._generate import Token
 from .._urls import BaseUrl
 
 __all__ = [
+    "REASONING_FIELDS",
+    "THINK_CLOSE",
+    "THINK_OPEN",
     "ChatTurns",
     "Upstream",
     "UpstreamError",
@@ -41,6 +44,9 @@ __all__ = [
 ]
 
 MAX_ERROR_BODY = 2000
+# Delta fields servers stream a model's thinking in (llama.cpp and vLLM: reasoning_content; others: reasoning).
+REASONING_FIELDS = ("reasoning_content", "reasoning")
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 
 _SECRET_RE = re.compile(
     r"(?i)(\b(?:bearer|basic)\s+)[^\s\"',;]+"
@@ -219,6 +225,9 @@ class UpstreamTurn:
         self.pieces = 0
         self.max_key = next((key for key in ("max_completion_tokens", "max_tokens") if key in body), None)
         self.prefill = ""
+        # The field the upstream streams thinking in ("reasoning_content", "reasoning"), once it has.
+        self.reasoning_field: str | None = None
+        self._thinking = False  # the text so far has an open <think> of the upstream's reasoning
 
     def _payload(self, prompt: str, stop: Sequence[str]) -> dict[str, Any]:
         payload = {key: value for key, value in self.body.items() if key != "stream_options"}
@@ -261,6 +270,8 @@ class UpstreamTurn:
         payload = self._payload(prompt, stop)
         payload.update(options or {})
         self.calls += 1
+        # A resumed request continues inside the thinking section the context left open.
+        self._thinking = self.reasoning_field is not None and prompt.rfind(THINK_OPEN) > prompt.rfind(THINK_CLOSE)
         data = json.dumps(payload).encode("utf-8")
         resp = self.upstream.open("POST", self.path, data, self.headers)
         url = resp.url
@@ -303,6 +314,7 @@ class UpstreamTurn:
                 whole = choice.get("message")
                 delta = whole if isinstance(whole, dict) else {}
             text = delta.get("content")
+            text = self._with_reasoning(delta, text if isinstance(text, str) else "")
         else:
             text = choice.get("text")
         text = text if isinstance(text, str) else ""
@@ -313,6 +325,30 @@ class UpstreamTurn:
             self.pieces += 1
         if text or finish is not None:
             yield Token(text, None, finish)
+
+    def _with_reasoning(self, delta: Mapping[str, Any], content: str) -> str:
+        """The delta's thinking and content as one text, the thinking inside ``<think>`` ... ``</think>``.
+
+        The controller scans thinking as generated text (a call inside it is
+        answered) and resumes with it in the context, as chat templates render
+        it; the proxy's sink turns the tagged part back into the same field.
+        """
+        reasoning = ""
+        for key in REASONING_FIELDS:
+            value = delta.get(key)
+            if isinstance(value, str) and value:
+                reasoning, self.reasoning_field = value, key
+                break
+        text = ""
+        if reasoning:
+            if not self._thinking:
+                text, self._thinking = THINK_OPEN, True
+            text += reasoning
+        if content:
+            if self._thinking:
+                text, self._thinking = text + THINK_CLOSE, False
+            text += content
+        return text
 
     def usage(self) -> dict[str, int] | None:
         if not self.usage_seen or self.prompt_tokens is None:

@@ -1,7 +1,8 @@
 """The stream controller: splicing retrieved text into a model's output.
 
 Job: the generation protocol between controller and backends (``_generate``),
-the incremental tool-call scanner (``_scanner``), the one builder of injected
+the retrieval-call formats of model families (``_dialects``), the incremental
+call scanners (``_scanner``), the one builder of injected
 blocks and the guard on retrieved text (``_blocks``), the controller's typed
 settings (``_settings``), the events a turn reports (``_events``), and the I/O-free turn logic with its sync and async
 drivers (``_controller``).

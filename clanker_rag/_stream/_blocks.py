@@ -40,6 +40,7 @@ __all__ = [
     "BlockBuilder",
     "BlockTag",
     "Passage",
+    "guard_pattern",
     "is_question_sentence",
     "last_question",
     "neutralize",
@@ -73,17 +74,25 @@ _IGNORABLE = frozenset(
 )  # fmt: skip
 
 # The opening delimiter of each marker, matched in the folded text.  Group
-# "lt" / "sq" is the character that gets escaped.
+# "lt" / "sq" / "rb" / "lb" / "gt" is the character that gets escaped.
 _MARKER_RE = re.compile(
     r"""
     (?P<lt><)(?=
-        \|                                            # <|im_start|>, <|eot_id|>, <|user|>, DeepSeek <｜...｜>
-      | \s*/?\s*(?:tool|result|context|function       # our tags; <tool_call>, <function=...>
+        \|                                            # <|im_start|>, <|eot_id|>, <|begin_of_query|>, DeepSeek <｜...｜>
+      | \s*/?\s*(?:tool|result|context|function       # our tags; <tool_call>, <tool_response>, <function=...>
                   |think|reason                       # <think>, <thinking>, <reasoning>
                   |start_of_|end_of_|im_|fim_         # Gemma <start_of_turn>; ChatML and FIM without pipes
-                  |extra_id_|jupyter_|commit_)        # Nemotron/T5 <extra_id_1>; StarCoder's notebook and git tokens
+                  |extra_id_|jupyter_|commit_         # Nemotron/T5 <extra_id_1>; StarCoder's notebook and git tokens
+                  |seed:|minimax:|reserved_           # Seed-OSS <seed:eos>; MiniMax <minimax:tool_call>; Baichuan
+                  |file_sep|repo_name|issue_|pr_|code_to_|empty_output
+                                                      # StarCoder2's repository and issue tokens
+                  |(?:eos|bos|start_of_turn|end_of_turn)_token)  # Cohere <EOS_TOKEN>, <BOS_TOKEN>
       | \s*/?\s*(?:s|unk|pad|mask|bos|eos|eot|eom|sop|eop|cls|sep|sys
                   |eoh|eoa|eosys                      # InternLM
+                  |search|information|answer          # Search-R1 / ReSearch calls and answers
+                  |role|pr                            # Ling <role>; StarCoder2 <pr>
+                  |_(?:user|bot|end|system|start)     # TeleChat <_user> <_bot> <_end>
+                  |用户|(?-i:AI)                      # MiniCPM <用户> <AI>
                   |(?-i:PRE|SUF|MID)                  # CodeLlama infilling (upper case: HTML's <pre> is not one)
                   |unused\d*                          # Gemma's reserved <unused0>...
                   |image|video|audio                  # LLaVA and other multimodal placeholders
@@ -94,15 +103,20 @@ _MARKER_RE = re.compile(
     | (?P<gt>>)(?=>[a-z_]+<<)                         # Falcon >>QUESTION<< >>ANSWER<< >>SUFFIX<<...
     | (?P<sq>\[)(?=
         \s*/?\s*(?:inst|sys|system_prompt|tool_calls|available_tools|tool_results|tool_content
-                  |think|img|prefix|middle|suffix|gmask|smask)\s*\]
-                                                      # Mistral [INST] [/INST] [TOOL_CALLS] [THINK]...
+                  |think|img|prefix|middle|suffix|gmask|smask|args|call_id)\s*\]
+                                                      # Mistral [INST] [/INST] [TOOL_CALLS] [ARGS] [CALL_ID]...
+      | \|                                            # EXAONE [|system|] [|endofturn|]
+      | e~\[                                          # MiniMax [e~[
     )
+    | (?P<rb>\])(?=~!?b[\]\[])                        # MiniMax ]~b] ]~!b[
+    | (?P<lb>\{)(?=\s*"name"\s*:\s*"[^"]{0,64}"\s*,\s*"(?:parameters|arguments)"\s*:)
+                                                      # a Llama 3 JSON tool call
     """,
     re.IGNORECASE | re.VERBOSE,
 )
 # A line that would read as a passage header: "[7] docs/official.md:1-3".
 _HEADER_RE = re.compile(rf"(?:\A|(?<=[{_BREAKS}]))[^\S{_BREAKS}]*(?P<sq>\[)(?=\s*\d+\s*\])")
-_ESCAPES = {"<": "&lt;", "[": "&#91;", ">": "&gt;"}
+_ESCAPES = {"<": "&lt;", "[": "&#91;", ">": "&gt;", "]": "&#93;", "{": "&#123;"}
 # A reader (or a model copying a passage) may drop combining marks and blank
 # braille cells: "<" + U+0301 + "tool" copied that way is "<tool".  Markers
 # are also looked for with them taken out.
@@ -114,15 +128,18 @@ def _dropped_when_copied(ch: str) -> bool:
     return ch == _BRAILLE_BLANK or unicodedata.category(ch) in ("Mn", "Mc", "Me")
 
 
-def _marker_spots(folded: str) -> list[int]:
+def _marker_spots(folded: str, extra: re.Pattern[str] | None = None) -> list[int]:
     """Where markers open in ``folded``: as it is, and with the characters a
-    copy may drop (combining marks, blank braille) taken out."""
-    if "<" not in folded and "[" not in folded and ">" not in folded:
+    copy may drop (combining marks, blank braille) taken out.  ``extra``
+    matches the served model's own control tokens (see :func:`guard_pattern`)."""
+    if not _OPENERS.intersection(folded):
         return []  # every marker opens with one of them
     spots = [m.start() for m in _MARKER_RE.finditer(folded)]
     spots += [m.start("sq") for m in _HEADER_RE.finditer(folded)]
+    if extra is not None:
+        spots += [m.start() for m in extra.finditer(folded)]
     if folded.isascii() or not any(_dropped_when_copied(ch) for ch in set(folded) if ord(ch) > 0x7F):
-        return spots
+        return sorted(set(spots))
     # Only what follows each opener can make a marker: it is matched again
     # with the droppable characters taken out (however many there are).
     found = set(spots)
@@ -131,9 +148,11 @@ def _marker_spots(folded: str) -> list[int]:
         if at in found:
             continue
         ahead = _squeezed(folded, at, _LOOKAHEAD)
-        if ahead == folded[at : at + len(ahead)]:
-            continue  # nothing dropped: already judged above
-        hit = _MARKER_RE.match(ahead)
+        hit: re.Match[str] | None = None
+        if ahead != folded[at : at + len(ahead)]:
+            hit = _MARKER_RE.match(ahead) or (extra.match(ahead) if extra is not None else None)
+        # A header is judged with what a copy drops before it on its line
+        # taken out too, whether or not anything after the "[" was dropped.
         if hit is None and ahead[0] == "[" and _opens_line(folded, at):
             hit = _HEADER_RE.match(ahead)
         if hit is not None:
@@ -153,7 +172,8 @@ def _opens_line(text: str, at: int) -> bool:
 
 
 # The characters that open a marker, and how far past one a marker can reach.
-_OPENER_RE = re.compile(r"[<\[>]")
+_OPENER_RE = re.compile(r"[<\[>\]{]")
+_OPENERS = frozenset("<[>]{")
 _LOOKAHEAD = 64
 
 
@@ -206,7 +226,21 @@ def _fold(text: str) -> tuple[str, list[str], list[int], list[int]]:
     return "".join(pieces), kept, origin, starts
 
 
-def neutralize(text: str) -> str:
+@functools.lru_cache(maxsize=64)
+def guard_pattern(tokens: tuple[str, ...]) -> re.Pattern[str] | None:
+    """A pattern finding ``tokens`` (a served model's control tokens) at their first character.
+
+    Only tokens that open with a character the guard escapes (``<``, ``[``,
+    ``{``, ``]``, ``>``) can be neutralised by escaping it; the others are
+    left out.  Tokens are matched as written (case matters to a tokenizer).
+    """
+    usable = sorted({t for t in tokens if len(t) > 1 and t[0] in _ESCAPES}, key=len, reverse=True)
+    if not usable:
+        return None
+    return re.compile("|".join(re.escape(t[0]) + "(?=" + re.escape(t[1:]) + ")" for t in usable))
+
+
+def neutralize(text: str, extra: Sequence[str] = ()) -> str:
     """Make retrieved text unable to act as a tag, a chat-template token or a passage header.
 
     After NFKC folding and with format characters removed, the result holds
@@ -216,7 +250,11 @@ def neutralize(text: str) -> str:
     any once combining marks and blank braille cells are dropped too (as a
     copy may drop them): the opening ``<`` becomes ``&lt;``, the opening
     ``[`` ``&#91;`` and the first ``>`` of ``>>...<<`` ``&gt;``.  Format
-    characters are dropped; everything else is kept as written.
+    characters are dropped; everything else is kept as written.  The
+    call markers of every dialect (``<search>``, ``<|begin_of_query|>``,
+    ``[TOOL_CALLS]``, a JSON ``{"name": ..., "parameters": ...}``, ...)
+    and the turn tokens of the families listed above count as markers;
+    ``extra`` adds a served model's own control tokens.
     """
     # Most text, accented or not, is already folded and has nothing to drop:
     # then positions in the folded text are positions in the text.
@@ -230,7 +268,7 @@ def neutralize(text: str) -> str:
         folded, kept, origin, starts = text, [], [], []
     else:
         folded, kept, origin, starts = _fold(text)
-    spots = _marker_spots(folded)
+    spots = _marker_spots(folded, guard_pattern(tuple(extra)) if extra else None)
     if plain:
         if not spots:
             return text
@@ -330,12 +368,15 @@ class BlockBuilder:
     """Formats the blocks of one controller or proxy; ``budget`` caps each block's characters.
 
     A block is ``\\n<tag>\\n`` + an optional note + numbered passages
-    (``[1] source:lines`` then the text) + ``</tag>\\n``.  Passages are
-    neutralised, then cut with an ellipsis to fit; a passage with less than
-    a useful amount of room left is dropped.
+    (``[1] source:lines`` then the text) + ``</tag>\\n``; a ``frame``
+    (a dialect's result format, e.g. ``<information>`` ... ``</information>``)
+    replaces the tags.  Passages are neutralised (with ``guard``, a served
+    model's own control tokens, as extra markers), then cut with an ellipsis
+    to fit; a passage with less than a useful amount of room left is dropped.
     """
 
     budget: int = DEFAULT_BLOCK_CHARS
+    guard: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         check_int("block_chars", self.budget, MIN_BLOCK_CHARS)
@@ -343,26 +384,38 @@ class BlockBuilder:
     def block(self, tag: BlockTag, hits: Sequence[HitLike] = (), note: str | None = None) -> str:
         return self.build(tag, hits, note).text
 
-    def build(self, tag: BlockTag, hits: Sequence[HitLike] = (), note: str | None = None) -> Block:
+    def build(
+        self,
+        tag: BlockTag,
+        hits: Sequence[HitLike] = (),
+        note: str | None = None,
+        frame: tuple[str, str] | None = None,
+    ) -> Block:
         """The block of ``hits`` as a typed value (see :class:`Block`)."""
-        return self.build_passages(tag, [Passage.of(hit) for hit in hits], note)
+        return self.build_passages(tag, [Passage.of(hit) for hit in hits], note, frame)
 
     def passages_block(self, tag: BlockTag, passages: Sequence[Passage], note: str | None = None) -> str:
         return self.build_passages(tag, passages, note).text
 
-    def build_passages(self, tag: BlockTag, passages: Sequence[Passage], note: str | None = None) -> Block:
-        head = f"\n<{tag}>\n"
-        tail = f"</{tag}>\n"
+    def build_passages(
+        self,
+        tag: BlockTag,
+        passages: Sequence[Passage],
+        note: str | None = None,
+        frame: tuple[str, str] | None = None,
+    ) -> Block:
+        head, tail = frame if frame is not None else (f"\n<{tag}>\n", f"</{tag}>\n")
+        guard = self.guard
         room_total = self.budget - len(head) - len(tail)
         parts: list[str] = []
         shown: list[Passage] = []
         used = 0
         if note is not None:
-            parts.append(neutralize(note)[: max(room_total - 1, 0)] + "\n")
+            parts.append(neutralize(note, guard)[: max(room_total - 1, 0)] + "\n")
             used = len(parts[0])
         for number, passage in enumerate(passages, 1):
-            header = f"[{number}] {neutralize(_one_line(passage.location))}\n"
-            text = neutralize(passage.text.strip())
+            header = f"[{number}] {neutralize(_one_line(passage.location), guard)}\n"
+            text = neutralize(passage.text.strip(), guard)
             room = room_total - used - len(header) - 1
             if room < _MIN_PASSAGE_ROOM:
                 break

@@ -1,12 +1,13 @@
 """The stream controller: knowledge reaches the model while it generates.
 
 :class:`RagController` wraps a generation callable.  It watches the model's
-output through the incremental :class:`~clanker_rag._stream._scanner.TagScanner` and
-injects retrieved passages in three ways:
+output through an incremental scanner (:func:`~clanker_rag._stream._scanner.make_scanner`)
+and injects retrieved passages in three ways:
 
-* **tool calls** - the model writes ``<tool name="retrieve">query</tool>``;
-  the controller stops generation, retrieves, appends a ``<result>`` block
-  and resumes;
+* **tool calls** - the model writes ``<tool name="retrieve">query</tool>``
+  (or its own family's call: :mod:`~clanker_rag._stream._dialects`); the
+  controller stops generation, retrieves, appends the answer block in that
+  dialect's format and resumes;
 * **question boundaries** - the user's question and any question sentence the
   model writes trigger a ``<context>`` block (``questions=True``);
 * **low confidence** (FLARE, ``triggers=Triggers(flare=...)``) - a sentence
@@ -60,9 +61,10 @@ from ._blocks import (
     norm_query,
     squash_ws,
 )
+from ._dialects import DIALECTS, Dialect, DialectSpec, dialects_of
 from ._events import InjectEvent, RetrieveEvent, StreamEvent, TextEvent
 from ._generate import AsyncGenerateFn, GenerateFn, Piece, piece_parts
-from ._scanner import TagScanner, ToolCall
+from ._scanner import ToolCall, make_scanner
 from ._settings import BlockLayout, Hooks, Limits, Triggers
 
 __all__ = [
@@ -79,6 +81,12 @@ logger = logging.getLogger(__name__)
 # The settings' defaults, shared by every controller (they are frozen).
 _TRIGGERS, _LIMITS, _LAYOUT, _HOOKS = Triggers(), Limits(), BlockLayout(), Hooks()
 _LABEL_RE = re.compile(r"^\s*\w+:\s")
+# A thinking section: the tags reasoning models write (and templates that open one in the prompt).
+_THINK_OPEN = ("<think>", "<thinking>", "<seed:think>")
+_THINK_CLOSE = ("</think>", "</thinking>", "</seed:think>")
+_THINK_LOOKBACK = 200
+# A sentence runs on past a thinking tag ("...recall.</think> How ...?"): only what follows it is the sentence.
+_THINK_TAG_RE = re.compile(r"</?(?:think|thinking|seed:think)>")
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,13 +113,15 @@ class _ControllerTurn:
         self.resumable = resumable
         self.gen: list[str] = []  # everything after the prompt, in order
         self.gen_len = 0
-        self.scanner = TagScanner(ctl._tool_names, max_payload=ctl.limits.max_payload)
+        self.scanner = make_scanner(ctl.dialects, ctl._tool_names, max_payload=ctl.limits.max_payload)
         self.queue: deque[tuple[str | ToolCall | _SentenceEnd, float | None]] = deque()
         self.injections = 0
         self.resumes = 0
         self.seen_keys: set[Hashable] = set()
         self.seen_queries: set[str] = set()
-        self.track = ctl.questions or ctl.triggers.flare is not None
+        self.track = ctl.questions or ctl.triggers.flare is not None or ctl.triggers.entropy_trend is not None
+        # The last two tokens' surprisal, for the entropy-trend trigger (None: none yet).
+        self.surprisal: tuple[float | None, float | None] = (None, None)
         self.hold = ctl.triggers.flare == "rewind" and resumable
         self.splitter = SentenceSplitter()
         self.ended = False  # the current generation has ended and the scanner is flushed
@@ -136,8 +146,15 @@ class _ControllerTurn:
         self.gen[:] = [whole] if whole else []
         self.gen_len = len(whole)
 
+    def in_think(self) -> bool:
+        """Whether the model is inside a ``<think>`` section it opened (in the prompt's end or since)."""
+        text = self.prompt[-_THINK_LOOKBACK:] + "".join(self.gen)
+        opened = max(text.rfind(tag) for tag in _THINK_OPEN)
+        return opened != -1 and opened > max(text.rfind(tag) for tag in _THINK_CLOSE)
+
     # -- sentences -------------------------------------------------------------
     def _new_sentence(self) -> None:
+        self.trend = False  # a token of this sentence had rising, accelerating uncertainty
         self.sent: list[tuple[str, float | None]] = []
         self.sent_start = self.gen_len
         self.held: list[str] = []
@@ -153,14 +170,32 @@ class _ControllerTurn:
         self._append(text)
         if self.track:
             self.sent.append((text, logprob))
+            if logprob is not None and self.ctl.triggers.entropy_trend is not None:
+                self._note_trend(-logprob, self.ctl.triggers.entropy_trend)
         if self.hold:
             self.held.append(text)
         else:
             out.append(text)
 
+    def _note_trend(self, surprisal: float, threshold: float) -> None:
+        """The entropy-trend check (ETC): uncertainty that rises and accelerates.
+
+        Each token's surprisal (``-logprob``, whose expectation is the
+        token entropy) is compared with the two before it: a first
+        difference above zero and a second difference above ``threshold``
+        mark the sentence.
+        """
+        before, last = self.surprisal
+        if before is not None and last is not None:
+            first = surprisal - last
+            second = first - (last - before)
+            if first > 0 and second > threshold:
+                self.trend = True
+        self.surprisal = (last, surprisal)
+
     def _end_sentence(self, out: list[str], *, questions: bool = True) -> _Trigger | None:
         ctl = self.ctl
-        sentence = "".join(t for t, _ in self.sent).strip()
+        sentence = _THINK_TAG_RE.split("".join(t for t, _ in self.sent))[-1].strip()
         trig: _Trigger | None = None
         if sentence and self.injections < ctl.limits.max_injections:
             triggers = ctl.triggers
@@ -171,7 +206,15 @@ class _ControllerTurn:
                 # If every token was unsure, the whole sentence is the best query left.
                 query = squash_ws(masked) or squash_ws(sentence)
                 trig = _Trigger("flare", query)
-            if trig is None and questions and ctl.questions and is_question_sentence(sentence):
+            if trig is None and self.trend:
+                trig = _Trigger("entropy", squash_ws(sentence))
+            if (
+                trig is None
+                and questions
+                and ctl.questions
+                and is_question_sentence(sentence)
+                and (triggers.think_questions or not self.in_think())
+            ):
                 trig = _Trigger("question", sentence)
         if trig is None:
             out.append(self._release_held())
@@ -238,7 +281,7 @@ class _ControllerTurn:
         """The current generation ended; queue what the scanner still holds."""
         call = None
         if self.resumable and self.scanner.in_call:
-            stopped_on_close = (stop_word is not None and "tool" in stop_word.lower()) or (
+            stopped_on_close = (stop_word is not None and stop_word in self.ctl.stop) or (
                 stop_word is None and finish_reason in (None, "stop")
             )
             if stopped_on_close:
@@ -307,11 +350,17 @@ class _ControllerTurn:
         if trig.kind == "tool":
             call = trig.call
             assert call is not None
-            if not call.closed:
-                self._append("</tool>")
+            dialect = DIALECTS.get(call.dialect) or ctl.dialects[0]
+            if not any(call.raw.endswith(closer) for closer in dialect.closes):
+                # The server stopped on the closer (and dropped it), or never streams it.
+                self._append(dialect.close_with)
+            if dialect.turn_frame and self.in_think():
+                # The answer comes in a turn of its own: the thinking section ends first.
+                self._append("</think>\n\n")
+            frame = dialect.frame
             if call.name != "retrieve":
                 body = self._run_handler(call)
-                block = ctl.blocks.build("result", note=body)
+                block = ctl.blocks.build("result", note=body, frame=frame)
             elif hits is None:
                 note = (
                     "Empty query."
@@ -320,7 +369,7 @@ class _ControllerTurn:
                     if self.injections >= ctl.limits.max_injections
                     else "Already retrieved above."
                 )
-                block = ctl.blocks.build("result", note=note)
+                block = ctl.blocks.build("result", note=note, frame=frame)
             elif not fresh:
                 note = (
                     f"Retrieval failed: {error}."
@@ -329,9 +378,9 @@ class _ControllerTurn:
                     if hits
                     else "No relevant passages found."
                 )
-                block = ctl.blocks.build("result", note=note)
+                block = ctl.blocks.build("result", note=note, frame=frame)
             else:
-                block = ctl.blocks.build("result", fresh)
+                block = ctl.blocks.build("result", fresh, frame=frame)
             self._commit(fresh, hits is not None)
             self._append(block.text + ctl.layout.after_block)
             events.append(InjectEvent.of(block, trig.kind, trig.query))
@@ -438,18 +487,29 @@ class RagController:
     a block.  Modes can be combined:
 
     ``tools``
-        React to ``<tool name="retrieve">query</tool>`` written by the model.
+        React to retrieval calls written by the model (``<tool
+        name="retrieve">query</tool>``, or ``dialect``'s form), inside a
+        ``<think>`` section or not.
     ``questions``
         Retrieve for the user's question (``question=`` or the last ``?``
-        sentence of the prompt) and for question sentences the model writes.
+        sentence of the prompt) and for question sentences the model writes
+        (inside ``<think>`` only with ``Triggers(think_questions=True)``).
     ``triggers``
         :class:`~clanker_rag.Triggers`: FLARE (retrieve on a low-confidence
         sentence), ``min_score``, what a tool call searches for and a query
         rewriter.
 
+    ``dialect`` says how the model writes a call and reads its answer: a
+    name of :data:`~clanker_rag._stream._dialects.DIALECTS` (``"clanker"``,
+    the default; ``"search-r1"``, ``"research"``, ``"r1-searcher"``,
+    ``"hermes"``, ``"llama3"``, ``"mistral"``), a
+    :class:`~clanker_rag._stream._dialects.Dialect`, or several of them
+    (``("clanker", "hermes")``) when no two open a call alike.
+
     ``handlers`` maps other tool names to ``fn(payload) -> str``; their output
-    is injected as a ``<result>`` block.  ``stop`` is passed to every
-    generation (``</tool>`` is added when the model may call a tool).
+    is injected as a result block.  ``stop`` is passed to every generation
+    (each dialect's stop strings, e.g. ``</tool>``, are added when the model
+    may call a tool).
     :meth:`stream` yields the blocks with the text when ``show_blocks``.
 
     The rest is grouped in typed, frozen settings, each checked when built:
@@ -475,6 +535,7 @@ class RagController:
         limits: Limits = _LIMITS,
         layout: BlockLayout = _LAYOUT,
         hooks: Hooks = _HOOKS,
+        dialect: DialectSpec = "clanker",
     ) -> None:
         if not callable(getattr(retriever, "search", None)):
             raise out_of_range("retriever", retriever, "an object with a search(query, k) method")
@@ -499,15 +560,16 @@ class RagController:
         self.limits = limits
         self.layout = layout
         self.hooks = hooks
-        self.blocks = BlockBuilder(layout.block_chars)
+        self.dialects: tuple[Dialect, ...] = dialects_of(dialect)
+        self.blocks = BlockBuilder(layout.block_chars, layout.guard)
         self.handlers: dict[str, Callable[[str], str]] = {name.lower(): fn for name, fn in (handlers or {}).items()}
         names = set(self.handlers)
         if tools:
             names.add("retrieve")
         self._tool_names = frozenset(names)
         stops = list(stop)
-        if names and "</tool>" not in stops:
-            stops.append("</tool>")
+        if names:
+            stops += [word for d in self.dialects for word in d.stops if word not in stops]
         self.stop: tuple[str, ...] = tuple(stops)
 
     # -- retrieval -----------------------------------------------------------------

@@ -23,7 +23,7 @@ class TextEvent:
 
 @dataclass(frozen=True, slots=True)
 class RetrieveEvent:
-    """A retrieval ran. ``kind`` is ``"tool"``, ``"question"`` or ``"flare"``."""
+    """A retrieval ran. ``kind`` is ``"tool"``, ``"question"``, ``"flare"`` or ``"entropy"``."""
 
     query: str
     hits: tuple[HitLike, ...]

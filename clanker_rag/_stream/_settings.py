@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from .._types import HitLike
-from .._validate import check_callable, check_int, check_number, check_str, one_of
+from .._validate import check_bool, check_callable, check_int, check_number, check_str, one_of, out_of_range
 from ._blocks import DEFAULT_BLOCK_CHARS, MIN_BLOCK_CHARS
 from ._events import InjectEvent
 
@@ -58,6 +58,16 @@ class Triggers:
     ``query_rewriter``
         Turns one query into several; each is retrieved and the lists are
         fused by reciprocal rank.
+    ``think_questions``
+        Question sentences inside a ``<think>`` section trigger retrieval
+        too (off: a model's thinking asks itself many questions).
+    ``entropy_trend``
+        The entropy-trend trigger (ETC): retrieve after a sentence in which
+        a token's uncertainty (its surprisal, ``-logprob``) rose over the
+        token before and rose faster than before, by more than this many
+        nats (first difference above zero, second above the threshold); the
+        block follows the sentence.  Needs :class:`~clanker_rag.Token`
+        pieces with ``logprob``.  ``None`` (the default) turns it off.
     """
 
     flare: FlareMode | None = None
@@ -65,9 +75,13 @@ class Triggers:
     min_score: float | None = None
     tool_query: ToolQuery = "model"
     query_rewriter: Callable[[str], list[str]] | None = None
+    think_questions: bool = False
+    entropy_trend: float | None = None
 
     def __post_init__(self) -> None:
         one_of("flare", self.flare, FLARE_MODES)
+        check_bool("think_questions", self.think_questions)
+        check_number("entropy_trend", self.entropy_trend, 0, none=True)
         check_number("flare_threshold", self.flare_threshold)
         check_number("min_score", self.min_score, none=True)
         one_of("tool_query", self.tool_query, TOOL_QUERIES)
@@ -119,16 +133,23 @@ class BlockLayout:
         completion prompt ending ``"Q: ...?\\nA:"`` reads the passages, then
         its question and answer cue; a block after ``"A:"`` is read by a
         base model as the end of its answer.
+    ``guard``
+        A served model's own control tokens, kept out of retrieved text
+        besides the families' markers the guard always knows
+        (:func:`~clanker_rag._stream._blocks.neutralize`).
     """
 
     block_chars: int = DEFAULT_BLOCK_CHARS
     after_block: str = ""
     question_tail: str | None = None
+    guard: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         check_int("block_chars", self.block_chars, MIN_BLOCK_CHARS)
         check_str("after_block", self.after_block)
         check_str("question_tail", self.question_tail, none=True)
+        if not isinstance(self.guard, tuple) or not all(isinstance(t, str) for t in self.guard):
+            raise out_of_range("guard", self.guard, "a tuple of str")
 
 
 @dataclass(frozen=True, slots=True)

@@ -515,7 +515,9 @@ def test_subprocess_serve(index: Path) -> None:
     with FakeUpstream(lambda path, body: Reply(["7341"])) as up:
         served = serve_and_ask(["--upstream", up.url, "--index", str(index)], "Which port does the server listen on?\n")
         assert served.answer["choices"][0]["text"] == "7341"
-        assert "guide/ports.md" in up.requests[0]["body"]["prompt"]
+        # (serve's --dialect auto asks /props first.)
+        [request, *_] = [r for r in up.requests if r["path"] == "/v1/completions"]
+        assert "guide/ports.md" in request["body"]["prompt"]
     assert served.code == 130  # stopped by Ctrl-C
     assert "stopped" in served.rest and "Traceback" not in served.rest
 

@@ -229,5 +229,7 @@ def test_serve_a_sharded_index_without_cluster(sharded: Path) -> None:
         question = "Which port does the server listen on?\n"
         served = serve_and_ask(["--upstream", up.url, "--index", str(sharded)], question)
         assert served.answer["choices"][0]["text"] == "7341"
-        assert "guide/ports.md" in up.requests[0]["body"]["prompt"]
+        # (serve's --dialect auto asks /props first.)
+        [request, *_] = [r for r in up.requests if r["path"] == "/v1/completions"]
+        assert "guide/ports.md" in request["body"]["prompt"]
     assert served.code == 130 and "Traceback" not in served.rest
