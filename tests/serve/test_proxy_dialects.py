@@ -9,22 +9,18 @@ assistant message is the text so far.
 from __future__ import annotations
 
 import json
-import sys
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from _fake_server import Exchange
-from _fake_upstream import FakeUpstream, Reply, apply_stop
 
 from clanker_rag import ConfigError
 from clanker_rag._kb import KnowledgeBase
 from clanker_rag._serve._proxy import ProxyServer, make_server
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "stream"))
-from test_dialects import BODY, CASES, IDS, PASSAGE, Case, split_at
+from tests.helpers._fake_server import Exchange
+from tests.helpers._fake_upstream import FakeUpstream, Reply, apply_stop
+from tests.stream.test_dialects import BODY, CASES, IDS, PASSAGE, Case, split_at
 
 openai = pytest.importorskip(
     "openai", reason="the proxy tests drive it with the OpenAI client: pip install 'clanker-rag[test]'"

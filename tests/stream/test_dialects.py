@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 
 import pytest
@@ -181,10 +181,10 @@ class Scripted:
 
 
 class AsyncScripted(Scripted):
-    def __call__(self, prompt: str, stop: Sequence[str]) -> object:  # type: ignore[override]
+    def __call__(self, prompt: str, stop: Sequence[str]) -> AsyncIterator[str | Token]:  # type: ignore[override]
         tokens = list(self._tokens(prompt, stop))
 
-        async def gen() -> object:
+        async def gen() -> AsyncIterator[str | Token]:
             for tok in tokens:
                 await asyncio.sleep(0)
                 yield tok
@@ -203,7 +203,7 @@ def run_sync(kb: KnowledgeBase, case: Case, pieces: list[str]) -> tuple[Scripted
     return backend, list(ctl.events(backend, PROMPT))
 
 
-def visible(events: list[object]) -> str:
+def visible(events: Sequence[object]) -> str:
     return "".join(ev.text for ev in events if isinstance(ev, TextEvent))
 
 
