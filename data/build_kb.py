@@ -10,6 +10,7 @@ suite can rebuild it in memory and compare it with the committed index.
 from __future__ import annotations
 
 import hashlib
+import json
 import sys
 from pathlib import Path
 
@@ -36,7 +37,12 @@ def build() -> KnowledgeBase:
 
 
 def fingerprints(kb: KnowledgeBase) -> dict[str, str]:
-    return {name: kb._docs[name].fingerprint for name in kb.sources()}
+    """Each source's text and metadata, hashed: what a rebuild must reproduce (read through the public API)."""
+    out = {}
+    for name in kb.sources():
+        record = json.dumps([kb.source_text(name), kb.source_metadata(name)], sort_keys=True)
+        out[name] = hashlib.sha256(record.encode("utf-8")).hexdigest()
+    return out
 
 
 def main() -> int:

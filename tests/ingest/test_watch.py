@@ -703,7 +703,7 @@ def test_watch_flags_out_of_range_are_one_error_before_any_work(
     for flag, value in (("--interval", "0"), ("--debounce", "nan"), ("--interval", "-1")):
         assert main(["ingest", str(tmp_path / "tree"), "--index", str(index), "--watch", flag, value]) == 1
         err = capsys.readouterr().err
-        assert f"{flag} {float(value)!r} is out of range" in err
+        assert f"{flag}={float(value)!r} is out of range" in err
     assert not index.exists()
 
 
