@@ -29,8 +29,12 @@ def test_demo_runs_the_whole_loop_and_stops_the_server() -> None:
     summary = re.search(r"(\d+) retrievals, (\d+) injected blocks", progress)
     assert summary and int(summary.group(2)) >= 1
     assert out.getvalue().strip(), "an answer was streamed after the block"
-    # The default question is answered from the guide (docs/proxy.md: port 8765), on one line.
-    assert "8765" in out.getvalue() and len(out.getvalue().strip().splitlines()) == 1, out.getvalue()
+    # The default question is answered from the guide (docs/proxy.md), on one line: the answer names the
+    # proxy's own default port and no other port (an upstream's, such as Ollama's 11434, would be wrong).
+    answer = out.getvalue().strip()
+    assert len(answer.splitlines()) == 1, answer
+    assert re.findall(r"\d{4,5}", answer) == ["8765"], answer
+    assert re.search(r"\bport\b", answer, re.IGNORECASE), answer
     assert "stopping the llama.cpp server" in progress
     # A run that went well leaves no server log in the temporary folder.
     log = re.search(r"\(log: (\S+)\)", progress)
