@@ -394,15 +394,63 @@ def _read_commit(body: dict[str, Any], folder: Path, where: str) -> list[Segment
     records = body["segments"]
     if not isinstance(records, list) or not records:
         raise IndexFormatError(f"{where}: the commit names no segment")
+    parsed = [_segments.SegmentRecord.from_json(value, where) for value in records]
+    files = [rec.file for rec in parsed]
+    if len(set(files)) != len(files):
+        twice = next(name for name in files if files.count(name) > 1)
+        raise IndexFormatError(f"{where}: the commit names data file {twice} twice: edited or damaged, not loaded")
     out = []
-    for i, value in enumerate(records):
-        record = _segments.SegmentRecord.from_json(value, where)
+    for i, record in enumerate(parsed):
         seg = open_segment(folder, record, where, first=i == 0, lazy=i == 0)
         snap = seg.snap
         if snap.analyzer != body["analyzer"] or snap.bm25 != body["bm25"] or snap.chunking != body["chunking"]:
             raise IndexFormatError(f"{where}: segment {i} was written with other settings than its commit")
         out.append(seg)
+    _check_sources_once(out, where)
     return out
+
+
+# A tail name is looked up in the first segment by binary search (about 18 names decoded) while
+# that costs less than decoding the first segment's names whole.
+_SEARCH_SHARE = 18
+
+
+def _check_sources_once(segments: Sequence[Segment], where: str) -> None:
+    """Refuse a commit in which a live source lies in two segments (or twice in one tail segment).
+
+    Every save marks a source deleted in the segment that held it before it writes the source
+    again, so this never happens in a commit a save wrote; a hand-edited, re-signed one would
+    return each of its hits twice, and a later removal would leave a copy.  The cost is that of
+    the tail: its live names (decoded anyway when the load replays it) are looked up in the
+    first segment, whose own names stay undecoded while the tail is small."""
+    if len(segments) < 2:
+        return
+    seen: set[str] = set()
+    for seg in segments[1:]:
+        gone = set(seg.record.deleted)
+        for number, name in enumerate(seg.snap.sources.names):
+            if number in gone:
+                continue
+            if name in seen:
+                raise _twice(where, name)
+            seen.add(name)
+    first = segments[0]
+    gone = set(first.record.deleted)
+    names = first.names
+    if names is None or not seen:
+        return
+    if len(seen) * _SEARCH_SHARE < len(names):
+        hits = ((name, names.find(name)) for name in seen)
+        twice = next((name for name, number in hits if number is not None and number not in gone), None)
+    else:
+        live = {name for number, name in enumerate(first.snap.sources.names) if number not in gone}
+        twice = next(iter(sorted(live & seen)), None)
+    if twice is not None:
+        raise _twice(where, twice)
+
+
+def _twice(where: str, name: str) -> IndexFormatError:
+    return IndexFormatError(f"{where}: source {name!r} is live in two segments: the commit was edited or damaged")
 
 
 def open_segment(
