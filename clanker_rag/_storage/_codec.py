@@ -364,14 +364,15 @@ class TermList:
 # -- reading -------------------------------------------------------------------
 
 
-def read(folder: str | Path) -> Opened:
-    """Read and check ``folder``'s index (an older format is refused: see ``_store.read_index``)."""
+def read(folder: str | Path, *, private: bool = False) -> Opened:
+    """Read and check ``folder``'s index (an older format is refused: see ``_store.read_index``);
+    ``private``: its data files read into memory, not mapped (see ``_store.map_file``)."""
     path = Path(folder)
     where = str(path / _store.INDEX_FILE if path.is_dir() else path)
     for attempt in range(_READ_ATTEMPTS):
         manifest = _store.read_index(path)
         try:
-            segments = _read_commit(manifest.body, path if path.is_dir() else path.parent, where)
+            segments = _read_commit(manifest.body, path if path.is_dir() else path.parent, where, private)
         except FileNotFoundError as exc:
             # A writer replaced the commit and dropped its files between our reads: read the new one.
             if attempt + 1 < _READ_ATTEMPTS:
@@ -390,7 +391,7 @@ def read(folder: str | Path) -> Opened:
 _READ_ATTEMPTS = 8
 
 
-def _read_commit(body: dict[str, Any], folder: Path, where: str) -> list[Segment]:
+def _read_commit(body: dict[str, Any], folder: Path, where: str, private: bool = False) -> list[Segment]:
     records = body["segments"]
     if not isinstance(records, list) or not records:
         raise IndexFormatError(f"{where}: the commit names no segment")
@@ -401,7 +402,7 @@ def _read_commit(body: dict[str, Any], folder: Path, where: str) -> list[Segment
         raise IndexFormatError(f"{where}: the commit names data file {twice} twice: edited or damaged, not loaded")
     out = []
     for i, record in enumerate(parsed):
-        seg = open_segment(folder, record, where, first=i == 0, lazy=i == 0)
+        seg = open_segment(folder, record, where, first=i == 0, lazy=i == 0, private=private)
         snap = seg.snap
         if snap.analyzer != body["analyzer"] or snap.bm25 != body["bm25"] or snap.chunking != body["chunking"]:
             raise IndexFormatError(f"{where}: segment {i} was written with other settings than its commit")
@@ -454,14 +455,14 @@ def _twice(where: str, name: str) -> IndexFormatError:
 
 
 def open_segment(
-    folder: Path, record: SegmentRecord, where: str, *, first: bool = False, lazy: bool = False
+    folder: Path, record: SegmentRecord, where: str, *, first: bool = False, lazy: bool = False, private: bool = False
 ) -> Segment:
     """Map and check one segment a commit names (FileNotFoundError when it is gone).
 
     ``lazy`` (the first segment of a load, read by a knowledge base that checks
     each part before it first reads it) leaves the O(sources + chunks) checks
     for first use: see ``_check`` and ``_stored``."""
-    opened = _segments.read_segment(folder, record, where)
+    opened = _segments.read_segment(folder, record, where, private=private)
     seg_where = str(opened.path)
     try:
         snap = _read_snapshot(opened.body, opened.data, seg_where, opened.file, opened.blocks, lazy)
