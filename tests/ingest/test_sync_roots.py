@@ -107,3 +107,23 @@ def test_the_cli_ingest_of_a_switched_release_symlink_equals_a_fresh_one(tmp_pat
     subprocess.run(["ln", "-sfn", "r2", str(current)], check=True)
     subprocess.run(cmd, check=True, capture_output=True, env=env, timeout=120)
     assert held(index) == fresh(current) == {"keep.md": "kept in both"}
+
+
+def test_a_watchers_commits_follow_its_folder_through_a_symlink_swap_and_back(tmp_path: Path) -> None:
+    from clanker_rag._ingest._watch import FolderSync
+
+    notes = write(tmp_path / "notes", {"mine.md": "my own note", "also.md": "another one"})
+    outside = write(tmp_path / "outside", {"elsewhere.md": "a file from outside the notes"})
+    index = tmp_path / "index"
+    sync = FolderSync(KnowledgeBase(), notes, index, jobs=1)
+    sync.commit()
+    notes.rename(tmp_path / "notes.moved")
+    notes.symlink_to(outside)
+    sync.commit()
+    assert held(index) == fresh(notes)
+    notes.unlink()
+    (tmp_path / "notes.moved").rename(notes)
+    (notes / "also.md").unlink()
+    report = sync.commit()
+    assert held(index) == fresh(notes) == {"mine.md": "my own note"}
+    assert "elsewhere.md" in report.removed
