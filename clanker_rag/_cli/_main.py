@@ -526,8 +526,7 @@ def _target(args: argparse.Namespace, *, write: bool = False) -> Path:
 
 
 def _load(args: argparse.Namespace, *, private: bool = False) -> KnowledgeBaseLike:
-    """The knowledge base a command reads: one index, or a sharded one opened in this process
-    (``private``: a server's, its data files read into memory: see ``KnowledgeBase.load``)."""
+    """The knowledge base a command reads: one index, or a sharded one opened in this process."""
     path = _index_folder(args)
     if not _one_index(path):
         from ..cluster import MANIFEST, ShardedKnowledgeBase
