@@ -533,7 +533,7 @@ def _load(args: argparse.Namespace, *, private: bool = False) -> KnowledgeBaseLi
 
         if (path / MANIFEST).exists():
             # Every shard in this process: no Dask needed to read a sharded index.
-            return ShardedKnowledgeBase.load(path)
+            return ShardedKnowledgeBase.load(path, private=private)
     return _load_one(args, path, private=private)
 
 

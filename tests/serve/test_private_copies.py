@@ -86,16 +86,28 @@ def test_servers_keep_answering_while_their_data_file_is_rewritten_in_place(tmp_
     assert "doc007.md" in before
 
 
+def in_a_child(body: str) -> None:
+    """Run ``body`` in a child process (a SIGBUS there fails the test, not the test run)."""
+    script = f"import sys\nsys.path.insert(0, {str(ROOT)!r})\n" + textwrap.dedent(body)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, f"the child died (exit {proc.returncode}): {proc.stderr[-2000:]}"
+
+
 def test_a_served_load_holds_copies_not_mappings(tmp_path: Path) -> None:
     folder = tmp_path / "index"
     build(folder, 50)
-    kb = load_served(folder)
-    (data,) = folder.glob("data-*.bin")
-    data.write_bytes(b"")  # truncated under the server (a new file would be a save; this is in place)
-    hits = kb.search("harbour lanterns number7", 3)
-    assert [h.source for h in hits] == ["doc007.md", "doc020.md", "doc033.md"]
-    assert "keepers word7" in hits[0].text and kb.source_text("doc020.md") is not None
-    assert not kb.data_rewritten()  # nothing of the file is read any more
+    in_a_child(f"""
+        from pathlib import Path
+        from clanker_rag._serve._follow import load_served
+        folder = Path({str(folder)!r})
+        kb = load_served(folder)
+        (data,) = folder.glob("data-*.bin")
+        data.write_bytes(b"")  # truncated in place under the server (a save writes a new file instead)
+        hits = kb.search("harbour lanterns number7", 3)
+        assert [h.source for h in hits] == ["doc007.md", "doc020.md", "doc033.md"], hits
+        assert "keepers word7" in hits[0].text and kb.source_text("doc020.md") is not None
+        assert not kb.data_rewritten()  # nothing of the file is read any more
+    """)
 
 
 def test_a_reload_reads_only_the_segments_it_does_not_hold(tmp_path: Path, monkeypatch) -> None:
@@ -121,3 +133,23 @@ def test_a_reload_reads_only_the_segments_it_does_not_hold(tmp_path: Path, monke
     assert read[0] == first and len(read) == 2 and read[1] < first  # the new tail segment only
     del kb
     assert fresh.search("late note", 1)[0].source == "late.md"
+
+
+def test_a_sharded_index_served_in_process_holds_copies_too(tmp_path: Path) -> None:
+    from clanker_rag.cluster import ShardedKnowledgeBase
+
+    kb = ShardedKnowledgeBase(2)
+    for i in range(40):
+        kb.add_text(f"passage {i} on harbour lanterns number{i % 13} and keepers word{i}", f"doc{i:03d}.md")
+    folder = kb.save(tmp_path / "sharded")
+    in_a_child(f"""
+        from pathlib import Path
+        from clanker_rag.cluster import ShardedKnowledgeBase
+        folder = Path({str(folder)!r})
+        served = ShardedKnowledgeBase.load(folder, private=True)
+        before = [(h.source, h.text) for h in served.search("harbour lanterns number7", 3)]
+        for data in folder.rglob("data-*.bin"):
+            data.write_bytes(b"")  # in place, under the server
+        assert [(h.source, h.text) for h in served.search("harbour lanterns number7", 3)] == before
+        assert len(before) == 3
+    """)
