@@ -394,18 +394,23 @@ class KnowledgeBase:
         return self._writer.data_rewritten()
 
     @classmethod
-    def load(cls, path: StrPath, *, analyzer: Callable[[str], Iterable[str]] | None = None) -> KnowledgeBase:
+    def load(
+        cls, path: StrPath, *, analyzer: Callable[[str], Iterable[str]] | None = None, private: bool = False
+    ) -> KnowledgeBase:
         """Load an index folder written by :meth:`save`.
 
         An index built with a custom analyser needs the same callable passed
         as ``analyzer``.  Raises ``IndexFormatError`` naming the file and the
         problem for a missing, truncated, tampered or newer-format index.
+        ``private`` reads the data files into this process's memory instead of
+        mapping them, so that a file rewritten in place under a long-running
+        server cannot crash it (see docs/index-format.md).
         """
         folder = Path(path)
         where = str(folder / _store.INDEX_FILE if folder.is_dir() else folder)
         # Loading creates a few hundred thousand objects and no cycles.
         with collector_paused():
-            opened = _codec.read(folder)
+            opened = _codec.read(folder, private=private)
             kb = cls._configured(opened.segments[0].snap, where, analyzer)
             kb._writer.open(opened, folder, where)
         return kb

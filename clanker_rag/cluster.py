@@ -376,6 +376,7 @@ class ShardedKnowledgeBase:
         timeout: float = DEFAULT_TIMEOUT,
         term_tables: bool = True,
         replicas: int = 1,
+        private: bool = False,
     ) -> ShardedKnowledgeBase:
         """Open a sharded index folder written by :meth:`save`.
 
@@ -387,7 +388,9 @@ class ShardedKnowledgeBase:
         (twice the workers' memory): each read goes to the copy whose worker
         has been faster and, when it is slow to answer, to the other too
         (hedged), so one hung worker does not stall searches.  A change drops
-        the second copies until the next save.
+        the second copies until the next save.  ``private`` (shards in this
+        process only): their data files read into memory, not mapped, as
+        ``KnowledgeBase.load(private=True)`` does for a server.
         """
         folder = Path(path).absolute()
         manifest = read_manifest(folder)
@@ -399,11 +402,13 @@ class ShardedKnowledgeBase:
             )
         _check_timeout(timeout)
         one_of("replicas", replicas, (1, 2))
+        if private and client is not None:
+            raise ConfigError("private=True reads shards into this process's memory: it needs client=None")
         folders = [str(folder / name) for name in manifest["shard_dirs"]]
         index_id, generation = manifest.get("index_id"), manifest.get("generation")
         expected = [Expected(i, index_id, generation) for i in range(n)]
         if client is None:
-            home: LocalShards | DaskShards = LocalShards.open(folders, expected)
+            home: LocalShards | DaskShards = LocalShards.open(folders, expected, private=private)
         else:
             require_dask()
             home = DaskShards.open(client, folders, expected, float(timeout), replicas)

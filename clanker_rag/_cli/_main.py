@@ -541,7 +541,7 @@ def _target(args: argparse.Namespace, *, write: bool = False) -> Path:
     return default_index_path()
 
 
-def _load(args: argparse.Namespace) -> KnowledgeBaseLike:
+def _load(args: argparse.Namespace, *, private: bool = False) -> KnowledgeBaseLike:
     """The knowledge base a command reads: one index, or a sharded one opened in this process."""
     path = _index_folder(args)
     if not _one_index(path):
@@ -549,11 +549,11 @@ def _load(args: argparse.Namespace) -> KnowledgeBaseLike:
 
         if (path / MANIFEST).exists():
             # Every shard in this process: no Dask needed to read a sharded index.
-            return ShardedKnowledgeBase.load(path)
-    return _load_one(args, path)
+            return ShardedKnowledgeBase.load(path, private=private)
+    return _load_one(args, path, private=private)
 
 
-def _load_one(args: argparse.Namespace, path: Path | None = None) -> KnowledgeBase:
+def _load_one(args: argparse.Namespace, path: Path | None = None, *, private: bool = False) -> KnowledgeBase:
     """The one (not sharded) index a command reads."""
     from .._kb import KnowledgeBase
 
@@ -564,7 +564,7 @@ def _load_one(args: argparse.Namespace, path: Path | None = None) -> KnowledgeBa
         if (path / MANIFEST).exists():
             hint = f"add --cluster local to run {args.command} on it (extra: dask)"
             raise _CliError(f"{path} is a sharded index: {hint}")
-    return KnowledgeBase.load(path)
+    return KnowledgeBase.load(path, private=private)
 
 
 def _index_folder(args: argparse.Namespace) -> Path:
@@ -870,7 +870,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from .._kb import KnowledgeBase
 
     path = _target(args)
-    kb = _load(args)
+    kb = _load(args, private=True)  # a server outlives any cp over its data files
     # One index is re-read when another process saves it; a sharded one is not (see scale.md).
     watch = path if isinstance(kb, KnowledgeBase) else None
     return _run_proxy(args, kb, watch, f"{path} ({counted(len(kb), 'chunk')})")
@@ -939,7 +939,7 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
     path = _target(args, write=bool(args.allow_ingest))
     # With ingest allowed, a new knowledge base may start empty; otherwise a missing index is an error.
     # (The MCP server serves one index: a sharded one is refused, named, by _load_one.)
-    kb = None if args.allow_ingest and not (path / "index.json").exists() else _load_one(args)
+    kb = None if args.allow_ingest and not (path / "index.json").exists() else _load_one(args, private=True)
     run_server(kb, path, transport=args.transport, host=args.host, port=args.port, ingest_roots=args.allow_ingest)
     return 0
 

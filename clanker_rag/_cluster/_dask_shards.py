@@ -38,6 +38,9 @@ T = TypeVar("T")
 # Seconds to wait for a worker's ShardServer to start (tens of milliseconds
 # when the worker is there): a worker that just died may still be listed.
 _ACTOR_START = 2.0
+# A change that failed for a reason other than its own error (its worker killed once too often
+# while it ran, a connection lost) is submitted again this many times in all.
+_CHANGE_TRIES = 3
 
 
 def _run(fn: Callable[..., T], box: ShardBox, *args: Any) -> T:
@@ -407,34 +410,70 @@ class DaskShards:
         left = max(0.0, deadline - time.monotonic())
         answers = sync(self.client.loop, hedged_answers, self.client, reads, left, self._latency) if reads else {}
         out: dict[int, T] = {}
+        alive: set[str] | None = None  # asked of the scheduler once, if a read failed
         for i, (ok, value) in answers.items():
             if ok:
                 out[i] = value
                 continue
             if isinstance(value, ClankerRagError):
                 raise value  # bad input or a bad index: the shard answered
-            address = self._where[i]
-            if address is not None:
-                self._servers.pop(address, None)
+            if not isinstance(value, LookupError):
+                # The call failed (its worker is gone): drop that worker's actor.  One that said
+                # it does not hold the shard now (moved, being rebuilt) stays: its worker is alive,
+                # and dropping it releases the actor while other reads may still be on their way
+                # to it, which the worker then logs as a KeyError traceback.
+                if alive is None:
+                    alive = self._alive(deadline)
+                for holder in {where[i] for _, where in copies}:
+                    if holder is not None and holder not in alive:
+                        self._servers.pop(holder, None)
             retry.append(i)
         return out, retry
 
+    def _alive(self, deadline: float) -> set[str]:
+        """The workers the scheduler lists now (none known if it does not answer in time)."""
+        left = max(0.1, min(_ACTOR_START, deadline - time.monotonic()))
+        try:
+            info = self.client.sync(self.client.scheduler.identity, callback_timeout=left)
+        except Exception:  # no answer: keep every actor, a later read retries
+            return set(self._servers)
+        return set(info.get("workers", {}))
+
     def change(self, changes: Mapping[int, tuple[Callable[..., T], tuple[Any, ...]]]) -> dict[int, T]:
+        """Run each shard's change; a change lost with a worker is submitted again on the shard as it was
+        before (changes are idempotent, see ``_change``), up to ``_CHANGE_TRIES`` times."""
         with _guard(self.client):
             self._revive()
             self.origin = None  # the shards now differ from their folders
             self._drop_mirrors()  # and from their second copies
-            submit = self.client.submit
-            results = {}
-            for i, (fn, a) in changes.items():
-                pair = submit(_change, fn, self.futures[i], *a, pure=False)
-                self.futures[i] = submit(_first, pair, pure=False)
-                results[i] = submit(_second, pair, pure=False)
-                self._where[i] = None
-            # No deadline: a change (an ingest) may take long, and a lost
-            # worker's shard is rebuilt and the change replayed by the
-            # scheduler; but no waiting without workers or a scheduler.
-            return self._gather(list(results.values()), list(results), deadline=None, allow_partial=False)
+            # The shards before the change, held until it is done: a change lost with its worker
+            # runs again on them (the scheduler rebuilds a lost one from its lineage).
+            before = {i: self.futures[i] for i in changes}
+            out: dict[int, T] = {}
+            todo = list(changes)
+            for attempt in range(_CHANGE_TRIES):
+                results = {i: self._submit_change(i, before[i], *changes[i]) for i in todo}
+                # No deadline: a change (an ingest) may take long, and a lost
+                # worker's shard is rebuilt and the change replayed by the
+                # scheduler; but no waiting without workers or a scheduler.
+                out.update(self._gather(list(results.values()), todo, deadline=None, allow_partial=True))
+                todo = [i for i in todo if i not in out]
+                if not todo:
+                    return out
+                if attempt + 1 < _CHANGE_TRIES:
+                    log.warning("shards %s lost their change (%s): running it again", todo, _why(self._failures, None))
+            raise RetrievalTimeoutError(
+                f"shards {todo} of {len(self)} could not be changed in {_CHANGE_TRIES} tries "
+                f"({_why(self._failures, None)})"
+            )
+
+    def _submit_change(self, i: int, shard: Any, fn: Callable[..., T], a: tuple[Any, ...]) -> Any:
+        """Submit ``fn(shard, *a)`` as shard ``i``'s next state: the future of its result."""
+        submit = self.client.submit
+        pair = submit(_change, fn, shard, *a, pure=False)
+        self.futures[i] = submit(_first, pair, pure=False)
+        self._where[i] = None
+        return submit(_second, pair, pure=False)
 
     def holders(self) -> list[list[str]]:
         """The workers holding each shard (none while a lost shard is being rebuilt)."""

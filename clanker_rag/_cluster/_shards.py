@@ -113,12 +113,13 @@ def _here() -> str:
         return ""
 
 
-def load_shard(folder: str, expected: Expected) -> ShardBox:
-    """A shard loaded from ``folder``, checked to be the one the manifest expects there."""
+def load_shard(folder: str, expected: Expected, *, private: bool = False) -> ShardBox:
+    """A shard loaded from ``folder``, checked to be the one the manifest expects there
+    (``private``: see ``KnowledgeBase.load``)."""
     try:
         found = read_identity(folder)
         check_loaded(folder, found, expected)
-        kb = KnowledgeBase.load(folder)
+        kb = KnowledgeBase.load(folder, private=private)
     except ClankerRagError as exc:
         where = _here()
         if not where:
@@ -349,8 +350,8 @@ class LocalShards:
         return cls([new_box(options) for _ in range(n_shards)])
 
     @classmethod
-    def open(cls, folders: Sequence[str], expected: Sequence[Expected]) -> LocalShards:
-        return cls([load_shard(folder, e) for folder, e in zip(folders, expected)])
+    def open(cls, folders: Sequence[str], expected: Sequence[Expected], *, private: bool = False) -> LocalShards:
+        return cls([load_shard(folder, e, private=private) for folder, e in zip(folders, expected)])
 
     def __len__(self) -> int:
         return len(self.kbs)

@@ -7,6 +7,16 @@ Unchanged files are recognised by size and mtime, then by content hash, and
 are not parsed again.  After a complete walk of a folder, the sources that
 came from that folder and were not selected this time are removed (sync).
 
+Sync is keyed so that its result is that of a fresh ingest of the same path.
+Each source records its root three ways (:class:`RootKey`): the folder
+resolved (``root``), the path as given, made absolute (``root_path``), and
+the resolved folder's device and inode (``root_node``).  A source belongs to
+this run's root if any of the three match, so sources stay behind neither
+when the path now leads elsewhere (a ``current`` symlink switched with
+``ln -sfn``, a watched folder briefly replaced by a symlink: same path,
+another target) nor when the folder was renamed (same inode, another
+path); sources of other roots ingested into the same index match none.
+
 With ``index_path`` the knowledge base is saved every few files or seconds:
 an ingest killed midway keeps what was saved, and running it again finishes
 the rest (the saved files come back as unchanged).  An interrupt (Ctrl-C)
@@ -24,7 +34,7 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 from .._engine._prepared import Counted, PreparedWriter
 from .._exceptions import ConfigError, IngestError
@@ -185,6 +195,36 @@ def ingest(
     return run.report
 
 
+class RootKey(NamedTuple):
+    """What names an ingest root, recorded in each of its sources' metadata (see the module docstring)."""
+
+    resolved: str  # metadata "root"
+    given: str  # "root_path": the path as given, absolute, its symlinks not followed
+    node: str  # "root_node": "device:inode" of the resolved folder ("" when it cannot be stat'ed)
+
+    @classmethod
+    def of(cls, root: str, is_dir: bool) -> RootKey:
+        folder = root if is_dir else os.path.dirname(os.path.abspath(root))
+        resolved = os.path.realpath(folder)
+        try:
+            st = os.stat(resolved)
+            node = f"{st.st_dev}:{st.st_ino}"
+        except OSError:
+            node = ""
+        return cls(resolved, os.path.abspath(folder), node)
+
+    def metadata(self) -> dict[str, str]:
+        return {"root": self.resolved, "root_path": self.given, "root_node": self.node}
+
+    def owns(self, meta: dict[str, Any]) -> bool:
+        """Whether a source with metadata ``meta`` came from this root (under any of its names)."""
+        return (
+            meta.get("root") == self.resolved
+            or meta.get("root_path") == self.given
+            or (bool(self.node) and meta.get("root_node") == self.node)
+        )
+
+
 def _root_name(root: str) -> str:
     return os.path.basename(os.path.realpath(root)) or "root"
 
@@ -237,6 +277,7 @@ class _Run:
         self.last_save = time.monotonic()
         self.save_seconds = 0.0  # how long the last save took
         self.root_id = ""
+        self.root_key = RootKey("", "", "")
         # A knowledge base's own writer takes chunks counted by workers and the
         # file hash for its change check; otherwise kb.add_text is called.
         self.plain = writer if writer is not None and writer.takes_prepared() else None
@@ -301,7 +342,8 @@ class _Run:
 
     def ingest_root(self, root: str, *, sync: bool, show_progress: bool | ProgressHook) -> None:
         is_dir = os.path.isdir(root)
-        root_id = os.path.realpath(root if is_dir else os.path.dirname(os.path.abspath(root)))
+        key = RootKey.of(root, is_dir)
+        root_id = key.resolved
         self.report.roots.append(root_id)
         candidates: list[Candidate] = []
         # Files whose indexed chunks must survive this run: read fine, or
@@ -323,6 +365,7 @@ class _Run:
         hook = show_progress if callable(show_progress) else None
         bar = Progress(len(candidates), sys.stderr if show_progress and hook is None else None, hook)
         self.root_id = root_id
+        self.root_key = key
         if self.reader is not None and not self.reader.broken:
             files = [(cand, self.prefix + cand.rel) for cand in candidates]
             for done, ready in enumerate(self.reader.read(files, self._plan), start=1):
@@ -340,7 +383,7 @@ class _Run:
                 bar.update(done)
         bar.close(len(candidates))
         if sync and is_dir:
-            self._sync(root_id, keep, tuple(keep_folders))
+            self._sync(key, keep, tuple(keep_folders))
 
     def _one(self, cand: Candidate, source: str) -> bool:
         """Index one file; True if its source should stay in the index."""
@@ -374,7 +417,7 @@ class _Run:
         """
         root_id = self.root_id
         old = self.kb.source_metadata(source)
-        if old is not None and old.get("root") not in (None, root_id):
+        if old is not None and old.get("root") not in (None, root_id) and not self.root_key.owns(old):
             logger.warning(
                 "%s from %s replaces the source of the same name from %s; use prefix= to keep both",
                 source,
@@ -428,7 +471,7 @@ class _Run:
             return False
         metadata: dict[str, Any] = {
             "path": cand.rel,
-            "root": self.root_id,
+            **self.root_key.metadata(),
             "format": cand.fmt,
             "size": doc.size,
             "mtime_ns": doc.mtime_ns,
@@ -476,13 +519,13 @@ class _Run:
         logger.debug("could not prepare %s, reading it again:\n%s", source, outcome.trace)
         return self._read_here(cand, source, plan)
 
-    def _sync(self, root_id: str, keep: set[str], keep_folders: tuple[str, ...]) -> None:
+    def _sync(self, key: RootKey, keep: set[str], keep_folders: tuple[str, ...]) -> None:
         kb = self.kb
         for source in kb.sources():
             if source in keep or (keep_folders and source.startswith(keep_folders)):
                 continue
             meta = kb.source_metadata(source)
-            if meta is None or meta.get("root") != root_id:
+            if meta is None or not key.owns(meta):
                 continue
             if self.prefix and not source.startswith(self.prefix):
                 continue
@@ -491,4 +534,4 @@ class _Run:
             self.report.chunks_removed += removed
             self.report.removed.append(source)
             self.dirty += 1
-            logger.info("removed %s: no longer selected in %s", source, root_id)
+            logger.info("removed %s: no longer selected in %s", source, key.given)

@@ -23,11 +23,18 @@ from .._kb import KnowledgeBase
 from .._storage import _store
 from .._validate import check_number
 
-__all__ = ["IndexFollower"]
+__all__ = ["IndexFollower", "load_served"]
 
 logger = logging.getLogger(__name__)
 
 Stamp = tuple[int, int, str | None]
+
+
+def load_served(folder: str | os.PathLike[str]) -> KnowledgeBase:
+    """``folder``'s index as a server holds it: its data files read into the process's memory,
+    not mapped, so that ``cp`` over them (a restore by hand) cannot kill the server with SIGBUS
+    in the middle of a search (see ``KnowledgeBase.load``)."""
+    return KnowledgeBase.load(folder, private=True)
 
 
 def _stamp(file: Path) -> Stamp | None:
@@ -81,7 +88,7 @@ class IndexFollower:
         if stamp is None or stamp == self._stamp:
             return None
         try:
-            kb = KnowledgeBase.load(self._file.parent)
+            kb = load_served(self._file.parent)
         except (ClankerRagError, OSError, ValueError) as exc:
             # Keep the old stamp, so the next look tries again.
             logger.warning("could not reload %s: %s", self._file.parent, exc)
@@ -94,7 +101,7 @@ class IndexFollower:
         folder = self._file.parent
         stamp = _stamp(self._file)
         try:
-            kb = KnowledgeBase.load(folder)
+            kb = load_served(folder)
         except (ClankerRagError, OSError, ValueError) as exc:
             logger.error("the data file of %s was changed in place and the folder does not load: %s", folder, exc)
             raise IndexFormatError(

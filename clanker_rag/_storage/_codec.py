@@ -364,14 +364,15 @@ class TermList:
 # -- reading -------------------------------------------------------------------
 
 
-def read(folder: str | Path) -> Opened:
-    """Read and check ``folder``'s index (an older format is refused: see ``_store.read_index``)."""
+def read(folder: str | Path, *, private: bool = False) -> Opened:
+    """Read and check ``folder``'s index (an older format is refused: see ``_store.read_index``);
+    ``private``: its data files read into memory, not mapped (see ``_store.map_file``)."""
     path = Path(folder)
     where = str(path / _store.INDEX_FILE if path.is_dir() else path)
     for attempt in range(_READ_ATTEMPTS):
         manifest = _store.read_index(path)
         try:
-            segments = _read_commit(manifest.body, path if path.is_dir() else path.parent, where)
+            segments = _read_commit(manifest.body, path if path.is_dir() else path.parent, where, private)
         except FileNotFoundError as exc:
             # A writer replaced the commit and dropped its files between our reads: read the new one.
             if attempt + 1 < _READ_ATTEMPTS:
@@ -390,30 +391,78 @@ def read(folder: str | Path) -> Opened:
 _READ_ATTEMPTS = 8
 
 
-def _read_commit(body: dict[str, Any], folder: Path, where: str) -> list[Segment]:
+def _read_commit(body: dict[str, Any], folder: Path, where: str, private: bool = False) -> list[Segment]:
     records = body["segments"]
     if not isinstance(records, list) or not records:
         raise IndexFormatError(f"{where}: the commit names no segment")
+    parsed = [_segments.SegmentRecord.from_json(value, where) for value in records]
+    files = [rec.file for rec in parsed]
+    if len(set(files)) != len(files):
+        twice = next(name for name in files if files.count(name) > 1)
+        raise IndexFormatError(f"{where}: the commit names data file {twice} twice: edited or damaged, not loaded")
     out = []
-    for i, value in enumerate(records):
-        record = _segments.SegmentRecord.from_json(value, where)
-        seg = open_segment(folder, record, where, first=i == 0, lazy=i == 0)
+    for i, record in enumerate(parsed):
+        seg = open_segment(folder, record, where, first=i == 0, lazy=i == 0, private=private)
         snap = seg.snap
         if snap.analyzer != body["analyzer"] or snap.bm25 != body["bm25"] or snap.chunking != body["chunking"]:
             raise IndexFormatError(f"{where}: segment {i} was written with other settings than its commit")
         out.append(seg)
+    _check_sources_once(out, where)
     return out
 
 
+# A tail name is looked up in the first segment by binary search (about 18 names decoded) while
+# that costs less than decoding the first segment's names whole.
+_SEARCH_SHARE = 18
+
+
+def _check_sources_once(segments: Sequence[Segment], where: str) -> None:
+    """Refuse a commit in which a live source lies in two segments (or twice in one tail segment).
+
+    Every save marks a source deleted in the segment that held it before it writes the source
+    again, so this never happens in a commit a save wrote; a hand-edited, re-signed one would
+    return each of its hits twice, and a later removal would leave a copy.  The cost is that of
+    the tail: its live names (decoded anyway when the load replays it) are looked up in the
+    first segment, whose own names stay undecoded while the tail is small."""
+    if len(segments) < 2:
+        return
+    seen: set[str] = set()
+    for seg in segments[1:]:
+        gone = set(seg.record.deleted)
+        for number, name in enumerate(seg.snap.sources.names):
+            if number in gone:
+                continue
+            if name in seen:
+                raise _twice(where, name)
+            seen.add(name)
+    first = segments[0]
+    gone = set(first.record.deleted)
+    names = first.names
+    if names is None or not seen:
+        return
+    if len(seen) * _SEARCH_SHARE < len(names):
+        hits = ((name, names.find(name)) for name in seen)
+        twice = next((name for name, number in hits if number is not None and number not in gone), None)
+    else:
+        live = {name for number, name in enumerate(first.snap.sources.names) if number not in gone}
+        twice = next(iter(sorted(live & seen)), None)
+    if twice is not None:
+        raise _twice(where, twice)
+
+
+def _twice(where: str, name: str) -> IndexFormatError:
+    return IndexFormatError(f"{where}: source {name!r} is live in two segments: the commit was edited or damaged")
+
+
 def open_segment(
-    folder: Path, record: SegmentRecord, where: str, *, first: bool = False, lazy: bool = False
+    folder: Path, record: SegmentRecord, where: str, *, first: bool = False, lazy: bool = False, private: bool = False
 ) -> Segment:
     """Map and check one segment a commit names (FileNotFoundError when it is gone).
 
     ``lazy`` (the first segment of a load, read by a knowledge base that checks
     each part before it first reads it) leaves the O(sources + chunks) checks
     for first use: see ``_check`` and ``_stored``."""
-    opened = _segments.read_segment(folder, record, where)
+    opened = _segments.read_segment(folder, record, where, private=private)
     seg_where = str(opened.path)
     try:
         snap = _read_snapshot(opened.body, opened.data, seg_where, opened.file, opened.blocks, lazy)

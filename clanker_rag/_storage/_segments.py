@@ -261,10 +261,12 @@ class OpenedSegment(NamedTuple):
     file: _store.DataFile  # held open: texts are read through it, never by opening the path again
 
 
-def read_segment(folder: Path, record: SegmentRecord, where: str) -> OpenedSegment:
-    """Map one segment of a commit and check it (its body always; the whole file when small)."""
+def read_segment(folder: Path, record: SegmentRecord, where: str, *, private: bool = False) -> OpenedSegment:
+    """Map one segment of a commit and check it (its body always; the whole file when small);
+    ``private``: read it into memory instead (see ``_store.map_file``)."""
     path = folder / record.file
-    data, opened = _store.map_file(path)  # FileNotFoundError propagates: the caller reads the commit again
+    # FileNotFoundError propagates: the caller reads the commit again.
+    data, opened = _store.map_file(path, private=private)
     if len(data) != record.size:
         raise IndexFormatError(f"{path}: truncated ({len(data)} of {record.size} bytes)")
     if len(data) <= _store.VERIFY_AT_LOAD and hashlib.sha256(data).hexdigest() != record.sha256:

@@ -324,11 +324,14 @@ class DataFile:
     last holder lets go.
     """
 
-    __slots__ = ("__weakref__", "fd", "mtime_ns", "path", "size")
+    __slots__ = ("__weakref__", "copy", "fd", "mtime_ns", "path", "size")
 
     def __init__(self, fd: int, path: Path) -> None:
         self.fd = fd
         self.path = path
+        # The file's bytes read into this process's memory (see map_file's
+        # ``private``): then every read goes there, never to the file.
+        self.copy: memoryview | None = None
         weakref.finalize(self, os.close, fd)
         info = os.fstat(fd)
         self.size = info.st_size
@@ -339,7 +342,9 @@ class DataFile:
         it, ``rsync --inplace``, ``truncate``): its mapped pages may then be
         gone, and touching one kills the process with SIGBUS.  A save never
         does this (it writes a new file and deletes the old name, which
-        leaves the open file whole)."""
+        leaves the open file whole).  A private copy is never at risk: False."""
+        if self.copy is not None:
+            return False
         try:
             info = os.fstat(self.fd)
         except OSError:
@@ -374,10 +379,21 @@ def refuse_older(version: int, target: Path) -> None:
         )
 
 
-def map_file(path: Path) -> tuple[memoryview, DataFile]:
+def map_file(path: Path, *, private: bool = False) -> tuple[memoryview, DataFile]:
     """The file's bytes, mapped read-only (an empty file cannot be mapped: it is
     read), and the file held open; anything but a regular file is refused, as
-    by :func:`read_regular`."""
+    by :func:`read_regular`.
+
+    ``private`` (a long-running server's load) reads the file into anonymous
+    memory instead of mapping it.  A mapped file rewritten in place (``cp``
+    over it truncates it first) takes its pages away, and the next touch of
+    one kills the process with SIGBUS, which Python cannot catch, at any
+    moment of a search: no check before a search closes that window.  The
+    copy cannot change under the process; it costs one read of the file at
+    load (a small segment is hashed whole at load anyway) and its size in
+    memory, and nothing per query (texts are sliced from it, not read by
+    ``pread``).
+    """
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
     opened = DataFile(fd, path)  # closes fd when dropped, raising or not
     info = os.fstat(fd)
@@ -385,8 +401,39 @@ def map_file(path: Path) -> tuple[memoryview, DataFile]:
         raise IndexFormatError(f"{path}: not a regular file (a FIFO, device or socket cannot hold an index)")
     if info.st_size == 0:
         return memoryview(b""), opened
+    if private:
+        # A segment file is immutable and named by its digest: a server's reload after a
+        # commit reads only the segments it does not hold yet (the copies held are shared).
+        key = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, path.name)
+        held = _COPIES.get(key)
+        if held is not None and held.copy is not None:
+            return held.copy, held
+        opened.copy = _read_copy(fd, info.st_size, path)
+        _COPIES[key] = opened
+        return opened.copy, opened
     # The mapping outlives the descriptor; views of it keep it alive.
     return memoryview(mmap.mmap(fd, 0, access=mmap.ACCESS_READ)), opened
+
+
+# The private copies some knowledge base still holds, by the file they were read from.
+_COPIES: weakref.WeakValueDictionary[tuple[int, int, int, int, str], DataFile] = weakref.WeakValueDictionary()
+
+
+def _read_copy(fd: int, size: int, path: Path) -> memoryview:
+    """The ``size`` bytes of ``fd`` read into anonymous memory (read-only once filled)."""
+    # An anonymous mapping, not a bytearray: page-aligned, and filled without a second copy.
+    buf = mmap.mmap(-1, size)
+    view = memoryview(buf)
+    done = 0
+    try:
+        while done < size:
+            got = os.preadv(fd, [view[done:]], done)
+            if got <= 0:
+                raise IndexFormatError(f"{path}: truncated while read ({done} of {size} bytes)")
+            done += got
+    finally:
+        view.release()
+    return memoryview(buf).toreadonly()
 
 
 def verify_data(folder: str | os.PathLike[str]) -> None:

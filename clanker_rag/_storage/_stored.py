@@ -108,7 +108,8 @@ class Pread:
         return self.absolute(self.base + offset, length)
 
     def absolute(self, offset: int, length: int) -> bytes:
-        data = os.pread(self._file.fd, length, offset)
+        copy = self._file.copy
+        data = os.pread(self._file.fd, length, offset) if copy is None else bytes(copy[offset : offset + length])
         if len(data) != length:
             raise IndexFormatError(f"{self._file.path}: truncated since it was loaded")
         return data

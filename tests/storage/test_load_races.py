@@ -33,8 +33,8 @@ def test_a_load_survives_its_data_file_being_replaced_right_after_it_is_mapped(
     real = _store.map_file
     mapped: list[Path] = []
 
-    def then_a_save_deletes_it(path: Path) -> tuple[memoryview, _store.DataFile]:
-        opened = real(path)
+    def then_a_save_deletes_it(path: Path, *, private: bool = False) -> tuple[memoryview, _store.DataFile]:
+        opened = real(path, private=private)
         # What another process's save does to the old data file, right after this load mapped it.
         path.unlink()
         mapped.append(path)
