@@ -13,7 +13,8 @@ import threading
 from pathlib import Path
 
 import pytest
-from _dask_threads import stop_offload_thread
+
+from tests.helpers._dask_threads import stop_offload_thread
 
 distributed = pytest.importorskip("distributed", reason="the dask extra (distributed) is not installed")
 cloudpickle = pytest.importorskip("cloudpickle")
