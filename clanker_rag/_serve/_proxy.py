@@ -33,7 +33,7 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from .._types import HitLike, Retriever
@@ -64,18 +64,26 @@ class SharedRetriever:
     """
 
     def __init__(
-        self, retriever: Retriever, path: str | os.PathLike[str] | None = None, *, check_every: float = 2.0
+        self,
+        retriever: Retriever,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        check_every: float = 2.0,
+        source: str | None = None,
+        where: Mapping[str, Any] | None = None,
     ) -> None:
         self._retriever = retriever
         self._lock = threading.Lock()
         self._follower = IndexFollower(path, check_every=check_every) if path is not None else None
+        # Searches only this part of the index (``serve --filter/--where``), reloaded or not.
+        self._filters: dict[str, Any] = {key: value for key, value in (("source", source), ("where", where)) if value}
 
     def search(self, query: str, k: int = 10) -> Sequence[HitLike]:
         with self._lock:
             fresh = self._follower.fresh(self._retriever) if self._follower is not None else None
             if fresh is not None:
                 self._retriever = fresh
-            return list(self._retriever.search(query, k))
+            return list(self._retriever.search(query, k, **self._filters))
 
     def collection_stats(self, terms: Iterable[str]) -> object:
         """The served retriever's ``collection_stats(terms)`` (what the answering path's reranking weighs

@@ -28,13 +28,13 @@ from typing import Any
 from .._exceptions import ConfigError, MissingExtraError, install_hint
 from .._stream._blocks import neutralize
 from ._adapters import (
+    build_kb,
     check_flag,
     check_k,
     check_query,
     check_retriever,
     check_source,
     check_where,
-    build_kb,
     hit_fields,
     search_hits,
 )

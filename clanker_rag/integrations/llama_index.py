@@ -31,13 +31,13 @@ from .._exceptions import ConfigError, MissingExtraError, install_hint
 from .._stream._blocks import neutralize
 from .._types import Retriever
 from ._adapters import (
+    build_kb,
     check_flag,
     check_k,
     check_query,
     check_retriever,
     check_source,
     check_where,
-    build_kb,
     hit_fields,
     load_kb,
     search_hits,
