@@ -150,6 +150,10 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="processes reading files, this one included (default: one per core; 1: this one only)",
     )
+    p.add_argument(
+        "--text-field", metavar="FIELD", help="PATH are .jsonl files: each record a source, its text the FIELD"
+    )
+    p.add_argument("--id-field", metavar="FIELD", help="--text-field: name each record by FIELD (default: its line)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("-v", "--verbose", action="store_true", help="list every skipped file with its reason")
     p.add_argument("--watch", action="store_true", help="then keep the index in step with the files until Ctrl-C")
@@ -614,6 +618,10 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
         options["jobs"] = min(args.jobs, usable_cpus())
         if args.jobs > options["jobs"]:
             print(f"{PROG}: warning: --jobs {args.jobs} capped at {options['jobs']}, the usable CPUs", file=sys.stderr)
+    if args.text_field is not None:
+        from ._records import records_command
+
+        return records_command(args, path)
     if args.watch:
         from ._watching import watch_command
 

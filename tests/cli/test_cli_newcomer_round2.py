@@ -111,3 +111,38 @@ def test_ingest_says_when_the_bar_stands_still_for_a_save(tmp_path: Path, capsys
     assert f"saving the index to {tmp_path / 'index'} ..." in err
     # The bar drew over the note after it: the line ends with the bar, then a newline.
     assert err.index("5/5 files") > err.index("4/5 files  saving")
+
+
+def test_ingest_text_field_makes_each_jsonl_record_a_source_and_syncs_on_rerun(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    records = tmp_path / "notes.jsonl"
+    rows = [
+        {"id": "k1", "text": "Rotate the signing keys every ninety days.", "team": "ops"},
+        {"id": "t1", "text": "Water the tomato plants every morning.", "team": "home"},
+        {"id": "s1", "text": "The shed keys hang by the door.", "team": "home"},
+    ]
+    records.write_text("\n".join(json.dumps(r) for r in rows) + "\n\nnot json\n", encoding="utf-8")
+    index = tmp_path / "index"
+    argv = ["ingest", "--index", str(index), str(records), "--text-field", "text", "--id-field", "id", "--no-progress"]
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("3 added, 0 updated, 0 unchanged, 0 removed, 1 skipped records")
+    assert "skipped: 1 record (-v lists them)" in err
+    kb = KnowledgeBase.load(index)
+    assert kb.sources() == ["notes.jsonl#k1", "notes.jsonl#s1", "notes.jsonl#t1"]
+    assert kb.source_text("notes.jsonl#t1") == rows[1]["text"]  # the field, not the JSON line
+    assert kb.source_metadata("notes.jsonl#k1") == {"id": "k1", "team": "ops"}
+    assert [h.source for h in kb.search("keys", 5, where={"team": "home"})] == ["notes.jsonl#s1"]
+    # Edit one record, drop another: the rerun updates and removes just those.
+    rows[0]["text"] = "Rotate the signing keys every thirty days."
+    records.write_text("\n".join(json.dumps(r) for r in rows[:2]) + "\n", encoding="utf-8")
+    assert main(argv) == 0
+    assert capsys.readouterr().out.startswith("0 added, 1 updated, 1 unchanged, 1 removed, 0 skipped records")
+    assert KnowledgeBase.load(index).sources() == ["notes.jsonl#k1", "notes.jsonl#t1"]
+
+
+def test_ingest_text_field_refuses_what_is_not_a_jsonl_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write(tmp_path / "tree", "a.md", "# A\n")
+    assert main(["ingest", "--index", str(tmp_path / "i"), str(tmp_path / "tree"), "--text-field", "text"]) == 1
+    assert "--text-field reads JSON Lines files" in capsys.readouterr().err
