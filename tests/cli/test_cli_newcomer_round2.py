@@ -146,3 +146,26 @@ def test_ingest_text_field_refuses_what_is_not_a_jsonl_file(tmp_path: Path, caps
     write(tmp_path / "tree", "a.md", "# A\n")
     assert main(["ingest", "--index", str(tmp_path / "i"), str(tmp_path / "tree"), "--text-field", "text"]) == 1
     assert "--text-field reads JSON Lines files" in capsys.readouterr().err
+
+
+def test_the_first_hybrid_search_says_it_is_embedding_before_the_first_batch(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import logging
+
+    from _models import FakeBiEncoder
+
+    from clanker_rag._retrieval._dense import HybridRetriever
+
+    kb = KnowledgeBase()
+    kb.add_text("Cats sleep most of the day.", "cats.md")
+    kb.add_text("The rocket reached orbit.", "space.md")
+    hybrid = HybridRetriever(kb, FakeBiEncoder(), model_name="fake-concepts")
+    with caplog.at_level(logging.INFO, logger="clanker_rag"):
+        hybrid.search("feline", 1)
+    said = [r.getMessage() for r in caplog.records]
+    assert said[0] == "embedding 2 chunk texts (stored: later searches reuse them) ..."
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="clanker_rag"):
+        hybrid.search("orbit", 1)
+    assert not any("embedding" in r.getMessage() for r in caplog.records)  # nothing new to embed
