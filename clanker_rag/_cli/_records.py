@@ -52,7 +52,7 @@ def _records(path: str, text_field: str, report: RecordsReport) -> Iterator[tupl
                 continue
             try:
                 record = json.loads(line)
-            except ValueError as exc:
+            except json.JSONDecodeError as exc:
                 report.skipped.append(f"{path}:{number}: not JSON ({exc.msg})")
                 continue
             text = record.get(text_field) if isinstance(record, dict) else None
