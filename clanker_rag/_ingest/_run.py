@@ -179,20 +179,21 @@ def ingest(
     started = time.monotonic()
     interrupted = False
     try:
-        with run.interrupts, collector_paused():
+        with run.interrupts:
             try:
-                try:
-                    for root in roots:
-                        # Several roots: each one's sources start with its folder name
-                        # ("docs/guide.md", "src/app.py") so equal relative paths
-                        # (two __init__.py) cannot overwrite each other.
-                        several = len(roots) > 1 and os.path.isdir(root)
-                        run.prefix = options.prefix + _root_name(root) + "/" if several else options.prefix
-                        run.ingest_root(root, sync=options.sync, show_progress=show)
-                finally:
-                    # Before the collector resumes: what only the run needed
-                    # (the local worker's caches) is freed, not walked.
-                    run.close_pool()
+                with collector_paused():
+                    try:
+                        for root in roots:
+                            # Several roots: each one's sources start with its folder name
+                            # ("docs/guide.md", "src/app.py") so equal relative paths
+                            # (two __init__.py) cannot overwrite each other.
+                            several = len(roots) > 1 and os.path.isdir(root)
+                            run.prefix = options.prefix + _root_name(root) + "/" if several else options.prefix
+                            run.ingest_root(root, sync=options.sync, show_progress=show)
+                    finally:
+                        # Before the collector resumes: what only the run needed
+                        # (the local worker's caches) is freed, not walked.
+                        run.close_pool()
             except KeyboardInterrupt:
                 interrupted = True
                 raise
