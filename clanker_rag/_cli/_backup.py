@@ -15,6 +15,7 @@ told to; ``restore`` is for replacing one.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -40,11 +41,14 @@ def _same(a: Path, b: Path) -> bool:
         return os.path.realpath(a) == os.path.realpath(b)
 
 
-def copy_index(src: Path, dest: Path, *, replace: bool, verb: str) -> Copied:
+def copy_index(
+    src: Path, dest: Path, *, replace: bool, verb: str, tell: Callable[[str], None] = lambda line: None
+) -> Copied:
     """Verify the index in ``src`` and save it into ``dest`` atomically.
 
     ``replace`` allows replacing an index already in ``dest``; without it
-    that is a :class:`ConfigError` naming the option.
+    that is a :class:`ConfigError` naming the option.  ``tell`` is given a
+    line before each long step (checking every byte, writing, reading back).
     """
     if not (src / "index.json").is_file():
         raise ConfigError(f"{src}: no index there to {verb}")
@@ -57,19 +61,22 @@ def copy_index(src: Path, dest: Path, *, replace: bool, verb: str) -> Copied:
     held = (dest / "index.json").exists()
     if held and not replace:
         raise ConfigError(f"{dest}: already holds an index; pass --overwrite to replace it")
+    tell(f"checking every byte of {src} ...")
     kb = KnowledgeBase.load(src)
     kb.verify()  # every byte of the data file, not only what a load checks
+    tell(f"writing {len(kb)} chunks to {dest} ...")
     kb.save(dest, overwrite=True)
     # Read back what was written, the way a server will load it.
+    tell(f"reading back {dest} ...")
     copy = KnowledgeBase.load(dest)
     copy.verify()
     return Copied(len(copy.sources()), len(copy), held)
 
 
-def run(src: str, dest: str, *, restore: bool, overwrite: bool) -> str:
-    """The ``backup``/``restore`` command: the line it prints."""
+def run(src: str, dest: str, *, restore: bool, overwrite: bool, tell: Callable[[str], None] = lambda line: None) -> str:
+    """The ``backup``/``restore`` command: the line it prints (``tell``: see :func:`copy_index`)."""
     verb = "restore" if restore else "back up"
-    done = copy_index(Path(src), Path(dest), replace=restore or overwrite, verb=verb)
+    done = copy_index(Path(src), Path(dest), replace=restore or overwrite, verb=verb, tell=tell)
     what = "restored" if restore else "backed up"
     over = ", replacing the index there" if done.replaced else ""
     copied = f"{counted(done.sources, 'source')}, {counted(done.chunks, 'chunk')}"

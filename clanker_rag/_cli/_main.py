@@ -18,7 +18,7 @@ import traceback
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import _whole_index
-from ._terminal import counted, one_line, printable
+from ._terminal import counted, one_line, printable, teller
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -88,6 +88,14 @@ def _color_option(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
+def _filter_options(p: argparse.ArgumentParser) -> None:
+    """``--filter`` and ``--where``: the part of the index ``search``, ``ask`` and ``serve`` read."""
+    p.add_argument("--filter", metavar="GLOB", help="only sources matching GLOB (docs/*.md) or starting with it")
+    p.add_argument(
+        "--where", action="append", default=[], type=_where_pair, metavar="KEY=VALUE", help="metadata filter (repeat)"
+    )
+
+
 def _cluster_option(p: argparse.ArgumentParser) -> None:
     help_ = "a sharded index on the Dask scheduler ADDRESS ('local': a loopback cluster; extra: dask)"
     p.add_argument("--cluster", metavar="ADDRESS", help=help_)
@@ -142,6 +150,10 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="processes reading files, this one included (default: one per core; 1: this one only)",
     )
+    p.add_argument(
+        "--text-field", metavar="FIELD", help="PATH are .jsonl files: each record a source, its text the FIELD"
+    )
+    p.add_argument("--id-field", metavar="FIELD", help="--text-field: name each record by FIELD (default: its line)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("-v", "--verbose", action="store_true", help="list every skipped file with its reason")
     p.add_argument("--watch", action="store_true", help="then keep the index in step with the files until Ctrl-C")
@@ -152,12 +164,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_ingest)
 
     p = command("search", "search the knowledge base")
-    p.add_argument("query", metavar="QUERY", help="what to look for, in your own words")
-    p.add_argument("-k", "--k", type=_positive_int, default=5, metavar="N", help="number of results (default 5)")
-    p.add_argument("--filter", metavar="GLOB", help="only sources matching GLOB (docs/*.md) or starting with it")
+    p.add_argument("query", nargs="?", metavar="QUERY", help="what to look for, in your own words")
     p.add_argument(
-        "--where", action="append", default=[], type=_where_pair, metavar="KEY=VALUE", help="metadata filter (repeat)"
+        "--queries", metavar="FILE", help="search each line of FILE ('-': stdin); one JSON line of hits each"
     )
+    p.add_argument("-k", "--k", type=_positive_int, default=5, metavar="N", help="number of results (default 5)")
+    _filter_options(p)
     p.add_argument("--feedback", action="store_true", help="pseudo-relevance feedback (RM3 query expansion)")
     p.add_argument("--explain", action="store_true", help="show each term's part of the score")
     p.add_argument("--json", action="store_true", help="print a JSON list of hits")
@@ -188,6 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_rm)
 
     p = command("optimize", "merge the index's segments into one, reclaiming removed chunks")
+    p.add_argument("-v", "--verbose", action="store_true", help="say what it is doing, also off a terminal")
     p.set_defaults(func=_cmd_optimize)
 
     p = command("eval", "evaluate retrieval on a BEIR-layout data set", kb=False)
@@ -219,6 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-tokens", type=int, default=512, metavar="N", help="answer length limit (default 512)")
     p.add_argument("--no-blocks", action="store_true", help="do not print the injected blocks")
     p.add_argument("--dialect", metavar="NAME", help="a chat model's retrieval-call format (as serve --dialect)")
+    _filter_options(p)
     _color_option(p)
     p.set_defaults(func=_cmd_ask)
 
@@ -257,6 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="requests the /trace page keeps (default 100)",
     )
     p.add_argument("--trace", metavar="FILE", help="append every proxied request's trace to FILE as a JSON line")
+    _filter_options(p)
     _cluster_option(p)
     p.set_defaults(func=_cmd_serve)
 
@@ -291,6 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("dest", nargs="?" if name == "restore" else None, metavar="DEST", help="the folder to write to")
         if name == "backup":
             p.add_argument("--overwrite", action="store_true", help="replace an index already in DEST")
+        p.add_argument("-v", "--verbose", action="store_true", help="say what it is doing, also off a terminal")
         p.set_defaults(func=_whole_index.cmd_copy, restore=name == "restore")
 
     p = command("upgrade", "convert an index folder saved in an older format, in place", kb=False)
@@ -403,6 +419,10 @@ def _check_usage(args: argparse.Namespace) -> None:
         raise _CliError("give --index or --kb, not both")
     if args.command in _NO_KB and (index or kb):
         raise _CliError(f"{args.command} does not use a knowledge base: drop --{'index' if index else 'kb'}")
+    if args.command == "search" and (args.query is None) == (args.queries is None):
+        raise _CliError("search takes a QUERY or --queries FILE" + (", not both" if args.query is not None else ""))
+    if args.command == "search" and args.queries is not None and args.explain:
+        raise _CliError("--explain shows one query's hits: drop it with --queries")
     if args.command in ("backup", "restore"):
         side = "SRC" if args.command == "backup" else "DEST"
         named = getattr(args, side.lower()) is not None
@@ -614,6 +634,10 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
         options["jobs"] = min(args.jobs, usable_cpus())
         if args.jobs > options["jobs"]:
             print(f"{PROG}: warning: --jobs {args.jobs} capped at {options['jobs']}, the usable CPUs", file=sys.stderr)
+    if args.text_field is not None:
+        from ._records import records_command
+
+        return records_command(args, path)
     if args.watch:
         from ._watching import watch_command
 
@@ -788,6 +812,7 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
         raise _CliError(f"{path}: no index there")
     with KnowledgeBase.edit(path) as kb:
         before = kb.segments
+        teller(args)(f"merging {counted(before, 'segment')} ({counted(len(kb), 'chunk')}) into one ...")
         kb.optimize()
     print(f"optimized {path}: {counted(before, 'segment')} -> 1, {counted(len(kb), 'chunk')}")
     return 0
@@ -831,8 +856,12 @@ def _cmd_ask(args: argparse.Namespace) -> int:
     from .._answer._prompts import CHAT_PROMPT
     from .._stream._controller import InjectEvent, RagController
     from ._demo import render_events
+    from ._search import Filtered, parse_where
 
     kb = _load(args)
+    where = parse_where(args.where)
+    if args.filter or where:
+        kb = Filtered(kb, args.filter, where)
     base_url = args.base_url or os.environ.get(BASE_URL_ENV)
     if not base_url:
         ctl = RagController(answer_retriever(kb), k=args.k or 3, questions=True, tools=True)
@@ -896,7 +925,9 @@ def _run_proxy(args: argparse.Namespace, retriever: Any, watch: Path | None, wha
     }
     if args.max_request_bytes is not None:
         options["max_request_bytes"] = args.max_request_bytes
-    shared = SharedRetriever(retriever, watch)
+    from ._search import parse_where
+
+    shared = SharedRetriever(retriever, watch, source=args.filter, where=parse_where(args.where))
     try:
         if upstream:
             trace = {"trace_size": args.trace_size, "trace_file": args.trace}

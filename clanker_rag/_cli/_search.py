@@ -13,7 +13,22 @@ from .._exceptions import ConfigError
 from .._types import Hit, KnowledgeBaseLike
 from ._terminal import Style, one_line, printable, use_color
 
-__all__ = ["parse_where", "print_search", "snippet"]
+__all__ = ["Filtered", "parse_where", "print_search", "print_search_many", "snippet"]
+
+
+class Filtered:
+    """``inner`` searched only within ``source`` (a glob or prefix) and ``where`` (metadata):
+    what ``ask --filter/--where`` retrieves from.  Everything else is ``inner``'s."""
+
+    def __init__(self, inner: Any, source: str | None, where: dict[str, Any] | None) -> None:
+        self.inner = inner
+        self.filters = {key: value for key, value in (("source", source), ("where", where)) if value}
+
+    def search(self, query: str, k: int = 10, **options: Any) -> list[Hit]:
+        return list(self.inner.search(query, k, **{**options, **self.filters}))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
 
 
 def parse_where(pairs: Sequence[str]) -> dict[str, Any] | None:
@@ -69,8 +84,30 @@ def snippet(
     return re.sub(r"\s+", " ", "".join(out)).strip()
 
 
+def print_search_many(args: argparse.Namespace, kb: KnowledgeBaseLike) -> int:
+    """``search --queries FILE``: each line of FILE (``-``: stdin) a query, searched in turn;
+    one JSON line each on stdout, ``{"query": ..., "hits": [...]}``, in the file's order."""
+    where = parse_where(args.where)
+    try:
+        stream = sys.stdin if args.queries == "-" else open(args.queries, encoding="utf-8")  # noqa: SIM115
+    except OSError as exc:
+        raise ConfigError(f"--queries {args.queries}: {exc.strerror or exc}") from None
+    with stream:
+        for line in stream:
+            query = line.strip()
+            if not query:
+                continue
+            hits = kb.search(query, args.k, source=args.filter, where=where, feedback=args.feedback)
+            record = {"query": query, "hits": [hit.to_dict() for hit in hits]}
+            print(json.dumps(record, ensure_ascii=False), flush=False)
+    sys.stdout.flush()
+    return 0
+
+
 def print_search(args: argparse.Namespace, kb: KnowledgeBaseLike) -> int:
     """Search ``kb`` (one or sharded) and print the hits as ``search`` does."""
+    if args.queries is not None:
+        return print_search_many(args, kb)
     hits = kb.search(args.query, args.k, source=args.filter, where=parse_where(args.where), feedback=args.feedback)
     if args.json:
         items = []

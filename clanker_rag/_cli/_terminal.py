@@ -7,11 +7,14 @@ text.  :func:`printable` shows such characters as ``\\x1b``-style escapes.
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
+import sys
+from collections.abc import Callable
 from typing import TextIO
 
-__all__ = ["Style", "counted", "one_line", "printable", "use_color"]
+__all__ = ["Style", "counted", "one_line", "printable", "teller", "use_color"]
 
 # C0 controls but tab and newline, DEL, C1 controls, and the bidi overrides
 # and isolates that can reorder what a reader sees.
@@ -68,3 +71,16 @@ class Style:
     def mark(self, text: str) -> str:
         # Off a terminal the match is still visible, as markdown bold.
         return self(text, "1;33") if self.on else f"**{text}**"
+
+
+def teller(args: argparse.Namespace) -> Callable[[str], None]:
+    """Where a long step says what it is doing (a save, a commit, a verification): a line on
+    stderr when stderr is a terminal or with ``-v``, so the command never looks hung; nowhere
+    otherwise (a script's stderr stays for warnings and errors)."""
+    if not (getattr(args, "verbose", False) or sys.stderr.isatty()):
+        return lambda line: None
+
+    def tell(line: str) -> None:
+        print(f"clanker-rag: {one_line(line)}", file=sys.stderr, flush=True)
+
+    return tell

@@ -30,7 +30,7 @@ from .._ingest._run import IngestReport
 from .._ingest._watch import Changes, FolderSync, watch
 from .._kb import KnowledgeBase
 from .._validate import check_number
-from ._terminal import counted, one_line
+from ._terminal import counted, one_line, teller
 
 __all__ = ["cycle_line", "watch_command"]
 
@@ -57,10 +57,13 @@ def watch_command(
     shown = ", ".join(one_line(str(p)) for p in args.paths)
     print(f"{PROG}: watching {shown} ({len(baseline)} files; Ctrl-C to stop)", file=sys.stderr, flush=True)
 
+    tell = teller(args)
     with _stop_on_signals() as stopping:
 
         def commit(diff: Changes) -> IngestReport:
             started = time.monotonic()
+            # A commit of many changes takes a while: said before it starts, its line comes after.
+            tell(f"committing {diff.describe()} ...")
             stopping.committing = True
             try:
                 cycle = sync.commit(diff)

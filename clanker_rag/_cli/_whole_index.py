@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ._terminal import one_line
+from ._terminal import one_line, teller
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -46,7 +46,8 @@ def cmd_copy(args: argparse.Namespace) -> int:
         else:
             chosen = str(_named_kbs.kb_path(args.kb))
         src, dest = (chosen, dest) if src is None else (src, chosen)
-    print(one_line(run(src, dest, restore=args.restore, overwrite=getattr(args, "overwrite", False))))
+    overwrite = getattr(args, "overwrite", False)
+    print(one_line(run(src, dest, restore=args.restore, overwrite=overwrite, tell=teller(args))))
     return 0
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Container, Iterable, Mapping
 from functools import partial
-from itertools import accumulate, repeat
+from itertools import accumulate, compress, repeat
 from operator import mul, ne
 
 from .._exceptions import IndexFormatError
@@ -30,6 +30,7 @@ from .._storage._lists import order_offsets_of, walk_postings
 from .._storage._tf_column import extend_ints
 from . import _search
 from ._bulk_impacts import impacts_and_orders, pack_pending
+from ._held import Held
 from ._lookups import ImpactLookups, TermImpacts
 from ._norms import LengthNorms
 from ._orders import ImpactOrders
@@ -162,8 +163,12 @@ class InvertedIndex(SweptColumns):
 
     def refresh(self) -> None:
         """Bring every term's impacts and impact order up to date (before a save)."""
-        if self.held.cids:  # the bulk passes read lists raw: none may hold a removed chunk
-            self.fold_all()  # (a caller that knows the removed chunks' terms: drop_held, far cheaper)
+        if self.held.cids:
+            # The bulk passes read lists raw: none may hold a removed chunk.  Each removal
+            # changed the statistics, so every list is repacked anyway: the held chunks
+            # go in that pass (see _refreeze), not list by list.
+            self._refreeze()
+            return
         if self.packed_lists is None and self.docs.count(None) == len(self.docs):
             self._freeze()
             return
@@ -180,22 +185,42 @@ class InvertedIndex(SweptColumns):
 
     def _refreeze(self) -> None:
         """Repack every list (packed views, cut arrays, pending postings) and
-        recompute all impacts and orders in bulk, as :meth:`_freeze` does."""
+        recompute all impacts and orders in bulk, as :meth:`_freeze` does.
+
+        Removed chunks still in the lists (held, or in a stale term's packed
+        list) are dropped here, in C-level passes over all the lists laid end
+        to end (a removed chunk's length is 0, a live one's never is): sweeping
+        them out list by list costs a copy of every list they touch, which
+        after replacing a large share of the sources is most of them.
+        """
         docs, tfs, lengths = array("i"), array("I"), array("i")
         lists = self.packed_lists
         pending = self.pending
-        for tid in range(len(self.terms)):
-            if lists is not None and self.docs[tid] is None and lists.holds(tid) and tid not in pending:
-                raw_docs, raw_tfs = lists.raw(tid)  # (checks the blocks of both)
-                docs.frombytes(raw_docs)
-                extend_ints(tfs, raw_tfs)  # may be saved narrower
-                lengths.append(len(raw_docs) // docs.itemsize)
-            else:
-                d = self.fold(tid)
-                docs.frombytes(memoryview(d).cast("B"))
-                extend_ints(tfs, self._tf(tid))
-                lengths.append(len(d))
-        self._pack(lengths, docs, tfs)
+        held = self.held
+        # The pass drops what ``held`` records from every list: reads meanwhile need not sweep.
+        self.held = Held()
+        try:
+            for tid in range(len(self.terms)):
+                if lists is not None and self.docs[tid] is None and lists.holds(tid) and tid not in pending:
+                    raw_docs, raw_tfs = lists.raw(tid)  # (checks the blocks of both)
+                    docs.frombytes(raw_docs)
+                    extend_ints(tfs, raw_tfs)  # may be saved narrower
+                    lengths.append(len(raw_docs) // docs.itemsize)
+                else:
+                    d = self.fold(tid)
+                    docs.frombytes(memoryview(d).cast("B"))
+                    extend_ints(tfs, self._tf(tid))
+                    lengths.append(len(d))
+            if held.cids or held.since_packed:
+                live = bytes(map(bool, map(self.dl.__getitem__, docs)))
+                if live.count(0):
+                    ends = list(accumulate(lengths))
+                    lengths = array("i", map(live.count, repeat(1), [0, *ends[:-1]], ends))
+                    docs, tfs = array("i", compress(docs, live)), array("I", compress(tfs, live))
+            self._pack(lengths, docs, tfs)
+        except BaseException:
+            self.held = held
+            raise
 
     def _freeze(self) -> None:
         """Pack a fresh build into the loaded-index layout in a few C-level passes

@@ -70,7 +70,8 @@ class PreparedWriter(Protocol):
         """Whether folder ``path`` holds an index this knowledge base was not loaded from or saved to."""
         ...
 
-    def commit(self, path: StrPath, *, overwrite: bool) -> Path:
+    def commit(self, path: StrPath, *, overwrite: bool, merge: bool = True) -> Path:
         """Save to folder ``path`` as ``KnowledgeBase.save`` does (``overwrite``: even over an index
-        this knowledge base was not loaded from or saved to)."""
+        this knowledge base was not loaded from or saved to; ``merge=False``: the changes as a new
+        segment, whatever the merge policy says, as an ingest's checkpoints are written)."""
         ...

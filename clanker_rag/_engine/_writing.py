@@ -12,8 +12,9 @@ refuses to save.
 A committed chunk that is removed leaves the statistics and the chunk table
 at once; its postings stay in the lists until each list is next read (the
 index's ``held`` chunks, see ``_held``, the one record of removed chunks),
-or until a whole save or a writer's backlog drops them all
-(:meth:`IndexWriter.settle`, which finds them by the terms of their text).
+or until a whole save drops them all (it repacks every list, and leaves them
+out in that pass) or a writer's backlog does (:meth:`IndexWriter.settle`,
+which finds them by the terms of their text).
 """
 
 from __future__ import annotations
@@ -347,12 +348,13 @@ class IndexWriter:
             return False
         return folder.is_dir() and _store.read_revision(folder) is not None
 
-    def commit(self, path: StrPath, *, overwrite: bool) -> Path:
-        return self.save(path, overwrite, "auto")
+    def commit(self, path: StrPath, *, overwrite: bool, merge: bool = True) -> Path:
+        return self.save(path, overwrite, "auto" if merge else "append")
 
     def snapshot(self, refreshed: Callable[[], object] = lambda: None) -> _codec.Snapshot:
-        """What a save writes: live chunks numbered densely, sources in chunk order (``refreshed()`` once refreshed)."""
-        self.settle()
+        """What a save writes: live chunks numbered densely, sources in chunk order (``refreshed()`` once refreshed).
+
+        The removed chunks still in the lists go as the refresh repacks them all (not by :meth:`settle`)."""
         corpus = self.corpus
         index = corpus.index
         try:

@@ -20,20 +20,27 @@ path); sources of other roots ingested into the same index match none.
 With ``index_path`` the knowledge base is saved every few files or seconds:
 an ingest killed midway keeps what was saved, and running it again finishes
 the rest (the saved files come back as unchanged).  An interrupt (Ctrl-C)
-between files saves what was indexed so far; one that lands while a file is
-being added or removed, or the index saved, keeps the last checkpoint instead,
-since the index in memory may then hold part of a source under the whole
-file's fingerprint (which a re-run would call unchanged).
+saves what was indexed so far and says how much that is: run in the main
+thread, the ingest holds a Ctrl-C off while a file is being added or removed
+or the index saved (``_Interrupts``), so it always lands between two changes
+and the index in memory is whole.  A second Ctrl-C stops at once; a save it
+stops leaves the folder with the last checkpoint (saves are atomic).  An
+error in the middle of a change keeps the last checkpoint too, since the
+index in memory may then hold part of a source under the whole file's
+fingerprint (which a re-run would call unchanged).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from types import FrameType
 from typing import IO, Any, NamedTuple
 
 from .._engine._prepared import Counted, PreparedWriter
@@ -86,8 +93,11 @@ class Progress:
         self.hook = hook
         self.start = time.monotonic()
         self.last = 0.0
+        self.shown = 0  # the length of the line last drawn (a shorter one pads over it)
+        self.done = 0
 
     def update(self, done: int, *, force: bool = False) -> None:
+        self.done = done
         if self.stream is None and self.hook is None:
             return
         now = time.monotonic()
@@ -105,17 +115,33 @@ class Progress:
         filled = int(width * done / self.total) if self.total else width
         bar = "#" * filled + "-" * (width - filled)
         mins, secs = divmod(int(eta), 60)
-        self.stream.write(f"\r[{bar}] {done}/{self.total} files  {rate:.0f} files/s  ETA {mins}:{secs:02d} ")
+        self._draw(f"[{bar}] {done}/{self.total} files  {rate:.0f} files/s  ETA {mins}:{secs:02d} ")
+
+    def _draw(self, line: str) -> None:
+        assert self.stream is not None
+        self.stream.write("\r" + line.ljust(self.shown))
         self.stream.flush()
+        self.shown = len(line)
+
+    def note(self, what: str) -> None:
+        """Say on the bar's line what holds it up (a checkpoint save); the next update draws over it."""
+        if self.stream is None:
+            return
+        self._draw(f"{self.done}/{self.total} files  {what}")
+        self.last = 0.0  # the next update draws the bar again at once
+
+    def stop(self) -> None:
+        """End the bar's line where it is (an interrupt): what is said next starts a line of its own."""
+        if self.stream is not None and self.shown:
+            self.stream.write("\n")
+            self.stream.flush()
+            self.shown = 0
 
     def close(self, done: int) -> None:
         if self.stream is None and self.hook is None:
             return
         self.update(done, force=True)
-        if self.stream is None:
-            return
-        self.stream.write("\n")
-        self.stream.flush()
+        self.stop()
 
 
 def ingest(
@@ -159,38 +185,32 @@ def ingest(
     run = _Run(kb, options, writer, chunk_size)
     progress = options.progress
     show: bool | ProgressHook = sys.stderr.isatty() if progress is None else progress
+    run.say = bool(show) and not callable(show)
     started = time.monotonic()
+    interrupted = False
     try:
-        with collector_paused():
+        with run.interrupts:
             try:
-                for root in roots:
-                    # Several roots: each one's sources start with its folder name
-                    # ("docs/guide.md", "src/app.py") so equal relative paths
-                    # (two __init__.py) cannot overwrite each other.
-                    several = len(roots) > 1 and os.path.isdir(root)
-                    run.prefix = options.prefix + _root_name(root) + "/" if several else options.prefix
-                    run.ingest_root(root, sync=options.sync, show_progress=show)
+                with collector_paused():
+                    try:
+                        for root in roots:
+                            # Several roots: each one's sources start with its folder name
+                            # ("docs/guide.md", "src/app.py") so equal relative paths
+                            # (two __init__.py) cannot overwrite each other.
+                            several = len(roots) > 1 and os.path.isdir(root)
+                            run.prefix = options.prefix + _root_name(root) + "/" if several else options.prefix
+                            run.ingest_root(root, sync=options.sync, show_progress=show)
+                    finally:
+                        # Before the collector resumes: what only the run needed
+                        # (the local worker's caches) is freed, not walked.
+                        run.close_pool()
+            except KeyboardInterrupt:
+                interrupted = True
+                raise
             finally:
-                # Before the collector resumes: what only the run needed
-                # (the local worker's caches) is freed, not walked.
-                run.close_pool()
+                run.report.seconds = time.monotonic() - started
+                _last_save(run, interrupted)
     finally:
-        run.report.seconds = time.monotonic() - started
-        # A checkpoint save that was stopped is not tried again: the folder
-        # holds the last checkpoint or that one, both whole.
-        if run.dirty and index_path is not None and not run.save_stopped:
-            if run.torn and not run.intact():
-                # Stopped (Ctrl-C, an error) in the middle of changing the
-                # index: what is in memory may hold part of a source under
-                # its whole file's fingerprint, which a re-run would call
-                # unchanged.  The last checkpoint on disk is whole: keep it.
-                logger.warning(
-                    "stopped while changing the index: not saving; %s keeps its last checkpoint "
-                    "(run the ingest again to finish)",
-                    os.fspath(index_path),
-                )
-            else:
-                run.save()
         run.report.chunks_total = len(kb)
     return run.report
 
@@ -223,6 +243,92 @@ class RootKey(NamedTuple):
             or meta.get("root_path") == self.given
             or (bool(self.node) and meta.get("root_node") == self.node)
         )
+
+
+def _last_save(run: _Run, interrupted: bool) -> None:
+    """At the end of a run, stopped or not: save what it changed since the last checkpoint
+    (held off from a Ctrl-C like every save), and after an interrupt say what the folder keeps."""
+    index_path = run.index_path
+    if index_path is None:
+        return
+    where = os.fspath(index_path)
+    # A checkpoint save that was stopped is not tried again: the folder
+    # holds the last checkpoint or that one, both whole.
+    if run.save_stopped:
+        logger.warning(
+            "stopped while saving: %s keeps its last checkpoint, if any; run the same command again to continue",
+            where,
+        )
+        return
+    if run.dirty:
+        if run.torn and not run.intact():
+            # Stopped (an error) in the middle of changing the index: what is
+            # in memory may hold part of a source under its whole file's
+            # fingerprint, which a re-run would call unchanged.  The last
+            # checkpoint on disk is whole: keep it.
+            logger.warning(
+                "stopped while changing the index: not saving; %s keeps its last checkpoint "
+                "(run the ingest again to finish)",
+                where,
+            )
+            return
+        if run.say:
+            print(f"saving the index to {where} ...", file=sys.stderr, flush=True)
+        run.save(last=True)
+    if interrupted:
+        files, chunks = len(run.kb.sources()), len(run.kb)
+        logger.warning(
+            "interrupted: kept %d file%s (%d chunk%s) in %s; run the same command again to continue",
+            files, "" if files == 1 else "s", chunks, "" if chunks == 1 else "s", where,
+        )  # fmt: skip
+
+
+class _Interrupts:
+    """Ctrl-C held off while the index is changed or saved, so it lands between two changes.
+
+    Entered in the main thread with Python's own SIGINT handler in place (an
+    application's handler is left alone, and so is the behaviour then); the
+    first Ctrl-C that arrives during a held-off part is raised as
+    ``KeyboardInterrupt`` when that part ends, any later one at once.
+    """
+
+    def __init__(self) -> None:
+        self.depth = 0  # held-off parts under way
+        self.pending = False  # a Ctrl-C arrived
+        self.due = False  # and is raised when the held-off part ends
+        self.previous: Any = None
+        self.active = False
+
+    def __enter__(self) -> _Interrupts:
+        if threading.current_thread() is threading.main_thread() and (
+            signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        ):
+            self.previous = signal.signal(signal.SIGINT, self._on_signal)
+            self.active = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.active:
+            signal.signal(signal.SIGINT, self.previous)
+            self.active = False
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        first, self.pending = not self.pending, True
+        if self.depth and first:
+            self.due = True
+            return
+        raise KeyboardInterrupt
+
+    @contextmanager
+    def held_off(self) -> Iterator[None]:
+        self.depth += 1
+        try:
+            yield
+        finally:
+            self.depth -= 1
+        if self.due and not self.depth:
+            self.due = False
+            raise KeyboardInterrupt
 
 
 def _root_name(root: str) -> str:
@@ -268,6 +374,9 @@ class _Run:
         self.checkpoint_seconds = options.checkpoint_seconds
         self.budget = writer.chunker.chunk_size if writer is not None else chunk_size
         self.report = IngestReport()
+        self.interrupts = _Interrupts()
+        self.say = False  # tell the terminal what holds the run up (a save)
+        self.bar: Progress | None = None
         self.dirty = 0
         # Set when an add, a removal or a save was stopped midway (an
         # interrupt, an error): the knowledge base in memory may then hold a
@@ -294,47 +403,60 @@ class _Run:
 
     @contextmanager
     def _changing(self) -> Iterator[None]:
-        """Around every change of the knowledge base: one stopped midway marks the run torn."""
-        try:
-            yield
-        except BaseException:
-            self.torn = True
-            raise
+        """Around every change of the knowledge base: held off from a Ctrl-C, and one stopped
+        midway (an error, a second Ctrl-C) marks the run torn."""
+        with self.interrupts.held_off():
+            try:
+                yield
+            except BaseException:
+                self.torn = True
+                raise
 
-    def save(self) -> None:
+    def save(self, *, last: bool = False) -> None:
+        """Save what the run changed: a checkpoint commits it as a new segment (its cost
+        that of the change; a run's saves would otherwise each merge the whole index,
+        once its changes pass the merge policy's share), the ``last`` save lets the
+        policy merge."""
         assert self.index_path is not None
         started = time.monotonic()
         # A save packs the index in memory before writing it (a refresh):
         # stopped there, what is in memory is not known to be whole.  Nor is
         # another save tried: the folder holds the old index or the new one.
         self.save_stopped = True
-        if self.writer is not None:
-            self.writer.commit(self.index_path, overwrite=self.overwrite)
-        else:
-            self.kb.save(self.index_path)
-        self.save_stopped = False
-        self.overwrite = False  # after the first save the folder is this knowledge base's own
-        self.report.saves += 1
-        self.dirty = 0
-        self.last_save = time.monotonic()
-        self.save_seconds = self.last_save - started
+        with self.interrupts.held_off():  # (a Ctrl-C meanwhile is raised once it is recorded below)
+            if self.writer is not None:
+                self.writer.commit(self.index_path, overwrite=self.overwrite, merge=last)
+            else:
+                self.kb.save(self.index_path)
+            self.save_stopped = False
+            self.overwrite = False  # after the first save the folder is this knowledge base's own
+            self.report.saves += 1
+            self.dirty = 0
+            self.last_save = time.monotonic()
+            self.save_seconds = self.last_save - started
         logger.debug("checkpoint saved to %s in %.2fs", self.index_path, self.save_seconds)
+
+    def _checkpoint(self) -> None:
+        """A save during the run, said on the progress bar's line (the bar stands still meanwhile)."""
+        if self.bar is not None:
+            self.bar.note("saving a checkpoint ...")
+        self.save()
 
     def _maybe_checkpoint(self) -> None:
         if self.index_path is None or not self.dirty:
             return
         if self.checkpoint_files is not None and self.dirty >= self.checkpoint_files:
-            self.save()
+            self._checkpoint()
             return
-        # A save rewrites the whole index, so its cost grows with the index:
-        # spacing saves by four of their durations keeps them under a fifth
-        # of a long run, however large the index gets.
+        # A save's cost grows with what it writes (the first of a new index
+        # writes it whole) and a load's with the segments saved: spacing saves
+        # by four of their durations keeps them under a fifth of a long run.
         # The first save comes after a few hundred files, so even a short run
         # killed early keeps most of its work; later ones come by the clock.
         elapsed = time.monotonic() - self.last_save
         first = self.checkpoint_files is None and self.report.saves == 0 and self.dirty >= DEFAULT_CHECKPOINT_FILES
         if first or (elapsed >= self.checkpoint_seconds and elapsed >= 4 * self.save_seconds):
-            self.save()
+            self._checkpoint()
 
     def skip(self, rel: str, reason: str, *, level: int = logging.DEBUG) -> None:
         self.report.skipped.append((rel, reason))
@@ -366,21 +488,30 @@ class _Run:
         bar = Progress(len(candidates), sys.stderr if show_progress and hook is None else None, hook)
         self.root_id = root_id
         self.root_key = key
-        if self.reader is not None and not self.reader.broken:
-            files = [(cand, self.prefix + cand.rel) for cand in candidates]
-            for done, ready in enumerate(self.reader.read(files, self._plan), start=1):
-                if self._settle_ready(ready):
-                    keep.add(ready.source)
-                self._maybe_checkpoint()
-                bar.update(done)
-            self.report.workers = max(self.report.workers, self.reader.started)
-        else:
-            for done, cand in enumerate(candidates, start=1):
-                source = self.prefix + cand.rel
-                if self._one(cand, source):
-                    keep.add(source)
-                self._maybe_checkpoint()
-                bar.update(done)
+        self.bar = bar
+        try:
+            if self.reader is not None and not self.reader.broken:
+                files = [(cand, self.prefix + cand.rel) for cand in candidates]
+                for done, ready in enumerate(self.reader.read(files, self._plan), start=1):
+                    if self._settle_ready(ready):
+                        keep.add(ready.source)
+                    bar.done = done
+                    self._maybe_checkpoint()
+                    bar.update(done)
+                self.report.workers = max(self.report.workers, self.reader.started)
+            else:
+                for done, cand in enumerate(candidates, start=1):
+                    source = self.prefix + cand.rel
+                    if self._one(cand, source):
+                        keep.add(source)
+                    bar.done = done
+                    self._maybe_checkpoint()
+                    bar.update(done)
+        except BaseException:
+            bar.stop()  # what is said next (what the folder keeps) on a line of its own
+            raise
+        finally:
+            self.bar = None
         bar.close(len(candidates))
         if sync and is_dir:
             self._sync(key, keep, tuple(keep_folders))
@@ -479,6 +610,7 @@ class _Run:
             "encoding": doc.encoding,
             "reader": READER_VERSION,
         }
+        # (The change is recorded inside: a Ctrl-C held off meanwhile is raised as the block ends.)
         with self._changing():
             if self.plain is not None:
                 n = self.plain.add_prepared(
@@ -486,9 +618,9 @@ class _Run:
                 )
             else:
                 n = self.kb.add_text(doc.text, source, metadata, sections=doc.sections)
-        self.report.chunks_added += n
-        (self.report.updated if plan.existed else self.report.added).append(source)
-        self.dirty += 1
+            self.report.chunks_added += n
+            (self.report.updated if plan.existed else self.report.added).append(source)
+            self.dirty += 1
         return True
 
     def close_pool(self) -> None:
@@ -531,7 +663,7 @@ class _Run:
                 continue
             with self._changing():
                 removed = kb.remove(source)
-            self.report.chunks_removed += removed
-            self.report.removed.append(source)
-            self.dirty += 1
+                self.report.chunks_removed += removed
+                self.report.removed.append(source)
+                self.dirty += 1
             logger.info("removed %s: no longer selected in %s", source, key.given)

@@ -136,6 +136,8 @@ class DenseStore:
         fresh: array[float] = array("f")
         dim = self.dim
         step = 256
+        if missing:  # said before the first batch, which alone can take a minute on a CPU
+            log.info("embedding %d chunk texts (stored: later searches reuse them) ...", len(missing))
         for i in range(0, len(missing), step):
             # Batches bound the memory of one encode() call on big corpora, and
             # give a progress line each (a CPU embeds a few hundred texts a minute).

@@ -36,7 +36,7 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -73,14 +73,22 @@ class SharedRetriever:
     """
 
     def __init__(
-        self, retriever: Retriever, path: str | os.PathLike[str] | None = None, *, check_every: float = 2.0
+        self,
+        retriever: Retriever,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        check_every: float = 2.0,
+        source: str | None = None,
+        where: Mapping[str, Any] | None = None,
     ) -> None:
         self._retriever = retriever
         self._lock = threading.Lock()
         self._follower = IndexFollower(path, check_every=check_every) if path is not None else None
+        # Searches only this part of the index (``serve --filter/--where``), reloaded or not.
+        self._filters: dict[str, Any] = {key: value for key, value in (("source", source), ("where", where)) if value}
 
     def search(self, query: str, k: int = 10) -> Sequence[HitLike]:
-        return self.read(lambda retriever: list(retriever.search(query, k)))
+        return self.read(lambda retriever: list(retriever.search(query, k, **self._filters)))
 
     def read(self, fn: Callable[[Any], T]) -> T:
         """``fn(knowledge base)`` under the lock, on the freshest index (the web pages' searches and reads)."""

@@ -11,13 +11,17 @@ frameworks themselves are imported by the adapters, never here.
 from __future__ import annotations
 
 import inspect
+import os
 import threading
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from .._exceptions import ConfigError
 from .._types import HitLike, Retriever, metadata_matches, source_matches
 from .._validate import check_int
+
+if TYPE_CHECKING:
+    from .._kb import KnowledgeBase
 
 __all__ = [
     "MAX_K",
@@ -26,6 +30,9 @@ __all__ = [
     "MAX_WHERE_CHARS",
     "MAX_WHERE_KEYS",
     "MAX_WHERE_VALUES",
+    "TextEntry",
+    "build_kb",
+    "load_kb",
     "check_flag",
     "check_k",
     "check_query",
@@ -225,3 +232,41 @@ def hit_fields(hit: HitLike) -> dict[str, Any]:
         "chunk_index": chunk_index if isinstance(chunk_index, int) else None,
         "metadata": dict(metadata) if isinstance(metadata, Mapping) else {},
     }
+
+
+TextEntry = tuple[str, "str | None", "Mapping[str, Any] | None"]
+"""One text a framework hands over: its text, its id (None: none given) and its metadata."""
+
+
+def build_kb(entries: Iterable[TextEntry], options: Mapping[str, Any] | None = None) -> KnowledgeBase:
+    """A new knowledge base (``options``: ``KnowledgeBase`` keywords) holding each text as a source.
+
+    A source is named by the text's id; without one, by its metadata's
+    ``source`` (the file name LangChain and LlamaIndex loaders put there)
+    and its place, ``"<source>#<i>"``, else ``"text-<i>"``: several texts of
+    one file stay apart.  Two texts under one name raise :class:`ConfigError`
+    (the second would replace the first).
+    """
+    from .._kb import KnowledgeBase
+
+    kb = KnowledgeBase(**dict(options or {}))
+    items: list[tuple[str, str, Mapping[str, Any] | None]] = []
+    seen: set[str] = set()
+    for i, (text, given, metadata) in enumerate(entries):
+        if not isinstance(text, str):
+            raise ConfigError(f"text {i} must be a string, got {type(text).__name__}")
+        named = (metadata or {}).get("source")
+        name = given if given else f"{named}#{i}" if isinstance(named, str) and named else f"text-{i}"
+        if name in seen:
+            raise ConfigError(f"two texts have the id {name!r}: give each its own id")
+        seen.add(name)
+        items.append((text, name, dict(metadata) if metadata else None))
+    kb.add_texts(items, jobs=1)
+    return kb
+
+
+def load_kb(path: str | os.PathLike[str]) -> KnowledgeBase:
+    """The knowledge base saved in folder ``path``."""
+    from .._kb import KnowledgeBase
+
+    return KnowledgeBase.load(path)

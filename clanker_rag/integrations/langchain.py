@@ -8,6 +8,10 @@
     retriever = KnowledgeBaseRetriever(kb=KnowledgeBase.load("my-index"), k=4)
     docs = retriever.invoke("how do I rotate the keys?")
 
+    # Or, as LangChain's own retrievers are made, from texts or documents:
+    retriever = KnowledgeBaseRetriever.from_documents(docs, k=4)
+    retriever.save("my-index")  # KnowledgeBaseRetriever(kb=KnowledgeBase.load("my-index")) later
+
 Unlike LangChain's own BM25 retriever, every ``Document`` carries its BM25
 score, and the index is our own file format (no pickle).  ``kb`` may be any
 :class:`~clanker_rag.Retriever` (a sharded or hybrid one too).
@@ -16,11 +20,15 @@ score, and the index is our own file format (no pickle).  ``kb`` may be any
 from __future__ import annotations
 
 import asyncio
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
-from .._exceptions import MissingExtraError, install_hint
+from .._exceptions import ConfigError, MissingExtraError, install_hint
 from .._stream._blocks import neutralize
 from ._adapters import (
+    build_kb,
     check_flag,
     check_k,
     check_query,
@@ -80,6 +88,53 @@ class KnowledgeBaseRetriever(BaseRetriever):
         # ConfigError naming the range rather than a generic ValidationError.
         _check(data.get("kb"), data.get("k", 4), data.get("source"), data.get("where"), data.get("feedback", False))
         super().__init__(**data)
+
+    @classmethod
+    def from_texts(
+        cls,
+        texts: Iterable[str],
+        metadatas: Iterable[Mapping[str, Any] | None] | None = None,
+        ids: Iterable[str | None] | None = None,
+        *,
+        kb_options: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> KnowledgeBaseRetriever:
+        """A retriever over a new in-memory knowledge base holding ``texts`` (as LangChain's
+        ``BM25Retriever.from_texts``): each text is a source, named by its id, else by its
+        metadata's ``source`` and its place (``"guide.md#3"``), else ``"text-<i>"``.
+        ``kb_options`` go to ``KnowledgeBase`` (``chunk_size=None``: one chunk a text);
+        ``kwargs`` to the retriever (``k``, ``source``, ``where``...).  Metadata must be
+        JSON-serialisable (it is saved with the index)."""
+        texts = list(texts)
+        metas = list(metadatas) if metadatas is not None else [None] * len(texts)
+        names = list(ids) if ids is not None else [None] * len(texts)
+        if len(metas) != len(texts) or len(names) != len(texts):
+            raise ConfigError(
+                f"{len(texts)} texts but {len(metas)} metadatas and {len(names)} ids: give one of each a text"
+            )
+        kb = build_kb(zip(texts, names, metas), kb_options)
+        return cls(kb=kb, **kwargs)
+
+    @classmethod
+    def from_documents(
+        cls, documents: Iterable[Document], *, kb_options: Mapping[str, Any] | None = None, **kwargs: Any
+    ) -> KnowledgeBaseRetriever:
+        """:meth:`from_texts` of the documents' ``page_content``, ``metadata`` and ``id``."""
+        docs = list(documents)
+        return cls.from_texts(
+            [d.page_content for d in docs],
+            [d.metadata for d in docs],
+            [d.id for d in docs],
+            kb_options=kb_options,
+            **kwargs,
+        )
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Save the knowledge base to folder ``path`` (``KnowledgeBase.load(path)`` opens it again)."""
+        save = getattr(self.kb, "save", None)
+        if not callable(save):
+            raise ConfigError(f"{type(self.kb).__name__} cannot be saved: it has no save()")
+        return Path(save(path))
 
     def _search(self, query: str) -> list[Document]:
         _check(self.kb, self.k, self.source, self.where, self.feedback)

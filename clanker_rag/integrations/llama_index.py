@@ -10,6 +10,11 @@
     retriever = KnowledgeBaseRetriever(KnowledgeBase.load("my-index"), k=4)
     engine = RetrieverQueryEngine.from_args(retriever, llm=my_llm)
 
+    # Or, as LlamaIndex's BM25Retriever is made, from nodes, and kept on disk:
+    retriever = KnowledgeBaseRetriever.from_defaults(nodes=nodes, similarity_top_k=4)
+    retriever.persist("my-index")
+    retriever = KnowledgeBaseRetriever.from_persist_dir("my-index")
+
 Every node comes back with its real BM25 score, in any script: our analyser
 splits CJK text into character bigrams, so Chinese and Japanese queries score
 above zero.  ``kb`` may be any :class:`~clanker_rag.Retriever`.
@@ -18,13 +23,15 @@ above zero.  ``kb`` may be any :class:`~clanker_rag.Retriever`.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+import os
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .._exceptions import MissingExtraError, install_hint
+from .._exceptions import ConfigError, MissingExtraError, install_hint
 from .._stream._blocks import neutralize
 from .._types import Retriever
 from ._adapters import (
+    build_kb,
     check_flag,
     check_k,
     check_query,
@@ -32,13 +39,14 @@ from ._adapters import (
     check_source,
     check_where,
     hit_fields,
+    load_kb,
     search_hits,
 )
 
 try:
     from llama_index.core.callbacks import CallbackManager
     from llama_index.core.retrievers import BaseRetriever
-    from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+    from llama_index.core.schema import BaseNode, Document, MetadataMode, NodeWithScore, QueryBundle, TextNode
 except ImportError:
     raise MissingExtraError(
         f"clanker_rag.integrations.llama_index needs llama-index-core: {install_hint('llama-index')}"
@@ -87,6 +95,47 @@ class KnowledgeBaseRetriever(BaseRetriever):
         self.where = check_where(where)
         self.neutralize = bool(neutralize)
         super().__init__(callback_manager=callback_manager, verbose=verbose)
+
+    @classmethod
+    def from_defaults(
+        cls,
+        *,
+        nodes: Sequence[BaseNode] | None = None,
+        documents: Sequence[Document] | None = None,
+        kb: Retriever | None = None,
+        similarity_top_k: int | None = None,
+        k: int = 4,
+        kb_options: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> KnowledgeBaseRetriever:
+        """A retriever over ``kb``, or over a new in-memory knowledge base holding ``nodes``
+        (or ``documents``), as ``BM25Retriever.from_defaults`` makes one.
+
+        Each node is a source named by its id, holding its text and metadata
+        (JSON-serialisable: it is saved with the index).  ``similarity_top_k``
+        is LlamaIndex's name for ``k``; ``kb_options`` go to ``KnowledgeBase``
+        (``chunk_size=None``: one chunk a node); ``kwargs`` to the retriever.
+        """
+        given = [name for name, value in (("nodes", nodes), ("documents", documents), ("kb", kb)) if value is not None]
+        if len(given) != 1:
+            raise ConfigError(f"from_defaults() takes one of nodes=, documents= or kb=, got {given or 'none'}")
+        if kb is None:
+            items = list(nodes if nodes is not None else documents or [])
+            kb = build_kb(((n.get_content(MetadataMode.NONE), n.node_id, n.metadata) for n in items), kb_options)
+        return cls(kb, similarity_top_k if similarity_top_k is not None else k, **kwargs)
+
+    @classmethod
+    def from_persist_dir(cls, persist_dir: str | os.PathLike[str], **kwargs: Any) -> KnowledgeBaseRetriever:
+        """A retriever over the knowledge base :meth:`persist` saved in ``persist_dir``
+        (any index folder); ``kwargs`` go to the retriever (``k``, ``source``, ``where``...)."""
+        return cls(load_kb(persist_dir), **kwargs)
+
+    def persist(self, persist_dir: str | os.PathLike[str]) -> None:
+        """Save the knowledge base to folder ``persist_dir`` (see :meth:`from_persist_dir`)."""
+        save = getattr(self.kb, "save", None)
+        if not callable(save):
+            raise ConfigError(f"{type(self.kb).__name__} cannot be persisted: it has no save()")
+        save(persist_dir)
 
     def _search(self, query: str) -> list[NodeWithScore]:
         hits = search_hits(
