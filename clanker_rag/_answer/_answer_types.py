@@ -105,8 +105,8 @@ _NOUN = "(" + "|".join(_HEADS) + r")(?:s|es)?\b"
 # "what is the", then at most two modifiers, then the noun; a second cue noun right after it is
 # the compound's head ("file size" asks for a size).
 _LEAD = r"\b(?:what|which) (?:(?:is|are|was|were) (?:the |a |an )?)?(?:[\w-]+ ){0,2}?"
-# A second cue noun in "-s" before a determiner is the question's verb: "which config key limits
-# the size" asks for a key, "which error codes does it return" for codes.
+# A second cue noun in "-s" before a determiner is the question's verb: "which setting key caps
+# the length" asks for a key, "which error codes does it return" for codes.
 _VERB_S = r"(?!s (?:the|a|an|its|their|every|all|each|any|this|that|these|those)\b)"
 _NOUN2 = "(" + "|".join(_HEADS) + r")" + _VERB_S + r"(?:s|es)?\b"
 _HEAD_RE = re.compile(_LEAD + _NOUN + "(?: " + _NOUN2 + ")?")
@@ -159,8 +159,8 @@ def expected_types(question: str) -> frozenset[str]:
     """The answer types ``question`` asks for (see the module doc); empty when none is clear."""
     text = " ".join(question.lower().split())
     if _HOWTO_RE.match(text):
-        # The words after "how do I" say the task, not the answer's form: "how do I count how many
-        # times -v was given" asks for the argument to write, not for a number.
+        # The words after "how do I" say the task, not the answer's form: "how do I tell how many
+        # files were skipped" asks for the call to write, not for a number.
         return frozenset((IDENT, FLAG))
     found = {kind for kind, cue in _CUES.items() if cue.search(text)}
     head = head_noun(text)
@@ -222,8 +222,8 @@ _PATH_RE = re.compile(r"[^\s`<>]*/[^\s`<>]*")
 def code_names(text: str) -> list[str]:
     """The names ``text`` writes as code: its inline literals and its identifier-shaped tokens.
 
-    Documentation names a thing after what it does (a loader of templates from
-    the file system is a ``FileSystemLoader``), so the name that holds a
+    Documentation names a thing after what it does (a reader of records from
+    a file is a ``FileReader``), so the name that holds a
     question's words is often the answer to "which class ...".
     """
     # A path ("../middleware/proxy_fix", a cross-reference's target) names a page, not a thing.

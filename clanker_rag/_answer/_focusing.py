@@ -44,7 +44,7 @@ __all__ = [
 
 # Prefix of the pseudo-terms that stand for answer types (no analyser emits a NUL).
 _TYPE_MARK = "\0type:"
-# ... and for a query term held inside a name written as code ("FileSystemLoader" holds "file").
+# ... and for a query term held inside a name written as code ("FileReader" holds "file").
 _NAME_MARK = "\0name:"
 # The answer's type weighs as two query terms held as often: it is what the question asks for
 # (bench/RESULTS.md: 1.5 to 3 chose the same sentences on the tune half, 1 fewer, a filter fewer).
@@ -293,8 +293,8 @@ def new_types(
 def named_terms(text: str, terms: set[str], analyzer: Callable[[str], list[str]]) -> set[str]:
     """The query ``terms`` that ``text`` holds inside a name written as code, a name that says more than the query.
 
-    A name made only of the question's words (``run_simple`` in "which
-    parameter of run_simple ...") is the question's own, not its answer.
+    A name made only of the question's words (``start_server`` in "which
+    parameter of start_server ...") is the question's own, not its answer.
     """
     out: set[str] = set()
     for name in code_names(text):
@@ -304,7 +304,7 @@ def named_terms(text: str, terms: set[str], analyzer: Callable[[str], list[str]]
     return out
 
 
-# Numbers a user spells out that documentation writes as digits ("four workers", "-w 4").  Not "one":
+# Numbers a user spells out that documentation writes as digits ("three retries", "-r 3").  Not "one":
 # in English it is as often a pronoun ("the one that") or "a single" as the number 1.
 _NUMBER_WORDS = ("two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve")
 
@@ -312,8 +312,8 @@ _NUMBER_WORDS = ("two", "three", "four", "five", "six", "seven", "eight", "nine"
 def spelled_numbers(terms: set[str], analyzer: Callable[[str], list[str]]) -> dict[str, re.Pattern[str]]:
     """Query term -> the digits it spells, for the number words among ``terms`` ("four" -> ``4``).
 
-    A question says "four worker processes"; the docs' command line says
-    ``-w 4``.  The digits match as a number of their own, not inside a
+    A question says "three retry attempts"; the docs' command line says
+    ``-r 3``.  The digits match as a number of their own, not inside a
     longer one, a version or a decimal ("14", "4.2" are not four).
     """
     out: dict[str, re.Pattern[str]] = {}

@@ -1,7 +1,7 @@
 """Constrained copying: a base model's answer may only use words of its passage.
 
 A 270M base model given the right line still garbles it about one time in
-three: it writes "10M" for "10 MiB", a run of zeros, or a word from the
+three: it writes "5M" for "5 MiB", a run of zeros, or a word from the
 prompt's examples.  llama.cpp's ``/completion`` takes a GBNF ``grammar`` that
 limits what it may sample; :func:`copy_grammar` allows only whitespace-split
 words of the passages injected in the turn, joined by single spaces, on one
@@ -164,15 +164,15 @@ def closest_typed(
 ) -> list[str]:
     """The words of ``passage`` of an ``expected`` type that the question's words point at.
 
-    One line often holds several tokens of the asked-for type ("1 for
-    errors, 2 for usage mistakes"; "ollama listens on 11434 ... --port
-    8765"), and several injected passages more.  Asked for a name, the
+    One line often holds several tokens of the asked-for type ("3 for
+    timeouts, 4 for refusals"; "the upstream listens on 9000 ... --port
+    7000"), and several injected passages more.  Asked for a name, the
     candidates kept first are those that look like the name asked for
     (:func:`name_fit`: not a page link, and of the head noun's kind when it
     says one).  Then those with the most distinct question terms in their
     clause (the words between ``,;:.`` or brackets) and in their own name
-    (documentation names a thing after what it does: a loader of templates
-    from a dict is a ``DictLoader``); among those, the ones nearest a word
+    (documentation names a thing after what it does: a reader of records
+    from a list is a ``ListReader``); among those, the ones nearest a word
     holding the question's head noun
     (:func:`~clanker_rag._answer._answer_types.head_noun`: "port"), when the
     passage says it, and at equal distance the ones after it.  Other words of
@@ -181,8 +181,8 @@ def closest_typed(
     """
     words = passage.split()
     typed = [i for i, word in enumerate(words) if _typed(word, expected)]
-    # A token the question writes itself is what it asks about, not the answer ("besides
-    # ``.env``, which file ..."): the others go first, when there are others.
+    # A token the question writes itself is what it asks about, not the answer ("apart
+    # from ``a.cfg``, which file ..."): the others go first, when there are others.
     asked = {bare for word in question.split() if (bare := _bare(word))}
     new = [i for i in typed if _bare(words[i]) not in asked]
     typed = new or typed
