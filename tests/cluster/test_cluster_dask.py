@@ -292,7 +292,8 @@ def test_cli_serve_on_the_cluster_injects_from_the_shards(client, tmp_path):
         served = serve_and_ask(args, "Which port does the harbor lantern server listen on?\n")
         assert "(3 shards on " in served.banner
         assert served.answer["choices"][0]["text"] == "7341"
-        assert "guide/ports.md" in up.requests[0]["body"]["prompt"]  # injected from a shard on a worker
+        [request, *_] = [r for r in up.requests if r["path"] == "/v1/completions"]
+        assert "guide/ports.md" in request["body"]["prompt"]  # injected from a shard on a worker
     assert served.code == 130 and "stopped" in served.rest and "Traceback" not in served.rest
 
 

@@ -121,7 +121,7 @@ def test_stdio_tools_answer_and_errors_do_not_kill_the_server(index: Path) -> No
     assert [r["source"] for r in seen["by_source"].structured_content["results"]] == ["guide/install.md"]
 
     for key, needles in {
-        "bad_k": ["k=0", "1 to 100"],
+        "bad_k": ["k=0", "[1, 100]"],
         "bad_query": ["empty"],
         "bad_where": ["where['kind']"],
         "show_range": ["lines 9-3", "lines 1-3"],
@@ -267,7 +267,7 @@ def test_http_transport_on_loopback(index: Path) -> None:
         anyio.run(run)
     assert seen["tools"] == ["retrieve", "search", "show", "stats"]
     assert "guide/install.md" in _text(seen["search"])
-    assert seen["bad"].is_error and "k=21" in _text(seen["bad"]) and "1 to 20" in _text(seen["bad"])
+    assert seen["bad"].is_error and "k=21" in _text(seen["bad"]) and "[1, 20]" in _text(seen["bad"])
 
 
 @pytest.mark.slow
