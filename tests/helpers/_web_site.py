@@ -85,5 +85,7 @@ def proxy_site(token: str | None = None, reply: str = "The gateway uses port 734
 
 
 @contextmanager
-def browse_site(token: str | None = None, kb: KnowledgeBase | None = None, path: Path | None = None) -> Iterator[Site]:
-    yield from _run(make_browse_server(kb or knowledge(), token=token, index_path=path), None)
+def browse_site(
+    token: str | None = None, kb: KnowledgeBase | None = None, path: Path | None = None, **limits: Any
+) -> Iterator[Site]:
+    yield from _run(make_browse_server(kb or knowledge(), token=token, index_path=path, **limits), None)
