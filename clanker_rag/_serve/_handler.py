@@ -743,6 +743,7 @@ class _Handler(DeadlineHandler):
                 k=cfg.k,
                 min_score=cfg.min_score,
                 block_chars=cfg.block_chars,
+                on_event=self._trace.see,
             )
         except UpstreamError as exc:
             if not sink.started:
