@@ -93,11 +93,16 @@ def browse_site(
 
 
 @contextmanager
-def native_site(*answers: list[dict[str, Any]], **options: Any) -> Iterator[tuple[Site, FakeServer]]:
+def native_site(
+    *answers: list[dict[str, Any]], kb: KnowledgeBase | None = None, **options: Any
+) -> Iterator[tuple[Site, FakeServer]]:
     """A ``--native-tools`` proxy and its upstream, which streams ``answers`` (``_chat_chunks``) in turn."""
     script = list(answers)
 
     def handle(ex: Exchange) -> None:
+        if ex.method != "POST":  # the pages ask for the models: this upstream serves none
+            ex.json(404, {"error": {"message": "no route", "type": "not_found"}})
+            return
         ex.stream()
         for chunk in script.pop(0):
             ex.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
@@ -106,7 +111,7 @@ def native_site(*answers: list[dict[str, Any]], **options: Any) -> Iterator[tupl
     fake = FakeServer(handle).start()
     try:
         options.setdefault("header_timeout", 0.5)
-        for site in _run(make_server(knowledge(), fake.url, token=None, native_tools=True, **options), None):
+        for site in _run(make_server(kb or knowledge(), fake.url, token=None, native_tools=True, **options), None):
             yield site, fake
     finally:
         fake.stop()
