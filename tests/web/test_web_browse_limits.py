@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import socket
 import threading
+from typing import Any
 
 import pytest
 
@@ -78,6 +79,6 @@ def test_past_the_cap_a_connection_gets_503_busy_at_once() -> None:
 
 
 @pytest.mark.parametrize(("option", "bad"), [("header_timeout", 0), ("header_timeout", 61), ("max_connections", 0)])
-def test_the_limits_are_checked(option: str, bad: object) -> None:
+def test_the_limits_are_checked(option: str, bad: Any) -> None:
     with pytest.raises(ConfigError, match=option):
         make_browse_server(KnowledgeBase(), token=None, **{option: bad})
