@@ -12,7 +12,10 @@ down, which wakes the thread blocked reading it and ends the connection.
 Once the headers are in, the long timeouts of the body and the stream apply.
 
 One thread per server watches every deadline; it starts with the first
-connection and ends when the server closes.
+connection and ends when the server closes.  :class:`LimitedServer` is the
+server side both the proxy and the browse-only server use: at most
+``max_connections`` connections at once (past it, 503 at once) and the
+header deadline on each.
 """
 
 from __future__ import annotations
@@ -20,19 +23,37 @@ from __future__ import annotations
 import contextlib
 import heapq
 import itertools
+import logging
 import socket
 import threading
 import time
-from http.server import BaseHTTPRequestHandler
-from typing import Protocol, cast
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Protocol, cast
 
 from .._exceptions import ConfigError
 
-__all__ = ["DEFAULT_HEADER_SECONDS", "DeadlineHandler", "HeaderDeadlines", "check_header_seconds"]
+__all__ = [
+    "DEFAULT_HEADER_SECONDS",
+    "DEFAULT_MAX_CONNECTIONS",
+    "DeadlineHandler",
+    "HeaderDeadlines",
+    "LimitedServer",
+    "check_header_seconds",
+]
+
+logger = logging.getLogger("clanker_rag._serve._proxy")
 
 # Real clients send a request line and headers in one packet, milliseconds
 # after they connect or reuse a connection; Apache's keep-alive timeout is 5 s.
 DEFAULT_HEADER_SECONDS = 5.0
+# Connections served at once (a thread each); past it a connection gets 503 at
+# once.  Well above the concurrent streams one upstream can serve.
+DEFAULT_MAX_CONNECTIONS = 256
+_BUSY_BODY = b'{"error": {"message": "the server has too many connections", "type": "server_error", "code": "busy"}}'
+_BUSY = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
+    b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(_BUSY_BODY), _BUSY_BODY)
+)
 
 
 class HeaderDeadlines:
@@ -150,3 +171,58 @@ class DeadlineHandler(BaseHTTPRequestHandler):
             self.close_connection = True
             return False
         return parsed
+
+
+class LimitedServer(ThreadingHTTPServer):
+    """A threading server with at most ``max_connections`` connections and the header deadline on each.
+
+    Its handler must be a :class:`DeadlineHandler`.
+    """
+
+    daemon_threads = True
+    block_on_close = False
+    request_queue_size = 128
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        handler: type[DeadlineHandler],
+        *,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        header_timeout: float = DEFAULT_HEADER_SECONDS,
+    ) -> None:
+        self.max_connections = max_connections
+        self._slots = threading.BoundedSemaphore(max_connections)
+        self.header_deadlines = HeaderDeadlines(header_timeout)
+        super().__init__(address, handler)
+
+    def server_close(self) -> None:
+        super().server_close()
+        self.header_deadlines.close()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """A thread for the connection, or 503 at once when ``max_connections`` are open."""
+        if not self._slots.acquire(blocking=False):
+            logger.warning("refused a connection from %s: %d already open", client_address[0], self.max_connections)
+            with contextlib.suppress(OSError):
+                request.settimeout(1.0)
+                request.sendall(_BUSY)
+                request.shutdown(socket.SHUT_WR)
+                # What the client already sent is read (without waiting), so
+                # closing does not reset the connection before it reads the 503.
+                request.setblocking(False)
+                while request.recv(65536):
+                    pass
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()  # no thread started to release it
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()

@@ -21,7 +21,6 @@ import threading
 import time
 from collections.abc import Generator, Iterator, Mapping
 from dataclasses import dataclass, field
-from http.server import ThreadingHTTPServer
 from typing import Any
 
 from .._answer._ask import base_model_events, probe_server
@@ -36,7 +35,13 @@ from .._types import Retriever
 from .._urls import BaseUrl, parse_base_url
 from .._validate import check_int, check_number
 from ._access import AccessPolicy
-from ._deadlines import DEFAULT_HEADER_SECONDS, DeadlineHandler, HeaderDeadlines, check_header_seconds
+from ._deadlines import (
+    DEFAULT_HEADER_SECONDS,
+    DEFAULT_MAX_CONNECTIONS,
+    DeadlineHandler,
+    LimitedServer,
+    check_header_seconds,
+)
 from ._native_tools import assemble_response, run_native
 from ._served import ServedModel, served_model
 from ._sinks import ClientGone, JsonSink, SseSink
@@ -65,18 +70,10 @@ logger = logging.getLogger("clanker_rag._serve._proxy")
 BASE_MAX_TOKENS = 512
 
 DEFAULT_MAX_REQUEST_BYTES = 8 * 1024 * 1024
-# Connections served at once (a thread each); past it a connection gets 503 at
-# once.  Well above the concurrent streams one upstream can serve.
-DEFAULT_MAX_CONNECTIONS = 256
 # A client socket that neither sends nor reads for this long once its request's headers
 # are in (before: ProxyConfig.header_timeout, _deadlines.py) is dropped.  (Waiting for
 # the upstream does not count: that socket is the upstream's.)
 CLIENT_IDLE_SECONDS = 60
-_BUSY = (
-    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
-    b"Connection: close\r\nContent-Length: 100\r\n\r\n"
-    + b'{"error": {"message": "the proxy has too many connections", "type": "server_error", "code": "busy"}}'.ljust(100)
-)
 # Deeper than any real request (a JSON schema in response_format is a few
 # levels); far below Python's recursion limit.
 MAX_JSON_DEPTH = 128
@@ -213,12 +210,8 @@ def _question_of(text: str) -> str:
     return last_question(text) or squash_ws(text[-1000:])
 
 
-class ProxyServer(ThreadingHTTPServer):
+class ProxyServer(LimitedServer):
     """A threading HTTP server holding the proxy's shared state."""
-
-    daemon_threads = True
-    block_on_close = False
-    request_queue_size = 128
 
     def __init__(
         self, address: tuple[str, int], retriever: Retriever, config: ProxyConfig, trace: TraceLog | None = None
@@ -234,43 +227,13 @@ class ProxyServer(ThreadingHTTPServer):
         self._served_lock = threading.Lock()
         self._dialects: tuple[Dialect, ...] = (CLANKER,)
         self.access = AccessPolicy(str(address[0]), config.token)
-        self._slots = threading.BoundedSemaphore(config.max_connections)
-        self.header_deadlines = HeaderDeadlines(config.header_timeout)
-        super().__init__(address, _Handler)
+        super().__init__(
+            address, _Handler, max_connections=config.max_connections, header_timeout=config.header_timeout
+        )
 
     def server_close(self) -> None:
         super().server_close()
-        self.header_deadlines.close()
         self.trace.close()
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        """A thread for the connection, or 503 at once when ``max_connections`` are open."""
-        if not self._slots.acquire(blocking=False):
-            logger.warning(
-                "refused a connection from %s: %d already open", client_address[0], self.config.max_connections
-            )
-            with contextlib.suppress(OSError):
-                request.settimeout(1.0)
-                request.sendall(_BUSY)
-                request.shutdown(socket.SHUT_WR)
-                # What the client already sent is read (without waiting), so
-                # closing does not reset the connection before it reads the 503.
-                request.setblocking(False)
-                while request.recv(65536):
-                    pass
-            self.shutdown_request(request)
-            return
-        try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self._slots.release()  # no thread started to release it
-            raise
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._slots.release()
 
     def base_model(self) -> bool:
         """Whether chat requests go to the upstream as rendered completions (see :class:`ProxyConfig`)."""
@@ -780,6 +743,7 @@ class _Handler(DeadlineHandler):
                 k=cfg.k,
                 min_score=cfg.min_score,
                 block_chars=cfg.block_chars,
+                on_event=self._trace.see,
             )
         except UpstreamError as exc:
             if not sink.started:

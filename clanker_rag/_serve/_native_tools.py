@@ -20,7 +20,11 @@ tools and runs the conversation itself:
 
 Rounds are bounded: after ``max_retrievals`` the tool is withdrawn so the model
 must answer.  This module does no I/O: the handler passes a function that
-streams parsed upstream chunks and one that sends a chunk to the client.
+streams parsed upstream chunks and one that sends a chunk to the client, and
+may pass one that sees the controller's events for the same answer (the text
+sent, each retrieval with its timing, each ``tool`` message as an
+:class:`~clanker_rag._stream._events.InjectEvent`), which the ``/trace`` page
+records.
 """
 
 from __future__ import annotations
@@ -29,12 +33,14 @@ import copy
 import json
 import logging
 import secrets
+import time
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .._retrieval._fusion import hit_key
 from .._stream._blocks import BlockBuilder
+from .._stream._events import InjectEvent, RetrieveEvent, StreamEvent, TextEvent
 from .._stream._generate import retrieve_tool
 from .._types import HitLike, Retriever
 
@@ -181,14 +187,19 @@ def run_native(
     min_score: float | None = None,
     block_chars: int = 2000,
     max_retrievals: int = 4,
+    on_event: Callable[[StreamEvent], None] | None = None,
 ) -> NativeResult:
     """Answer one chat request, running ``retrieve`` calls here; see the module docstring.
 
     ``open_stream(payload)`` streams the upstream's parsed chunks for a
     request body; ``emit(chunk)`` sends one chunk to the client.  The last
     chunk emitted carries ``clanker_rag`` (the retrievals), then a usage chunk
-    summed over the rounds when the client asked for usage.
+    summed over the rounds when the client asked for usage.  ``on_event``
+    sees the answer's text as it is sent, a ``RetrieveEvent`` per retrieval
+    (kind ``"tool"``) and an ``InjectEvent`` per ``tool`` message, its block
+    exactly as sent upstream.
     """
+    see = on_event or (lambda ev: None)
     client_tools = body.get("tools")
     ours: str | None = TOOL
     if any(isinstance(t, dict) and (t.get("function") or {}).get("name") == TOOL for t in client_tools or []):
@@ -217,6 +228,9 @@ def run_native(
             for out in rnd.feed(chunk):
                 out["id"] = answer_id
                 emit(out)
+                content = out["choices"][0]["delta"].get("content")
+                if isinstance(content, str) and content:
+                    see(TextEvent(content))
         usage = _sum_usage(usage, rnd.usage)
         ours_calls, theirs = rnd.split(ours)
         if ours_calls and not theirs and offer:
@@ -230,11 +244,13 @@ def run_native(
                 hits: list[HitLike] = []
                 found = False
                 if query is not None:
+                    started = time.perf_counter()
                     # As in the controller: over-fetch, drop weak passages and ones this answer already has.
                     scored = [h for h in retriever.search(query, k * 3) if min_score is None or h.score >= min_score]
                     found = bool(scored)
                     hits = [h for h in scored if hit_key(h) not in seen][:k]
                     seen.update(hit_key(h) for h in hits)
+                    see(RetrieveEvent(query, tuple(hits), "tool", time.perf_counter() - started))
                     # Several passages of one source name it once, in rank order.
                     sources = list(dict.fromkeys(h.source for h in hits))
                     retrievals.append({"kind": "tool", "query": query, "sources": sources})
@@ -245,7 +261,9 @@ def run_native(
                     if found
                     else "No relevant passages found."
                 )
-                replies.append({"role": "tool", "tool_call_id": call_id, "content": blocks.block("result", hits, note)})
+                block = blocks.build("result", hits, note)
+                see(InjectEvent.of(block, "tool", query or ""))
+                replies.append({"role": "tool", "tool_call_id": call_id, "content": block.text})
             text = "".join(rnd.text)
             messages = [*messages, {"role": "assistant", "content": text or None, "tool_calls": calls}, *replies]
             continue

@@ -143,10 +143,14 @@ def make_browse_server(
     port: int = 0,
     index_path: str | os.PathLike[str] | None = None,
     token: str | None = None,
+    **limits: Any,
 ) -> BrowseServer:
-    """The web pages alone over ``retriever`` (``serve`` without an upstream); the token as in :func:`make_server`."""
+    """The web pages alone over ``retriever`` (``serve`` without an upstream); the token as in :func:`make_server`.
+
+    ``limits``: ``max_connections`` and ``header_timeout``, as for the proxy.
+    """
     shared = retriever if isinstance(retriever, SharedRetriever) else SharedRetriever(retriever, index_path)
-    return BrowseServer((host, port), shared, token if token is not None else token_from_env())
+    return BrowseServer((host, port), shared, token if token is not None else token_from_env(), **limits)
 
 
 S = TypeVar("S", ProxyServer, BrowseServer)

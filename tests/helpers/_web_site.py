@@ -12,6 +12,7 @@ from typing import Any
 
 from clanker_rag import KnowledgeBase
 from clanker_rag._serve._proxy import make_browse_server, make_server
+from tests.helpers._fake_server import Exchange, FakeServer
 from tests.helpers._fake_upstream import FakeUpstream, Reply
 
 HOSTILE = "Beware: <script>alert(1)</script> and <img src=x onerror=\"document.title='pwned'\"> in the gateway notes."
@@ -85,5 +86,32 @@ def proxy_site(token: str | None = None, reply: str = "The gateway uses port 734
 
 
 @contextmanager
-def browse_site(token: str | None = None, kb: KnowledgeBase | None = None, path: Path | None = None) -> Iterator[Site]:
-    yield from _run(make_browse_server(kb or knowledge(), token=token, index_path=path), None)
+def browse_site(
+    token: str | None = None, kb: KnowledgeBase | None = None, path: Path | None = None, **limits: Any
+) -> Iterator[Site]:
+    yield from _run(make_browse_server(kb or knowledge(), token=token, index_path=path, **limits), None)
+
+
+@contextmanager
+def native_site(
+    *answers: list[dict[str, Any]], kb: KnowledgeBase | None = None, **options: Any
+) -> Iterator[tuple[Site, FakeServer]]:
+    """A ``--native-tools`` proxy and its upstream, which streams ``answers`` (``_chat_chunks``) in turn."""
+    script = list(answers)
+
+    def handle(ex: Exchange) -> None:
+        if ex.method != "POST":  # the pages ask for the models: this upstream serves none
+            ex.json(404, {"error": {"message": "no route", "type": "not_found"}})
+            return
+        ex.stream()
+        for chunk in script.pop(0):
+            ex.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+        ex.write(b"data: [DONE]\n\n")
+
+    fake = FakeServer(handle).start()
+    try:
+        options.setdefault("header_timeout", 0.5)
+        for site in _run(make_server(kb or knowledge(), fake.url, token=None, native_tools=True, **options), None):
+            yield site, fake
+    finally:
+        fake.stop()

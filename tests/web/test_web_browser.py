@@ -5,6 +5,7 @@ A missing browser fails these tests (scripts/install puts Chromium and its drive
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 import threading
@@ -19,7 +20,8 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
 
-from tests.helpers._web_site import Site, browse_site, proxy_site
+from tests.helpers._chat_chunks import text_chunks, tool_call_chunks
+from tests.helpers._web_site import Site, browse_site, knowledge, native_site, proxy_site
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -177,3 +179,49 @@ def test_the_content_security_policy_blocks_inline_script(browser: webdriver.Chr
             """
         )
         assert ran is False
+
+
+def _narrow(driver: webdriver.Chrome, width: int) -> None:
+    """Lay pages out ``width`` CSS pixels wide (a desktop viewport: nothing is zoomed out to fit)."""
+    metrics = {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": False}
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", metrics)
+
+
+def _overflow(driver: webdriver.Chrome) -> tuple[int, int]:
+    width: list[int] = driver.execute_script("return [document.documentElement.scrollWidth, window.innerWidth]")
+    return width[0], width[1]
+
+
+def test_a_long_passage_or_query_never_widens_a_phone_sized_page(browser: webdriver.Chrome) -> None:
+    unbroken = "x" * 400  # no place to break a line
+    kb = knowledge()
+    kb.add_text(
+        f"The gateway port notes: {unbroken} and more on the gateway port.", "docs/" + "nested-dir/" * 12 + "a.md"
+    )
+    query = "gateway port " + "_".join(["gateway"] * 40)  # one unbroken word
+    answers = (
+        tool_call_chunks([("call_1", "retrieve", json.dumps({"query": query}))], [40], text="Checking. "),
+        tool_call_chunks([("call_2", "retrieve", '{"query": "licence"}')], [4]),
+        text_chunks("Port 7341 [1]. ", unbroken),
+    )
+    with native_site(*answers, kb=kb) as (site, _):
+        site.chat("Which port? " + query)
+        _narrow(browser, 390)
+        try:
+            hits = search(browser, site, query)
+            hits[0].find_element(By.CSS_SELECTOR, "button").click()  # the score's explanation too
+            wait(browser).until(lambda d: d.find_elements(By.CSS_SELECTOR, ".explain tbody tr"))
+            assert unbroken in hits[0].find_element(By.CSS_SELECTOR, "pre.text").get_attribute("textContent")
+            width, viewport = _overflow(browser)
+            assert viewport == 390 and width <= viewport
+
+            browser.get(site.url + "/trace")
+            injections = wait(browser).until(lambda d: len(d.find_elements(By.CSS_SELECTOR, ".inj")) == 2 or False)
+            assert injections
+            for summary in browser.find_elements(By.CSS_SELECTOR, "#records details > summary"):
+                summary.click()  # the blocks as injected and the whole answer, opened
+            assert unbroken in browser.find_element(By.ID, "records").text
+            width, viewport = _overflow(browser)
+            assert viewport == 390 and width <= viewport
+        finally:
+            browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})

@@ -7,7 +7,8 @@ endpoints under ``/clanker-rag/`` they read (``_api``), and the bounded
 in-memory record of the requests the proxy handled (``_trace``).
 
 May import: ``_sse``, ``_types``, ``_validate``, ``_stream._events`` (the
-events a trace records) and ``_serve._access`` (the browse-only server's checks).
+events a trace records), ``_serve._access`` and ``_serve._deadlines`` (the
+browse-only server's checks and connection limits).
 Must not import: the rest of ``_serve`` (the handler imports this), the CLI,
 the cluster or the integrations.
 """

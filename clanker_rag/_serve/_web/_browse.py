@@ -1,7 +1,9 @@
 """``clanker-rag serve`` without an upstream: the pages alone, for browsing a knowledge base.
 
 The same pages, endpoints and access checks as the proxy (Host, Origin, the
-bearer token); generation requests get a 503 saying there is no upstream.
+bearer token) and the same connection limits (``max_connections``, the header
+deadline: :class:`~clanker_rag._serve._deadlines.LimitedServer`); generation
+requests get a 503 saying there is no upstream.
 """
 
 from __future__ import annotations
@@ -11,10 +13,17 @@ import json
 import logging
 import socket
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from ..._validate import check_int
 from .._access import AccessPolicy
+from .._deadlines import (
+    DEFAULT_HEADER_SECONDS,
+    DEFAULT_MAX_CONNECTIONS,
+    DeadlineHandler,
+    LimitedServer,
+    check_header_seconds,
+)
 from ._api import WebApp, is_page, serves
 from ._trace import TraceLog
 
@@ -23,19 +32,26 @@ __all__ = ["BrowseServer"]
 logger = logging.getLogger("clanker_rag._serve._proxy")
 
 
-class BrowseServer(ThreadingHTTPServer):
+class BrowseServer(LimitedServer):
     """The web pages over ``retriever`` on ``address``; no proxying."""
 
-    daemon_threads = True
-    block_on_close = False
-
-    def __init__(self, address: tuple[str, int], retriever: object, token: str | None = None) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        retriever: object,
+        token: str | None = None,
+        *,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        header_timeout: float = DEFAULT_HEADER_SECONDS,
+    ) -> None:
+        check_int("max_connections", max_connections, 1)
+        check_header_seconds(header_timeout, _BrowseHandler.timeout)
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         self.access = AccessPolicy(str(address[0]), token)
         self.trace = TraceLog()
         self.web = WebApp(retriever, self.trace, browse_only=True)
-        super().__init__(address, _BrowseHandler)
+        super().__init__(address, _BrowseHandler, max_connections=max_connections, header_timeout=header_timeout)
 
     def server_close(self) -> None:
         super().server_close()
@@ -48,7 +64,7 @@ class BrowseServer(ThreadingHTTPServer):
         return f"http://[{host_s}]:{port}" if ":" in host_s else f"http://{host_s}:{port}"
 
 
-class _BrowseHandler(BaseHTTPRequestHandler):
+class _BrowseHandler(DeadlineHandler):
     server: BrowseServer
     protocol_version = "HTTP/1.1"
     server_version = "clanker-rag"
