@@ -187,6 +187,7 @@ def ingest(
     show: bool | ProgressHook = sys.stderr.isatty() if progress is None else progress
     run.say = bool(show) and not callable(show)
     started = time.monotonic()
+    run.report.chunks_before = len(kb)
     interrupted = False
     try:
         with run.interrupts:
@@ -208,8 +209,11 @@ def ingest(
                 interrupted = True
                 raise
             finally:
-                run.report.seconds = time.monotonic() - started
-                _last_save(run, interrupted)
+                try:
+                    _last_save(run, interrupted)
+                finally:
+                    # The whole run, its last save included.
+                    run.report.seconds = time.monotonic() - started
     finally:
         run.report.chunks_total = len(kb)
     return run.report
@@ -612,6 +616,9 @@ class _Run:
         }
         # (The change is recorded inside: a Ctrl-C held off meanwhile is raised as the block ends.)
         with self._changing():
+            # An add replaces the source's old chunks: what the sizes before and
+            # after show beyond the new ones is what it dropped.
+            before = len(self.kb)
             if self.plain is not None:
                 n = self.plain.add_prepared(
                     doc.text, source, metadata, doc.sections, content=doc.sha256, counted=counted
@@ -619,6 +626,9 @@ class _Run:
             else:
                 n = self.kb.add_text(doc.text, source, metadata, sections=doc.sections)
             self.report.chunks_added += n
+            replaced = before + n - len(self.kb)
+            self.report.chunks_replaced += replaced
+            self.report.chunks_removed += replaced
             (self.report.updated if plan.existed else self.report.added).append(source)
             self.dirty += 1
         return True
