@@ -653,7 +653,9 @@ class ShardedKnowledgeBase:
                     for i in range(n)
                 }
                 results = self._change(changes)
-            reports.append(merge_reports([results[i] for i in range(n)]))
+            merged = merge_reports([results[i] for i in range(n)])
+            merged.selected = results[0].selected  # every shard walks the whole root
+            reports.append(merged)
         report = merge_reports(reports)
         report.roots = [r for rep in reports for r in rep.roots]
         report.workers = self.n_shards

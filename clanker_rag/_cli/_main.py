@@ -645,7 +645,17 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     with KnowledgeBase.edit(path) as kb:
         report = kb.ingest(args.paths, index_path=path, **options)
     _print_ingest(args, report, path)
-    return 0
+    return 0 if report.selected else _nothing_selected(args)
+
+
+def _nothing_selected(args: argparse.Namespace) -> int:
+    """No file of the paths was selected: say so (a typo in a glob or a path is the usual cause); exit 1, as ``rm``
+    does when a name matches nothing."""
+    globs = [f"--include {g!r}" for g in args.include] + [f"--ext {e!r}" for e in args.ext or ()]
+    by = f" ({', '.join(globs)})" if globs else " (the extension allow-list; see --include, --ext)"
+    paths = ", ".join(one_line(str(p)) for p in args.paths)
+    print(f"{PROG}: warning: no files matched in {paths}{by}", file=sys.stderr)
+    return 1
 
 
 def _print_ingest(args: argparse.Namespace, report: IngestReport, path: Path) -> None:

@@ -327,6 +327,7 @@ def merge_reports(reports: Sequence[IngestReport]) -> IngestReport:
         out.chunks_removed += r.chunks_removed
         out.chunks_replaced += r.chunks_replaced
         out.chunks_total += r.chunks_total
+        out.selected += r.selected
         out.bytes_read += r.bytes_read
         out.seconds = max(out.seconds, r.seconds)
     for names in (out.added, out.updated, out.unchanged, out.removed):

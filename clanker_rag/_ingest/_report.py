@@ -28,6 +28,7 @@ class IngestReport:
     unchanged: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
+    selected: int = 0  # files the walk selected (before reading): 0 when the paths and globs match no file
     chunks_added: int = 0
     chunks_removed: int = 0
     chunks_replaced: int = 0  # of chunks_removed: the old chunks of updated files
@@ -72,6 +73,7 @@ class IngestReport:
             "unchanged": list(self.unchanged),
             "removed": list(self.removed),
             "skipped": [[path, reason] for path, reason in self.skipped],
+            "selected": self.selected,
             "chunks_added": self.chunks_added,
             "chunks_removed": self.chunks_removed,
             "chunks_replaced": self.chunks_replaced,

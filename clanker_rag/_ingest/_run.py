@@ -32,6 +32,7 @@ fingerprint (which a re-run would call unchanged).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
@@ -476,7 +477,8 @@ class _Run:
         # failed only for the moment (unreadable, vanished, changed meanwhile).
         keep: set[str] = set()
         keep_folders: list[str] = []  # folders that could not be listed this time
-        entries = discover(root, self.options) if is_dir else iter([single_file(root, self.options)])
+        walk = dataclasses.replace(self.options, source_prefix=self.prefix)
+        entries = discover(root, walk) if is_dir else iter([single_file(root, walk)])
         for item in entries:
             if isinstance(item, Skipped):
                 self.skip(
@@ -488,6 +490,7 @@ class _Run:
                         keep_folders.append("" if item.rel == "./" else self.prefix + item.rel)
             else:
                 candidates.append(item)
+        self.report.selected += len(candidates)
         hook = show_progress if callable(show_progress) else None
         bar = Progress(len(candidates), sys.stderr if show_progress and hook is None else None, hook)
         self.root_id = root_id

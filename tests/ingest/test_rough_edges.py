@@ -67,3 +67,30 @@ def test_seconds_include_the_last_save(tmp_path: Path, monkeypatch: pytest.Monke
     report = kb.ingest(tmp_path / "src", index_path=tmp_path / "kb")
     assert report.saves >= 1
     assert report.seconds >= 100.0
+
+
+def test_a_folder_is_skipped_as_a_virtualenv_only_when_it_is_one(tmp_path: Path) -> None:
+    # The stdlib's own venv package, and a project named virtualenv: source folders, not environments.
+    write(tmp_path, "Lib/venv/__init__.py", "def create():\n    return 1\n")
+    write(tmp_path, "src/virtualenv/__init__.py", "VERSION = 1\n")
+    for env in ("venv", ".venv", "envs/py", "conda"):
+        write(tmp_path, f"{env}/lib/site.py", "should not be indexed")
+    for env in ("venv", ".venv", "envs/py"):
+        write(tmp_path, f"{env}/pyvenv.cfg", "home = /usr/bin")
+    (tmp_path / "conda" / "conda-meta").mkdir()
+    kb = KnowledgeBase()
+    report = kb.ingest(tmp_path)
+    assert kb.sources() == ["Lib/venv/__init__.py", "src/virtualenv/__init__.py"]
+    reasons = dict(report.skipped)
+    assert reasons["venv/"].startswith("skipped folder")
+    assert reasons["envs/py/"] == "skipped folder (virtualenv)"
+    assert reasons["conda/"] == "skipped folder (virtualenv)"
+
+
+def test_a_build_folder_that_is_a_python_package_is_walked(tmp_path: Path) -> None:
+    write(tmp_path, "src/build/__init__.py", "def build():\n    return 1\n")
+    write(tmp_path, "build/lib/out.py", "generated = True\n")
+    kb = KnowledgeBase()
+    report = kb.ingest(tmp_path)
+    assert kb.sources() == ["src/build/__init__.py"]
+    assert dict(report.skipped)["build/"] == "skipped folder (build)"

@@ -1,0 +1,111 @@
+"""Issue 45 item 9's CLI rough edges: one glob for --include and --filter, an ingest that selects nothing, the
+search command's imports."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from clanker_rag._cli._main import main
+from clanker_rag._kb import KnowledgeBase
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "home"
+    monkeypatch.setenv("CLANKER_RAG_HOME", str(path))
+    monkeypatch.delenv("CLANKER_RAG_BASE_URL", raising=False)
+    return path
+
+
+@pytest.fixture()
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "proj"
+    for rel, text in {
+        "docs/intro.rst": "An introduction to the widget.\n",
+        "docs/api/calls.rst": "Each call returns a widget handle.\n",
+        "notes.rst": "Loose notes about sprockets.\n",
+        "README.md": "The readme of the project.\n",
+    }.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text, encoding="utf-8")
+    return root
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_include_crosses_folders_as_the_filter_does(
+    tmp_path: Path, project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    whole = tmp_path / "whole"
+    assert run(capsys, "ingest", str(project), "--index", str(whole), "--no-progress")[0] == 0
+    code, out, _ = run(capsys, "sources", "docs/*.rst", "--index", str(whole))
+    assert code == 0
+    listed = out.split()
+    assert listed == ["docs/api/calls.rst", "docs/intro.rst"]
+
+    some = tmp_path / "some"
+    code, _, _ = run(capsys, "ingest", str(project), "--index", str(some), "--include", "docs/*.rst", "--no-progress")
+    assert code == 0
+    assert KnowledgeBase.load(some).sources() == listed
+
+
+def test_include_matches_source_names_of_several_roots(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for root in ("one", "two"):
+        (tmp_path / root / "docs").mkdir(parents=True)
+        (tmp_path / root / "docs" / "a.rst").write_text(f"text of {root}\n", encoding="utf-8")
+    index = tmp_path / "idx"
+    code, _, _ = run(
+        capsys,
+        "ingest",
+        str(tmp_path / "one"),
+        str(tmp_path / "two"),
+        "--index",
+        str(index),
+        "--include",
+        "two/docs/*.rst",
+        "--no-progress",
+    )
+    assert code == 0
+    assert KnowledgeBase.load(index).sources() == ["two/docs/a.rst"]
+
+
+def test_a_plain_file_name_still_includes_it_at_any_depth(tmp_path: Path, project: Path) -> None:
+    (project / "sub").mkdir()
+    (project / "sub" / "README.md").write_text("another readme\n", encoding="utf-8")
+    kb = KnowledgeBase()
+    kb.ingest(project, include=["README.md"])
+    assert kb.sources() == ["README.md", "sub/README.md"]
+
+
+def test_an_ingest_that_selects_nothing_warns_and_exits_1(
+    tmp_path: Path, project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    index = tmp_path / "idx"
+    code, out, err = run(capsys, "ingest", str(project), "--index", str(index), "--include", "doc/*.rst", "--json")
+    assert code == 1
+    assert json.loads(out)["selected"] == 0
+    assert "no files matched" in err and "'doc/*.rst'" in err
+    # Something selected: no warning, exit 0.
+    code, out, err = run(capsys, "ingest", str(project), "--index", str(index), "--include", "*.md", "--json")
+    assert code == 0
+    assert json.loads(out)["selected"] == 1
+    assert "no files matched" not in err
+
+
+def test_the_ingest_summary_counts_with_plurals(
+    tmp_path: Path, project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(
+        capsys, "ingest", str(project), "--index", str(tmp_path / "i"), "--include", "README.md", "--no-progress"
+    )
+    assert code == 0
+    assert "1 chunk added" in out
