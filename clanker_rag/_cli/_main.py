@@ -134,7 +134,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("ingest", "index files and folders (re-ingest updates and removes what changed)")
     p.add_argument("paths", nargs="+", metavar="PATH", help="files or folders to ingest")
-    p.add_argument("--include", action="append", default=[], metavar="GLOB", help="only files matching GLOB (repeat)")
+    p.add_argument(
+        "--include",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="only files matching GLOB, as --filter matches (repeat)",
+    )
     p.add_argument("--exclude", action="append", default=[], metavar="GLOB", help="skip files matching GLOB (repeat)")
     p.add_argument("--ext", action="append", metavar="EXT", help="replace the extension allow-list (repeat: --ext .md)")
     p.add_argument("--prefix", default="", help="put PREFIX before every source name")
