@@ -31,6 +31,8 @@ __all__ = [
     "Sources",
     "StrPath",
     "metadata_matches",
+    "glob_matches",
+    "has_wildcard",
     "source_matches",
 ]
 
@@ -161,12 +163,30 @@ class KnowledgeBaseLike(Sources, Retriever, Protocol):
         ...
 
 
+def glob_matches(name: str, pattern: str) -> bool:
+    """Whether the source name ``name`` matches the glob ``pattern``: the one glob of
+    ``search --filter``, ``sources GLOB`` and ``ingest --include``.
+
+    ``*``, ``?`` and ``[...]`` match across folders (``docs/*.rst`` selects
+    ``docs/a.rst`` and ``docs/api/b.rst``), and ``**/`` may also match no
+    folder (``**/*.py`` selects ``setup.py``).  Case counts.
+    """
+    if fnmatch.fnmatchcase(name, pattern):
+        return True
+    return "**/" in pattern and fnmatch.fnmatchcase(name, pattern.replace("**/", ""))
+
+
+def has_wildcard(pattern: str) -> bool:
+    """Whether ``pattern`` is a glob rather than a plain name or prefix."""
+    return any(c in pattern for c in "*?[")
+
+
 def source_matches(name: str, pattern: str | None) -> bool:
-    """The ``source=`` filter: a glob when ``pattern`` has a wildcard, else a prefix."""
+    """The ``source=`` filter: a glob (:func:`glob_matches`) when ``pattern`` has a wildcard, else a prefix."""
     if pattern is None:
         return True
-    if any(c in pattern for c in "*?["):
-        return fnmatch.fnmatchcase(name, pattern)
+    if has_wildcard(pattern):
+        return glob_matches(name, pattern)
     return name.startswith(pattern)
 
 

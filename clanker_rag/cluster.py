@@ -639,6 +639,7 @@ class ShardedKnowledgeBase:
             where = None if index_path is None else Path(index_path).absolute()
             probe_folder(self.client, where, roots, patience=self.timeout)
         started = time.monotonic()
+        before = len(self)
         reports: list[IngestReport] = []
         for root in roots:
             # As ingest() names sources of several roots: each after its folder.
@@ -652,10 +653,13 @@ class ShardedKnowledgeBase:
                     for i in range(n)
                 }
                 results = self._change(changes)
-            reports.append(merge_reports([results[i] for i in range(n)]))
+            merged = merge_reports([results[i] for i in range(n)])
+            merged.selected = results[0].selected  # every shard walks the whole root
+            reports.append(merged)
         report = merge_reports(reports)
         report.roots = [r for rep in reports for r in rep.roots]
         report.workers = self.n_shards
+        report.chunks_before = before
         report.chunks_total = len(self)
         if index_path is not None:
             self.save(index_path)

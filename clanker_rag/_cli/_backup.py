@@ -64,7 +64,7 @@ def copy_index(
     tell(f"checking every byte of {src} ...")
     kb = KnowledgeBase.load(src)
     kb.verify()  # every byte of the data file, not only what a load checks
-    tell(f"writing {len(kb)} chunks to {dest} ...")
+    tell(f"writing {counted(len(kb), 'chunk')} to {dest} ...")
     kb.save(dest, overwrite=True)
     # Read back what was written, the way a server will load it.
     tell(f"reading back {dest} ...")

@@ -1,7 +1,8 @@
 """The ``clanker-rag`` command.
 
 Only ``argparse``, ``os``, ``sys`` and the small ``_terminal`` are imported up front; each command
-imports what it needs when it runs, so ``clanker-rag --help`` stays instant.
+imports what it needs when it runs: ``--help`` costs the parser, a search the index engine, never the
+ingest, answer or server code (tests/cli/test_rough_edges.py checks the search path's imports).
 Errors are one line on stderr (``clanker-rag: error: ...``) and a non-zero
 exit code; ``--debug`` adds the traceback and debug logging.
 """
@@ -133,7 +134,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("ingest", "index files and folders (re-ingest updates and removes what changed)")
     p.add_argument("paths", nargs="+", metavar="PATH", help="files or folders to ingest")
-    p.add_argument("--include", action="append", default=[], metavar="GLOB", help="only files matching GLOB (repeat)")
+    p.add_argument(
+        "--include",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="only files matching GLOB, as --filter matches (repeat)",
+    )
     p.add_argument("--exclude", action="append", default=[], metavar="GLOB", help="skip files matching GLOB (repeat)")
     p.add_argument("--ext", action="append", metavar="EXT", help="replace the extension allow-list (repeat: --ext .md)")
     p.add_argument("--prefix", default="", help="put PREFIX before every source name")
@@ -645,7 +652,17 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     with KnowledgeBase.edit(path) as kb:
         report = kb.ingest(args.paths, index_path=path, **options)
     _print_ingest(args, report, path)
-    return 0
+    return 0 if report.selected else _nothing_selected(args)
+
+
+def _nothing_selected(args: argparse.Namespace) -> int:
+    """No file of the paths was selected: say so (a typo in a glob or a path is the usual cause); exit 1, as ``rm``
+    does when a name matches nothing."""
+    globs = [f"--include {g!r}" for g in args.include] + [f"--ext {e!r}" for e in args.ext or ()]
+    by = f" ({', '.join(globs)})" if globs else " (the extension allow-list; see --include, --ext)"
+    paths = ", ".join(one_line(str(p)) for p in args.paths)
+    print(f"{PROG}: warning: no files matched in {paths}{by}", file=sys.stderr)
+    return 1
 
 
 def _print_ingest(args: argparse.Namespace, report: IngestReport, path: Path) -> None:

@@ -40,7 +40,7 @@ class RecordsReport:
     def summary(self, chunks: int) -> str:
         return (
             f"{self.added} added, {self.updated} updated, {self.unchanged} unchanged, {self.removed} removed, "
-            f"{len(self.skipped)} skipped records; {chunks} chunks in the index"
+            f"{counted(len(self.skipped), 'skipped record')}; {counted(chunks, 'chunk')} in the index"
         )
 
 

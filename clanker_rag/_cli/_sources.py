@@ -6,12 +6,11 @@ Works on any object with the knowledge base's read methods (``sources``,
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import sys
 from typing import Any
 
-from .._types import KnowledgeBaseLike
+from .._types import KnowledgeBaseLike, glob_matches, has_wildcard
 from ._terminal import one_line
 
 __all__ = ["matching", "print_sources", "source_info"]
@@ -21,8 +20,8 @@ def matching(names: list[str], pattern: str | None) -> list[str]:
     """``names`` that ``pattern`` selects: a glob if it has a wildcard, else the name itself or a prefix of names."""
     if pattern is None:
         return list(names)
-    if any(c in pattern for c in "*?["):
-        return [n for n in names if fnmatch.fnmatchcase(n, pattern)]
+    if has_wildcard(pattern):
+        return [n for n in names if glob_matches(n, pattern)]
     return [n for n in names if n == pattern or n.startswith(pattern)]
 
 

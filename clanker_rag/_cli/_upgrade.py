@@ -18,6 +18,7 @@ import argparse
 from pathlib import Path
 
 from .._storage._upgrade import upgrade
+from ._terminal import counted
 
 __all__ = ["CLUSTER_MANIFEST", "cmd_upgrade"]
 
@@ -40,6 +41,6 @@ def cmd_upgrade(args: argparse.Namespace) -> int:
         else:
             print(
                 f"{target}: upgraded from index format {done.before} to {done.after} "
-                f"({done.sources} sources, {done.chunks} chunks)"
+                f"({counted(done.sources, 'source')}, {counted(done.chunks, 'chunk')})"
             )
     return 0

@@ -55,7 +55,7 @@ def watch_command(
         report = kb.ingest(args.paths, index_path=path, **options)
     print_report(args, report, path)
     shown = ", ".join(one_line(str(p)) for p in args.paths)
-    print(f"{PROG}: watching {shown} ({len(baseline)} files; Ctrl-C to stop)", file=sys.stderr, flush=True)
+    print(f"{PROG}: watching {shown} ({counted(len(baseline), 'file')}; Ctrl-C to stop)", file=sys.stderr, flush=True)
 
     tell = teller(args)
     with _stop_on_signals() as stopping:

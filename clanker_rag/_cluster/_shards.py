@@ -325,7 +325,9 @@ def merge_reports(reports: Sequence[IngestReport]) -> IngestReport:
         out.skipped += r.skipped
         out.chunks_added += r.chunks_added
         out.chunks_removed += r.chunks_removed
+        out.chunks_replaced += r.chunks_replaced
         out.chunks_total += r.chunks_total
+        out.selected += r.selected
         out.bytes_read += r.bytes_read
         out.seconds = max(out.seconds, r.seconds)
     for names in (out.added, out.updated, out.unchanged, out.removed):

@@ -32,6 +32,7 @@ import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+from .._types import glob_matches, source_matches
 from ._readers import BENEATH, DEFAULT_EXTENSIONS, DEFAULT_FILENAMES, FoundPath, format_for, open_beneath
 
 __all__ = [
@@ -43,8 +44,10 @@ __all__ = [
     "Skipped",
     "compile_glob",
     "discover",
+    "is_virtualenv",
     "resolved",
     "secret_name_reason",
+    "skipped_by_name",
 ]
 
 logger = logging.getLogger(__name__)
@@ -68,9 +71,7 @@ DEFAULT_SKIP_DIRS: frozenset[str] = frozenset(
         "node_modules",
         "bower_components",
         "__pycache__",
-        ".venv",
-        "venv",
-        "virtualenv",
+        ".venv",  # (not a package name: nothing else is called so; a venv elsewhere is found by its pyvenv.cfg)
         ".tox",
         ".nox",
         ".mypy_cache",
@@ -324,11 +325,12 @@ class DiscoveryOptions:
     secret_guard: bool = True
     follow_symlinks: bool = False
     skip_real: frozenset[str] = frozenset()
-    _include_re: list[tuple[str, re.Pattern[str], bool]] = field(default_factory=list)
+    # What the ingest puts before each file's path in its source name (several
+    # roots, ``prefix=``): ``include`` globs match the source name.
+    source_prefix: str = ""
     _exclude_re: list[tuple[str, re.Pattern[str], bool]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self._include_re = [(p, *compile_glob(p)) for p in self.include]
         self._exclude_re = [(p, *compile_glob(p)) for p in self.exclude]
 
     @staticmethod
@@ -343,6 +345,20 @@ def _matching(rel: str, is_dir: bool, patterns: list[tuple[str, re.Pattern[str],
         if regex.match(rel):
             return text
     return None
+
+
+def _included(rel: str, options: DiscoveryOptions) -> bool:
+    """Whether an ``include`` glob selects the file: the glob of ``search --filter`` and
+    ``sources GLOB`` (:func:`glob_matches`), on the file's source name or its path in
+    the root; a pattern without ``/`` also names a file at any depth (``Makefile``)."""
+    names = (options.source_prefix + rel, rel) if options.source_prefix else (rel,)
+    base = rel.rsplit("/", 1)[-1]
+    for pattern in options.include:
+        if any(source_matches(name, pattern) if "/" in pattern else glob_matches(name, pattern) for name in names):
+            return True
+        if "/" not in pattern and glob_matches(base, pattern):
+            return True
+    return False
 
 
 def _printable(name: str) -> str:
@@ -594,7 +610,7 @@ def _list(
 def _dir_skip_reason(
     name: str, real: str, rel: str, active: tuple[GitIgnore, ...], options: DiscoveryOptions
 ) -> str | None:
-    if name in options.skip_dirs or name.endswith(".egg-info"):
+    if skipped_by_name(name, real, options):
         return f"skipped folder ({name})"
     if options.secret_guard and _SECRET_PATH_RE.match(rel + "/x"):
         return "secret guard: credential folder"
@@ -604,9 +620,29 @@ def _dir_skip_reason(
         return "ignored by .gitignore"
     if options.skip_real and real in options.skip_real:
         return "skipped folder (the index itself)"
-    if os.path.exists(os.path.join(real, "pyvenv.cfg")):
+    if is_virtualenv(real):
         return "skipped folder (virtualenv)"
     return None
+
+
+# Output folder names that are also real package names (pypa's ``build``):
+# such a folder holding ``__init__.py`` is a source package and is walked.
+_PACKAGE_LIKE_NAMES = frozenset({"build", "dist"})
+
+
+def skipped_by_name(name: str, real: str, options: DiscoveryOptions) -> bool:
+    """Whether the folder ``name`` (at ``real``) is one the walk never enters for its name alone."""
+    if name.endswith(".egg-info"):
+        return True
+    if name not in options.skip_dirs:
+        return False
+    return not (name in _PACKAGE_LIKE_NAMES and os.path.isfile(os.path.join(real, "__init__.py")))
+
+
+def is_virtualenv(real: str) -> bool:
+    """Whether the folder is a Python environment: it holds ``pyvenv.cfg`` (venv, virtualenv, uv) or
+    ``conda-meta`` (conda).  Its name says nothing: the stdlib's own ``venv`` package is source."""
+    return os.path.isfile(os.path.join(real, "pyvenv.cfg")) or os.path.isdir(os.path.join(real, "conda-meta"))
 
 
 def _file_decision(
@@ -619,8 +655,8 @@ def _file_decision(
         return Skipped(rel, f"excluded by {pattern!r}")
     if active and _ignored(rel, False, active):
         return Skipped(rel, "ignored by .gitignore")
-    if options._include_re:
-        if _matching(rel, False, options._include_re) is None:
+    if options.include:
+        if not _included(rel, options):
             return Skipped(rel, "not matched by the include patterns")
         return Candidate(path, rel, format_for(name))
     ext = os.path.splitext(name)[1].lower()

@@ -39,15 +39,18 @@ class IngestOptions:
     """An ingest's settings (the keywords of ``KnowledgeBase.ingest``).
 
     ``include``, ``exclude``
-        gitignore-style globs on the relative path (``*.md``, ``docs/**``).
-        With ``include``, a file is selected only if it matches one (even if
-        its extension is not on the allow-list); ``exclude`` always wins.
+        Globs.  ``include`` globs are those of ``search --filter`` (``*``
+        crosses folders) on the source name or the path in the root; a file
+        is selected only if it matches one (even if its extension is not on
+        the allow-list).  ``exclude`` globs are gitignore-style, on the path
+        in the root (``*.md``, ``docs/**``), and always win.
     ``extensions``
         Replaces the default allow-list of extensions (``[".md", "py"]``).
     ``skip_dirs``
         Replaces the folder names that are never entered (``.git``,
         ``node_modules``, ``__pycache__``, ``dist``, ``build``...).
-        Virtualenvs (folders holding ``pyvenv.cfg``) are always skipped.
+        Virtual environments (folders holding ``pyvenv.cfg`` or ``conda-meta``)
+        are always skipped, whatever their name.
     ``gitignore``
         Honour ``.gitignore`` files in the tree and in the enclosing repository.
     ``secret_guard``

@@ -32,6 +32,7 @@ fingerprint (which a re-run would call unchanged).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
@@ -187,6 +188,7 @@ def ingest(
     show: bool | ProgressHook = sys.stderr.isatty() if progress is None else progress
     run.say = bool(show) and not callable(show)
     started = time.monotonic()
+    run.report.chunks_before = len(kb)
     interrupted = False
     try:
         with run.interrupts:
@@ -208,8 +210,11 @@ def ingest(
                 interrupted = True
                 raise
             finally:
-                run.report.seconds = time.monotonic() - started
-                _last_save(run, interrupted)
+                try:
+                    _last_save(run, interrupted)
+                finally:
+                    # The whole run, its last save included.
+                    run.report.seconds = time.monotonic() - started
     finally:
         run.report.chunks_total = len(kb)
     return run.report
@@ -472,7 +477,8 @@ class _Run:
         # failed only for the moment (unreadable, vanished, changed meanwhile).
         keep: set[str] = set()
         keep_folders: list[str] = []  # folders that could not be listed this time
-        entries = discover(root, self.options) if is_dir else iter([single_file(root, self.options)])
+        walk = dataclasses.replace(self.options, source_prefix=self.prefix)
+        entries = discover(root, walk) if is_dir else iter([single_file(root, walk)])
         for item in entries:
             if isinstance(item, Skipped):
                 self.skip(
@@ -484,6 +490,7 @@ class _Run:
                         keep_folders.append("" if item.rel == "./" else self.prefix + item.rel)
             else:
                 candidates.append(item)
+        self.report.selected += len(candidates)
         hook = show_progress if callable(show_progress) else None
         bar = Progress(len(candidates), sys.stderr if show_progress and hook is None else None, hook)
         self.root_id = root_id
@@ -612,6 +619,9 @@ class _Run:
         }
         # (The change is recorded inside: a Ctrl-C held off meanwhile is raised as the block ends.)
         with self._changing():
+            # An add replaces the source's old chunks: what the sizes before and
+            # after show beyond the new ones is what it dropped.
+            before = len(self.kb)
             if self.plain is not None:
                 n = self.plain.add_prepared(
                     doc.text, source, metadata, doc.sections, content=doc.sha256, counted=counted
@@ -619,6 +629,9 @@ class _Run:
             else:
                 n = self.kb.add_text(doc.text, source, metadata, sections=doc.sections)
             self.report.chunks_added += n
+            replaced = before + n - len(self.kb)
+            self.report.chunks_replaced += replaced
+            self.report.chunks_removed += replaced
             (self.report.updated if plan.existed else self.report.added).append(source)
             self.dirty += 1
         return True

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from ._discovery import Candidate, DiscoveryOptions, Skipped, discover, resolved, single_file
+from ._discovery import Candidate, DiscoveryOptions, Skipped, discover, resolved, single_file, skipped_by_name
 
 __all__ = ["FULL_SCAN_SECONDS", "FileStamp", "Scanner", "Snapshot", "scan_roots"]
 
@@ -135,7 +135,7 @@ def _folders(root: str, pruned: set[str], options: DiscoveryOptions) -> Iterable
         except OSError:
             continue
         for sub, name, sub_rel in subdirs:
-            if sub_rel in pruned or name in options.skip_dirs or name.endswith(".egg-info"):
+            if sub_rel in pruned or skipped_by_name(name, sub, options):
                 continue
             if options.skip_real and resolved(sub) in options.skip_real:
                 continue

@@ -127,7 +127,7 @@ def test_ingest_text_field_makes_each_jsonl_record_a_source_and_syncs_on_rerun(
     argv = ["ingest", "--index", str(index), str(records), "--text-field", "text", "--id-field", "id", "--no-progress"]
     assert main(argv) == 0
     out, err = capsys.readouterr()
-    assert out.startswith("3 added, 0 updated, 0 unchanged, 0 removed, 1 skipped records")
+    assert out.startswith("3 added, 0 updated, 0 unchanged, 0 removed, 1 skipped record; 3 chunks in the index")
     assert "skipped: 1 record (-v lists them)" in err
     kb = KnowledgeBase.load(index)
     assert kb.sources() == ["notes.jsonl#k1", "notes.jsonl#s1", "notes.jsonl#t1"]

@@ -342,6 +342,8 @@ def test_ingest_has_one_machine_semantics(tmp_path):
     assert (s3.updated, s3.removed) == (r3.updated, r3.removed) == (["docs/page3.md"], ["docs/page5.md"])
     assert sorted(s3.unchanged) == sorted(r3.unchanged)
     assert s3.chunks_removed == r3.chunks_removed
+    assert (s3.chunks_replaced, s3.chunks_before, s3.selected) == (r3.chunks_replaced, r3.chunks_before, r3.selected)
+    assert s3.chunks_total == s3.chunks_before + s3.chunks_added - s3.chunks_removed
     check_same(one, sharded, "controller proxy", 10)
     assert one.sources() == sharded.sources()
 
