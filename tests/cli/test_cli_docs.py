@@ -8,6 +8,7 @@ a home folder, a port) is masked on both sides before comparing.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -48,7 +49,7 @@ def argv(command: str) -> list[str]:
 
 
 def test_every_sample_output_is_checked_here():
-    checked = {"search", "eval", "list", "serve", "optimize"}
+    checked = {"search", "eval", "list", "serve", "optimize", "ingest"}
     shown = {argv(command)[0] for command in samples()}
     assert shown <= checked, f"docs/cli.md shows output of {shown - checked}: check it in this file"
 
@@ -61,6 +62,18 @@ def test_search_sample_is_what_search_prints(capsys, monkeypatch):
     # Compared whole, score included: the score moves with any edit of docs/ (the shipped index is the
     # docs), so an edit that moves it must update this sample too, when it rebuilds data/kb.
     assert actual == expected, "docs/cli.md's search sample should read:\n" + "\n".join(actual)
+
+
+def test_ingest_sample_is_what_ingest_prints(capsys, monkeypatch, tmp_path):
+    # The records sample: a JSON-lines file of that many one-chunk records, ingested into a new index.
+    (command, expected), *_ = [(c, lines) for c, lines in samples().items() if argv(c)[0] == "ingest"]
+    count = int(expected[0].split()[0])
+    monkeypatch.chdir(tmp_path)
+    with open(tmp_path / "corpus.jsonl", "w", encoding="utf-8") as f:
+        for i in range(count):
+            f.write(json.dumps({"_id": f"r{i}", "text": f"record number {i} of the sample"}) + "\n")
+    assert main(argv(command)) == 0
+    assert capsys.readouterr().out.splitlines() == expected
 
 
 @pytest.mark.slow
