@@ -494,6 +494,8 @@ class RagController:
         Retrieve for the user's question (``question=`` or the last ``?``
         sentence of the prompt) and for question sentences the model writes
         (inside ``<think>`` only with ``Triggers(think_questions=True)``).
+        ``None`` (the default) takes the dialects' default: on for
+        ``hermes``, ``llama3`` and ``mistral``, off for the others.
     ``triggers``
         :class:`~clanker_rag.Triggers`: FLARE (retrieve on a low-confidence
         sentence), ``min_score``, what a tool call searches for and a query
@@ -527,7 +529,7 @@ class RagController:
         *,
         k: int = 3,
         tools: bool = True,
-        questions: bool = False,
+        questions: bool | None = None,
         handlers: Mapping[str, Callable[[str], str]] | None = None,
         stop: Sequence[str] = (),
         show_blocks: bool = True,
@@ -554,13 +556,15 @@ class RagController:
         self.retriever = retriever
         self.k = check_int("k", k, 1)
         self.tools = check_bool("tools", tools)
-        self.questions = check_bool("questions", questions)
+        dialects = dialects_of(dialect)
+        # None: the dialects say (on for the tool-calling families, whose small models call too rarely).
+        self.questions = any(d.questions for d in dialects) if questions is None else check_bool("questions", questions)
         self.show_blocks = check_bool("show_blocks", show_blocks)
         self.triggers = triggers
         self.limits = limits
         self.layout = layout
         self.hooks = hooks
-        self.dialects: tuple[Dialect, ...] = dialects_of(dialect)
+        self.dialects: tuple[Dialect, ...] = dialects
         self.blocks = BlockBuilder(layout.block_chars, layout.guard)
         self.handlers: dict[str, Callable[[str], str]] = {name.lower(): fn for name, fn in (handlers or {}).items()}
         names = set(self.handlers)

@@ -91,6 +91,14 @@ class Dialect:
     ``turn_frame``
         The answer comes in a turn of its own (a tool or user turn): a call
         made inside ``<think>`` gets ``</think>`` before it.
+    ``questions``
+        The question-boundary trigger's default with this dialect (a
+        controller's ``questions=None``).  On for the general tool-calling
+        families: their small models call a tool too rarely, and a block for
+        the question is what they answer from.  Off for the families trained
+        to search (they call on their own; a block before their first step
+        pre-empts the loop they learned) and for the package's own tag, which
+        a model reads from its prompt (``ask`` and ``serve`` turn it on).
     """
 
     name: str
@@ -104,6 +112,7 @@ class Dialect:
     stops: tuple[str, ...] = ()
     markers: tuple[str, ...] = ()
     turn_frame: bool = False
+    questions: bool = False
 
     def __post_init__(self) -> None:
         if not self.name or not self.opens or any(not o for o in self.opens):
@@ -169,6 +178,7 @@ HERMES = Dialect(
     stops=("</tool_call>",),
     markers=("<tool_response>", "</tool_response>", "<|im_start|>", "<|im_end|>"),
     turn_frame=True,
+    questions=True,
 )
 LLAMA3 = Dialect(
     "llama3",
@@ -183,6 +193,7 @@ LLAMA3 = Dialect(
     stops=("<|eom_id|>",),
     markers=("<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<|eom_id|>"),
     turn_frame=True,
+    questions=True,
 )
 MISTRAL = Dialect(
     "mistral",
@@ -194,6 +205,7 @@ MISTRAL = Dialect(
     result_close="[/TOOL_RESULTS]",
     markers=("[TOOL_RESULTS]", "[/TOOL_RESULTS]", "[ARGS]", "[CALL_ID]", "</s>"),
     turn_frame=True,
+    questions=True,
 )
 
 DIALECTS: dict[str, Dialect] = {d.name: d for d in (CLANKER, SEARCH_R1, RESEARCH, R1_SEARCHER, HERMES, LLAMA3, MISTRAL)}

@@ -471,3 +471,28 @@ def test_a_runaway_call_is_released_as_text() -> None:
     text = "<search>" + "word " * 100 + "and no end"
     shown, calls = scan(("search-r1",), list(text))
     assert not calls and shown == text
+
+
+@pytest.mark.parametrize(
+    ("dialect", "on"),
+    [
+        ("clanker", False),
+        ("search-r1", False),
+        ("research", False),
+        ("r1-searcher", False),
+        ("hermes", True),
+        ("llama3", True),
+        ("mistral", True),
+        (("clanker", "hermes"), True),
+    ],
+)
+def test_the_question_trigger_defaults_per_dialect(kb: KnowledgeBase, dialect: str | tuple[str, str], on: bool) -> None:
+    # The tool-calling families' small models call too rarely: their block for the question comes first.
+    prompt = "Q: Which port does the clanker server use?\nA:"
+    for questions, expect in ((None, on), (True, True), (False, False)):
+        backend = Scripted(["It is 7341."])
+        ctl = RagController(kb, dialect=dialect, questions=questions, k=1)
+        events = list(ctl.events(backend, prompt))
+        blocks = [ev for ev in events if isinstance(ev, InjectEvent)]
+        assert [b.kind for b in blocks] == (["question"] if expect else []), (questions, blocks)
+        assert (PASSAGE in backend.prompts[0]) is expect
