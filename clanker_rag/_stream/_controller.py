@@ -45,7 +45,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .._exceptions import RetrievalTimeoutError
@@ -61,7 +61,7 @@ from ._blocks import (
     norm_query,
     squash_ws,
 )
-from ._dialects import DIALECTS, Dialect, DialectSpec, dialects_of
+from ._dialects import DIALECTS, Dialect, DialectSpec, dialects_of, json_result
 from ._events import InjectEvent, RetrieveEvent, StreamEvent, TextEvent
 from ._generate import AsyncGenerateFn, GenerateFn, Piece, piece_parts
 from ._scanner import ToolCall, make_scanner
@@ -353,11 +353,13 @@ class _ControllerTurn:
             dialect = DIALECTS.get(call.dialect) or ctl.dialects[0]
             if not any(call.raw.endswith(closer) for closer in dialect.closes):
                 # The server stopped on the closer (and dropped it), or never streams it.
-                self._append(dialect.close_with)
+                self._append(dialect.closer_for(call.raw))
             if dialect.turn_frame and self.in_think():
                 # The answer comes in a turn of its own: the thinking section ends first.
                 self._append("</think>\n\n")
-            frame = dialect.frame
+            r_open, r_close, as_json = dialect.result_frame(call.raw)
+            # A JSON result's body is built bare and wrapped once it is complete.
+            frame = ("", "") if as_json else (r_open, r_close)
             if call.name != "retrieve":
                 body = self._run_handler(call)
                 block = ctl.blocks.build("result", note=body, frame=frame)
@@ -381,6 +383,8 @@ class _ControllerTurn:
                 block = ctl.blocks.build("result", note=note, frame=frame)
             else:
                 block = ctl.blocks.build("result", fresh, frame=frame)
+            if as_json:
+                block = replace(block, text=r_open + json_result(block.text, call.raw, trig.query) + r_close)
             self._commit(fresh, hits is not None)
             self._append(block.text + ctl.layout.after_block)
             events.append(InjectEvent.of(block, trig.kind, trig.query))
