@@ -45,7 +45,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .._exceptions import RetrievalTimeoutError
@@ -61,7 +61,7 @@ from ._blocks import (
     norm_query,
     squash_ws,
 )
-from ._dialects import DIALECTS, Dialect, DialectSpec, dialects_of
+from ._dialects import DIALECTS, Dialect, DialectSpec, dialects_of, json_result
 from ._events import InjectEvent, RetrieveEvent, StreamEvent, TextEvent
 from ._generate import AsyncGenerateFn, GenerateFn, Piece, piece_parts
 from ._scanner import ToolCall, make_scanner
@@ -353,11 +353,13 @@ class _ControllerTurn:
             dialect = DIALECTS.get(call.dialect) or ctl.dialects[0]
             if not any(call.raw.endswith(closer) for closer in dialect.closes):
                 # The server stopped on the closer (and dropped it), or never streams it.
-                self._append(dialect.close_with)
+                self._append(dialect.closer_for(call.raw))
             if dialect.turn_frame and self.in_think():
                 # The answer comes in a turn of its own: the thinking section ends first.
                 self._append("</think>\n\n")
-            frame = dialect.frame
+            r_open, r_close, as_json = dialect.result_frame(call.raw)
+            # A JSON result's body is built bare and wrapped once it is complete.
+            frame = ("", "") if as_json else (r_open, r_close)
             if call.name != "retrieve":
                 body = self._run_handler(call)
                 block = ctl.blocks.build("result", note=body, frame=frame)
@@ -381,6 +383,8 @@ class _ControllerTurn:
                 block = ctl.blocks.build("result", note=note, frame=frame)
             else:
                 block = ctl.blocks.build("result", fresh, frame=frame)
+            if as_json:
+                block = replace(block, text=r_open + json_result(block.text, call.raw, trig.query) + r_close)
             self._commit(fresh, hits is not None)
             self._append(block.text + ctl.layout.after_block)
             events.append(InjectEvent.of(block, trig.kind, trig.query))
@@ -494,6 +498,8 @@ class RagController:
         Retrieve for the user's question (``question=`` or the last ``?``
         sentence of the prompt) and for question sentences the model writes
         (inside ``<think>`` only with ``Triggers(think_questions=True)``).
+        ``None`` (the default) takes the dialects' default: on for
+        ``hermes``, ``llama3`` and ``mistral``, off for the others.
     ``triggers``
         :class:`~clanker_rag.Triggers`: FLARE (retrieve on a low-confidence
         sentence), ``min_score``, what a tool call searches for and a query
@@ -527,7 +533,7 @@ class RagController:
         *,
         k: int = 3,
         tools: bool = True,
-        questions: bool = False,
+        questions: bool | None = None,
         handlers: Mapping[str, Callable[[str], str]] | None = None,
         stop: Sequence[str] = (),
         show_blocks: bool = True,
@@ -554,13 +560,15 @@ class RagController:
         self.retriever = retriever
         self.k = check_int("k", k, 1)
         self.tools = check_bool("tools", tools)
-        self.questions = check_bool("questions", questions)
+        dialects = dialects_of(dialect)
+        # None: the dialects say (on for the tool-calling families, whose small models call too rarely).
+        self.questions = any(d.questions for d in dialects) if questions is None else check_bool("questions", questions)
         self.show_blocks = check_bool("show_blocks", show_blocks)
         self.triggers = triggers
         self.limits = limits
         self.layout = layout
         self.hooks = hooks
-        self.dialects: tuple[Dialect, ...] = dialects_of(dialect)
+        self.dialects: tuple[Dialect, ...] = dialects
         self.blocks = BlockBuilder(layout.block_chars, layout.guard)
         self.handlers: dict[str, Callable[[str], str]] = {name.lower(): fn for name, fn in (handlers or {}).items()}
         names = set(self.handlers)

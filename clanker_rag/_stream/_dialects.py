@@ -37,6 +37,7 @@ a chat template speaks.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -51,6 +52,7 @@ __all__ = [
     "detect_dialect",
     "dialect_markers",
     "dialects_of",
+    "json_result",
     "parse_call",
 ]
 
@@ -91,6 +93,25 @@ class Dialect:
     ``turn_frame``
         The answer comes in a turn of its own (a tool or user turn): a call
         made inside ``<think>`` gets ``</think>`` before it.
+    ``close_after``
+        ``(opener, closer)`` pairs: a call opened with ``opener`` gets that
+        closer instead of ``close_with`` (Llama 3.1 ends a
+        ``<|python_tag|>`` call with ``<|eom_id|>``, a bare JSON call with
+        ``<|eot_id|>``).
+    ``json_result``
+        A call written as a JSON list (Mistral v3's ``[TOOL_CALLS] [...]``)
+        is answered with the block's body inside a JSON object
+        ``{"content": ..., "call_id": ...}``, as Mistral's v3 tokenizer
+        writes a tool result; the ``id`` of the call, or a 9-character id
+        made from the query.
+    ``questions``
+        The question-boundary trigger's default with this dialect (a
+        controller's ``questions=None``).  On for the general tool-calling
+        families: their small models call a tool too rarely, and a block for
+        the question is what they answer from.  Off for the families trained
+        to search (they call on their own; a block before their first step
+        pre-empts the loop they learned) and for the package's own tag, which
+        a model reads from its prompt (``ask`` and ``serve`` turn it on).
     """
 
     name: str
@@ -104,6 +125,9 @@ class Dialect:
     stops: tuple[str, ...] = ()
     markers: tuple[str, ...] = ()
     turn_frame: bool = False
+    close_after: tuple[tuple[str, str], ...] = ()
+    json_result: bool = False
+    questions: bool = False
 
     def __post_init__(self) -> None:
         if not self.name or not self.opens or any(not o for o in self.opens):
@@ -116,6 +140,23 @@ class Dialect:
     @property
     def frame(self) -> tuple[str, str]:
         return self.result_open, self.result_close
+
+    def closer_for(self, raw: str) -> str:
+        """What the context gets after the call ``raw`` when the stream did not close it."""
+        for opener, closer in self.close_after:
+            if raw.startswith(opener):
+                return closer
+        return self.close_with
+
+    def result_frame(self, raw: str) -> tuple[str, str, bool]:
+        """The answer frame for the call ``raw``, and whether its body goes in a JSON result object."""
+        body = raw
+        for opener in self.opens:
+            if body.startswith(opener):
+                body = body[len(opener) :]
+                break
+        as_json = self.json_result and body.lstrip().startswith("[")
+        return self.result_open + (" " if as_json else ""), self.result_close, as_json
 
 
 CLANKER = Dialect(
@@ -169,6 +210,7 @@ HERMES = Dialect(
     stops=("</tool_call>",),
     markers=("<tool_response>", "</tool_response>", "<|im_start|>", "<|im_end|>"),
     turn_frame=True,
+    questions=True,
 )
 LLAMA3 = Dialect(
     "llama3",
@@ -178,11 +220,14 @@ LLAMA3 = Dialect(
     # Llama 3.1's template ends a JSON tool call with <|eot_id|>; the tool's
     # answer is an "ipython" turn, then the assistant speaks again.
     close_with="<|eot_id|>",
+    # A call after <|python_tag|> (the "Environment: ipython" form) ends with <|eom_id|>.
+    close_after=(("<|python_tag|>", "<|eom_id|>"),),
     result_open="<|start_header_id|>ipython<|end_header_id|>\n\n",
     result_close="<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n",
     stops=("<|eom_id|>",),
     markers=("<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<|eom_id|>"),
     turn_frame=True,
+    questions=True,
 )
 MISTRAL = Dialect(
     "mistral",
@@ -190,10 +235,14 @@ MISTRAL = Dialect(
     payload="json",
     json_end=True,
     close_with="</s>",
+    # v3 (a JSON list of calls) reads "[TOOL_RESULTS] {"content": ..., "call_id": ...}[/TOOL_RESULTS]";
+    # tekken (name[ARGS]{...}) reads the content alone between the tags.
     result_open="[TOOL_RESULTS]",
     result_close="[/TOOL_RESULTS]",
+    json_result=True,
     markers=("[TOOL_RESULTS]", "[/TOOL_RESULTS]", "[ARGS]", "[CALL_ID]", "</s>"),
     turn_frame=True,
+    questions=True,
 )
 
 DIALECTS: dict[str, Dialect] = {d.name: d for d in (CLANKER, SEARCH_R1, RESEARCH, R1_SEARCHER, HERMES, LLAMA3, MISTRAL)}
@@ -314,6 +363,29 @@ def parse_call(dialect: Dialect, payload: str) -> tuple[str, str] | None:
         except ValueError:
             return (name, encoded.strip())
     return (name, _query_of(args))
+
+
+def json_result(body: str, raw: str, query: str) -> str:
+    """``{"content": body, "call_id": ...}`` for the JSON call ``raw``: its ``id``, or one made from ``query``.
+
+    Mistral's v3 templates require a call id of 9 letters and digits.
+    """
+    call_id = ""
+    # The list of calls starts at the first "[" that opens JSON (an opener like "[TOOL_CALLS]" does not).
+    decoder = json.JSONDecoder()
+    start = raw.find("[")
+    while start >= 0:
+        try:
+            calls, _ = decoder.raw_decode(raw, start)
+        except ValueError:
+            start = raw.find("[", start + 1)
+            continue
+        if isinstance(calls, list) and calls and isinstance(calls[0], dict) and isinstance(calls[0].get("id"), str):
+            call_id = calls[0]["id"]
+        break
+    if not call_id:
+        call_id = hashlib.sha1(query.encode()).hexdigest()[:9]
+    return json.dumps({"content": body, "call_id": call_id}, ensure_ascii=False)
 
 
 def _query_of(args: object) -> str:

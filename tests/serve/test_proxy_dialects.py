@@ -85,7 +85,7 @@ def test_completions_resume_with_the_dialects_block_at_every_split(proxy: Any, c
             text = "".join(chunk.choices[0].text for chunk in stream if chunk.choices)
             first, resumed = (r["body"] for r in up.requests[start : start + 2])
             # Byte-identical prefix, then the block in the family's result format.
-            expected = prompt + case.before + streamed_call(case) + case.closer + case.head + BODY + case.tail
+            expected = prompt + case.before + streamed_call(case) + case.closer + case.head + case.body + case.tail
             assert resumed["prompt"] == expected, cut
             if case.stop:
                 assert case.stop in first["stop"]
@@ -106,7 +106,7 @@ def test_chat_resumes_with_the_block_in_the_assistant_message(proxy: Any, case: 
     assert resumed[:-1] == [{"role": "user", "content": "What port?"}]
     assert resumed[-1] == {
         "role": "assistant",
-        "content": case.before + streamed_call(case) + case.closer + case.head + BODY + case.tail,
+        "content": case.before + streamed_call(case) + case.closer + case.head + case.body + case.tail,
     }
     assert text == case.before + AFTER
     assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["stop"]

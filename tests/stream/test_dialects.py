@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -40,6 +41,7 @@ class Case:
     closer: str  # what the resumed prompt has after the call as streamed
     head: str  # the result frame
     tail: str
+    body: str = BODY  # what the frame holds
 
 
 CASES = [
@@ -111,15 +113,30 @@ CASES = [
         "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n",
     ),
     Case(
-        # Mistral v3 template: [TOOL_CALLS][{...}]</s> then [TOOL_RESULTS]...[/TOOL_RESULTS].
-        "mistral",
-        "mistral-common v3 tokenizer",
+        # Llama 3.1 prompt format ("Environment: ipython"): <|python_tag|>{json}<|eom_id|>, the server
+        # stopping on <|eom_id|>; the result is the same ipython turn.
+        "llama3",
+        "Llama 3.1 model card prompt format, python_tag call",
         "",
-        '[TOOL_CALLS][{"name": "retrieve", "arguments": {"query": "clanker server port"}}]',
+        '<|python_tag|>{"name": "retrieve", "parameters": {"query": "clanker server port"}}<|eom_id|>',
+        "<|eom_id|>",
+        "<|eom_id|>",
+        "<|start_header_id|>ipython<|end_header_id|>\n\n",
+        "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n",
+    ),
+    Case(
+        # Mistral v3 template: [TOOL_CALLS] [{..., "id": "<9 chars>"}]</s>, then the tool message as
+        # [TOOL_RESULTS] {"content": ..., "call_id": "<the call's id>"}[/TOOL_RESULTS].
+        "mistral",
+        "Mistral-7B-Instruct-v0.3 tokenizer_config chat_template",
+        "",
+        '[TOOL_CALLS] [{"name": "retrieve", "arguments": {"query": "clanker server port"}, "id": "a1B2c3D4e"}]',
         None,
         "</s>",
-        "[TOOL_RESULTS]",
+        "[TOOL_RESULTS] ",
         "[/TOOL_RESULTS]",
+        '{"content": "[1] docs/server.md:1-1\\nThe clanker server listens on port 7341 by default.\\n", '
+        '"call_id": "a1B2c3D4e"}',
     ),
     Case(
         # Mistral tekken (v11+): [TOOL_CALLS]name[ARGS]{json}.
@@ -194,7 +211,7 @@ class AsyncScripted(Scripted):
 
 def expected_resume(case: Case) -> str:
     streamed = case.call[: case.call.index(case.stop)] if case.stop else case.call
-    return PROMPT + case.before + streamed + case.closer + case.head + BODY + case.tail
+    return PROMPT + case.before + streamed + case.closer + case.head + case.body + case.tail
 
 
 def run_sync(kb: KnowledgeBase, case: Case, pieces: list[str]) -> tuple[Scripted, list[object]]:
@@ -224,7 +241,7 @@ def test_a_call_streamed_one_character_at_a_time(kb: KnowledgeBase, case: Case) 
     backend, events = run_sync(kb, case, list(script))
     assert backend.prompts[1] == expected_resume(case)
     [block] = [ev for ev in events if isinstance(ev, InjectEvent)]
-    assert block.block == case.head + BODY + case.tail
+    assert block.block == case.head + case.body + case.tail
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
@@ -239,7 +256,7 @@ def test_the_async_driver_resumes_with_the_same_bytes(kb: KnowledgeBase, case: C
 
         shown = asyncio.run(collect())
         assert backend.prompts[1] == expected_resume(case), cut
-        assert shown == case.before + case.head + BODY + case.tail + AFTER
+        assert shown == case.before + case.head + case.body + case.tail + AFTER
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.stop], ids=[i for i, c in zip(IDS, CASES) if c.stop])
@@ -471,3 +488,41 @@ def test_a_runaway_call_is_released_as_text() -> None:
     text = "<search>" + "word " * 100 + "and no end"
     shown, calls = scan(("search-r1",), list(text))
     assert not calls and shown == text
+
+
+@pytest.mark.parametrize(
+    ("dialect", "on"),
+    [
+        ("clanker", False),
+        ("search-r1", False),
+        ("research", False),
+        ("r1-searcher", False),
+        ("hermes", True),
+        ("llama3", True),
+        ("mistral", True),
+        (("clanker", "hermes"), True),
+    ],
+)
+def test_the_question_trigger_defaults_per_dialect(kb: KnowledgeBase, dialect: str | tuple[str, str], on: bool) -> None:
+    # The tool-calling families' small models call too rarely: their block for the question comes first.
+    prompt = "Q: Which port does the clanker server use?\nA:"
+    for questions, expect in ((None, on), (True, True), (False, False)):
+        backend = Scripted(["It is 7341."])
+        ctl = RagController(kb, dialect=dialect, questions=questions, k=1)
+        events = list(ctl.events(backend, prompt))
+        blocks = [ev for ev in events if isinstance(ev, InjectEvent)]
+        assert [b.kind for b in blocks] == (["question"] if expect else []), (questions, blocks)
+        assert (PASSAGE in backend.prompts[0]) is expect
+
+
+def test_a_mistral_v3_call_without_an_id_gets_nine_letters_and_digits(kb: KnowledgeBase) -> None:
+    backend = Scripted(['[TOOL_CALLS] [{"name": "retrieve", "arguments": {"query": "clanker server port"}}]'])
+    events = list(RagController(kb, dialect="mistral", k=1).events(backend, PROMPT))
+    [block] = [ev.block for ev in events if isinstance(ev, InjectEvent)]
+    assert block.startswith("[TOOL_RESULTS] {") and block.endswith("}[/TOOL_RESULTS]")
+    result = json.loads(block[len("[TOOL_RESULTS] ") : -len("[/TOOL_RESULTS]")])
+    assert result["content"] == BODY
+    assert len(result["call_id"]) == 9 and result["call_id"].isalnum()
+    # The same query gets the same id, so a resumed prompt stays cacheable.
+    again = list(RagController(kb, dialect="mistral", k=1).events(Scripted(backend.pieces), PROMPT))
+    assert [ev.block for ev in again if isinstance(ev, InjectEvent)] == [block]
