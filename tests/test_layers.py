@@ -203,7 +203,6 @@ def test_few_modules_at_the_top() -> None:
 
 # Standard-library and third-party modules that open HTTP client connections.
 HTTP_CLIENTS = {"http.client", "urllib.request", "urllib3", "requests", "httpx", "aiohttp"}
-KNOWN_HTTP_CLIENTS: set[str] = set()
 
 
 def http_client_imports(path: Path) -> set[str]:
@@ -225,10 +224,7 @@ def test_only_the_http_package_opens_http_client_connections() -> None:
     users = {str(p.relative_to(PACKAGE)): found for p in sources() if (found := http_client_imports(p))}
     assert users, "the HTTP client itself imports http.client: this check sees nothing"
     others = {name for name in users if name.split("/")[0] != "_http"}
-    assert others <= KNOWN_HTTP_CLIENTS, f"only _http/ may be an HTTP client: {users}"
-    assert others >= KNOWN_HTTP_CLIENTS, (
-        f"no longer HTTP clients, drop from KNOWN_HTTP_CLIENTS: {KNOWN_HTTP_CLIENTS - others}"
-    )
+    assert not others, f"only _http/ may be an HTTP client: {users}"
 
 
 def test_the_http_client_check_sees_every_spelling(tmp_path: Path) -> None:
