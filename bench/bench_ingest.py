@@ -26,7 +26,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from clanker_rag._ingest._parallel import usable_cpus
-from clanker_rag._ingest._run import ingest
 from clanker_rag._kb import KnowledgeBase
 
 
@@ -35,9 +34,9 @@ def timed_ingest(tree: str, include: list[str], jobs: int | None) -> tuple[float
     (seconds, chunks, worker processes)."""
     code = (
         "import sys, time, json; sys.path.insert(0, sys.argv[1]);"
-        "from clanker_rag._ingest._run import ingest; from clanker_rag._kb import KnowledgeBase;"
+        "from clanker_rag._kb import KnowledgeBase;"
         "kb = KnowledgeBase(); t = time.perf_counter();"
-        "r = ingest(kb, sys.argv[2], progress=False, include=json.loads(sys.argv[3]), jobs=json.loads(sys.argv[4]));"
+        "r = kb.ingest(sys.argv[2], progress=False, include=json.loads(sys.argv[3]), jobs=json.loads(sys.argv[4]));"
         "print(time.perf_counter() - t, len(kb), r.workers)"
     )
     root = str(Path(__file__).resolve().parent.parent)
@@ -59,7 +58,7 @@ def bench_tree(tree: str, with_bm25s: bool, include: list[str], jobs: int | None
     # process still holding an earlier run's heap would pay for it.
     single, serial_chunks, _ = timed_ingest(tree, include, 1)
     kb = KnowledgeBase()
-    report = ingest(kb, tree, progress=False, include=include, jobs=1)
+    report = kb.ingest(tree, progress=False, include=include, jobs=1)
     n = len(report.added)
     mb = report.bytes_read / 1e6
     assert len(kb) == serial_chunks, (len(kb), serial_chunks)
@@ -77,7 +76,7 @@ def bench_tree(tree: str, with_bm25s: bool, include: list[str], jobs: int | None
     print(f"  skipped            : {len(report.skipped)} ({report.skip_reasons()})")
 
     t0 = time.perf_counter()
-    again = ingest(kb, tree, progress=False, include=include)
+    again = kb.ingest(tree, progress=False, include=include)
     second = time.perf_counter() - t0
     print(
         f"  unchanged re-ingest: {len(again.unchanged)} unchanged, {len(again.added) + len(again.updated)}"
@@ -179,7 +178,7 @@ def bench_csv(megabytes: int) -> None:
         size = path.stat().st_size / 1e6
         kb = KnowledgeBase()
         t0 = time.perf_counter()
-        report = ingest(kb, path, progress=False)
+        report = kb.ingest(path, progress=False)
         took = time.perf_counter() - t0
         assert report.added == ["big.csv"], report.skipped
         print(f"generated CSV: {size:.1f} MB, {i} rows -> {len(kb)} chunks in {took:.2f}s ({size / took:.2f} MB/s)")
