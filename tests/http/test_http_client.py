@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 from collections.abc import Callable
 
 import pytest
@@ -253,13 +254,16 @@ def test_every_request_has_its_own_connection_closed_with_its_answer(fake_server
 def test_closing_an_answer_early_closes_its_connection(fake_server: Start) -> None:
     def handle(ex: Exchange) -> None:
         ex.stream(chunked=True)
-        for _ in range(2000):  # the client hangs up long before this ends
+        # Writes until the client hangs up (a write then fails), for 20 s at most. A fixed amount
+        # could fit in loopback's socket buffers before a slow client closes: no write would fail.
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
             ex.write(b'data: {"n": 1}\n\n' * 50)
 
     server = fake_server(handle)
     with ModelServer(server.url).request("GET", "/s") as resp:
         assert next(resp.objects()) == {"n": 1}
-    assert server.disconnected.wait(10), "the server kept streaming to nobody"
+    assert server.disconnected.wait(20), "the server kept streaming to nobody"
 
 
 def test_many_threads_share_one_client(fake_server: Start) -> None:
