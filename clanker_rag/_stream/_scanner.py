@@ -588,10 +588,11 @@ class _Chain:
         return None
 
     def flush(self) -> tuple[str, Sequence[ToolCall]]:
-        held, _ = self._first.flush()
-        part, found = self._second.feed(held)
-        rest, _ = self._second.flush()
-        return part + rest, found
+        # Calls either scanner completes only at the end (a call the stream's end closes) count too.
+        held, calls = self._first.flush()
+        part, found = self._through(held, calls)
+        rest, more = self._second.flush()
+        return part + rest, [*found, *(replace(c, position=c.position + len(part)) for c in more)]
 
 
 def make_scanner(

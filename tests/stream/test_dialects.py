@@ -459,7 +459,10 @@ def scan(spec: Sequence[str], pieces: Sequence[str]) -> tuple[str, list[tuple[in
         done = sum(map(len, out))
         calls += [(done + c.position, c.query, c.raw) for c in found]
         out.append(text)
-    rest, _ = scanner.flush()
+    # A call can end only at the flush (a held opener released at the end, a call closed by the stream's end).
+    rest, found = scanner.flush()
+    done = sum(map(len, out))
+    calls += [(done + c.position, c.query, c.raw) for c in found]
     return "".join(out) + rest, calls
 
 
@@ -526,3 +529,10 @@ def test_a_mistral_v3_call_without_an_id_gets_nine_letters_and_digits(kb: Knowle
     # The same query gets the same id, so a resumed prompt stays cacheable.
     again = list(RagController(kb, dialect="mistral", k=1).events(Scripted(backend.pieces), PROMPT))
     assert [ev.block for ev in again if isinstance(ev, InjectEvent)] == [block]
+
+
+def test_a_call_released_only_at_the_flush_is_reported_and_no_text_is_lost() -> None:
+    # "<tool" and a newline could still open a clanker tag, so the chain holds what follows to the end.
+    text = '<tool\n[TOOL_CALLS]retrieve[ARGS]{"query": "q"}'
+    shown, calls = scan(("clanker", "mistral"), [text])
+    assert (shown, [(at, query) for at, query, _ in calls]) == ("<tool\n", [(6, "q")])
