@@ -7,13 +7,16 @@ source's chunks all live on the shard a stable hash of its name picks
 (``blake2b`` of the name, modulo the shard count), so re-ingesting or
 removing a source touches one shard.
 
-Scores are exact: the client keeps each shard's chunk count, summed length
-and every term's document frequency (fetched from a shard when it first
-searches after a change to that shard), adds up the query terms' figures,
-and has every shard score its chunks with those totals, in one round trip;
-so each hit scores what one ``KnowledgeBase`` over the same chunks gives it
-(up to the last bit of the sum; ties between equal scores are broken by
-source and chunk number).
+Scores are exact: a search gathers from every shard its chunk count, summed
+length and the query terms' document frequencies (one round trip; the
+client may keep a bounded cache of recent query terms' figures, never a
+shard's vocabulary), adds them up, and has every shard score its chunks with
+those totals (a second round trip); so each hit scores what one
+``KnowledgeBase`` over the same chunks gives it (up to the last bit of the
+sum; ties between equal scores are broken by source and chunk number).
+Counts, statistics and source listings are computed on the shards; names
+come to the client page by page.  What the client holds does not grow with
+the index.
 
 Without a ``client`` every shard lives in this process: a sharded index opens
 on one machine without Dask.  See ``docs/scale.md``.
@@ -25,6 +28,7 @@ import contextlib
 import dataclasses
 import functools
 import heapq
+import itertools
 import json
 import logging
 import os
@@ -32,7 +36,7 @@ import sys
 import threading
 import time
 import uuid
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, TypeVar
@@ -44,18 +48,20 @@ from ._cluster._shards import (
     LocalShards,
     ProgressEvents,
     ShardInfo,
+    list_for_shards,
     merge_reports,
     shard_add,
     shard_explain,
     shard_feedback,
     shard_info,
     shard_ingest,
+    shard_len,
     shard_of,
     shard_remove,
     shard_search,
     shard_settings,
     shard_source,
-    shard_table,
+    shard_sources_page,
     shard_term_stats,
 )
 from ._cluster._waits import probe_folder
@@ -215,45 +221,59 @@ def _order(hit: Hit) -> tuple[float, str, int]:
     return (-hit.score, hit.source, hit.chunk_index)
 
 
-class _Totals:
-    """The whole collection's statistics, kept on the client: each shard's term table.
+# Query terms whose whole-collection figures a client keeps (term_tables=True):
+# at most this many, about 100 bytes each, whatever the index's size.
+TERM_CACHE = 65536
+# Source names asked of each shard at a time when listing them.
+SOURCES_PAGE = 1000
 
-    A change to a shard drops its table (and bumps its generation); the next
-    search fetches it again.  A table fetched while a change ran is not kept
-    (the generation moved on), so a search never scores with a stale one.
+
+class _TermCache:
+    """The whole collection's chunk count, summed length and the document frequencies of the
+    query terms searched lately, kept on the client: at most ``size`` terms, the least recently
+    searched dropped first.
+
+    Any change to a shard empties it; figures gathered while a change ran are
+    not kept (its epoch moved on), so a search never scores with stale ones.
     """
 
-    def __init__(self, n_shards: int) -> None:
-        self.parts: list[CollectionStats | None] = [None] * n_shards
-        self.gens = [0] * n_shards
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.base: tuple[int, int] | None = None  # chunks, summed length
+        self.df: OrderedDict[str, int | None] = OrderedDict()  # None: no shard's vocabulary holds it
+        self.epoch = 0
         self.lock = threading.Lock()
 
-    def forget(self, shards: Iterable[int]) -> None:
+    def forget(self) -> None:
         with self.lock:
-            for i in shards:
-                self.parts[i] = None
-                self.gens[i] += 1
+            self.base = None
+            self.df.clear()
+            self.epoch += 1
 
-    def stale(self) -> dict[int, int]:
-        """The shards without a table, with their generations."""
+    def lookup(self, terms: Sequence[str]) -> tuple[CollectionStats | None, list[str], int]:
+        """The statistics of ``terms`` when every one is kept (else ``None``), the terms not kept, the epoch."""
         with self.lock:
-            return {i: self.gens[i] for i, part in enumerate(self.parts) if part is None}
+            missing = [t for t in terms if t not in self.df]
+            if missing or self.base is None:
+                return None, missing if self.base is not None else list(terms), self.epoch
+            df: dict[str, int] = {}
+            for term in terms:
+                self.df.move_to_end(term)
+                count = self.df[term]
+                if count is not None:
+                    df[term] = count
+            return CollectionStats(self.base[0], self.base[1], df), [], self.epoch
 
-    def keep(self, i: int, gen: int, part: CollectionStats) -> None:
+    def keep(self, epoch: int, asked: Sequence[str], stats: CollectionStats) -> None:
         with self.lock:
-            if self.gens[i] == gen:
-                self.parts[i] = part
-
-    def of(self, terms: Iterable[str]) -> CollectionStats:
-        """The totals of the shards with a table, with the document frequencies of ``terms``
-        (only the terms some shard's vocabulary holds)."""
-        parts = [p for p in self.parts if p is not None]
-        df: dict[str, int] = {}
-        for term in terms:
-            counts = [c for c in (p.df.get(term) for p in parts) if c is not None]
-            if counts:
-                df[term] = sum(counts)
-        return CollectionStats(sum(p.n_docs for p in parts), sum(p.total_length for p in parts), df)
+            if epoch != self.epoch:
+                return
+            self.base = (stats.n_docs, stats.total_length)
+            for term in asked:
+                self.df[term] = stats.df.get(term)
+                self.df.move_to_end(term)
+            while len(self.df) > self.size:
+                self.df.popitem(last=False)
 
 
 class _IngestBar:
@@ -266,6 +286,7 @@ class _IngestBar:
     def __init__(self, n_shards: int, stream: IO[str] | None) -> None:
         self.stream = stream
         self.done = [0] * n_shards
+        self.totals = [0] * n_shards  # each shard's files (its part of the walk), as it reports them
         self.total = 0
         self.bar: Progress | None = None
         self.lock = threading.Lock()
@@ -273,10 +294,12 @@ class _IngestBar:
     def shard_did(self, shard: int, done: int, total: int) -> None:
         with self.lock:
             self.done[shard] = done
+            self.totals[shard] = total
+            self.total = sum(self.totals)
             if self.bar is None:
-                self.total = total
-                self.bar = Progress(total, self.stream)
-            self.bar.update(sum(self.done) // len(self.done))
+                self.bar = Progress(self.total, self.stream)
+            self.bar.total = self.total
+            self.bar.update(sum(self.done))
 
     def _event(self, event: tuple[float, list[int]]) -> None:
         shard, done, total = event[1]
@@ -311,10 +334,12 @@ class ShardedKnowledgeBase:
 
     ``client`` is a ``distributed.Client`` (see :func:`connect`); ``None``
     keeps every shard here.  ``timeout`` bounds each search's wait for the
-    shards (seconds).  ``term_tables`` (default) keeps every shard's
-    document frequencies here, so a search is one round trip to the shards;
-    ``False`` asks the shards for the query terms' figures at each search
-    instead (two round trips, no memory here: see docs/scale.md).  Other
+    shards (seconds).  A search first gathers its terms' whole-collection
+    figures from the shards; ``term_tables`` (default) keeps those of the
+    last ``TERM_CACHE`` query terms here until the next change, so a search
+    whose terms are all kept is one round trip to the shards; ``False``
+    keeps no per-term state here (two round trips a search: see
+    docs/scale.md).  Other
     keyword arguments configure the shards as ``KnowledgeBase(...)`` would
     (chunking, analyser settings, BM25).
     """
@@ -356,7 +381,7 @@ class ShardedKnowledgeBase:
         self.timeout = float(timeout)
         self._path = path
         self._settings = settings
-        self._totals = _Totals(len(home)) if term_tables else None
+        self._cache = _TermCache(TERM_CACHE) if term_tables else None
         # The client analyses queries itself (as every shard would): it holds the statistics.
         self._analyzer = analyzer
         # The saved index this one came from: its id and save count (see save()).
@@ -417,7 +442,6 @@ class ShardedKnowledgeBase:
         analyzer = Analyzer.from_settings(settings["analyzer"])
         self._init(home, client, timeout, folder, settings, analyzer, term_tables)
         self._index_id, self._generation = index_id, generation or 0
-        self._statistics((), allow_partial=False)  # every shard's term table, now rather than at the first search
         return self
 
     @property
@@ -568,16 +592,16 @@ class ShardedKnowledgeBase:
     # -- adding and removing ---------------------------------------------------------
     def _change(self, changes: Mapping[int, tuple[Callable[..., T], tuple[Any, ...]]]) -> dict[int, T]:
         self._changes += 1
-        totals = self._totals
-        if totals is None:
+        cache = self._cache
+        if cache is None:
             return self._home.change(changes)
-        # Before: a search meanwhile must not keep the old table; after: nor
-        # one fetched while the change ran.
-        totals.forget(changes)
+        # Before: a search meanwhile must not keep the old figures; after: nor
+        # ones gathered while the change ran.
+        cache.forget()
         try:
             return self._home.change(changes)
         finally:
-            totals.forget(changes)
+            cache.forget()
 
     def shard_of(self, source: str) -> int:
         """The shard that holds (or would hold) ``source``."""
@@ -617,9 +641,10 @@ class ShardedKnowledgeBase:
         semantics (fingerprint skips, replace, sync, secret guard, skips),
         except: ``jobs`` and ``checkpoint_*`` are ignored (each shard reads
         on its own worker), ``index_path`` saves once at the end, and
-        ``progress`` draws one bar on this machine for every shard (each
-        shard walks the whole tree, reading only its own files: the bar
-        shows their mean).  Paths must be readable by every worker.
+        ``progress`` draws one bar on this machine for every shard.  Each
+        root is walked once, by one worker (here without Dask), and each
+        shard is given the files placed on it: no shard walks the tree.
+        Paths must be readable by every worker.
         """
         settings = IngestOptions(**options)
         show = sys.stderr.isatty() if settings.progress is None else bool(settings.progress)
@@ -646,16 +671,17 @@ class ShardedKnowledgeBase:
             name = os.path.basename(os.path.realpath(root)) or "root"
             pre = settings.prefix + name + "/" if len(roots) > 1 and os.path.isdir(root) else settings.prefix
             n = self.n_shards
+            # The tree is walked once (on a worker, or here without Dask), each
+            # file placed on its shard; each shard gets its part of the listing
+            # from the walking worker and stats and reads only its own files.
+            walk = dataclasses.replace(settings.discovery(), source_prefix=pre)
+            parts = self._home.split(list_for_shards, (root, walk, n), n)
             bar = _IngestBar(n, sys.stderr if show else None)
             with bar.following(self.client) as hooks:
-                changes = {
-                    i: (shard_ingest, (i, n, root, dataclasses.replace(shared, prefix=pre, progress=hooks[i] or False)))
-                    for i in range(n)
-                }
-                results = self._change(changes)
-            merged = merge_reports([results[i] for i in range(n)])
-            merged.selected = results[0].selected  # every shard walks the whole root
-            reports.append(merged)
+                runs = {i: dataclasses.replace(shared, prefix=pre, progress=hooks[i] or False) for i in range(n)}
+                results = self._change({i: (shard_ingest, (i, root, runs[i], parts[i])) for i in range(n)})
+            del parts  # the listing's futures: the workers may drop it now
+            reports.append(merge_reports([results[i] for i in range(n)]))
         report = merge_reports(reports)
         report.roots = [r for rep in reports for r in rep.roots]
         report.workers = self.n_shards
@@ -671,23 +697,60 @@ class ShardedKnowledgeBase:
 
     # -- reading -----------------------------------------------------------------------
     def _info(self) -> dict[int, ShardInfo]:
-        return self._home.map(shard_info, {i: () for i in range(self.n_shards)}, timeout=self.timeout)
+        return self._home.map(shard_info, self._all(), timeout=self.timeout)
 
     def shard_workers(self) -> list[list[str]]:
         """The Dask workers holding each shard (empty lists in this process)."""
         return self._home.holders()
 
     def shard_stats(self) -> list[ShardInfo]:
-        """Each shard's chunks, terms, sources and formats."""
+        """Each shard's chunks, terms, source count and formats (counted on the shards)."""
         info = self._info()
         return [info[i] for i in range(self.n_shards)]
 
+    def source_count(self) -> int:
+        """How many sources the index holds (counted on the shards)."""
+        return sum(info.n_sources for info in self._info().values())
+
+    def sources_page(self, after: str | None = None, limit: int = SOURCES_PAGE) -> list[str]:
+        """Up to ``limit`` source names, sorted, those after ``after`` (from the first: ``None``).
+
+        Each shard sends at most ``limit`` names: pass the last name of a
+        page as ``after`` to get the next one (an empty page ends).
+        """
+        if after is not None and not isinstance(after, str):
+            raise ConfigError(f"after must be a source name or None, not {after!r}")
+        check_int("limit", limit, 1, 1_000_000)
+        pages = self._home.map(shard_sources_page, self._all(after, limit), timeout=self.timeout)
+        return list(itertools.islice(heapq.merge(*pages.values()), limit))
+
+    def iter_sources(self, page: int = SOURCES_PAGE) -> Iterator[str]:
+        """Every source name, sorted, fetched ``page`` names a shard at a time (each name sent once)."""
+        check_int("page", page, 1, 1_000_000)
+        n = self.n_shards
+
+        def fetch(shards: Iterable[int], after: Mapping[int, str | None]) -> dict[int, list[str]]:
+            args = {i: (after[i], page) for i in shards}
+            return self._home.map(shard_sources_page, args, timeout=self.timeout)
+
+        first = fetch(range(n), dict.fromkeys(range(n)))
+
+        def one(i: int) -> Iterator[str]:
+            names = first.pop(i)
+            while names:
+                yield from names
+                if len(names) < page:
+                    return
+                names = fetch((i,), {i: names[-1]})[i]
+
+        return heapq.merge(*(one(i) for i in range(n)))
+
     def sources(self) -> list[str]:
-        """Every indexed source, sorted."""
-        return sorted(s for info in self._info().values() for s in info.sources)
+        """Every indexed source, sorted (fetched page by page: see :meth:`iter_sources`)."""
+        return list(self.iter_sources())
 
     def __len__(self) -> int:
-        return sum(info.chunks for info in self._info().values())
+        return sum(self._home.map(shard_len, self._all(), timeout=self.timeout).values())
 
     def __contains__(self, source: object) -> bool:
         return isinstance(source, str) and bool(source) and self.source_metadata(source) is not None
@@ -717,24 +780,24 @@ class ShardedKnowledgeBase:
     def _statistics(self, terms: Iterable[str], allow_partial: bool) -> tuple[CollectionStats, set[int]]:
         """The whole collection's statistics for ``terms``, and the shards left out of them.
 
-        Fetches the term table of each shard changed since its last one (see
-        ``_Totals``), or without tables the terms' figures from every shard; a
-        shard that cannot give them is left out (``allow_partial``)."""
-        if self._totals is None:
-            if not terms:
-                return CollectionStats(0, 0), set()
-            args = self._all(sorted(set(terms)))
-            parts = self._home.map(shard_term_stats, args, timeout=self.timeout, allow_partial=allow_partial)
-            return CollectionStats.combine(parts.values()), set(range(self.n_shards)) - set(parts)
-        stale = self._totals.stale()
-        missing: set[int] = set()
-        if stale:
-            args = {i: () for i in stale}
-            tables = self._home.map(shard_table, args, timeout=self.timeout, allow_partial=allow_partial)
-            for i, table in tables.items():
-                self._totals.keep(i, stale[i], table)
-            missing = set(stale) - set(tables)
-        return self._totals.of(terms), missing
+        One round trip: every shard gives its chunk count, summed length and
+        the document frequencies of ``terms`` alone (never its vocabulary);
+        with ``term_tables`` the answer is kept for the next searches (see
+        ``_TermCache``).  A shard that cannot give them is left out
+        (``allow_partial``), and then nothing is kept.
+        """
+        asked = sorted(set(terms))
+        cache, epoch = self._cache, 0
+        if cache is not None:
+            kept, _, epoch = cache.lookup(asked)
+            if kept is not None:
+                return kept, set()
+        parts = self._home.map(shard_term_stats, self._all(asked), timeout=self.timeout, allow_partial=allow_partial)
+        stats = CollectionStats.combine(parts[i] for i in sorted(parts))
+        missing = set(range(self.n_shards)) - set(parts)
+        if cache is not None and not missing:
+            cache.keep(epoch, asked, stats)
+        return stats, missing
 
     def _prepare(
         self, query: str, source: str | None, where: Mapping[str, Any] | None, feedback: bool, allow_partial: bool
@@ -744,6 +807,8 @@ class ShardedKnowledgeBase:
             raise ConfigError(f"query must be str, not {type(query).__name__}")
         # The term weights as KnowledgeBase.search counts them.
         counts = {term: float(n) for term, n in Counter(self._analyzer(query)).items()}
+        if not counts:
+            return {}, CollectionStats(0, 0), set()
         stats, missing = self._statistics(counts, allow_partial)
         # Terms no shard ever indexed count for nothing, as in KnowledgeBase.search.
         weights = {t: w for t, w in counts.items() if t in stats.df}
@@ -782,7 +847,7 @@ class ShardedKnowledgeBase:
         out = {term: _FEEDBACK_ORIGINAL_WEIGHT * w / qnorm for term, w in weights.items()}
         for term, value in best:
             out[term] = out.get(term, 0.0) + (1 - _FEEDBACK_ORIGINAL_WEIGHT) * value / norm
-        # The expansion terms' frequencies come from the client's tables too.
+        # The expansion terms' frequencies: gathered as the query's were.
         more, lost = self._statistics(out, allow_partial)
         return out, more, missing | lost
 

@@ -59,13 +59,11 @@ def run_cluster(args: argparse.Namespace, hooks: CliHooks) -> int:
             return _ingest(args, path, client, hooks, timeout)
         if not (path / _MANIFEST).is_file():
             raise ConfigError(f"{path}: no sharded index (build one with: {PROG} ingest TREE --index {path} --cluster)")
-        # A one-shot command asks the shards for its query terms' figures (one
-        # more round trip) rather than fetch every shard's term table first:
-        # same scores, and no vocabulary through this process.  serve keeps
-        # the tables: it searches many times.
-        tables = args.command == "serve"
+        # Every command (serve too) gathers its query terms' figures from the
+        # shards at each search and keeps no per-term state: what this process
+        # holds does not grow with the index.
         replicas = getattr(args, "replicas", 1)
-        kb = ShardedKnowledgeBase.load(path, client=client, timeout=timeout, term_tables=tables, replicas=replicas)
+        kb = ShardedKnowledgeBase.load(path, client=client, timeout=timeout, term_tables=False, replicas=replicas)
         try:
             if args.command == "search":
                 return hooks.print_search(args, kb)
@@ -108,11 +106,11 @@ def _stats(args: argparse.Namespace, kb: ShardedKnowledgeBase, path: Path) -> in
     obj: dict[str, Any] = {
         "path": str(path),
         "shards": len(shards),
-        "sources": sum(len(info.sources) for info in shards),
+        "sources": sum(info.n_sources for info in shards),
         "chunks": sum(info.chunks for info in shards),
         "index_bytes": size,
         "formats": dict(sorted(formats.items(), key=lambda kv: -kv[1])),
-        "per_shard": [{"chunks": i.chunks, "sources": len(i.sources), "terms": i.terms} for i in shards],
+        "per_shard": [{"chunks": i.chunks, "sources": i.n_sources, "terms": i.terms} for i in shards],
         **settings,
     }
     if args.json:

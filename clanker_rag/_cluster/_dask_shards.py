@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import operator
 import os
 import pickle
 import time
@@ -485,6 +486,16 @@ class DaskShards:
         for held, mirror in zip(out, mirrors):
             held.extend(w for w in sorted(who.get(mirror.key, ())) if w not in held)
         return out
+
+    def split(self, fn: Callable[..., Sequence[T]], args: tuple[Any, ...], parts: int) -> list[Any]:
+        """``fn(*args)`` run once on a worker, a sequence of ``parts`` items: a future of each item.
+
+        A change given one of them takes that item from the worker that
+        holds it; the whole result never comes to this process.
+        """
+        with _guard(self.client):
+            whole = self.client.submit(fn, *args, pure=False)
+            return [self.client.submit(operator.getitem, whole, i, pure=False) for i in range(parts)]
 
     def save(self, folders: Sequence[str], identities: Sequence[ShardIdentity]) -> None:
         client = self.client

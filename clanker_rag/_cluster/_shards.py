@@ -17,11 +17,13 @@ imports ``distributed`` at module level.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import logging
 import os
 import tempfile
 import threading
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,14 +31,15 @@ from typing import Any, TypeVar
 
 from .._engine._collection import CollectionStats
 from .._exceptions import ClankerRagError, IndexFormatError
+from .._ingest._discovery import Candidate, DiscoveryOptions, Skipped, discover, single_file
 from .._ingest._options import IngestOptions
-from .._ingest._readers import READER_VERSION
+from .._ingest._readers import FoundPath
 from .._ingest._run import IngestReport, ingest
 from .._kb import Explanation, KnowledgeBase, explain_with_stats, search_with_stats
-from .._types import Hit, Sections, StrPath
+from .._types import Hit
 from ._identity import Expected, ShardIdentity, check_loaded, check_saving, read_identity, write_identity
 
-__all__ = ["LocalShards", "ShardBox", "load_shard", "new_box", "save_shard", "shard_of"]
+__all__ = ["LocalShards", "ShardBox", "list_for_shards", "load_shard", "new_box", "save_shard", "shard_of"]
 
 log = logging.getLogger(__name__)
 
@@ -155,11 +158,6 @@ def shard_term_stats(kb: KnowledgeBase, terms: list[str]) -> CollectionStats:
     return kb.collection_stats(terms)
 
 
-def shard_table(kb: KnowledgeBase) -> CollectionStats:
-    """This shard's chunk count, summed length and every term's document frequency (the client keeps it)."""
-    return kb.collection_stats()
-
-
 def shard_search(
     kb: KnowledgeBase,
     weights: Mapping[str, float],
@@ -195,22 +193,51 @@ def shard_explain(kb: KnowledgeBase, weights: Mapping[str, float], hit: Hit, sta
 
 @dataclass(frozen=True, slots=True)
 class ShardInfo:
-    """What ``stats`` and ``sources`` need of a shard."""
+    """What ``stats`` shows of a shard: counts, computed next to it (no source name leaves the shard)."""
 
     chunks: int
     terms: int
-    sources: list[str]
+    n_sources: int
     formats: dict[str, int] = field(default_factory=dict)
 
 
 def shard_info(kb: KnowledgeBase) -> ShardInfo:
     formats: dict[str, int] = {}
-    sources = kb.sources()
-    for source in sources:
+    names = _sorted_sources(kb)
+    for source in names:
         meta = kb.source_metadata(source) or {}
         fmt = str(meta.get("format") or os.path.splitext(source)[1].lstrip(".") or "text")
         formats[fmt] = formats.get(fmt, 0) + 1
-    return ShardInfo(len(kb), kb.n_terms, sources, formats)
+    return ShardInfo(len(kb), kb.n_terms, len(names), formats)
+
+
+def shard_len(kb: KnowledgeBase) -> int:
+    return len(kb)
+
+
+# Each shard's source names, sorted, for paging through them: sorted once per
+# change of the shard (its generation), not at every page.
+_SORTED: weakref.WeakKeyDictionary[KnowledgeBase, tuple[int, list[str]]] = weakref.WeakKeyDictionary()
+_SORTED_LOCK = threading.Lock()
+
+
+def _sorted_sources(kb: KnowledgeBase) -> list[str]:
+    generation = kb.generation
+    with _SORTED_LOCK:
+        kept = _SORTED.get(kb)
+    if kept is not None and kept[0] == generation:
+        return kept[1]
+    names = kb.sources()
+    with _SORTED_LOCK:
+        _SORTED[kb] = (generation, names)
+    return names
+
+
+def shard_sources_page(kb: KnowledgeBase, after: str | None, limit: int) -> list[str]:
+    """Up to ``limit`` of this shard's source names, sorted, those after ``after`` (all: ``None``)."""
+    names = _sorted_sources(kb)
+    start = 0 if after is None else bisect.bisect_right(names, after)
+    return names[start : start + limit]
 
 
 def shard_settings(kb: KnowledgeBase) -> dict[str, Any]:
@@ -236,52 +263,52 @@ def shard_remove(kb: KnowledgeBase, sources: list[str]) -> int:
     return sum(kb.remove(source) for source in sources)
 
 
-class _Placed:
-    """A shard as the ingest sees it (its ``Sources``): files placed on another shard look unchanged.
+# A walk's entry as it travels to the shard that reads it: a selected file as
+# ("file", path, rel, fmt, resolved path or None, inode), a skip as ("skip", rel, reason, transient).
+Entry = tuple[Any, ...]
 
-    ``ingest`` then stats them (to report them unchanged) but never reads
-    them; files placed here are read, chunked and indexed as on one machine.
+
+def _entry(item: Candidate | Skipped) -> Entry:
+    if isinstance(item, Skipped):
+        return ("skip", item.rel, item.reason, item.transient)
+    path = item.path
+    if isinstance(path, FoundPath):
+        return ("file", str(path), item.rel, item.fmt, path.real, path.ident[1])
+    return ("file", str(path), item.rel, item.fmt, None, 0)
+
+
+def _item(entry: Entry) -> Candidate | Skipped:
+    """The walk's entry on the machine that reads the file.
+
+    The walk pinned each file to the inode it saw; the device number is this
+    machine's own (one network file system has another on each machine), so
+    it is read here, and the read still opens only that inode.
     """
+    if entry[0] == "skip":
+        return Skipped(entry[1], entry[2], entry[3])
+    _, path, rel, fmt, real, ino = entry
+    if real is None:
+        return Candidate(path, rel, fmt)
+    try:
+        dev = os.lstat(real).st_dev
+    except OSError:
+        dev = -1  # gone or unreadable: the read says so (as it would of a file that vanished after the walk)
+    return Candidate(FoundPath(path, real, (dev, ino)), rel, fmt)
 
-    def __init__(self, kb: KnowledgeBase, index: int, n_shards: int, root: str, prefix: str) -> None:
-        self.kb = kb
-        self.index = index
-        self.n_shards = n_shards
-        self.is_dir = os.path.isdir(root)
-        self.root = root
-        self.root_id = os.path.realpath(root if self.is_dir else os.path.dirname(os.path.abspath(root)))
-        self.prefix = prefix
 
-    def mine(self, source: str) -> bool:
-        return shard_of(source, self.n_shards) == self.index
-
-    def add_text(
-        self, text: str, source: str, metadata: Mapping[str, Any] | None = None, *, sections: Sections | None = None
-    ) -> int:
-        return self.kb.add_text(text, source, metadata, sections=sections)
-
-    def remove(self, source: str) -> int:
-        return self.kb.remove(source)
-
-    def sources(self) -> list[str]:
-        return self.kb.sources()
-
-    def source_metadata(self, source: str) -> dict[str, Any] | None:
-        if self.mine(source):
-            return self.kb.source_metadata(source)
-        rel = source[len(self.prefix) :] if source.startswith(self.prefix) else source
-        path = os.path.join(self.root, rel) if self.is_dir else self.root
-        try:
-            st = os.stat(path)
-        except OSError:
-            return None  # the ingest stats it again and reports it; only its owner's report keeps that
-        return {"root": self.root_id, "reader": READER_VERSION, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
-
-    def save(self, path: StrPath | None = None) -> Path:
-        return self.kb.save(path)
-
-    def __len__(self) -> int:
-        return len(self.kb)
+def list_for_shards(root: str, walk: DiscoveryOptions, n_shards: int) -> list[list[Entry]]:
+    """Walk ``root`` once; each shard's part of it: the files placed on that shard and their skips,
+    and every folder skip (a folder that could not be listed keeps its sources on every shard)."""
+    parts: list[list[Entry]] = [[] for _ in range(n_shards)]
+    items = discover(root, walk) if os.path.isdir(root) else iter([single_file(root, walk)])
+    for item in items:
+        entry = _entry(item)
+        if isinstance(item, Skipped) and item.rel.endswith("/"):
+            for part in parts:
+                part.append(entry)
+        else:
+            parts[shard_of(walk.source_prefix + item.rel, n_shards)].append(entry)
+    return parts
 
 
 class ProgressEvents:
@@ -301,16 +328,15 @@ class ProgressEvents:
 def shard_ingest(
     kb: KnowledgeBase,
     index: int,
-    n_shards: int,
     root: str,
     options: IngestOptions,
+    listing: Sequence[Entry],
 ) -> IngestReport:
-    """Ingest the files of ``root`` placed on shard ``index``; the report names only those."""
-    placed = _Placed(kb, index, n_shards, root, options.prefix)
-    report = ingest(placed, root, options, chunk_size=kb.chunker.chunk_size)
-    # Folder skips are the same on every shard: shard 0 reports them.
-    report.unchanged = [s for s in report.unchanged if placed.mine(s)]
-    report.skipped = [(s, why) for s, why in report.skipped if (index == 0 if s.endswith("/") else placed.mine(s))]
+    """Ingest this shard's part of the walk of ``root`` (``list_for_shards``): the shard does not walk."""
+    items = [_item(entry) for entry in listing]
+    report = ingest(kb, root, options, chunk_size=kb.chunker.chunk_size, listing=items)
+    # Folder skips are in every shard's part: shard 0 reports them.
+    report.skipped = [(s, why) for s, why in report.skipped if index == 0 or not s.endswith("/")]
     return report
 
 
@@ -375,6 +401,13 @@ class LocalShards:
 
     def holders(self) -> list[list[str]]:
         return [[] for _ in self.kbs]
+
+    def split(self, fn: Callable[..., Sequence[T]], args: tuple[Any, ...], parts: int) -> list[T]:
+        """``fn(*args)``, a sequence of ``parts`` items: the items (a change then takes one)."""
+        whole = fn(*args)
+        if len(whole) != parts:
+            raise ClankerRagError(f"{fn.__name__} gave {len(whole)} parts, not {parts}")
+        return list(whole)
 
     def save(self, folders: Sequence[str], identities: Sequence[ShardIdentity]) -> None:
         for box, folder, new in zip(self.boxes, folders, identities):

@@ -39,7 +39,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from types import FrameType
 from typing import IO, Any, NamedTuple
@@ -152,6 +152,7 @@ def ingest(
     *,
     writer: PreparedWriter | None = None,
     chunk_size: int | None = None,
+    listing: Sequence[Candidate | Skipped] | None = None,
 ) -> IngestReport:
     """Ingest files and folders into ``kb``; returns an :class:`IngestReport`.
 
@@ -168,11 +169,17 @@ def ingest(
     Without it every file goes through ``kb.add_text`` and an interrupted
     run does not save.  The readers size sections by the chunk size of the
     writer's chunker, else by ``chunk_size`` (the knowledge base's).
+
+    ``listing`` is the walk of the one root ``path`` names, made elsewhere
+    (a sharded ingest walks the tree once and gives each shard its files):
+    the run takes its files and skips instead of walking.
     """
     paths: list[StrPath] = [path] if isinstance(path, str | os.PathLike) else list(path)
     if not paths:
         raise IngestError("nothing to ingest: no path given")
     roots = [os.fspath(p) for p in paths]
+    if listing is not None and len(roots) != 1:
+        raise ConfigError(f"a listing is the walk of one root, not of {len(roots)}")
     for p in roots:
         if not os.path.exists(p):
             raise IngestError(f"cannot ingest {p!r}: no such file or folder")
@@ -201,7 +208,7 @@ def ingest(
                             # (two __init__.py) cannot overwrite each other.
                             several = len(roots) > 1 and os.path.isdir(root)
                             run.prefix = options.prefix + _root_name(root) + "/" if several else options.prefix
-                            run.ingest_root(root, sync=options.sync, show_progress=show)
+                            run.ingest_root(root, sync=options.sync, show_progress=show, listing=listing)
                     finally:
                         # Before the collector resumes: what only the run needed
                         # (the local worker's caches) is freed, not walked.
@@ -467,7 +474,14 @@ class _Run:
         self.report.skipped.append((rel, reason))
         logger.log(level, "skipped %s: %s", rel, reason)
 
-    def ingest_root(self, root: str, *, sync: bool, show_progress: bool | ProgressHook) -> None:
+    def ingest_root(
+        self,
+        root: str,
+        *,
+        sync: bool,
+        show_progress: bool | ProgressHook,
+        listing: Sequence[Candidate | Skipped] | None = None,
+    ) -> None:
         is_dir = os.path.isdir(root)
         key = RootKey.of(root, is_dir)
         root_id = key.resolved
@@ -478,7 +492,10 @@ class _Run:
         keep: set[str] = set()
         keep_folders: list[str] = []  # folders that could not be listed this time
         walk = dataclasses.replace(self.options, source_prefix=self.prefix)
-        entries = discover(root, walk) if is_dir else iter([single_file(root, walk)])
+        if listing is not None:
+            entries: Iterable[Candidate | Skipped] = listing
+        else:
+            entries = discover(root, walk) if is_dir else iter([single_file(root, walk)])
         for item in entries:
             if isinstance(item, Skipped):
                 self.skip(

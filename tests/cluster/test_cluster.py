@@ -207,7 +207,7 @@ def test_feedback_and_explain_on_text(tmp_path):
     assert {t.term: t.df for t in ex.terms} == {t.term: t.df for t in want.terms}
 
 
-def test_placement_is_a_stable_hash_of_the_source():
+def test_placement_is_a_stable_hash_of_the_source(tmp_path):
     # Fixed values (blake2b, 8 bytes, big-endian, modulo the count): saved indexes depend on them.
     assert [shard_of(f"docs/{i}.md", 3) for i in range(8)] == [1, 0, 0, 1, 2, 2, 0, 1]
     code = "from clanker_rag.cluster import shard_of; print([shard_of(f'docs/{i}.md', 5) for i in range(20)])"
@@ -217,10 +217,13 @@ def test_placement_is_a_stable_hash_of_the_source():
     sharded = ShardedKnowledgeBase(4, chunk_size=None)
     for i in range(40):
         sharded.add_text(f"text number {i}", f"s{i}")
-    for i, info in enumerate(sharded.shard_stats()):
-        assert all(shard_of(s, 4) == i for s in info.sources)
-    assert sum(len(info.sources) for info in sharded.shard_stats()) == 40
-    assert sum(1 for info in sharded.shard_stats() if info.sources) > 1
+    folder = sharded.save(tmp_path / "idx")
+    held = [KnowledgeBase.load(folder / f"shard-{i:03d}").sources() for i in range(4)]
+    for i, names in enumerate(held):
+        assert all(shard_of(s, 4) == i for s in names)
+    assert sorted(s for names in held for s in names) == sorted(f"s{i}" for i in range(40))
+    assert sum(1 for names in held if names) > 1
+    assert [info.n_sources for info in sharded.shard_stats()] == [len(names) for names in held]
 
 
 def test_bad_arguments_get_one_clear_error():
