@@ -358,7 +358,7 @@ def test_ingest_draws_one_progress_bar_for_the_shards(tmp_path, capsys):
     ShardedKnowledgeBase(3).ingest(tree, progress=True)
     err = capsys.readouterr().err
     assert "files/s" in err and err.rstrip().endswith("ETA 0:00")
-    assert "7/7 files" in err  # every shard walks the 7 files: one bar, not three
+    assert "7/7 files" in err  # the shards' parts of the walk add up to the 7 files: one bar, not three
     assert err.count("\n") == 1
     ShardedKnowledgeBase(3).ingest(tree, progress=False)
     assert capsys.readouterr().err == ""

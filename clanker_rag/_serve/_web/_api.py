@@ -188,9 +188,12 @@ class WebApp:
     # -- endpoints ---------------------------------------------------------------------------
     def _info(self, _: Mapping[str, str]) -> dict[str, Any]:
         def info(kb: Any) -> dict[str, Any]:
+            # A sharded index counts its sources on the shards (no list of names comes here).
+            count = getattr(kb, "source_count", None)
+            listing = getattr(kb, "sources", None)
             return {
                 "chunks": len(kb) if hasattr(kb, "__len__") else None,
-                "sources": len(kb.sources()) if callable(getattr(kb, "sources", None)) else None,
+                "sources": count() if callable(count) else len(listing()) if callable(listing) else None,
             }
 
         return {**self._read(info), "browse_only": self.browse_only, "trace_size": self.trace.size}
