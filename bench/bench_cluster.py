@@ -30,6 +30,9 @@ them), with a sharded index of ``--chunks`` chunks saved to disk:
 - ``--writer-runs`` runs of two ``clanker-rag ingest --cluster`` started
   together into one index: runs where both exited 0, and files missing.
 
+``--coordinator`` measures what the client costs as the shard count and the index grow (see
+``bench/bench_coordinator.py``).
+
 ``--baseline PATH`` repeats the first two on a second cluster running the
 clanker_rag tree at PATH (an older commit), so both figures come from one run.
 
@@ -59,6 +62,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
+import bench_coordinator  # noqa: E402
 import corpus  # noqa: E402
 
 from clanker_rag import KnowledgeBase, RetrievalTimeoutError  # noqa: E402
@@ -383,7 +387,11 @@ def main() -> None:
     ap.add_argument("--replica-queries", type=int, default=100, help="--deployment: queries of the replica runs")
     ap.add_argument("--baseline", metavar="TREE", help="--deployment: also measure the clanker_rag tree at TREE")
     ap.add_argument("--tmp", default=None, help="--deployment: folder for the index (default: the system's)")
+    bench_coordinator.add_arguments(ap)
     args = ap.parse_args()
+    if args.coordinator:
+        bench_coordinator.run(args, Deployment)
+        return
     if args.deployment:
         deployment(args)
         return

@@ -61,6 +61,7 @@ from ._cluster._shards import (
     shard_search,
     shard_settings,
     shard_source,
+    shard_source_count,
     shard_sources_page,
     shard_term_stats,
 )
@@ -710,7 +711,7 @@ class ShardedKnowledgeBase:
 
     def source_count(self) -> int:
         """How many sources the index holds (counted on the shards)."""
-        return sum(info.n_sources for info in self._info().values())
+        return sum(self._home.map(shard_source_count, self._all(), timeout=self.timeout).values())
 
     def sources_page(self, after: str | None = None, limit: int = SOURCES_PAGE) -> list[str]:
         """Up to ``limit`` source names, sorted, those after ``after`` (from the first: ``None``).

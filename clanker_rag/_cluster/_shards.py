@@ -215,6 +215,10 @@ def shard_len(kb: KnowledgeBase) -> int:
     return len(kb)
 
 
+def shard_source_count(kb: KnowledgeBase) -> int:
+    return len(_sorted_sources(kb))
+
+
 # Each shard's source names, sorted, for paging through them: sorted once per
 # change of the shard (its generation), not at every page.
 _SORTED: weakref.WeakKeyDictionary[KnowledgeBase, tuple[int, list[str]]] = weakref.WeakKeyDictionary()
