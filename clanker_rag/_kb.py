@@ -133,8 +133,7 @@ class KnowledgeBase:
 
     @property
     def n_terms(self) -> int:
-        self._index.fold_all()
-        return sum(1 for d in self._index.docs if d)
+        return self._index.live_terms()
 
     @property
     def generation(self) -> int:

@@ -272,6 +272,15 @@ class InvertedIndex(SweptColumns):
             self.maxes = array("f", map(max, map(view.__getitem__, map(slice, offsets[:-1], offsets[1:]))))
         self.orders.packed = PackedOrders(order_offsets_of(lengths, ORDER_MIN), positions, self.gen)
 
+    def live_terms(self) -> int:
+        """How many terms some chunk holds: counted on the packed lists' lengths while they hold
+        every list as it is (a loaded index: no list is cut out), else by folding every list."""
+        lists = self.packed_lists
+        if lists is not None and self._packed_current():
+            return sum(map(bool, lists.lengths()))
+        self.fold_all()
+        return sum(1 for d in self.docs if d)
+
     def _packed_current(self) -> bool:
         """Whether the packed lists and orders still hold every list as it is."""
         lists, orders = self.packed_lists, self.orders.packed

@@ -242,3 +242,26 @@ def test_ingest_walks_each_root_once_and_no_shard_walks(tmp_path: Path, monkeypa
     again, want = sharded.ingest([tree, other]), one.ingest([tree, other], progress=False)
     assert again.removed == want.removed == ["tree/docs/page3.md"]
     assert sorted(again.unchanged) == sorted(want.unchanged)
+
+
+def test_term_count_of_a_loaded_shard_equals_the_folded_count(tmp_path: Path) -> None:
+    kb = KnowledgeBase(**OPTIONS)
+    items = build(80, 4)
+    kb.add_texts(items)
+    for i in range(0, 80, 7):
+        kb.remove(f"docs/{i}.md")  # some v{i} words lose their last chunk
+    live = {term for text, source in items if kb.source_text(source) is not None for term in plain(text)}
+    assert kb.n_terms == len(live)  # counted by folding every list (changed since the last pack)
+    loaded = KnowledgeBase.load(kb.save(tmp_path / "kb"))
+    assert loaded.n_terms == len(live)  # read from the loaded lists' lengths
+    per_shard: list[set[str]] = [set() for _ in range(3)]
+    for text, source in items:
+        per_shard[shard_of(source, 3)].update(plain(text))
+    stats = ShardedKnowledgeBase.load(_sharded(tmp_path, items)).shard_stats()
+    assert [info.terms for info in stats] == [len(terms) for terms in per_shard]
+
+
+def _sharded(tmp_path: Path, items: list[tuple[str, str]]) -> Path:
+    kb = ShardedKnowledgeBase(3, **OPTIONS)
+    kb.add_texts(items)
+    return kb.save(tmp_path / "sharded")
