@@ -202,13 +202,22 @@ class ShardInfo:
 
 
 def shard_info(kb: KnowledgeBase) -> ShardInfo:
+    """Counted once per change of the shard (its generation): a few microseconds a source the first time."""
+    generation = kb.generation
+    with _SORTED_LOCK:
+        kept = _INFO.get(kb)
+    if kept is not None and kept[0] == generation:
+        return kept[1]
     formats: dict[str, int] = {}
     names = _sorted_sources(kb)
     for source in names:
         meta = kb.source_metadata(source) or {}
         fmt = str(meta.get("format") or os.path.splitext(source)[1].lstrip(".") or "text")
         formats[fmt] = formats.get(fmt, 0) + 1
-    return ShardInfo(len(kb), kb.n_terms, len(names), formats)
+    info = ShardInfo(len(kb), kb.n_terms, len(names), formats)
+    with _SORTED_LOCK:
+        _INFO[kb] = (generation, info)
+    return info
 
 
 def shard_len(kb: KnowledgeBase) -> int:
@@ -219,10 +228,12 @@ def shard_source_count(kb: KnowledgeBase) -> int:
     return len(_sorted_sources(kb))
 
 
-# Each shard's source names, sorted, for paging through them: sorted once per
-# change of the shard (its generation), not at every page.
+# Each shard's source names, sorted, for paging through them, and its counts
+# (``shard_info``): made once per change of the shard (its generation), not at
+# every page or ``stats``.
 _SORTED: weakref.WeakKeyDictionary[KnowledgeBase, tuple[int, list[str]]] = weakref.WeakKeyDictionary()
 _SORTED_LOCK = threading.Lock()
+_INFO: weakref.WeakKeyDictionary[KnowledgeBase, tuple[int, ShardInfo]] = weakref.WeakKeyDictionary()
 
 
 def _sorted_sources(kb: KnowledgeBase) -> list[str]:

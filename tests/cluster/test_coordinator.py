@@ -179,6 +179,14 @@ def test_counts_and_source_pages_equal_one_machine(monkeypatch: pytest.MonkeyPat
     assert sharded.sources() == names
     with pytest.raises(ConfigError, match="limit"):
         sharded.sources_page(limit=0)
+    # Counts and pages kept on a shard follow its changes.
+    for kb in (one, sharded):
+        kb.add_text("proxy late", "a-late.txt")
+        kb.remove("docs/3.md")
+    names = one.sources()
+    assert (sharded.source_count(), len(sharded)) == (len(names), len(one))
+    assert sum(s.formats.get("txt", 0) for s in sharded.shard_stats()) == 1
+    assert sharded.sources_page(limit=2) == names[:2] and list(sharded.iter_sources(page=4)) == names
 
 
 def tree_of(tmp_path: Path) -> Path:
