@@ -273,3 +273,14 @@ def _sharded(tmp_path: Path, items: list[tuple[str, str]]) -> Path:
     kb = ShardedKnowledgeBase(3, **OPTIONS)
     kb.add_texts(items)
     return kb.save(tmp_path / "sharded")
+
+
+def test_a_single_file_root_is_placed_and_read_by_its_shard(tmp_path: Path) -> None:
+    tree = tree_of(tmp_path)
+    page = tree / "docs" / "page7.md"
+    sharded, one = ShardedKnowledgeBase(4), KnowledgeBase()
+    report, want = sharded.ingest(page), one.ingest(page, progress=False)
+    assert report.added == want.added == ["page7.md"] and report.selected == 1
+    assert sharded.sources() == ["page7.md"]
+    again = sharded.ingest(page)
+    assert again.unchanged == ["page7.md"] and not again.added
