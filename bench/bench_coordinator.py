@@ -3,7 +3,8 @@
 On a cluster of separate processes (``dask scheduler`` and ``--workers`` ``dask worker``
 commands on 127.0.0.1), each index opened in a fresh client process, which measures:
 
-- its resident memory (RSS) after connecting, and what the open and the queries add;
+- its resident memory (RSS) after connecting, and what the open and the queries add (and what an
+  open with ``term_tables=True`` and its first query add);
 - the bytes it received (the sum of ``tcpi_bytes_received`` over its TCP sockets) at the open
   and per query;
 - its CPU time (every thread: process time) per query and per shard per query, without term
@@ -110,6 +111,15 @@ with Client(address, timeout=60) as client:
         out[name] = round(time.perf_counter() - t, 3)
         out[name[:-2] + "_received_kb"] = round((received() - got) / 1e3, 1)
     out["chunks"] = len(kb)
+    kb.close()
+    # Opened with term_tables=True (the Python default; before issue 43 it fetched every term table here).
+    gc.collect()
+    rss2, got4 = rss(), received()
+    kb = ShardedKnowledgeBase.load(folder, client=client, term_tables=True, timeout=120)
+    kb.search(queries[0], 10)
+    gc.collect()
+    out["tables_open_rss_grew_mb"] = round((rss() - rss2) / 1e6, 2)
+    out["tables_open_received_kb"] = round((received() - got4) / 1e3, 1)
     kb.close()
     if "--cached" in sys.argv:  # the bounded cache (term_tables=True), warm
         kb = ShardedKnowledgeBase.load(folder, client=client, term_tables=True, timeout=120)
