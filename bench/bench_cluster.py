@@ -389,6 +389,9 @@ def main() -> None:
     ap.add_argument("--tmp", default=None, help="--deployment: folder for the index (default: the system's)")
     bench_coordinator.add_arguments(ap)
     args = ap.parse_args()
+    if args.coordinator and args.walk:
+        bench_coordinator.walk_syscalls(args)
+        return
     if args.coordinator:
         bench_coordinator.run(args, Deployment)
         return

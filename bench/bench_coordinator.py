@@ -29,6 +29,7 @@ import argparse
 import gc
 import json
 import os
+import sys
 import sysconfig
 import tempfile
 import time
@@ -215,7 +216,54 @@ def run(args: argparse.Namespace, deployment: Any) -> None:
     out.write_text(json.dumps(result, indent=1) + "\n")
 
 
+# Run under strace in a fresh process with a tree's clanker_rag: argv = shards, folder, "ingest" or "none".
+WALK_PROBE = """
+import sys
+from clanker_rag.cluster import ShardedKnowledgeBase
+import clanker_rag._ingest._run, clanker_rag._ingest._readers
+kb = ShardedKnowledgeBase(int(sys.argv[1]))
+kb.add_text("warm the import paths", "x.md")
+if sys.argv[3] == "ingest":
+    report = kb.ingest(sys.argv[2], progress=False)
+    print(len(report.added), file=sys.stderr)
+"""
+WALK_CALLS = ("newfstatat", "statx", "openat", "getdents64")
+
+
+def walk_syscalls(args: argparse.Namespace) -> None:
+    """File-system calls of an in-process sharded ingest of ``--walk FOLDER`` (``strace -f -c``), less
+    those of the same process without the ingest, for each shard count, here and at ``--baseline``."""
+    import subprocess
+
+    trees = {"this": HERE.parent, **({"baseline": Path(args.baseline).resolve()} if args.baseline else {})}
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-walk-") as tmp:
+        out = Path(tmp) / "strace.txt"
+
+        def calls(tree: Path, shards: int, what: str) -> dict[str, int]:
+            env = {**os.environ, "PYTHONPATH": str(tree)}
+            cmd = ["strace", "-f", "-c", "-o", str(out), "-e", "trace=" + ",".join(WALK_CALLS)]
+            cmd += [sys.executable, "-c", WALK_PROBE, str(shards), args.walk, what]
+            subprocess.run(cmd, env=env, cwd=tmp, check=True, capture_output=True)
+            counted = {}
+            for line in out.read_text().splitlines():
+                fields = line.split()
+                if fields and fields[-1] in WALK_CALLS:
+                    counted[fields[-1]] = int(fields[3])
+            return counted
+
+        for name, tree in trees.items():
+            for shards in args.shard_counts:
+                base, run = calls(tree, shards, "none"), calls(tree, shards, "ingest")
+                row = {"tree": name, "shards": shards, **{c: run.get(c, 0) - base.get(c, 0) for c in WALK_CALLS}}
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+    result = {"folder": args.walk, "load": os.getloadavg(), "rows": rows}
+    (HERE / "results" / "cluster_walk.json").write_text(json.dumps(result, indent=1) + "\n")
+
+
 def add_arguments(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--walk", metavar="FOLDER", help="--coordinator: count an ingest's file-system calls instead")
     ap.add_argument("--coordinator", action="store_true", help="the client's cost as shards and the index grow")
     ap.add_argument("--shard-counts", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2, 4, 8, 16, 32])
     ap.add_argument("--large-chunks", type=int, default=0, help="--coordinator: the large index's chunks")
