@@ -15,9 +15,11 @@ import pytest
 
 from clanker_rag import Analyzer, ConfigError, KnowledgeBase
 from clanker_rag._cluster import _shards
-from clanker_rag._cluster._shards import LocalShards, list_for_shards
+from clanker_rag._cluster._shards import LocalShards, entries, list_for_shards
 from clanker_rag._ingest import _run
 from clanker_rag._ingest._discovery import Candidate, DiscoveryOptions, Skipped, discover
+from clanker_rag._ingest._options import IngestOptions
+from clanker_rag._ingest._readers import FoundPath
 from clanker_rag.cluster import ShardedKnowledgeBase, shard_of
 from tests.helpers._trees import write
 
@@ -199,12 +201,14 @@ def tree_of(tmp_path: Path) -> Path:
     return tree
 
 
-def test_the_walk_places_each_file_on_exactly_one_shard(tmp_path: Path) -> None:
+def test_the_walk_places_each_file_on_exactly_one_shard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_shards, "_BATCH", 3)  # several pickled batches a shard
     tree = tree_of(tmp_path)
     walk = DiscoveryOptions(source_prefix="pre/")
+    assert all(len(part) > 1 for part in list_for_shards(str(tree), walk, 4))
     whole = list(discover(str(tree), walk))
-    parts = list_for_shards(str(tree), walk, 4)
-    files = [(i, entry[2]) for i, part in enumerate(parts) for entry in part if entry[0] == "file"]
+    parts = [entries(part) for part in list_for_shards(str(tree), walk, 4)]
+    files = [(i, entry[1]) for i, part in enumerate(parts) for entry in part if entry[0] == "file"]
     wanted = sorted(c.rel for c in whole if isinstance(c, Candidate))
     assert sorted(rel for _, rel in files) == wanted  # each selected file once
     assert all(shard_of("pre/" + rel, 4) == i for i, rel in files)
@@ -217,6 +221,26 @@ def test_the_walk_places_each_file_on_exactly_one_shard(tmp_path: Path) -> None:
     assert sorted(e[1] for e in file_skips) == sorted(
         s.rel for s in whole if isinstance(s, Skipped) and not s.rel.endswith("/")
     )
+
+
+def test_a_listed_file_stays_pinned_to_the_file_the_walk_saw(tmp_path: Path) -> None:
+    tree = tree_of(tmp_path)
+    root = str(tree)
+    for found in [c for c in discover(root, DiscoveryOptions()) if isinstance(c, Candidate)][:5]:
+        back = _shards._item(_shards._entry(found, root), root)
+        assert isinstance(back, Candidate) and (back.path, back.rel, back.fmt) == (found.path, found.rel, found.fmt)
+        assert isinstance(back.path, FoundPath) and isinstance(found.path, FoundPath)
+        assert (back.path.real, back.path.ident) == (found.path.real, found.path.ident)
+    # A file replaced after the walk is not read: its inode differs from the one listed.
+    page = tree / "docs" / "page1.md"
+    listed = [c for c in discover(root, DiscoveryOptions()) if isinstance(c, Candidate) and c.rel == "docs/page1.md"]
+    entry = _shards._entry(listed[0], root)
+    page.rename(tmp_path / "kept-aside.md")  # (kept: its inode cannot be reused for the new file)
+    write(tree, "docs/page1.md", "# Another file now\n")
+    kb = KnowledgeBase()
+    report = _run.ingest(kb, root, IngestOptions(progress=False), listing=[_shards._item(entry, root)])
+    assert report.added == [] and [s for s, _ in report.skipped] == ["docs/page1.md"]
+    assert "replaced" in report.skipped[0][1]
 
 
 def test_ingest_walks_each_root_once_and_no_shard_walks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
