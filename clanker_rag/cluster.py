@@ -251,19 +251,18 @@ class _TermCache:
             self.df.clear()
             self.epoch += 1
 
-    def lookup(self, terms: Sequence[str]) -> tuple[CollectionStats | None, list[str], int]:
-        """The statistics of ``terms`` when every one is kept (else ``None``), the terms not kept, the epoch."""
+    def lookup(self, terms: Sequence[str]) -> tuple[CollectionStats | None, int]:
+        """The statistics of ``terms`` when every one is kept (else ``None``), and the epoch."""
         with self.lock:
-            missing = [t for t in terms if t not in self.df]
-            if missing or self.base is None:
-                return None, missing if self.base is not None else list(terms), self.epoch
+            if self.base is None or any(t not in self.df for t in terms):
+                return None, self.epoch
             df: dict[str, int] = {}
             for term in terms:
                 self.df.move_to_end(term)
                 count = self.df[term]
                 if count is not None:
                     df[term] = count
-            return CollectionStats(self.base[0], self.base[1], df), [], self.epoch
+            return CollectionStats(self.base[0], self.base[1], df), self.epoch
 
     def keep(self, epoch: int, asked: Sequence[str], stats: CollectionStats) -> None:
         with self.lock:
@@ -790,7 +789,7 @@ class ShardedKnowledgeBase:
         asked = sorted(set(terms))
         cache, epoch = self._cache, 0
         if cache is not None:
-            kept, _, epoch = cache.lookup(asked)
+            kept, epoch = cache.lookup(asked)
             if kept is not None:
                 return kept, set()
         parts = self._home.map(shard_term_stats, self._all(asked), timeout=self.timeout, allow_partial=allow_partial)
