@@ -308,3 +308,29 @@ def test_a_single_file_root_is_placed_and_read_by_its_shard(tmp_path: Path) -> N
     assert sharded.sources() == ["page7.md"]
     again = sharded.ingest(page)
     assert again.unchanged == ["page7.md"] and not again.added
+
+
+@pytest.mark.parametrize("command", ["serve", "search", "stats"])
+def test_every_cluster_command_opens_without_per_term_state(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str
+) -> None:
+    import argparse
+
+    pytest.importorskip("distributed", reason="the dask extra (distributed) is not installed")
+    from clanker_rag._cli import _cluster_commands
+
+    folder = saved_index(tmp_path, 10)
+    opened: list[dict[str, Any]] = []
+    real_load = ShardedKnowledgeBase.load
+
+    def load(path: Any, **kw: Any) -> ShardedKnowledgeBase:
+        opened.append(kw)
+        return real_load(path, term_tables=kw["term_tables"])  # in this process: no cluster needed
+
+    monkeypatch.setattr(ShardedKnowledgeBase, "load", load)
+    monkeypatch.setattr(_cluster_commands, "connect", lambda *a, **kw: object())
+    monkeypatch.setattr(_cluster_commands, "close_client", lambda client: None)
+    hooks = _cluster_commands.CliHooks(lambda args: {}, lambda args, kb: 0, lambda args, kb, path, label: 0)
+    args = argparse.Namespace(command=command, index=str(folder), cluster="local", json=True, cluster_timeout=5.0)
+    assert _cluster_commands.run_cluster(args, hooks) == 0
+    assert [kw["term_tables"] for kw in opened] == [False]
