@@ -258,17 +258,17 @@ class KnowledgeBase:
         ct = self._chunks
         doc = ct.doc[cid]
         assert doc is not None
-        start, end = ct.start[cid], ct.end[cid]
+        index, start, end, start_line, end_line = ct.row(cid)
         return Hit(
             text=doc.span(start, end),
             source=doc.source,
             score=score,
             metadata=doc.metadata,
-            chunk_index=ct.index[cid],
+            chunk_index=index,
             start=start,
             end=end,
-            start_line=ct.start_line[cid],
-            end_line=ct.end_line[cid],
+            start_line=start_line,
+            end_line=end_line,
             section=ct.section[cid],
             chunk_id=cid,
         )
