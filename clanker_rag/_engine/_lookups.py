@@ -79,6 +79,12 @@ class ImpactLookups:
         """Serve lookups from ``tables`` (saved with the lists of generation ``gen``), or from none."""
         self.saved = None if tables is None else (tables, gen)
 
+    def ready(self, tid: int, gen: int) -> Table | None:
+        """The term's saved table when it serves generation ``gen`` and was read before: what
+        :meth:`lookup` would use, found without the term's lists (the search's common case)."""
+        saved = self.saved
+        return saved[0].known(tid) if saved is not None and saved[1] == gen else None
+
     def lookup(self, term: TermImpacts, w: float, cands: list[int], gen: int, n_slots: int) -> Iterable[float]:
         """``w`` times the term's impact at each of ``cands`` (0.0 where absent).
 

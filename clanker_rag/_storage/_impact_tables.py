@@ -243,6 +243,10 @@ class StoredTables:
         self._views[tid] = found
         return found
 
+    def known(self, tid: int) -> Table | None:
+        """The term's table when :meth:`table` has already read it, else None (one dict lookup)."""
+        return self._views.get(tid)
+
     def _inflate(self, i: int) -> Ints:
         """Slot table ``i``, inflated."""
         t = self._tables
