@@ -17,7 +17,7 @@ from operator import mul
 from typing import NamedTuple
 
 from .._storage._codec import Floats, Ints
-from .._storage._impact_tables import DENSE_SLOT_BYTES, Built, StoredTables, Table, TableCache, build_table
+from .._storage._impact_tables import DENSE_SLOT_BYTES, Built, StoredTables, Table, TableCache, build_table, gather
 from .._storage._impact_tables import lookup as saved_lookup
 from ._pruning import probe
 
@@ -120,9 +120,7 @@ class ImpactLookups:
                 imps = term.imps
                 local = dict(zip(docs, imps if w == 1.0 else map(mul, imps, repeat(w))))
                 return map(local.get, cands, repeat(0.0))
-        vals: Iterable[float] = (
-            map(built.__getitem__, cands) if isinstance(built, array) else map(built.get, cands, repeat(0.0))
-        )
+        vals: Iterable[float] = gather(built, cands) if isinstance(built, array) else map(built.get, cands, repeat(0.0))
         # w * 0.0 is 0.0 and w * impact is what the other paths add, bit for bit.
         return vals if w == 1.0 else map(mul, vals, repeat(w))
 
