@@ -819,7 +819,7 @@ class ChunkBounds:
     chunk's source exists and its text range lies inside that source's text.
     Each runs once, before what it vouches for is first read."""
 
-    __slots__ = ("_cols", "_done", "_sources", "_unchecked", "where")
+    __slots__ = ("_cols", "_done", "_rows", "_sources", "_unchecked", "where")
 
     def __init__(
         self, cols: ChunkColumns, sources: SourceColumns, where: str, unchecked: dict[str, PartCheck] | None
@@ -828,6 +828,8 @@ class ChunkBounds:
         self._sources = sources
         self._unchecked = dict(unchecked or {})
         self._done = False
+        # (check by byte, item size) of each unchecked column, for one chunk's row.
+        self._rows = [(check, getattr(cols, name).itemsize) for name, check in self._unchecked.items()]
         self.where = where
 
     def columns(self, *names: str) -> list[Ints]:
@@ -844,11 +846,8 @@ class ChunkBounds:
         source, its range inside that source's text.  A search shows a few chunks: it pays
         O(1) for each, not O(chunks) on its first hit."""
         cols = self._cols
-        unchecked = self._unchecked
-        if unchecked:  # (checks by byte)
-            for name, check in unchecked.items():
-                size = getattr(cols, name).itemsize
-                check(cid * size, (cid + 1) * size)
+        for check, size in self._rows:
+            check(cid * size, (cid + 1) * size)
         start, end = cols.start[cid], cols.end[cid]
         if not self._done:
             source = cols.source[cid]
