@@ -22,6 +22,12 @@ workers): on a shared machine the steadier figure.
     python bench/bench_scale.py                       # the 225k corpus
     python bench/bench_scale.py --engines clanker_rag,tantivy
     python bench/bench_scale.py --baseline DIR        # also DIR's clanker_rag (before/after)
+    python bench/bench_scale.py --rounds 3            # queries 3 times, engines alternating
+
+With ``--rounds N`` every engine is built once, then each answers the queries
+N times in fresh processes, the engines alternating round by round, so load
+swings hit each alike; the table shows the median round (and every round's
+queries/s beside it in the JSON).
 
 Engines: clanker_rag, tantivy (one indexing thread, ``en_stem``), bm25s with
 numpy (``n_threads=0``: no thread pool per call) and, when numba is
@@ -41,6 +47,7 @@ import sysconfig
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -184,6 +191,7 @@ def load_and_query(engine: str, folder: str, qs: list[str]) -> dict[str, float]:
         "qps_wall": len(qs) / wall,
         "qps_cpu": len(qs) / cpu,
         "hits": n_hits,
+        "load_average": os.getloadavg()[0],
     }
 
 
@@ -194,6 +202,20 @@ def child(args: argparse.Namespace) -> None:
     else:
         result = load_and_query(args.engine, args.folder, json.loads(Path(args.queries).read_text()))
     print(json.dumps(result))
+
+
+def run_phase(
+    phase: str, name: str, folder: Path, chunks_file: Path, queries_file: Path, env: dict[str, str] | None
+) -> dict[str, Any]:
+    """One engine's build or query phase in a child process: its JSON line, or ``{"failed": phase}``."""
+    cmd = [sys.executable, __file__, "--phase", phase, "--engine", name, "--folder", str(folder)]
+    cmd += ["--chunks", str(chunks_file), "--queries", str(queries_file)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
+    if proc.returncode != 0:
+        print(f"{name} {phase} failed:\n{proc.stderr[-2000:]}", file=sys.stderr)
+        return {"failed": phase}
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
 
 
 def available(engine: str) -> bool:
@@ -212,6 +234,7 @@ def main() -> None:
         default=MAX_CHUNKS,
         help=f"keep the first N windows of the sorted walk (default {MAX_CHUNKS}; 0: all)",
     )
+    parser.add_argument("--rounds", type=int, default=1, help="query rounds, engines alternating (median shown)")
     parser.add_argument(
         "--baseline",
         metavar="DIR",
@@ -225,7 +248,7 @@ def main() -> None:
         child(args)
         return
     work = Path(tempfile.mkdtemp(prefix="bench-scale-"))
-    results: dict[str, dict[str, float | str]] = {}
+    results: dict[str, dict[str, Any]] = {}
     try:
         t0 = time.perf_counter()
         chunks_file, queries_file, n_chunks = write_corpus(args.small, args.max_chunks, work)
@@ -233,6 +256,7 @@ def main() -> None:
         engines = args.engines.split(",")
         if args.baseline:
             engines.insert(0, "clanker_rag-baseline")
+        built: dict[str, tuple[Path, dict[str, str] | None, dict[str, Any]]] = {}
         for engine in engines:
             # The baseline is clanker_rag imported from another folder.
             name, env = engine, None
@@ -244,23 +268,30 @@ def main() -> None:
                 continue
             folder = work / engine
             folder.mkdir()
-            row: dict[str, float | str] = {}
-            for phase in ("build", "query"):
-                cmd = [sys.executable, __file__, "--phase", phase, "--engine", name, "--folder", str(folder)]
-                cmd += ["--chunks", str(chunks_file), "--queries", str(queries_file)]
-                proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
-                if proc.returncode != 0:
-                    print(f"{engine} {phase} failed:\n{proc.stderr[-2000:]}", file=sys.stderr)
-                    row["failed"] = phase
-                    break
-                row.update(json.loads(proc.stdout.strip().splitlines()[-1]))
+            row = run_phase("build", name, folder, chunks_file, queries_file, env)
             row["disk_mb"] = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 2**20
             results[engine] = row
+            if "failed" not in row:
+                built[engine] = (folder, env, row)
+        # Every engine built first, then the query rounds alternate between them.
+        rounds: dict[str, list[dict[str, Any]]] = {engine: [] for engine in built}
+        for _ in range(max(1, args.rounds)):
+            for engine, (folder, env, _row) in built.items():
+                name = "clanker_rag" if engine == "clanker_rag-baseline" else engine
+                rounds[engine].append(run_phase("query", name, folder, chunks_file, queries_file, env))
+        for engine, (folder, _env, row) in built.items():
+            done = [r for r in rounds[engine] if "failed" not in r]
+            if not done:
+                row["failed"] = "query"
+            else:
+                row.update(sorted(done, key=lambda r: r["qps_wall"])[len(done) // 2])
+                row["qps_wall_rounds"] = [round(r["qps_wall"], 1) for r in done]
+                row["qps_cpu_rounds"] = [round(r["qps_cpu"], 1) for r in done]
             print(engine, json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}))
             shutil.rmtree(folder, ignore_errors=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(f"\n{n_chunks} chunks; load average {os.getloadavg()[0]:.1f}")
+    print(f"\n{n_chunks} chunks; load average {os.getloadavg()[0]:.1f}; median of {max(1, args.rounds)} round(s)")
     print(f"{'engine':20} {'build s':>8} {'cpu s':>6} {'load s':>7} {'mem MB':>7} {'q/s':>7} {'q/s cpu':>8}")
     for engine, r in results.items():
         if "qps_wall" in r:

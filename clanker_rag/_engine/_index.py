@@ -26,6 +26,7 @@ from operator import mul, ne
 from .._exceptions import IndexFormatError
 from .._storage._codec import Floats, Ints, Postings, TermList, copy_array
 from .._storage._impact_tables import StoredTables
+from .._storage._impact_tables import lookup as saved_lookup
 from .._storage._lists import order_offsets_of, walk_postings
 from .._storage._tf_column import extend_ints
 from . import _search
@@ -459,6 +460,12 @@ class InvertedIndex(SweptColumns):
     def lookup(self, tid: int, w: float, cands: list[int], highest: int = -1) -> Iterable[float]:
         """The term's contribution to each of ``cands`` (0.0 where absent; ``highest``: at
         least the largest of ``cands``, or -1)."""
+        # Lists as the saved tables describe them (nothing changed since the load): a table read
+        # before answers at once, as ImpactLookups.lookup would, without folding the term again.
+        table = self.lookups.ready(tid, self.gen)
+        if table is not None:
+            found = saved_lookup(table, cands)
+            return found if w == 1.0 else map(mul, found, repeat(w))
         stale = self._stale_of(tid) if cands else None  # (folds the term when it builds one)
         if stale is not None and self.imp_gen[tid] != self.gen and stale.worth_looking(len(cands)):
             return stale.lookup(self.bm25, w, cands, self.dl, highest)

@@ -17,7 +17,7 @@ from operator import mul
 from typing import NamedTuple
 
 from .._storage._codec import Floats, Ints
-from .._storage._impact_tables import DENSE_SLOT_BYTES, Built, StoredTables, Table, TableCache, build_table
+from .._storage._impact_tables import DENSE_SLOT_BYTES, Built, StoredTables, Table, TableCache, build_table, gather
 from .._storage._impact_tables import lookup as saved_lookup
 from ._pruning import probe
 
@@ -79,6 +79,12 @@ class ImpactLookups:
         """Serve lookups from ``tables`` (saved with the lists of generation ``gen``), or from none."""
         self.saved = None if tables is None else (tables, gen)
 
+    def ready(self, tid: int, gen: int) -> Table | None:
+        """The term's saved table when it serves generation ``gen`` and was read before: what
+        :meth:`lookup` would use, found without the term's lists (the search's common case)."""
+        saved = self.saved
+        return saved[0].known(tid) if saved is not None and saved[1] == gen else None
+
     def lookup(self, term: TermImpacts, w: float, cands: list[int], gen: int, n_slots: int) -> Iterable[float]:
         """``w`` times the term's impact at each of ``cands`` (0.0 where absent).
 
@@ -114,9 +120,7 @@ class ImpactLookups:
                 imps = term.imps
                 local = dict(zip(docs, imps if w == 1.0 else map(mul, imps, repeat(w))))
                 return map(local.get, cands, repeat(0.0))
-        vals: Iterable[float] = (
-            map(built.__getitem__, cands) if isinstance(built, array) else map(built.get, cands, repeat(0.0))
-        )
+        vals: Iterable[float] = gather(built, cands) if isinstance(built, array) else map(built.get, cands, repeat(0.0))
         # w * 0.0 is 0.0 and w * impact is what the other paths add, bit for bit.
         return vals if w == 1.0 else map(mul, vals, repeat(w))
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from .._storage._impact_tables import gather
 from ._scoring import BM25, norm_values
 
 __all__ = ["LengthNorms"]
@@ -45,5 +46,5 @@ class LengthNorms:
         work = (work if last == gen else 0) + len(docs)
         self.work = (gen, work)
         if 2 * work < len(dl) and avgdl > 0:
-            return list(norm_values(self.bm25, avgdl, map(dl.__getitem__, docs)))
+            return list(norm_values(self.bm25, avgdl, gather(dl, docs)))
         return list(map(self.every(gen, dl, avgdl).__getitem__, docs))

@@ -15,6 +15,7 @@ from operator import eq, ge, mul
 from typing import NamedTuple
 
 from .._storage._codec import Floats, Ints
+from .._storage._impact_tables import gather
 
 __all__ = [
     "Plan",
@@ -71,8 +72,8 @@ def probe(docs: Sequence[int], imps: Sequence[float], w: float, cands: list[int]
     # the last posting and fails the equality test below.
     last = len(docs) - 1
     idx = list(map(bisect_left, repeat(docs), cands, repeat(0), repeat(last)))
-    found = map(eq, map(docs.__getitem__, idx), cands)
-    vals: Iterable[float] = map(imps.__getitem__, idx)
+    found = map(eq, gather(docs, idx), cands)
+    vals: Iterable[float] = gather(imps, idx)
     if w != 1.0:
         vals = map(mul, vals, repeat(w))
     return map(mul, vals, found)

@@ -29,6 +29,7 @@ from operator import add, ge
 from typing import Protocol
 
 from .._storage._codec import Floats, Ints, TermList
+from .._storage._impact_tables import gather
 from ._pruning import Plan, Ranked, above, best_of, cheap_essentials, essential_slices, merge_cost
 from ._scoring import BM25, TermExplanation
 from ._stale import without_dead
@@ -200,7 +201,7 @@ def _seed(
                 if depth >= len(order):
                     new.update(run.docs)
                 else:
-                    new.update(map(run.docs.__getitem__, order[:depth]))
+                    new.update(gather(run.docs, order[:depth]))
                     edge = max(edge, run.values[order[depth]] * run.scale)
             edges.append(edge * w)
             if edge == 0.0:
@@ -223,7 +224,7 @@ def _seed(
             if n_fresh <= deeper or (n_fresh <= budget and len(pool) + deeper > budget):
                 fresh: set[int] = set()
                 for run, lo, hi in ranges:
-                    fresh.update(map(run.docs.__getitem__, run.order[lo:hi]))
+                    fresh.update(gather(run.docs, run.order[lo:hi]))
                 fresh.difference_update(pool)
                 last = _candidates(index, fresh, allowed, dead)
                 more, more_scores = full_scores(index, plan, last, theta, edges, now_inside, k)

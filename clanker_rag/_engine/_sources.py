@@ -141,6 +141,8 @@ class LoadedSources:
         firsts = self._firsts
         if firsts is None:
             return self.doc(self._owners[cid])
+        # The runs are checked whole (O(sources), once): a run checked alone could
+        # hold a chunk that another, out of order, also holds.
         self._check_runs()
         return self.doc(bisect_right(firsts, cid) - 1)
 
@@ -361,9 +363,10 @@ class ChunkTable:
     and the loaded chunks' bound checks (O(chunks), see ``_codec.ChunkBounds``)
     run before ``start`` or ``end`` is first read.  Chunks appended before
     then wait in columns of their own, so a load + add + commit reads neither.
+    A hit reads its chunk's :meth:`row` in place, with that chunk's checks only.
     """
 
-    __slots__ = ("_cols", "_loaded", "_n_loaded", "doc", "section", "unchecked")
+    __slots__ = ("_cols", "_loaded", "_n_loaded", "_rows", "doc", "section", "unchecked")
 
     def __init__(self) -> None:
         self.doc = ChunkDocs()
@@ -372,15 +375,24 @@ class ChunkTable:
         self._cols: list[array[int]] = [array("i"), array("q"), array("q"), array("i"), array("i")]
         self._loaded: Callable[[], Sequence[Ints]] | None = None
         self._n_loaded = 0
+        self._rows: Callable[[int], tuple[int, int, int, int, int]] | None = None
         self.section: list[str | None] = []
         self.unchecked: Callable[[], None] | None = None
 
-    def adopt(self, columns: Callable[[], Sequence[Ints]], n: int, unchecked: Callable[[], None] | None) -> None:
+    def adopt(
+        self,
+        columns: Callable[[], Sequence[Ints]],
+        n: int,
+        unchecked: Callable[[], None] | None,
+        rows: Callable[[int], tuple[int, int, int, int, int]] | None = None,
+    ) -> None:
         """Take a load's ``n`` chunks: ``columns()`` gives their index, start, end, start_line
-        and end_line columns, checked; ``unchecked()`` checks their bounds."""
+        and end_line columns, checked; ``unchecked()`` checks their bounds; ``rows(cid)``
+        one chunk's five values, read in place with that chunk's checks (see :meth:`row`)."""
         self._loaded = columns
         self._n_loaded = n
         self.unchecked = unchecked
+        self._rows = rows
 
     def __len__(self) -> int:
         return len(self.doc)
@@ -418,6 +430,22 @@ class ChunkTable:
     @property
     def end_line(self) -> array[int]:
         return self._columns()[4]
+
+    def row(self, cid: int) -> tuple[int, int, int, int, int]:
+        """Chunk ``cid``'s index, start, end, start_line and end_line.
+
+        While a load's columns are still in the data file, a loaded chunk's row
+        is read in place with its own checks, and an added one's from the
+        added columns: a search's few hits copy and check no whole column.
+        """
+        n = self._n_loaded
+        if self._loaded is not None:
+            if cid >= n:
+                at, cols = cid - n, self._cols
+                return cols[0][at], cols[1][at], cols[2][at], cols[3][at], cols[4][at]
+            if self._rows is not None:
+                return self._rows(cid)
+        return self.index[cid], self.start[cid], self.end[cid], self.start_line[cid], self.end_line[cid]
 
     def _check(self) -> None:
         assert self.unchecked is not None

@@ -33,7 +33,7 @@ from itertools import repeat
 from operator import add, and_, eq, lt, mul, sub, truth
 
 from .._storage._codec import Ints
-from .._storage._impact_tables import Table
+from .._storage._impact_tables import Table, gather
 from .._storage._impact_tables import lookup as saved_lookup
 from ._packed_lists import BaseStats, TermLists
 from ._pruning import Ranked
@@ -155,21 +155,21 @@ class StaleTerm:
         late = bool(self.added) and highest >= self.first_new
         if slots is not None and len(slots) >= self.first_new:  # (a table covers every packed chunk)
             if highest < len(slots):
-                at = list(map(slots.__getitem__, cands))
+                at = gather(slots, cands)
                 found: list[bool] = list(map(truth, at))
             else:  # chunks added since lie past the table, in no packed list: read at chunk 0, masked
                 inside = list(map(lt, cands, repeat(len(slots))))
-                at = list(map(slots.__getitem__, map(mul, cands, inside)))
+                at = gather(slots, list(map(mul, cands, inside)))
                 found = list(map(and_, map(truth, at), inside))
             idx: Iterable[int] = map(sub, at, repeat(1))  # -1 where absent: any tf, masked below
         else:
             last = len(docs) - 1
             pos = list(map(bisect_left, repeat(docs), cands, repeat(0), repeat(last)))
-            found = list(map(eq, map(docs.__getitem__, pos), cands))
+            found = list(map(eq, gather(docs, pos), cands))
             idx = pos
         if self.dead:  # a removed chunk is still in the packed list: length 0
-            found = list(map(and_, found, map(truth, map(dl.__getitem__, cands))))
-        imps = term_impacts(bm, self.idf, list(map(tfs.__getitem__, idx)), self.norms(cands), cands, dl, self.avgdl)
+            found = list(map(and_, found, map(truth, gather(dl, cands))))
+        imps = term_impacts(bm, self.idf, list(gather(tfs, list(idx))), self.norms(cands), cands, dl, self.avgdl)
         vals: Iterable[float] = imps if w == 1.0 else map(mul, imps, repeat(w))
         vals = map(mul, vals, found)
         if late:
@@ -211,8 +211,8 @@ def stale_term(
     live = _live(base, dl) if n_dead else list
 
     def exact(positions: list[int]) -> array[float]:
-        cids = list(map(base.docs.__getitem__, positions))
-        return term_impacts(bm, idf, list(map(base.tfs.__getitem__, positions)), norms(cids), cids, dl, avgdl)
+        cids = list(gather(base.docs, positions))
+        return term_impacts(bm, idf, list(gather(base.tfs, positions)), norms(cids), cids, dl, avgdl)
 
     # The exact largest impact is among the packed order's top: past the
     # first rank whose bound is below the best found, nothing can beat it.

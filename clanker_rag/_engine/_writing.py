@@ -334,7 +334,8 @@ class IndexWriter:
         ct.doc = ChunkDocs(loaded)
         # The chunk table is small beside the postings (about 30 bytes a
         # chunk) and grows with adds: it is copied when first read, the postings are not.
-        ct.adopt(lambda: bounds.columns("ordinal", "start", "end", "start_line", "end_line"), len(c_src), bounds)
+        names = ("ordinal", "start", "end", "start_line", "end_line")
+        ct.adopt(lambda: bounds.columns(*names), len(c_src), bounds, bounds.row)
         ct.section = cols.section
         corpus.index = InvertedIndex.from_packed(corpus.bm25, snap.postings, cols.length, where=where)
         if corpus.index.total_len != snap.total_length:  # (a lazily checked load leaves this to its reader)

@@ -112,8 +112,18 @@ def list_sources(kb: KnowledgeBase) -> None:
 
 
 def search(kb: KnowledgeBase) -> None:
-    for i in range(7):
-        kb.search(f"alpha{i} words")
+    # Every chunk holds one of these words: every chunk is a hit, so every chunk's row and
+    # source run are read (a search checks the chunks it shows, not the whole table).
+    kb.search(EVERY_CHUNK, k=10_000)
+
+
+EVERY_CHUNK = " ".join(f"alpha{i}" for i in range(7)) + " words source filler"
+
+
+def test_the_search_use_shows_every_chunk(folder):
+    kb = KnowledgeBase.load(folder)
+    shown = {(h.source, h.chunk_index) for h in kb.search(EVERY_CHUNK, k=10_000)}
+    assert shown == {(h.source, h.chunk_index) for h in kb.chunks()}
 
 
 # (part, item size, item, the first use that reads it)
