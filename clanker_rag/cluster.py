@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import IO, Any, TypeVar
 
 from ._cluster._dask_shards import DaskShards
+from ._cluster._health import ClusterHealth
 from ._cluster._identity import Expected, ShardIdentity, write_json
 from ._cluster._shards import (
     PLACEMENT,
@@ -58,7 +59,7 @@ from ._cluster._shards import (
     shard_table,
     shard_term_stats,
 )
-from ._cluster._waits import probe_folder
+from ._cluster._waits import open_client, probe_folder
 from ._engine._collection import CollectionStats
 from ._exceptions import (
     ConfigError,
@@ -115,7 +116,8 @@ def connect(
     """A ``distributed.Client`` for ``address``; ``"local"`` starts a loopback ``LocalCluster``.
 
     ``timeout`` bounds the wait for the scheduler (seconds): an unreachable
-    address is a ``RetrievalTimeoutError``.  ``worker_log_level``: what the
+    address is a ``RetrievalTimeoutError``, a worker's address a ``ConfigError``.
+    The client keeps reconnecting for an hour after it loses the scheduler.  ``worker_log_level``: what the
     local cluster's processes (which share this process's stderr) print; a
     shard's error reaches the caller as an exception either way.  Closing
     the client also closes a cluster started here.
@@ -158,7 +160,9 @@ def connect(
         _STARTED[id(client)] = cluster  # closed with the client (see close_client)
         return client
     try:
-        return Client(address, timeout=timeout)  # type: ignore[no-untyped-call]
+        # Checked first: a dead address fails within ``timeout``, a worker's address is named as one;
+        # the client then reconnects for an hour after losing its scheduler (see _waits.open_client).
+        return open_client(address, timeout)
     except OSError as exc:  # distributed's connect timeout and refusals are OSErrors
         _close_unstarted(exc)
         raise RetrievalTimeoutError(
@@ -352,7 +356,6 @@ class ShardedKnowledgeBase:
             raise ConfigError(f"term_tables={term_tables!r} must be True or False")
         _check_timeout(timeout)
         self._home = home
-        self.client = client
         self.timeout = float(timeout)
         self._path = path
         self._settings = settings
@@ -419,6 +422,12 @@ class ShardedKnowledgeBase:
         self._index_id, self._generation = index_id, generation or 0
         self._statistics((), allow_partial=False)  # every shard's term table, now rather than at the first search
         return self
+
+    @property
+    def client(self) -> Any:
+        """The ``distributed.Client`` holding the shards (``None``: in this process); a new one to the same
+        scheduler once the first gave up reconnecting (see ``DaskShards``)."""
+        return self._home.client
 
     @property
     def path(self) -> Path | None:
@@ -676,6 +685,20 @@ class ShardedKnowledgeBase:
     def shard_workers(self) -> list[list[str]]:
         """The Dask workers holding each shard (empty lists in this process)."""
         return self._home.holders()
+
+    def health(self) -> ClusterHealth:
+        """Green, yellow or red, as Elasticsearch reports it, with each shard's workers, copies and last error.
+
+        Green: every shard has its copies (``replicas``) on distinct workers;
+        yellow: every shard is served, some copies are missing; red: some
+        shard is held by no worker.  ``.to_dict()`` is what ``clanker-rag
+        cluster health --json`` prints.  In this process: green, no workers.
+        """
+        return self._home.health()
+
+    def rebalance(self) -> None:
+        """Look at the shards' placement now rather than at the next periodic look (see ``docs/scale.md``)."""
+        self._home.heal()
 
     def shard_stats(self) -> list[ShardInfo]:
         """Each shard's chunks, terms, sources and formats."""

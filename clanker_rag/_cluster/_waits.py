@@ -20,14 +20,34 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .._exceptions import IngestError, RetrievalTimeoutError
+from .._exceptions import ConfigError, IngestError, RetrievalTimeoutError
 
-__all__ = ["POLL", "probe_folder", "scheduler_lost", "settle", "workers_within"]
+__all__ = [
+    "ASK",
+    "POLL",
+    "RECONNECT",
+    "address_of",
+    "check_scheduler",
+    "open_client",
+    "probe_folder",
+    "scheduler_lost",
+    "settle",
+    "workers_within",
+]
 
 # Seconds between looks at the scheduler while a long operation runs.
 POLL = 0.5
 # Seconds one look at the scheduler may take (it answers in milliseconds when it is there).
-_ASK = 5.0
+ASK = 5.0
+# Seconds a client from ``open_client`` keeps trying to reconnect to a scheduler that went away (Dask's
+# client closes itself after its ``timeout``, 30 s by default, and never reconnects after that): an
+# hour covers a supervised scheduler's restart, a reboot, a long network partition.
+RECONNECT = 3600.0
+
+
+def address_of(client: Any) -> str:
+    """The scheduler address ``client`` talks to (a description when it has none)."""
+    return _address(client)
 
 
 def _address(client: Any) -> str:
@@ -45,12 +65,73 @@ def scheduler_lost(client: Any, exc: BaseException | None = None) -> RetrievalTi
     )
 
 
+def check_scheduler(address: str, timeout: float) -> None:
+    """Raise unless a Dask scheduler answers at ``address`` within ``timeout`` seconds.
+
+    ``RetrievalTimeoutError`` when nothing answers in time (a dead address
+    fails within ``timeout``); ``ConfigError`` when a Dask worker or nanny
+    answers instead (its own address given for the scheduler's, which Dask's
+    client would report as an unexpected ``TypeError``) or something that does
+    not speak Dask's protocol.
+    """
+    import asyncio
+    import threading
+
+    from distributed.core import rpc
+
+    async def ask() -> Any:
+        remote = rpc(address, timeout=timeout)  # type: ignore[no-untyped-call]
+        try:
+            return await asyncio.wait_for(remote.identity(), timeout)
+        finally:
+            await remote.close_rpc()  # type: ignore[no-untyped-call]
+
+    # In a thread of its own: the caller may run an event loop (a notebook), and asyncio.run needs none.
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["identity"] = asyncio.run(ask())
+        except BaseException as exc:  # handed to the caller
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run, name="clanker-rag-scheduler-check", daemon=True)
+    thread.start()
+    thread.join(timeout + ASK)
+    exc = outcome.get("error")
+    if "identity" not in outcome:
+        why = f" ({type(exc).__name__}: {exc})" if exc is not None and str(exc) else ""
+        raise RetrievalTimeoutError(f"cannot reach the Dask scheduler at {address} within {timeout:g} s{why}")
+    identity = outcome["identity"]
+    kind = identity.get("type") if isinstance(identity, dict) else None
+    if kind != "Scheduler":
+        what = f"a Dask {str(kind).lower()}" if isinstance(kind, str) else "not a Dask scheduler"
+        scheduler = identity.get("scheduler") if isinstance(identity, dict) else None
+        hint = f" (its scheduler is {scheduler})" if isinstance(scheduler, str) else ""
+        raise ConfigError(
+            f"{address} is {what}, not a Dask scheduler{hint}: give the scheduler's address "
+            "(dask scheduler prints it: 'Scheduler at: tcp://HOST:8786')"
+        )
+
+
+def open_client(address: str, timeout: float, reconnect: float = RECONNECT) -> Any:
+    """A ``distributed.Client`` for the scheduler at ``address``, checked first (see ``check_scheduler``).
+
+    Connecting fails within ``timeout``; once connected, the client keeps
+    trying to reconnect for ``reconnect`` seconds after losing its scheduler.
+    """
+    check_scheduler(address, timeout)
+    from distributed import Client
+
+    return Client(address, timeout=max(timeout, reconnect))  # type: ignore[no-untyped-call]
+
+
 def _workers(client: Any) -> list[str] | None:
     """The scheduler's workers now; ``None`` when the scheduler does not answer."""
     if client.status != "running":
         return None
     try:
-        return sorted(client.sync(client.scheduler.ncores, callback_timeout=_ASK))
+        return sorted(client.sync(client.scheduler.ncores, callback_timeout=ASK))
     except Exception:  # closed, reconnecting, a timed-out comm: all "no scheduler"
         return None
 
