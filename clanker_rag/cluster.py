@@ -163,6 +163,8 @@ def connect(
         # Checked first: a dead address fails within ``timeout``, a worker's address is named as one;
         # the client then reconnects for an hour after losing its scheduler (see _waits.open_client).
         return open_client(address, timeout)
+    except RetrievalTimeoutError:
+        raise
     except OSError as exc:  # distributed's connect timeout and refusals are OSErrors
         _close_unstarted(exc)
         raise RetrievalTimeoutError(

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import gc
 import logging
 import os
 import pickle
@@ -27,6 +28,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from .._exceptions import ClankerRagError, RetrievalTimeoutError
+from ._drain import DRAINING, draining
 from ._health import ClusterHealth, error_path, health_of, shard_key
 from ._hedged import Attempt, Latency, hedged_answers
 from ._identity import Expected, ShardIdentity
@@ -796,9 +798,27 @@ class DaskShards:
             info = client.sync(client.scheduler.identity, callback_timeout=_ASK)
             workers = info.get("workers", {})
             alive = set(workers)
-            taking = sorted(w for w, d in workers.items() if d.get("status", "running") == "running")
+            marks = client.sync(client.scheduler.get_metadata, keys=DRAINING, default={}, callback_timeout=_ASK)
+            drained = draining(marks)
+            taking = sorted(
+                w for w, d in workers.items() if d.get("status", "running") == "running" and w not in drained
+            )
             for w in set(self._servers) - alive:
                 self._forget(w)
+            let_go = False
+            for w in drained & alive:
+                # Let go of the actor there (an actor keeps Dask from retiring its worker); no new one
+                # while the mark lasts.  The copies there move off below, as misplaced ones.
+                self._shunned[w] = time.monotonic() + self.HEAL_EVERY * 2
+                let_go = let_go or w in self._servers or w in self._starting
+                self._forget(w)
+                start = self._starting.pop(w, None)
+                if start is not None:
+                    start[0].cancel()
+            if let_go:
+                # An actor handle is released when it is freed, and a finished read can leave it in a
+                # reference cycle that an idle process may not collect for a long time.
+                gc.collect()
             for w in [w for w in self._shunned if w not in alive]:
                 del self._shunned[w]
             copies = self._copies()

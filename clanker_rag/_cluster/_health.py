@@ -35,6 +35,7 @@ __all__ = [
     "ShardHealth",
     "error_path",
     "health_of",
+    "index_health",
     "parse_key",
     "shard_key",
 ]
@@ -189,3 +190,14 @@ def health_of(
             )
         )
     return ClusterHealth(tuple(shards), tuple(sorted(workers)))
+
+
+def index_health(client: Any, index_id: str | None, n_shards: int, timeout: float) -> ClusterHealth:
+    """The health of an index from any client of the scheduler: every session's copies (see ``health_of``).
+
+    Each scheduler call waits at most ``timeout`` seconds.
+    """
+    who = client.sync(client.scheduler.who_has, callback_timeout=timeout)
+    info = client.sync(client.scheduler.identity, callback_timeout=timeout)
+    errors = client.sync(client.scheduler.get_metadata, keys=error_path(index_id), default={}, callback_timeout=timeout)
+    return health_of(who, index_id, n_shards, errors if isinstance(errors, dict) else {}, info.get("workers", {}))
