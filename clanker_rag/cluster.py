@@ -59,7 +59,7 @@ from ._cluster._shards import (
     shard_table,
     shard_term_stats,
 )
-from ._cluster._waits import open_client, probe_folder
+from ._cluster._waits import close_replacement, open_client, probe_folder
 from ._engine._collection import CollectionStats
 from ._exceptions import (
     ConfigError,
@@ -198,6 +198,7 @@ def _close_unstarted(exc: BaseException) -> None:
 def close_client(client: Any) -> None:
     """Close a client from :func:`connect`, and the cluster it started."""
     cluster = _STARTED.pop(id(client), None)
+    close_replacement(client)  # the client that replaced it, if it gave up reconnecting
     client.close()
     if cluster is not None:
         cluster.close()

@@ -36,7 +36,7 @@ from ._placement import Move, plan_moves
 from ._shards import ShardBox, load_shard, new_box, save_shard
 from ._waits import ASK as _ASK
 from ._waits import address_of as _address
-from ._waits import open_client, scheduler_lost, settle, workers_within
+from ._waits import live_client, scheduler_lost, settle, workers_within
 
 __all__ = ["DaskShards", "ShardServer"]
 
@@ -405,11 +405,10 @@ class DaskShards:
     HEAL_EVERY = 2.0
 
     def __init__(self, client: Any, futures: list[Any], patience: float, labels: Sequence[_Label] = ()) -> None:
-        self.client = client
+        # A client that gave up on its scheduler: the one that replaces it (see _waits.live_client).
+        self.client = client = live_client(client, patience)
         self.futures = futures
         self.patience = patience
-        self._address = _address(client)  # where to connect again if the client gives up on its scheduler
-        self._own_client = False
         # What each shard's keys say of it (see _health.shard_key): index id, save, changed since.
         self._labels: list[_Label] = list(labels) or [(None, 0, True)] * len(futures)
         # Where each shard was last seen (None: ask the scheduler), and a
@@ -451,9 +450,9 @@ class DaskShards:
     @classmethod
     def create(cls, client: Any, n_shards: int, options: dict[str, Any], patience: float) -> DaskShards:
         shards = cls(client, [None] * n_shards, patience)
-        with _guard(client):
+        with _guard(shards.client):
             jobs = shards._jobs([(options,)] * n_shards)
-            _build(client, new_box, jobs, patience)
+            _build(shards.client, new_box, jobs, patience)
         shards.futures = [j.future for j in jobs]
         shards._start_healer()
         return shards
@@ -469,7 +468,7 @@ class DaskShards:
         shards = cls(client, [None] * len(origin), patience, labels)
         shards.origin = origin
         shards.replicas = replicas
-        with _guard(client):
+        with _guard(shards.client):
             shards._load(origin)
         shards._start_healer()
         return shards
@@ -522,16 +521,12 @@ class DaskShards:
 
     def _reconnect(self) -> None:
         """A client that gave up on its scheduler (Dask closes it after its timeout) is replaced by a new one
-        to the same address, so an open index heals once the scheduler is back, however long it was gone."""
+        to the same address (``live_client``), so an open index heals once the scheduler is back, however
+        long it was gone."""
         if self.client.status not in ("closing", "closed"):
             return
-        old = self.client
-        self.client = open_client(self._address, self.patience)
-        if self._own_client:
-            with contextlib.suppress(Exception):
-                old.close()
-        self._own_client = True
-        log.warning("connected again to the Dask scheduler at %s", self._address)
+        self.client = live_client(self.client, self.patience)
+        log.warning("connected again to the Dask scheduler at %s", _address(self.client))
 
     def _revive(self) -> None:
         """Reload the shards from their last save when the scheduler lost them (it went away and came back).
@@ -601,6 +596,10 @@ class DaskShards:
     ) -> dict[int, T]:
         """``fn(shard, *args[i])``: through the holder's actor, else as a task; within ``timeout``."""
         deadline = time.monotonic() + timeout
+        if self.client.status == "connecting":
+            # The scheduler is away and the client is reconnecting: a read fails at once (its shards
+            # went with the scheduler) rather than wait, and the first after the return reloads them.
+            raise scheduler_lost(self.client)
         with _guard(self.client):
             self._revive()
             out, retry = self._direct(fn, args, deadline)
@@ -1018,9 +1017,6 @@ class DaskShards:
                 with contextlib.suppress(Exception):  # a client without its scheduler: nothing to release
                     fut.release()
             self.futures = []
-            if self._own_client:
-                with contextlib.suppress(Exception):
-                    self.client.close()
 
 
 def _why(failures: Sequence[str], deadline: float | None) -> str:

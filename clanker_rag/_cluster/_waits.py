@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 import uuid
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -29,7 +31,10 @@ __all__ = [
     "address_of",
     "check_scheduler",
     "open_client",
+    "close_replacement",
+    "live_client",
     "probe_folder",
+    "remember",
     "scheduler_lost",
     "settle",
     "workers_within",
@@ -61,7 +66,7 @@ def scheduler_lost(client: Any, exc: BaseException | None = None) -> RetrievalTi
     why = f" ({type(exc).__name__}: {exc})" if exc is not None and str(exc) else ""
     return RetrievalTimeoutError(
         f"lost the connection to the Dask scheduler at {_address(client)}{why}; "
-        "its shards are gone with it: open the index again once the scheduler is back"
+        "an open index loads its shards again from its last save once the scheduler is back"
     )
 
 
@@ -75,7 +80,6 @@ def check_scheduler(address: str, timeout: float) -> None:
     not speak Dask's protocol.
     """
     import asyncio
-    import threading
 
     from distributed.core import rpc
 
@@ -124,6 +128,53 @@ def open_client(address: str, timeout: float, reconnect: float = RECONNECT) -> A
     from distributed import Client
 
     return Client(address, timeout=max(timeout, reconnect))  # type: ignore[no-untyped-call]
+
+
+# The scheduler address of each client seen connected, and the client that replaced one that gave up
+# reconnecting: a closed client cannot connect again, and its own address is gone with its connection.
+_ADDRESSES: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+_REPLACED: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+_REPLACING = threading.Lock()
+
+
+def remember(client: Any) -> None:
+    """Note the scheduler address of a connected ``client`` (see ``live_client``)."""
+    if client.status == "running":
+        with contextlib.suppress(Exception):
+            _ADDRESSES[client] = str(client.scheduler.address)
+
+
+def live_client(client: Any, timeout: float) -> Any:
+    """``client``, or the client that replaces it when it gave up reconnecting to its scheduler.
+
+    Dask's client closes itself for good when its scheduler has been gone
+    longer than its ``timeout`` (30 s by default); an index opened on it, or
+    a fresh ``load()`` with it, then goes on through a new client to the same
+    address (one per closed client, shared), made here within ``timeout``
+    seconds once the scheduler answers again.
+    """
+    if client.status not in ("closing", "closed"):
+        remember(client)
+        return client
+    with _REPLACING:
+        new = _REPLACED.get(client)
+        if new is not None and new.status not in ("closing", "closed"):
+            return new
+        address = _ADDRESSES.get(client)
+        if address is None:
+            raise scheduler_lost(client)
+        new = open_client(address, timeout)
+        _REPLACED[client] = new
+        _ADDRESSES[new] = address
+        return new
+
+
+def close_replacement(client: Any) -> None:
+    """Close the client that replaced ``client`` (see ``live_client``), if one did."""
+    new = _REPLACED.pop(client, None)
+    if new is not None:
+        with contextlib.suppress(Exception):
+            new.close()
 
 
 def _workers(client: Any) -> list[str] | None:
