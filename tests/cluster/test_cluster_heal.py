@@ -297,3 +297,59 @@ def test_a_shard_on_a_worker_that_cannot_see_the_folder_is_loaded_elsewhere(tmp_
             sharded.close()
         finally:
             close_client(client)
+
+
+def _listening(pids):
+    """The local addresses (``ip``, ``port``) that the processes ``pids`` listen on over TCP (IPv4 and v6)."""
+    inodes = set()
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    out = set()
+    for table, width in (("/proc/net/tcp", 8), ("/proc/net/tcp6", 32)):
+        with open(table, encoding="ascii") as fh:
+            for line in fh.readlines()[1:]:
+                fields = line.split()
+                local, state, inode = fields[1], fields[3], fields[9]
+                if state == "0A" and inode in inodes:  # LISTEN
+                    ip_hex, port_hex = local.split(":")
+                    raw = bytes.fromhex(ip_hex)
+                    # /proc prints each 32-bit word in host (little-endian) order.
+                    words = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+                    ip = ".".join(str(b) for b in words) if width == 8 else words.hex()
+                    out.add((ip, int(port_hex, 16)))
+    return out
+
+
+def test_the_docs_worker_command_line_listens_on_nothing_but_its_host_and_loopback():
+    """docs/scale.md's `dask worker` line, its addresses swapped for loopback ones: no socket on every
+    interface (Dask's worker HTTP server, which --no-dashboard leaves running, included)."""
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "scale.md").read_text(encoding="utf-8")
+    [line, *_] = [ln for ln in doc.splitlines() if ln.startswith("worker-1$")]
+    args = line.split("dask worker", 1)[1].split()
+    assert "--dashboard-address" in args
+    with cluster(0) as procs:
+        args = [procs.address if a.startswith("tcp://") else "127.0.0.1" if a == "10.0.0.6" else a for a in args]
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "distributed.cli.dask_worker", *args],
+            env=env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        procs.workers.append(worker)
+        procs.wait_for(1)
+        addresses = _listening(_group(worker.pid))
+    assert len(addresses) >= 3  # the nanny, the worker and its HTTP server
+    assert {ip for ip, _ in addresses} == {"127.0.0.1"}, addresses
