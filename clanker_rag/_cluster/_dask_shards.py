@@ -35,8 +35,8 @@ from ._identity import Expected, ShardIdentity
 from ._placement import Move, plan_moves
 from ._shards import ShardBox, load_shard, new_box, save_shard
 from ._waits import ASK as _ASK
+from ._waits import POLL, live_client, scheduler_lost, settle, workers_within
 from ._waits import address_of as _address
-from ._waits import live_client, scheduler_lost, settle, workers_within
 
 __all__ = ["DaskShards", "ShardServer"]
 
@@ -201,8 +201,9 @@ def _build(
     hears why).  Raises the shards' own errors (a bad folder), or
     ``RetrievalTimeoutError`` when the scheduler has had no worker, or gone,
     for ``patience`` seconds.  ``bounded`` (an open): the wait ends within
-    ``patience`` seconds; a copy still building at half of it is tried on
-    another worker too (the first to finish counts), and once every shard
+    ``patience`` seconds; a copy still building at half of it, or when
+    three times as long as the first copy took, is tried on another worker
+    too (the first to finish counts), and once every shard
     has a copy the others get as long again as that took, then build on
     without this call waiting for them.  Once built, the preference is
     dropped (see ``_unpin``): a rebuild goes to any worker.
@@ -215,6 +216,7 @@ def _build(
     deadline = started + patience if bounded else None
     hedge_at = started + patience / 2 if bounded else None
     served_at: float | None = None
+    first_done: float | None = None
     try:
         while True:
             failures = _sort_out(client, fn, jobs, workers, record)
@@ -223,6 +225,11 @@ def _build(
             now = time.monotonic()
             served = {j.shard for j in jobs if j.future.status == "finished"} == {j.shard for j in jobs}
             events: list[float] = []
+            if hedge_at is not None and first_done is None and any(j.future.status == "finished" for j in jobs):
+                # The first copy built says how long one takes: a copy taking three times as long (at
+                # least a second more) is likely on a hung worker; try it elsewhere then, not at half time.
+                first_done = now
+                hedge_at = min(hedge_at, now + max(1.0, 2 * (now - started)))
             if deadline is not None:
                 if served:
                     served_at = now if served_at is None else served_at
@@ -245,6 +252,8 @@ def _build(
                 raise RetrievalTimeoutError(
                     f"could not open {len(failures)} of {len(jobs)} shard copies: {'; '.join(failures)}"
                 )
+            if events:  # look again as soon as one attempt ends (settle waits for them all)
+                events.append(time.monotonic() + POLL)
             settle(client, pending, patience=patience, deadline=min(events) if events else None)
     except BaseException:
         for job in jobs:
