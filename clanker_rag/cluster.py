@@ -686,7 +686,8 @@ class ShardedKnowledgeBase:
         return self._home.map(shard_info, {i: () for i in range(self.n_shards)}, timeout=self.timeout)
 
     def shard_workers(self) -> list[list[str]]:
-        """The Dask workers holding each shard (empty lists in this process)."""
+        """The Dask worker holding each copy of each shard (empty lists in this process): one address a copy,
+        so two copies on one worker show as that worker twice; a copy being rebuilt is left out."""
         return self._home.holders()
 
     def health(self) -> ClusterHealth:

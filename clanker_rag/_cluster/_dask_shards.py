@@ -970,24 +970,15 @@ class DaskShards:
         return submit(_second, pair, pure=False)
 
     def holders(self) -> list[list[str]]:
-        """The workers holding each shard (none while a lost shard is being rebuilt)."""
-        mirrors = self.mirrors or []
-        keys = [f.key for f in [*self.futures, *mirrors]]
-        with _guard(self.client):
-            who = self.client.sync(self.client.scheduler.who_has, keys=keys, callback_timeout=self.patience)
-        out = [sorted(who.get(fut.key, ())) for fut in self.futures]
-        for held, mirror in zip(out, mirrors):
-            held.extend(w for w in sorted(who.get(mirror.key, ())) if w not in held)
-        return out
-
-    def copy_holders(self) -> list[list[str | None]]:
-        """The worker holding each copy of each shard (``None``: being built), copy by copy: two copies on
-        one worker show as that worker twice (``holders`` lists each worker once)."""
+        """The worker holding each copy of each shard, copy by copy: a worker holding two copies of a shard
+        is listed twice, and a copy being built or rebuilt not at all."""
         copies = self._copies()
         keys = [f.key for futures, _ in copies for f in futures]
         with _guard(self.client):
             who = self.client.sync(self.client.scheduler.who_has, keys=keys, callback_timeout=self.patience)
-        return [[(sorted(who.get(futures[i].key, ())) or [None])[0] for futures, _ in copies] for i in range(len(self))]
+        return [
+            [sorted(held)[0] for futures, _ in copies if (held := who.get(futures[i].key))] for i in range(len(self))
+        ]
 
     def save(self, folders: Sequence[str], identities: Sequence[ShardIdentity]) -> None:
         client = self.client

@@ -20,6 +20,7 @@ from tests.helpers._dask_threads import stop_offload_thread
 distributed = pytest.importorskip("distributed", reason="the dask extra (distributed) is not installed")
 
 from clanker_rag import RetrievalTimeoutError  # noqa: E402
+from clanker_rag._cluster._dask_shards import DaskShards  # noqa: E402
 from clanker_rag.cluster import ShardedKnowledgeBase, close_client, connect  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.leaves_running("the cluster's processes are killed by their own fixture")]
@@ -132,7 +133,7 @@ def test_health_goes_yellow_on_a_loss_and_green_once_a_worker_joins(index):
             assert answers(kb) == before
             procs.start_worker()
             assert until(lambda: kb.health().status == "green")
-            holders = kb._home.copy_holders()
+            holders = kb.shard_workers()
             assert all(len(set(copies)) == 2 for copies in holders)  # never both copies on one worker
             assert len({w for copies in holders for w in copies}) == 2
             assert answers(kb) == before
@@ -154,10 +155,10 @@ def test_copies_stay_apart_and_every_worker_holds_one_after_kills_and_a_restart(
                 assert answers(kb) == before
 
             def placed():
-                holders = kb._home.copy_holders()
+                holders = kb.shard_workers()
                 workers = set(client.scheduler_info()["workers"])
                 used = {w for copies in holders for w in copies}
-                return all(None not in c and len(set(c)) == 2 for c in holders) and used == workers
+                return all(len(c) == 2 and len(set(c)) == 2 for c in holders) and used == workers
 
             assert until(placed)
             assert kb.health().status == "green"
@@ -180,7 +181,7 @@ def test_drain_moves_every_shard_off_a_worker(index):
             assert held == set(), held  # no shard copy, no read actor
             assert all(target not in ws for ws in kb.shard_workers())
             assert answers(kb) == before
-            time.sleep(2 * kb._home.HEAL_EVERY)  # the placement looks put nothing back on it
+            time.sleep(2 * DaskShards.HEAL_EVERY)  # the placement looks put nothing back on it
             assert all(target not in ws for ws in kb.shard_workers())
             assert kb.health().status == "green"
             kb.close()

@@ -71,7 +71,8 @@ def test_shard_keys_say_index_save_shard_and_copies():
     said = (info.index_id, info.generation, info.changed, info.shard, info.copy, info.copies)
     assert said == ("abc", 3, True, 7, 1, 2)
     assert shard_key("abc", 3, True, 7, 1, 2) != key  # each build its own key
-    assert parse_key(shard_key(None, 0, True, 0, 0, 1)).index_id is None
+    new = parse_key(shard_key(None, 0, True, 0, 0, 1))
+    assert new is not None and new.index_id is None
     for other in ("load_shard-1234", "ShardServer-abc", ("x", 1), "clanker-rag-shard:a:b:c"):
         assert parse_key(other) is None
 
