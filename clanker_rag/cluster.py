@@ -117,7 +117,8 @@ def connect(
 
     ``timeout`` bounds the wait for the scheduler (seconds): an unreachable
     address is a ``RetrievalTimeoutError``, a worker's address a ``ConfigError``.
-    The client keeps reconnecting for an hour after it loses the scheduler.  ``worker_log_level``: what the
+    An index opened on the client heals when it loses the scheduler and it comes back, however long it was
+    away (see ``DaskShards``).  ``worker_log_level``: what the
     local cluster's processes (which share this process's stderr) print; a
     shard's error reaches the caller as an exception either way.  Closing
     the client also closes a cluster started here.
@@ -160,8 +161,7 @@ def connect(
         _STARTED[id(client)] = cluster  # closed with the client (see close_client)
         return client
     try:
-        # Checked first: a dead address fails within ``timeout``, a worker's address is named as one;
-        # the client then reconnects for an hour after losing its scheduler (see _waits.open_client).
+        # Checked first: a dead address fails within ``timeout``, a worker's address is named as one.
         return open_client(address, timeout)
     except RetrievalTimeoutError:
         raise

@@ -439,6 +439,7 @@ class DaskShards:
         self._latency = Latency()
         self._lock = threading.RLock()  # changes, saves and the heal's swaps, one at a time
         self._moving: dict[tuple[int, int], _Moving] = {}
+        self._reported: set[str] = set()  # failed copies whose error the cluster was told of
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._healer: threading.Thread | None = None
@@ -529,10 +530,10 @@ class DaskShards:
         return out
 
     def _reconnect(self) -> None:
-        """A client that gave up on its scheduler (Dask closes it after its timeout) is replaced by a new one
-        to the same address (``live_client``), so an open index heals once the scheduler is back, however
-        long it was gone."""
-        if self.client.status not in ("closing", "closed"):
+        """A client that lost its scheduler is replaced by a new one to the same address once the scheduler
+        answers again (``live_client``; meanwhile this raises at once), so an open index heals however long
+        the scheduler was gone."""
+        if self.client.status == "running":
             return
         self.client = live_client(self.client, self.patience)
         log.warning("connected again to the Dask scheduler at %s", _address(self.client))
@@ -571,12 +572,19 @@ class DaskShards:
             )
 
     def _gather(
-        self, futures: Sequence[Any], shards: Iterable[int], *, deadline: float | None, allow_partial: bool
+        self,
+        futures: Sequence[Any],
+        shards: Iterable[int],
+        *,
+        deadline: float | None,
+        allow_partial: bool,
+        also: Sequence[Any] = (),
     ) -> dict[int, Any]:
-        """The results of ``futures`` (small values: never a shard) that finished by ``deadline``."""
+        """The results of ``futures`` (small values: never a shard) that finished by ``deadline``
+        (``also``: the tasks they wait for, whose workers the wait watches too)."""
         shards = list(shards)
         if futures:
-            settle(self.client, futures, patience=self.patience, deadline=deadline)
+            settle(self.client, futures, patience=self.patience, deadline=deadline, also=also)
         failures = _failures(futures, shards)
         if any(f.status == "cancelled" for f in futures) and self.client.status != "running":
             raise scheduler_lost(self.client)
@@ -605,10 +613,6 @@ class DaskShards:
     ) -> dict[int, T]:
         """``fn(shard, *args[i])``: through the holder's actor, else as a task; within ``timeout``."""
         deadline = time.monotonic() + timeout
-        if self.client.status == "connecting":
-            # The scheduler is away and the client is reconnecting: a read fails at once (its shards
-            # went with the scheduler) rather than wait, and the first after the return reloads them.
-            raise scheduler_lost(self.client)
         with _guard(self.client):
             self._revive()
             out, retry = self._direct(fn, args, deadline)
@@ -894,12 +898,13 @@ class DaskShards:
         """A copy the scheduler rebuilt on a worker that cannot see its folder failed: load it on another."""
         for c, (futures, _) in enumerate(copies):
             for i, fut in enumerate(futures):
-                if fut.status != "error" or (i, c) in self._moving:
+                if fut.status != "error" or (i, c) in self._moving or fut.key in self._reported:
                     continue
                 exc = fut.exception(timeout=_ASK)
                 blind = getattr(exc, "unseen_by", None)
                 others = [w for w in taking if w != blind]
                 if blind is None or self.origin is None or not others:
+                    self._reported.add(fut.key)  # once: reads raise it meanwhile
                     self._record(i, f"copy {c}: {exc}")
                     continue
                 self._record(i, f"copy {c}: {exc}; loading it on another worker")
@@ -946,11 +951,14 @@ class DaskShards:
             out: dict[int, T] = {}
             todo = list(changes)
             for attempt in range(_CHANGE_TRIES):
-                results = {i: self._submit_change(i, before[i], *changes[i]) for i in todo}
+                submitted = {i: self._submit_change(i, before[i], *changes[i]) for i in todo}
+                results = {i: result for i, (result, _) in submitted.items()}
                 # No deadline: a change (an ingest) may take long, and a lost
                 # worker's shard is rebuilt and the change replayed by the
-                # scheduler; but no waiting without workers or a scheduler.
-                out.update(self._gather(list(results.values()), todo, deadline=None, allow_partial=True))
+                # scheduler; but no waiting without workers or a scheduler,
+                # or for a worker that stopped sending heartbeats.
+                pairs = [pair for _, pair in submitted.values()]
+                out.update(self._gather(list(results.values()), todo, deadline=None, allow_partial=True, also=pairs))
                 todo = [i for i in todo if i not in out]
                 if not todo:
                     return out
@@ -961,13 +969,13 @@ class DaskShards:
                 f"({_why(self._failures, None)})"
             )
 
-    def _submit_change(self, i: int, shard: Any, fn: Callable[..., T], a: tuple[Any, ...]) -> Any:
-        """Submit ``fn(shard, *a)`` as shard ``i``'s next state: the future of its result."""
+    def _submit_change(self, i: int, shard: Any, fn: Callable[..., T], a: tuple[Any, ...]) -> tuple[Any, Any]:
+        """Submit ``fn(shard, *a)`` as shard ``i``'s next state: the futures of its result and of the task."""
         submit = self.client.submit
         pair = submit(_change, fn, shard, *a, pure=False)
         self.futures[i] = submit(_first, pair, key=self._key(i, 0), pure=False)
         self._where[i] = None
-        return submit(_second, pair, pure=False)
+        return submit(_second, pair, pure=False), pair
 
     def holders(self) -> list[list[str]]:
         """The worker holding each copy of each shard, copy by copy: a worker holding two copies of a shard

@@ -27,7 +27,6 @@ from .._exceptions import ConfigError, IngestError, RetrievalTimeoutError
 __all__ = [
     "ASK",
     "POLL",
-    "RECONNECT",
     "address_of",
     "check_scheduler",
     "open_client",
@@ -44,10 +43,9 @@ __all__ = [
 POLL = 0.5
 # Seconds one look at the scheduler may take (it answers in milliseconds when it is there).
 ASK = 5.0
-# Seconds a client from ``open_client`` keeps trying to reconnect to a scheduler that went away (Dask's
-# client closes itself after its ``timeout``, 30 s by default, and never reconnects after that): an
-# hour covers a supervised scheduler's restart, a reboot, a long network partition.
-RECONNECT = 3600.0
+# Seconds a look for a scheduler that went away may take (``live_client``): a search while it is
+# away fails after at most this long, and the first after its return finds it.
+PROBE = 2.0
 
 
 def address_of(client: Any) -> str:
@@ -118,16 +116,15 @@ def check_scheduler(address: str, timeout: float) -> None:
         )
 
 
-def open_client(address: str, timeout: float, reconnect: float = RECONNECT) -> Any:
-    """A ``distributed.Client`` for the scheduler at ``address``, checked first (see ``check_scheduler``).
-
-    Connecting fails within ``timeout``; once connected, the client keeps
-    trying to reconnect for ``reconnect`` seconds after losing its scheduler.
-    """
+def open_client(address: str, timeout: float) -> Any:
+    """A ``distributed.Client`` for the scheduler at ``address``, checked first (see ``check_scheduler``):
+    connecting fails within ``timeout``."""
     check_scheduler(address, timeout)
     from distributed import Client
 
-    return Client(address, timeout=max(timeout, reconnect))  # type: ignore[no-untyped-call]
+    client = Client(address, timeout=timeout)  # type: ignore[no-untyped-call]
+    remember(client)
+    return client
 
 
 # The scheduler address of each client seen connected, and the client that replaced one that gave up
@@ -145,24 +142,34 @@ def remember(client: Any) -> None:
 
 
 def live_client(client: Any, timeout: float) -> Any:
-    """``client``, or the client that replaces it when it gave up reconnecting to its scheduler.
+    """``client``, or the client that replaces it because it lost its scheduler.
 
-    Dask's client closes itself for good when its scheduler has been gone
-    longer than its ``timeout`` (30 s by default); an index opened on it, or
-    a fresh ``load()`` with it, then goes on through a new client to the same
-    address (one per closed client, shared), made here within ``timeout``
-    seconds once the scheduler answers again.
+    Dask's client, once it loses its scheduler, retries with a backoff that
+    grows to tens of seconds (so it may find a returned scheduler late), and
+    closes itself for good after its ``timeout`` (30 s by default).  So while
+    it is not connected, this looks for the scheduler itself (at most
+    ``PROBE`` seconds: ``RetrievalTimeoutError`` while it is away) and, once
+    it answers, opens a new client to the same address (within ``timeout``),
+    shared by everything that used the old one: an index opened on it, a
+    fresh ``load()`` with it.
     """
-    if client.status not in ("closing", "closed"):
+    if client.status == "running":
         remember(client)
         return client
     with _REPLACING:
         new = _REPLACED.get(client)
-        if new is not None and new.status not in ("closing", "closed"):
+        if new is not None and new.status == "running":
             return new
         address = _ADDRESSES.get(client)
         if address is None:
             raise scheduler_lost(client)
+        try:
+            check_scheduler(address, min(timeout, PROBE))
+        except RetrievalTimeoutError:
+            raise scheduler_lost(client) from None
+        if new is not None:
+            with contextlib.suppress(Exception):
+                new.close()
         new = open_client(address, timeout)
         _REPLACED[client] = new
         _ADDRESSES[new] = address
@@ -206,16 +213,23 @@ def workers_within(client: Any, patience: float) -> list[str]:
         time.sleep(POLL)
 
 
-def settle(client: Any, futures: Sequence[Any], *, patience: float, deadline: float | None = None) -> None:
+def settle(
+    client: Any, futures: Sequence[Any], *, patience: float, deadline: float | None = None, also: Sequence[Any] = ()
+) -> None:
     """Wait until every future finished, failed or was cancelled, or until ``deadline`` (monotonic).
 
     Raises ``RetrievalTimeoutError`` once the scheduler has been gone, or had
-    no worker, for ``patience`` seconds while futures were still pending.
+    no worker, for ``patience`` seconds while futures were still pending;
+    without a ``deadline`` (work that takes as long as it needs: a change, a
+    save), also once a worker running one of them has sent the scheduler no
+    heartbeat for ``patience`` seconds (a hung machine: Dask itself waits
+    minutes before it gives such a worker up).
     """
     from distributed import wait
 
     alone_since: float | None = None
     last_look = time.monotonic()
+    heard = _Heartbeats()
     while True:
         pending = [f for f in futures if f.status == "pending"]
         now = time.monotonic()
@@ -230,6 +244,8 @@ def settle(client: Any, futures: Sequence[Any], *, patience: float, deadline: fl
         last_look = time.monotonic()
         if all(f.status != "pending" for f in pending):
             continue
+        if deadline is None:
+            heard.check(client, [*pending, *also], patience)
         if _workers(client):
             alone_since = None
             continue
@@ -241,6 +257,42 @@ def settle(client: Any, futures: Sequence[Any], *, patience: float, deadline: fl
                 f"the Dask scheduler at {_address(client)} has had no worker for {patience:g} s "
                 f"while {len(pending)} shard task(s) waited for one (start workers: dask worker {_address(client)})"
             )
+
+
+class _Heartbeats:
+    """When each worker's last heartbeat (the scheduler's ``last_seen``) last moved, on this machine's clock
+    (the scheduler's clock may differ from ours: only changes of its figure are compared)."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, tuple[object, float]] = {}
+
+    def check(self, client: Any, pending: Sequence[Any], patience: float) -> None:
+        """Raise when a worker running one of ``pending`` has been silent for ``patience`` seconds."""
+        now = time.monotonic()
+        try:
+            workers = client.sync(client.scheduler.identity, callback_timeout=ASK).get("workers", {})
+        except Exception:  # no scheduler: the caller's own check reports it
+            return
+        for w, info in workers.items():
+            last = info.get("last_seen")
+            before = self.seen.get(w)
+            if before is None or before[0] != last:
+                self.seen[w] = (last, now)
+        silent = {w for w, (_, since) in self.seen.items() if w in workers and now - since >= patience}
+        if not silent:
+            return
+        try:
+            busy = client.sync(client.scheduler.processing, workers=sorted(silent), callback_timeout=ASK)
+        except Exception:
+            return
+        keys = {f.key for f in pending}
+        for w in sorted(silent):
+            stuck = [k for k in busy.get(w, ()) if k in keys]
+            if stuck:
+                raise RetrievalTimeoutError(
+                    f"worker {w} has sent the Dask scheduler no heartbeat for {patience:g} s while running "
+                    f"{len(stuck)} shard task(s) (hung or overloaded?); stop or restart it, then try again"
+                )
 
 
 def _read_probe(path: str | None, token: str, roots: Sequence[str]) -> str:

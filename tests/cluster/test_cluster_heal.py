@@ -354,3 +354,25 @@ def test_the_docs_worker_command_line_listens_on_nothing_but_its_host_and_loopba
         addresses = _listening(_group(worker.pid))
     assert len(addresses) >= 3  # the nanny, the worker and its HTTP server
     assert {ip for ip, _ in addresses} == {"127.0.0.1"}, addresses
+
+
+def test_a_change_on_a_worker_that_hangs_fails_once_it_is_silent_for_the_timeout(index):
+    """A change waits as long as its work needs, but not for a worker that stopped sending heartbeats."""
+    with cluster(2) as procs:
+        client = connect(procs.address, timeout=30)
+        try:
+            kb = ShardedKnowledgeBase.load(index, client=client, timeout=5)
+            source = next(f"new/{i}.md" for i in range(100) if kb.shard_of(f"new/{i}.md") == 0)
+            holder = kb.shard_workers()[0][0]
+            pid = worker_pid(client, holder)
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                started = time.monotonic()
+                with pytest.raises(RetrievalTimeoutError, match=f"worker {holder} has sent the Dask scheduler no"):
+                    kb.add_text("zebra unicorn", source)
+                assert time.monotonic() - started < 5 + 20  # its timeout, plus heartbeats' own intervals
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            kb.close()
+        finally:
+            close_client(client)
