@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import IO, Any, TypeVar
 
 from ._cluster._dask_shards import DaskShards
+from ._cluster._health import ClusterHealth
 from ._cluster._identity import Expected, ShardIdentity, write_json
 from ._cluster._shards import (
     PLACEMENT,
@@ -65,7 +66,7 @@ from ._cluster._shards import (
     shard_sources_page,
     shard_term_stats,
 )
-from ._cluster._waits import probe_folder
+from ._cluster._waits import close_replacement, open_client, probe_folder
 from ._engine._collection import CollectionStats
 from ._exceptions import (
     ConfigError,
@@ -122,7 +123,9 @@ def connect(
     """A ``distributed.Client`` for ``address``; ``"local"`` starts a loopback ``LocalCluster``.
 
     ``timeout`` bounds the wait for the scheduler (seconds): an unreachable
-    address is a ``RetrievalTimeoutError``.  ``worker_log_level``: what the
+    address is a ``RetrievalTimeoutError``, a worker's address a ``ConfigError``.
+    An index opened on the client heals when it loses the scheduler and it comes back, however long it was
+    away (see ``DaskShards``).  ``worker_log_level``: what the
     local cluster's processes (which share this process's stderr) print; a
     shard's error reaches the caller as an exception either way.  Closing
     the client also closes a cluster started here.
@@ -165,7 +168,10 @@ def connect(
         _STARTED[id(client)] = cluster  # closed with the client (see close_client)
         return client
     try:
-        return Client(address, timeout=timeout)  # type: ignore[no-untyped-call]
+        # Checked first: a dead address fails within ``timeout``, a worker's address is named as one.
+        return open_client(address, timeout)
+    except RetrievalTimeoutError:
+        raise
     except OSError as exc:  # distributed's connect timeout and refusals are OSErrors
         _close_unstarted(exc)
         raise RetrievalTimeoutError(
@@ -199,6 +205,7 @@ def _close_unstarted(exc: BaseException) -> None:
 def close_client(client: Any) -> None:
     """Close a client from :func:`connect`, and the cluster it started."""
     cluster = _STARTED.pop(id(client), None)
+    close_replacement(client)  # the client that replaced it, if it gave up reconnecting
     client.close()
     if cluster is not None:
         cluster.close()
@@ -377,7 +384,6 @@ class ShardedKnowledgeBase:
             raise ConfigError(f"term_tables={term_tables!r} must be True or False")
         _check_timeout(timeout)
         self._home = home
-        self.client = client
         self.timeout = float(timeout)
         self._path = path
         self._settings = settings
@@ -443,6 +449,12 @@ class ShardedKnowledgeBase:
         self._init(home, client, timeout, folder, settings, analyzer, term_tables)
         self._index_id, self._generation = index_id, generation or 0
         return self
+
+    @property
+    def client(self) -> Any:
+        """The ``distributed.Client`` holding the shards (``None``: in this process); a new one to the same
+        scheduler once the first gave up reconnecting (see ``DaskShards``)."""
+        return self._home.client
 
     @property
     def path(self) -> Path | None:
@@ -700,8 +712,23 @@ class ShardedKnowledgeBase:
         return self._home.map(shard_info, self._all(), timeout=self.timeout)
 
     def shard_workers(self) -> list[list[str]]:
-        """The Dask workers holding each shard (empty lists in this process)."""
+        """The Dask worker holding each copy of each shard (empty lists in this process): one address a copy,
+        so two copies on one worker show as that worker twice; a copy being rebuilt is left out."""
         return self._home.holders()
+
+    def health(self) -> ClusterHealth:
+        """Green, yellow or red, as Elasticsearch reports it, with each shard's workers, copies and last error.
+
+        Green: every shard has its copies (``replicas``) on distinct workers;
+        yellow: every shard is served, some copies are missing; red: some
+        shard is held by no worker.  ``.to_dict()`` is what ``clanker-rag
+        cluster health --json`` prints.  In this process: green, no workers.
+        """
+        return self._home.health()
+
+    def rebalance(self) -> None:
+        """Look at the shards' placement now rather than at the next periodic look (see ``docs/scale.md``)."""
+        self._home.heal()
 
     def shard_stats(self) -> list[ShardInfo]:
         """Each shard's chunks, terms, source count and formats (counted on the shards)."""

@@ -15,11 +15,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from .._cluster._drain import drain_worker
+from .._cluster._health import index_health
 from .._exceptions import ConfigError
 from .._validate import check_number
-from ..cluster import DEFAULT_TIMEOUT, ShardedKnowledgeBase, close_client, connect, require_dask
+from ..cluster import DEFAULT_TIMEOUT, ShardedKnowledgeBase, close_client, connect, read_manifest, require_dask
 from ..cluster import MANIFEST as _MANIFEST
-from ._terminal import counted
+from ._terminal import counted, one_line
 
 __all__ = ["CliHooks", "run_cluster"]
 
@@ -39,6 +41,8 @@ class CliHooks(NamedTuple):
 
 def run_cluster(args: argparse.Namespace, hooks: CliHooks) -> int:
     """Run ``args.command`` on the cluster at ``args.cluster``; the exit code."""
+    if args.command == "cluster":
+        return _cluster_action(args)
     if args.command not in ("ingest", "search", "stats", "serve"):
         raise ConfigError(f"--cluster works with ingest, search, stats and serve, not {args.command!r}")
     if not getattr(args, "index", None):
@@ -53,7 +57,7 @@ def run_cluster(args: argparse.Namespace, hooks: CliHooks) -> int:
     # A local cluster's workers print to this terminal: their "Compute Failed" tracebacks would
     # stand before the one-line error the command prints for the same failure.
     quiet = logging.DEBUG if getattr(args, "debug", False) else logging.CRITICAL
-    client = connect(args.cluster, timeout=min(timeout, 30.0), worker_log_level=quiet)
+    client = connect(args.cluster, timeout=timeout, worker_log_level=quiet)
     try:
         if args.command == "ingest":
             return _ingest(args, path, client, hooks, timeout)
@@ -126,4 +130,51 @@ def _stats(args: argparse.Namespace, kb: ShardedKnowledgeBase, path: Path) -> in
             f"shard {n:<3} {counted(info['chunks'], 'chunk')}, {counted(info['sources'], 'source')}, "
             f"{counted(info['terms'], 'term')}"
         )
+    return 0
+
+
+def _cluster_action(args: argparse.Namespace) -> int:
+    """``clanker-rag cluster health|drain``: asks the scheduler, holds no shard itself."""
+    timeout = args.cluster_timeout
+    check_number("--cluster-timeout", timeout, 0, 1e6, low_open=True, high_open=True)  # seconds
+    if args.cluster == "local":
+        raise ConfigError(f"cluster {args.cluster_action} needs a running scheduler's address, not 'local'")
+    require_dask()
+    if not getattr(args, "debug", False):
+        logging.getLogger("distributed").setLevel(logging.WARNING)
+    if args.cluster_action == "health":
+        if not getattr(args, "index", None):
+            raise ConfigError("cluster health needs --index DIR: the sharded index folder")
+        path = Path(args.index).absolute()
+        manifest = read_manifest(path)
+    client = connect(args.cluster, timeout=timeout)
+    try:
+        if args.cluster_action == "drain":
+            drained = drain_worker(client, args.worker, timeout)
+            if args.json:
+                print(json.dumps(drained.to_dict()))
+            else:
+                on = ", ".join(drained.now_on) or "no other worker"
+                copies = "copy" if drained.moved == 1 else "copies"
+                print(
+                    f"drained {drained.worker}: {drained.moved} shard {copies} moved "
+                    f"(now on {on}); it takes no new work until it restarts"
+                )
+            return 0
+        health = index_health(client, manifest.get("index_id"), manifest["shards"], timeout)
+    finally:
+        close_client(client)
+    if args.json:
+        print(json.dumps(health.to_dict()))
+        return 0
+    print(f"status    {health.status}")
+    print(f"workers   {len(health.workers)}")
+    for shard in health.shards:
+        where = ", ".join(shard.workers) or "no worker"
+        line = f"shard {shard.shard:<3} {shard.status:<6} {shard.copies}/{shard.wanted} copies on {where}"
+        if shard.generation is not None:
+            line += f", save {shard.generation}" + (" (changed since)" if shard.changed else "")
+        print(line)
+        if shard.last_error:
+            print(f"          last error: {one_line(shard.last_error)}")
     return 0

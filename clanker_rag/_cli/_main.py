@@ -97,9 +97,7 @@ def _filter_options(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _cluster_option(p: argparse.ArgumentParser) -> None:
-    help_ = "a sharded index on the Dask scheduler ADDRESS ('local': a loopback cluster; extra: dask)"
-    p.add_argument("--cluster", metavar="ADDRESS", help=help_)
+def _cluster_timeout(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--cluster-timeout",
         type=float,
@@ -107,6 +105,12 @@ def _cluster_option(p: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="with --cluster: give up after this long without a scheduler, workers or shard answers (default 60)",
     )
+
+
+def _cluster_option(p: argparse.ArgumentParser) -> None:
+    help_ = "a sharded index on the Dask scheduler ADDRESS ('local': a loopback cluster; extra: dask)"
+    p.add_argument("--cluster", metavar="ADDRESS", help=help_)
+    _cluster_timeout(p)
     p.add_argument(
         "--replicas",
         type=int,
@@ -319,6 +323,28 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("upgrade", "convert an index folder saved in an older format, in place", kb=False)
     p.add_argument("folder", metavar="DIR", help="the index folder (a sharded one: each of its shards)")
     p.set_defaults(func=_cmd_upgrade)
+
+    p = command("cluster", "a sharded index's health on a Dask cluster, and draining a worker (extra: dask)", kb=False)
+    actions = p.add_subparsers(dest="cluster_action", metavar="ACTION", parser_class=_Parser, required=True)
+    q = actions.add_parser(
+        "health",
+        help="green, yellow or red, with each shard's workers, copies and last error",
+        description="green: every shard has all its copies, on distinct workers; yellow: every shard is served, "
+        "some copies are missing; red: some shard is held by no worker",
+        parents=common,
+    )
+    q.add_argument("--cluster", metavar="ADDRESS", required=True, help="the Dask scheduler (tcp://HOST:8786)")
+    q.add_argument("--json", action="store_true", help="print JSON")
+    _cluster_timeout(q)
+    q = actions.add_parser(
+        "drain",
+        help="move every shard off WORKER (before a restart); it then takes no new shards",
+        parents=common_no_kb,
+    )
+    q.add_argument("worker", metavar="WORKER", help="the worker's address (tcp://HOST:PORT) or name")
+    q.add_argument("--cluster", metavar="ADDRESS", required=True, help="the Dask scheduler (tcp://HOST:8786)")
+    q.add_argument("--json", action="store_true", help="print JSON")
+    _cluster_timeout(q)
 
     p = command("list", "list the named knowledge bases", kb=False)
     p.add_argument("--json", action="store_true", help="print JSON")

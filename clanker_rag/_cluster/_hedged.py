@@ -88,7 +88,8 @@ class _Shard:
         self.attempts = attempts
         self.tasks: list[asyncio.Future[tuple[bool, Any]]] = []
         self.started: list[float] = []
-        self.given_up: set[int] = set()  # attempts whose worker no longer holds the shard
+        self.given_up: set[int] = set()  # attempts read, or whose worker no longer holds the shard
+        self.failed: set[int] = set()  # attempts that failed, or whose worker no longer holds the shard
         self.answer: tuple[bool, Any] | None = None
         self.error: tuple[bool, Any] | None = None
 
@@ -115,14 +116,21 @@ def _settle(shard: _Shard, latency: Latency, now: float) -> None:
                 shard.answer = (True, result)
                 return
             value = LookupError(f"worker {worker} does not hold shard {shard.index} now")
+        shard.failed.add(n)
         shard.error = (False, value)
 
 
 async def hedged_answers(
-    client: Any, reads: Mapping[int, Sequence[Attempt]], timeout: float, latency: Latency
+    client: Any,
+    reads: Mapping[int, Sequence[Attempt]],
+    timeout: float,
+    latency: Latency,
+    failed: set[str] | None = None,
 ) -> dict[int, tuple[bool, Any]]:
     """Each shard's read that answered within ``timeout``: ``(True, result)``, or ``(False, exception)``
-    when every attempt failed (the last failure)."""
+    when every attempt failed (the last failure).  ``failed`` (optional) gains the worker of every attempt
+    that failed, said it does not hold its shard, or was given up, whether or not another copy answered:
+    the caller looks again where those copies are."""
     loop = asyncio.get_running_loop()
     begun = loop.time()
     deadline = begun + timeout
@@ -161,6 +169,8 @@ async def hedged_answers(
             await _drop_lost(client, shards)
     out: dict[int, tuple[bool, Any]] = {}
     now = loop.time()
+    if failed is not None:
+        failed.update(shard.attempts[n].worker for shard in shards.values() for n in shard.failed)
     for i, shard in shards.items():
         if shard.answer is not None:
             out[i] = shard.answer
@@ -182,5 +192,6 @@ async def _drop_lost(client: Any, shards: Mapping[int, _Shard]) -> None:
         attempt = shard.attempts[n]
         if attempt.worker not in who.get(attempt.key, ()):
             shard.given_up.add(n)
+            shard.failed.add(n)
             shard.tasks[n].cancel()
             shard.error = (False, OSError(f"worker {attempt.worker} no longer holds shard {shard.index}"))

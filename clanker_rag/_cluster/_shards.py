@@ -38,6 +38,7 @@ from .._ingest._readers import FoundPath
 from .._ingest._run import IngestReport, ingest
 from .._kb import Explanation, KnowledgeBase, explain_with_stats, search_with_stats
 from .._types import Hit
+from ._health import ClusterHealth, ShardHealth
 from ._identity import Expected, ShardIdentity, check_loaded, check_saving, read_identity, write_identity
 
 __all__ = ["LocalShards", "ShardBox", "entries", "list_for_shards", "load_shard", "new_box", "save_shard", "shard_of"]
@@ -120,6 +121,8 @@ def _here() -> str:
 def load_shard(folder: str, expected: Expected, *, private: bool = False) -> ShardBox:
     """A shard loaded from ``folder``, checked to be the one the manifest expects there
     (``private``: see ``KnowledgeBase.load``)."""
+    if not os.path.isdir(folder):
+        raise _unseen(folder, expected.shard)
     try:
         found = read_identity(folder)
         check_loaded(folder, found, expected)
@@ -134,6 +137,22 @@ def load_shard(folder: str, expected: Expected, *, private: bool = False) -> Sha
             f"{folder}: cannot read shard {expected.shard} ({exc.strerror or exc}){_here()}"
         ) from None
     return ShardBox(kb, found)
+
+
+def _unseen(folder: str, shard: int) -> IndexFormatError:
+    """The error for a shard folder that is not there: on a worker, most likely one that does not mount the
+    shared folder (``unseen_by`` names it, so the client can load the shard on another worker)."""
+    where = _here()
+    if not where:
+        return IndexFormatError(f"{folder}: no such folder (shard {shard} of the manifest beside it)")
+    parent = os.path.dirname(folder)
+    seen = "is there but not the shard folder" if os.path.isdir(parent) else "is not there either"
+    exc = IndexFormatError(
+        f"{folder}: this worker cannot see shard {shard}'s folder ({parent} {seen}){where}; a sharded index "
+        "must be on storage every worker mounts at the same path (a shared file system)"
+    )
+    exc.unseen_by = where.removeprefix(" (on worker ").removesuffix(")")  # type: ignore[attr-defined]
+    return exc
 
 
 def save_shard(box: ShardBox, folder: str, new: ShardIdentity) -> str:
@@ -410,6 +429,8 @@ def merge_reports(reports: Sequence[IngestReport]) -> IngestReport:
 class LocalShards:
     """Every shard in this process."""
 
+    client = None  # no Dask
+
     def __init__(self, boxes: list[ShardBox]) -> None:
         self.boxes = boxes
         self.kbs = [box.kb for box in boxes]
@@ -449,6 +470,13 @@ class LocalShards:
         if len(whole) != parts:
             raise ClankerRagError(f"{fn.__name__} gave {len(whole)} parts, not {parts}")
         return list(whole)
+
+    def health(self) -> ClusterHealth:
+        """Every shard here, each its one copy: green."""
+        return ClusterHealth(tuple(ShardHealth(i, ("local",), 1, None) for i in range(len(self.kbs))))
+
+    def heal(self) -> list[Any]:
+        return []  # nothing to place
 
     def save(self, folders: Sequence[str], identities: Sequence[ShardIdentity]) -> None:
         for box, folder, new in zip(self.boxes, folders, identities):

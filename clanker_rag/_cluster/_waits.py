@@ -14,20 +14,43 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 import uuid
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .._exceptions import IngestError, RetrievalTimeoutError
+from .._exceptions import ConfigError, IngestError, RetrievalTimeoutError
 
-__all__ = ["POLL", "probe_folder", "scheduler_lost", "settle", "workers_within"]
+__all__ = [
+    "ASK",
+    "POLL",
+    "address_of",
+    "check_scheduler",
+    "open_client",
+    "close_replacement",
+    "live_client",
+    "probe_folder",
+    "remember",
+    "scheduler_lost",
+    "settle",
+    "workers_within",
+]
 
 # Seconds between looks at the scheduler while a long operation runs.
 POLL = 0.5
 # Seconds one look at the scheduler may take (it answers in milliseconds when it is there).
-_ASK = 5.0
+ASK = 5.0
+# Seconds a look for a scheduler that went away may take (``live_client``): a search while it is
+# away fails after at most this long, and the first after its return finds it.
+PROBE = 2.0
+
+
+def address_of(client: Any) -> str:
+    """The scheduler address ``client`` talks to (a description when it has none)."""
+    return _address(client)
 
 
 def _address(client: Any) -> str:
@@ -41,8 +64,124 @@ def scheduler_lost(client: Any, exc: BaseException | None = None) -> RetrievalTi
     why = f" ({type(exc).__name__}: {exc})" if exc is not None and str(exc) else ""
     return RetrievalTimeoutError(
         f"lost the connection to the Dask scheduler at {_address(client)}{why}; "
-        "its shards are gone with it: open the index again once the scheduler is back"
+        "an open index loads its shards again from its last save once the scheduler is back"
     )
+
+
+def check_scheduler(address: str, timeout: float) -> None:
+    """Raise unless a Dask scheduler answers at ``address`` within ``timeout`` seconds.
+
+    ``RetrievalTimeoutError`` when nothing answers in time (a dead address
+    fails within ``timeout``); ``ConfigError`` when a Dask worker or nanny
+    answers instead (its own address given for the scheduler's, which Dask's
+    client would report as an unexpected ``TypeError``) or something that does
+    not speak Dask's protocol.
+    """
+    import asyncio
+
+    from distributed.core import rpc
+
+    async def ask() -> Any:
+        remote = rpc(address, timeout=timeout)  # type: ignore[no-untyped-call]
+        try:
+            return await asyncio.wait_for(remote.identity(), timeout)
+        finally:
+            await remote.close_rpc()  # type: ignore[no-untyped-call]
+
+    # In a thread of its own: the caller may run an event loop (a notebook), and asyncio.run needs none.
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["identity"] = asyncio.run(ask())
+        except BaseException as exc:  # handed to the caller
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run, name="clanker-rag-scheduler-check", daemon=True)
+    thread.start()
+    thread.join(timeout + ASK)
+    exc = outcome.get("error")
+    if "identity" not in outcome:
+        why = f" ({type(exc).__name__}: {exc})" if exc is not None and str(exc) else ""
+        raise RetrievalTimeoutError(f"cannot reach the Dask scheduler at {address} within {timeout:g} s{why}")
+    identity = outcome["identity"]
+    kind = identity.get("type") if isinstance(identity, dict) else None
+    if kind != "Scheduler":
+        what = f"a Dask {str(kind).lower()}" if isinstance(kind, str) else "not a Dask scheduler"
+        scheduler = identity.get("scheduler") if isinstance(identity, dict) else None
+        hint = f" (its scheduler is {scheduler})" if isinstance(scheduler, str) else ""
+        raise ConfigError(
+            f"{address} is {what}, not a Dask scheduler{hint}: give the scheduler's address "
+            "(dask scheduler prints it: 'Scheduler at: tcp://HOST:8786')"
+        )
+
+
+def open_client(address: str, timeout: float) -> Any:
+    """A ``distributed.Client`` for the scheduler at ``address``, checked first (see ``check_scheduler``):
+    connecting fails within ``timeout``."""
+    check_scheduler(address, timeout)
+    from distributed import Client
+
+    client = Client(address, timeout=timeout)  # type: ignore[no-untyped-call]
+    remember(client)
+    return client
+
+
+# The scheduler address of each client seen connected, and the client that replaced one that gave up
+# reconnecting: a closed client cannot connect again, and its own address is gone with its connection.
+_ADDRESSES: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+_REPLACED: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+_REPLACING = threading.Lock()
+
+
+def remember(client: Any) -> None:
+    """Note the scheduler address of a connected ``client`` (see ``live_client``)."""
+    if client.status == "running":
+        with contextlib.suppress(Exception):
+            _ADDRESSES[client] = str(client.scheduler.address)
+
+
+def live_client(client: Any, timeout: float) -> Any:
+    """``client``, or the client that replaces it because it lost its scheduler.
+
+    Dask's client, once it loses its scheduler, retries with a backoff that
+    grows to tens of seconds (so it may find a returned scheduler late), and
+    closes itself for good after its ``timeout`` (30 s by default).  So while
+    it is not connected, this looks for the scheduler itself (at most
+    ``PROBE`` seconds: ``RetrievalTimeoutError`` while it is away) and, once
+    it answers, opens a new client to the same address (within ``timeout``),
+    shared by everything that used the old one: an index opened on it, a
+    fresh ``load()`` with it.
+    """
+    if client.status == "running":
+        remember(client)
+        return client
+    with _REPLACING:
+        new = _REPLACED.get(client)
+        if new is not None and new.status == "running":
+            return new
+        address = _ADDRESSES.get(client)
+        if address is None:
+            raise scheduler_lost(client)
+        try:
+            check_scheduler(address, min(timeout, PROBE))
+        except RetrievalTimeoutError:
+            raise scheduler_lost(client) from None
+        if new is not None:
+            with contextlib.suppress(Exception):
+                new.close()
+        new = open_client(address, timeout)
+        _REPLACED[client] = new
+        _ADDRESSES[new] = address
+        return new
+
+
+def close_replacement(client: Any) -> None:
+    """Close the client that replaced ``client`` (see ``live_client``), if one did."""
+    new = _REPLACED.pop(client, None)
+    if new is not None:
+        with contextlib.suppress(Exception):
+            new.close()
 
 
 def _workers(client: Any) -> list[str] | None:
@@ -50,7 +189,7 @@ def _workers(client: Any) -> list[str] | None:
     if client.status != "running":
         return None
     try:
-        return sorted(client.sync(client.scheduler.ncores, callback_timeout=_ASK))
+        return sorted(client.sync(client.scheduler.ncores, callback_timeout=ASK))
     except Exception:  # closed, reconnecting, a timed-out comm: all "no scheduler"
         return None
 
@@ -74,16 +213,23 @@ def workers_within(client: Any, patience: float) -> list[str]:
         time.sleep(POLL)
 
 
-def settle(client: Any, futures: Sequence[Any], *, patience: float, deadline: float | None = None) -> None:
+def settle(
+    client: Any, futures: Sequence[Any], *, patience: float, deadline: float | None = None, also: Sequence[Any] = ()
+) -> None:
     """Wait until every future finished, failed or was cancelled, or until ``deadline`` (monotonic).
 
     Raises ``RetrievalTimeoutError`` once the scheduler has been gone, or had
-    no worker, for ``patience`` seconds while futures were still pending.
+    no worker, for ``patience`` seconds while futures were still pending;
+    without a ``deadline`` (work that takes as long as it needs: a change, a
+    save), also once a worker running one of them has sent the scheduler no
+    heartbeat for ``patience`` seconds (a hung machine: Dask itself waits
+    minutes before it gives such a worker up).
     """
     from distributed import wait
 
     alone_since: float | None = None
     last_look = time.monotonic()
+    heard = _Heartbeats()
     while True:
         pending = [f for f in futures if f.status == "pending"]
         now = time.monotonic()
@@ -98,6 +244,8 @@ def settle(client: Any, futures: Sequence[Any], *, patience: float, deadline: fl
         last_look = time.monotonic()
         if all(f.status != "pending" for f in pending):
             continue
+        if deadline is None:
+            heard.check(client, [*pending, *also], patience)
         if _workers(client):
             alone_since = None
             continue
@@ -109,6 +257,42 @@ def settle(client: Any, futures: Sequence[Any], *, patience: float, deadline: fl
                 f"the Dask scheduler at {_address(client)} has had no worker for {patience:g} s "
                 f"while {len(pending)} shard task(s) waited for one (start workers: dask worker {_address(client)})"
             )
+
+
+class _Heartbeats:
+    """When each worker's last heartbeat (the scheduler's ``last_seen``) last moved, on this machine's clock
+    (the scheduler's clock may differ from ours: only changes of its figure are compared)."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, tuple[object, float]] = {}
+
+    def check(self, client: Any, pending: Sequence[Any], patience: float) -> None:
+        """Raise when a worker running one of ``pending`` has been silent for ``patience`` seconds."""
+        now = time.monotonic()
+        try:
+            workers = client.sync(client.scheduler.identity, callback_timeout=ASK).get("workers", {})
+        except Exception:  # no scheduler: the caller's own check reports it
+            return
+        for w, info in workers.items():
+            last = info.get("last_seen")
+            before = self.seen.get(w)
+            if before is None or before[0] != last:
+                self.seen[w] = (last, now)
+        silent = {w for w, (_, since) in self.seen.items() if w in workers and now - since >= patience}
+        if not silent:
+            return
+        try:
+            busy = client.sync(client.scheduler.processing, workers=sorted(silent), callback_timeout=ASK)
+        except Exception:
+            return
+        keys = {f.key for f in pending}
+        for w in sorted(silent):
+            stuck = [k for k in busy.get(w, ()) if k in keys]
+            if stuck:
+                raise RetrievalTimeoutError(
+                    f"worker {w} has sent the Dask scheduler no heartbeat for {patience:g} s while running "
+                    f"{len(stuck)} shard task(s) (hung or overloaded?); stop or restart it, then try again"
+                )
 
 
 def _read_probe(path: str | None, token: str, roots: Sequence[str]) -> str:
