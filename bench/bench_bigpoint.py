@@ -185,6 +185,11 @@ def status() -> dict[str, int]:
     return out
 
 
+def cpu_children() -> float:
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return children.ru_utime + children.ru_stime
+
+
 def cpu_so_far() -> float:
     own = resource.getrusage(resource.RUSAGE_SELF)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -416,6 +421,10 @@ def folder_mb(folder: Path) -> float:
     return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 2**20
 
 
+def rounded(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: round(v, 3) if isinstance(v, float) else v for k, v in d.items()}
+
+
 def load_avg() -> float:
     return round(os.getloadavg()[0], 2)
 
@@ -426,7 +435,7 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=2_000_000)
     parser.add_argument("--engines", default="clanker_rag,tantivy,fts5", help="of clanker_rag,tantivy,fts5,bm25s")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--steps", default="build,segments,query,commit,optimize")
+    parser.add_argument("--steps", default="segments,merge,build,query,commit", help="and fresh: one build of all")
     parser.add_argument("--fts5-budget", type=float, default=120.0, help="seconds of FTS5 queries per run")
     parser.add_argument("--work", default="/work/tmp/bigpoint")
     parser.add_argument("--clean", action="store_true", help="remove the work folder at the end")
@@ -465,16 +474,6 @@ def main() -> None:
         results_file.parent.mkdir(exist_ok=True)
         results_file.write_text(json.dumps(results, indent=1) + "\n")
 
-    if "build" in steps:
-        for engine in engines:
-            shutil.rmtree(folder(engine), ignore_errors=True)
-            folder(engine).mkdir()
-            before = load_avg()
-            r = run_child("build", engine, str(folder(engine)), str(data))
-            r.update(load_before=before, load_after=load_avg(), folder_mb=folder_mb(folder(engine)))
-            results.setdefault("build", {})[engine] = r
-            print("build", engine, json.dumps({k: round(v, 2) for k, v in r.items()}), flush=True)
-            save_results()
     if "segments" in steps and "clanker_rag" in engines:
         seg = folder("clanker_rag-20seg")
         shutil.rmtree(seg, ignore_errors=True)
@@ -486,6 +485,8 @@ def main() -> None:
             "commits_s": sum(c["s"] for c in commits),
             "commits_cpu_s": sum(c["cpu_s"] for c in commits),
             "last_commit_s": commits[-1]["s"],
+            "each_s": [round(c["s"], 2) for c in commits],
+            "each_cpu_s": [round(c["cpu_s"], 2) for c in commits],
             "segments": commits[-1]["segments"],
             "peak_rss_mb": max(c["peak_rss_mb"] for c in commits),
             "folder_mb": folder_mb(seg),
@@ -494,6 +495,32 @@ def main() -> None:
         }
         print("segments", json.dumps(results["segments"]), flush=True)
         save_results()
+    if "merge" in steps and "clanker_rag" in engines:
+        # The merged index is the segmented one after `clanker-rag optimize DIR` (timed), on a copy.
+        shutil.rmtree(folder("clanker_rag"), ignore_errors=True)
+        shutil.copytree(folder("clanker_rag-20seg"), folder("clanker_rag"), ignore=shutil.ignore_patterns(".lock"))
+        before = load_avg()
+        t0, c0 = time.perf_counter(), cpu_children()
+        subprocess.run([sys.executable, "-m", "clanker_rag", "optimize", str(folder("clanker_rag"))], check=True)
+        results["optimize"] = {
+            "s": time.perf_counter() - t0,
+            "cpu_s": cpu_children() - c0,
+            "load_before": before,
+            "load_after": load_avg(),
+            "folder_mb": folder_mb(folder("clanker_rag")),
+        }
+        print("optimize", json.dumps(rounded(results["optimize"])), flush=True)
+        save_results()
+    if "build" in steps:
+        for engine in [e for e in engines if e != "clanker_rag"]:
+            shutil.rmtree(folder(engine), ignore_errors=True)
+            folder(engine).mkdir()
+            before = load_avg()
+            r = run_child("build", engine, str(folder(engine)), str(data))
+            r.update(load_before=before, load_after=load_avg(), folder_mb=folder_mb(folder(engine)))
+            results.setdefault("build", {})[engine] = r
+            print("build", engine, json.dumps(rounded(r)), flush=True)
+            save_results()
     if "query" in steps:
         queried = [e for e in QUERY_ENGINES if e in engines or (e == "clanker_rag-20seg" and "clanker_rag" in engines)]
         runs: dict[str, list[dict[str, Any]]] = {e: [] for e in queried}
@@ -504,8 +531,7 @@ def main() -> None:
                 out = run_child("query", engine, str(folder(engine)), str(data), str(budget))
                 runs[engine].append(out)
                 print(
-                    f"round {r + 1} {engine}: "
-                    + json.dumps({k: v if isinstance(v, str) else round(v, 3) for k, v in out.items()}),
+                    f"round {r + 1} {engine}: " + json.dumps(rounded(out)),
                     flush=True,
                 )
         results["query_runs"] = runs
@@ -526,16 +552,16 @@ def main() -> None:
             results.setdefault("one_file_commit", {})[engine] = r
             print("one-file commit", engine, json.dumps(r), flush=True)
         save_results()
-    if "optimize" in steps and "clanker_rag" in engines:
+    if "fresh" in steps and "clanker_rag" in engines:
+        # One fresh build of every window (add_texts, save), for the build time and its peak memory.
+        fresh_folder = folder("clanker_rag-fresh")
+        shutil.rmtree(fresh_folder, ignore_errors=True)
+        fresh_folder.mkdir()
         before = load_avg()
-        t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "clanker_rag", "optimize", str(folder("clanker_rag-20seg"))], check=True)
-        results["optimize"] = {
-            "s": time.perf_counter() - t0,
-            "load_before": before,
-            "folder_mb": folder_mb(folder("clanker_rag-20seg")),
-        }
-        print("optimize", json.dumps(results["optimize"]), flush=True)
+        r = run_child("build", "clanker_rag", str(fresh_folder), str(data))
+        r.update(load_before=before, load_after=load_avg(), folder_mb=folder_mb(fresh_folder))
+        results.setdefault("build", {})["clanker_rag"] = r
+        print("fresh build clanker_rag", json.dumps(rounded(r)), flush=True)
         save_results()
     summary(results)
     if args.clean:
