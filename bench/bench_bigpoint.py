@@ -1,4 +1,4 @@
-"""A measured point near 2M chunks, side by side with tantivy and SQLite FTS5 (issue 44).
+"""A measured point at a million chunks and more, beside tantivy and SQLite FTS5 (issue 44).
 
 Corpora, streamed straight out of Debian's source tarballs in ``/usr/src``
 (no extraction), each file split on whitespace into the 180-word windows with
@@ -7,9 +7,11 @@ order, cut at ``--limit`` windows:
 
 - ``linux``: the ``.c``, ``.h``, ``.rst`` and ``.txt`` files of
   ``linux-source-6.1`` (``apt-get install linux-source-6.1``): 1,089,914
-  windows in all (6.1.176), fewer than 2M;
-- ``debian-src``: every text file (no NUL byte) of ``linux-source-6.1``, then
-  ``gcc-12-source``, then ``glibc-source``: the 2M point.
+  windows in all (6.1.176-1), so ``--limit 2000000`` takes every one;
+- ``debian-src``: every text file (no NUL byte) of ``linux-source-6.1``
+  (1,200,494 windows), then ``gcc-12-source``, then ``glibc-source``: at
+  least 2M windows (the way to the 2M point; not measured yet: a build of
+  1M windows took 17 minutes on the shared machine).
 
 The windows are written once, one per line, to ``WORK/CORPUS-LIMIT/``
 (windows hold no newline), with 500 queries of 2-6 words drawn with
@@ -18,30 +20,38 @@ the file is read at those offsets, nothing is held whole).
 
 Each step runs in its own process, reading the windows file line by line:
 
-- build (wall, CPU with workers, peak resident): clanker_rag
-  (``KnowledgeBase(chunk_size=None)``, ``add_texts``, ``save``), tantivy (one
-  indexing thread, ``en_stem``, text stored, merges waited for), FTS5
-  (``porter unicode61``, one transaction, then FTS5's ``optimize``), bm25s
-  (numpy) only with ``--engines ...,bm25s`` (it holds every token list and the
-  texts in memory);
-- clanker_rag with 20 unmerged segments: 20 commits of a twentieth each (the
-  first a fresh save, then load, ``add_texts`` of the slice, ``save(merge=False)``);
-- ``--rounds`` rounds of cold query runs, engines alternating (order rotated
-  each round): load (timed), the 500 queries once each, top-10 with texts,
-  per-query latency; ``/proc/self/status`` (VmRSS, RssFile, RssShmem) before
-  the engine is imported, after load and after the queries; the load average
-  at the start; a digest of every top 10 (the merged and the segmented
-  index must agree, scores included);
-- a one-file commit (load, ``add_texts`` of one file, save) into the merged
-  index and the same one-document commit for tantivy and FTS5;
-- ``clanker-rag optimize`` of the segmented folder (wall).
+- ``segments``: clanker_rag's index as 20 commits: a fresh build
+  (``KnowledgeBase(chunk_size=None)``, ``add_texts``, ``save``) of every window
+  but the last ``19 * --slice``, which is clanker_rag's build figure (wall, CPU
+  with workers, peak resident), then 19 commits of ``--slice`` windows each
+  (load, ``add_texts``, ``save(merge=False)``): 20 unmerged segments. The later
+  segments are small (2,000 windows each by default: 3.5 % of the linux
+  corpus, inside the share the merge policy leaves unmerged) because a load
+  replays every segment after the first;
+- ``merge``: a copy of that folder merged by ``clanker-rag optimize DIR``
+  (wall): the merged index, with the same content;
+- ``build``: tantivy (one indexing thread, ``en_stem``, text stored, merges
+  waited for), FTS5 (``porter unicode61``, one transaction, then FTS5's
+  ``optimize``), bm25s (numpy; it holds every token list and the texts in
+  memory: 1.36 GB peak at 200k windows);
+- ``query``: ``--rounds`` rounds of cold query runs, engines alternating
+  (order rotated each round): load (timed), the 500 queries once each, top-10
+  with texts, per-query latency (FTS5 stops after ``--fts5-budget`` seconds);
+  ``/proc/self/status`` (VmRSS, RssFile, RssShmem) before the engine is
+  imported, after load and after the queries; the load average at the start;
+  a digest of every top 10, scores included (the merged and the segmented
+  index must agree);
+- ``commit``: a one-file commit (load, ``add_texts`` of one window-sized file,
+  save) into the merged index, and one document committed to tantivy and FTS5;
+- ``fresh`` (not by default): one build of every window by clanker_rag.
 
-    python bench/bench_bigpoint.py --corpus debian-src --limit 2000000
+    python bench/bench_bigpoint.py --corpus linux --limit 2000000
     python bench/bench_bigpoint.py --corpus linux --limit 200000 --engines clanker_rag,tantivy,fts5,bm25s
 
-Writes ``bench/results/bigpoint-CORPUS-LIMIT.json``; keeps the folders in
-WORK (``--work``, default ``/work/tmp/bigpoint``) so a run can resume
-(``--steps``) and removes them with ``--clean``.
+Writes ``bench/results/bigpoint-CORPUS-LIMIT.json`` (merged across
+invocations, so ``--steps build`` and ``--steps segments,merge`` may run side
+by side); keeps the folders in WORK (``--work``, default
+``/work/tmp/bigpoint``) for later steps; ``--clean`` removes them.
 """
 
 from __future__ import annotations
@@ -269,22 +279,35 @@ def step_build(engine: str, folder: str, data: Path) -> dict[str, Any]:
     return {"build_s": end - t0, "add_s": added - t0, "build_cpu_s": cpu_so_far() - c0, **peak_mb()}
 
 
-def step_commit(folder: str, data: Path, part: int) -> dict[str, Any]:
-    """Commit ``part`` of SEGMENTS: a fresh save for the first, load + add + save(merge=False) after."""
+def step_commit(folder: str, data: Path, part: int, slice_size: int) -> dict[str, Any]:
+    """Commit ``part`` of SEGMENTS: the first a fresh save of every window but the last
+    ``(SEGMENTS - 1) * slice_size``, then each a load, ``add_texts`` of the next ``slice_size``
+    windows and ``save(merge=False)``."""
     from clanker_rag import KnowledgeBase
 
     n = len(read_offsets(data)) - 1
-    start, stop = n * part // SEGMENTS, n * (part + 1) // SEGMENTS
+    first = n - (SEGMENTS - 1) * slice_size
+    start, stop = (0, first) if part == 0 else (first + (part - 1) * slice_size, first + part * slice_size)
     t0, c0 = time.perf_counter(), cpu_so_far()
     if part == 0:
         kb = KnowledgeBase(chunk_size=None)
         kb.add_texts(stream(data, start, stop))
+        added = time.perf_counter()
         kb.save(folder)
     else:
         kb = KnowledgeBase.load(folder)
         kb.add_texts(stream(data, start, stop))
+        added = time.perf_counter()
         kb.save(merge=False)
-    return {"s": time.perf_counter() - t0, "cpu_s": cpu_so_far() - c0, "segments": kb.segments, **peak_mb()}
+    end = time.perf_counter()
+    return {
+        "s": end - t0,
+        "add_s": added - t0,
+        "cpu_s": cpu_so_far() - c0,
+        "windows": stop - start,
+        "segments": kb.segments,
+        **peak_mb(),
+    }
 
 
 def step_one_file(engine: str, folder: str, data: Path) -> dict[str, Any]:
@@ -435,6 +458,7 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=2_000_000)
     parser.add_argument("--engines", default="clanker_rag,tantivy,fts5", help="of clanker_rag,tantivy,fts5,bm25s")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--slice", type=int, default=2000, help="windows each of the 19 later commits adds")
     parser.add_argument("--steps", default="segments,merge,build,query,commit", help="and fresh: one build of all")
     parser.add_argument("--fts5-budget", type=float, default=120.0, help="seconds of FTS5 queries per run")
     parser.add_argument("--work", default="/work/tmp/bigpoint")
@@ -446,7 +470,7 @@ def main() -> None:
         if kind == "build":
             out = step_build(rest[0], rest[1], Path(rest[2]))
         elif kind == "commit":
-            out = step_commit(rest[0], Path(rest[1]), int(rest[2]))
+            out = step_commit(rest[0], Path(rest[1]), int(rest[2]), int(rest[3]))
         elif kind == "one-file":
             out = step_one_file(rest[0], rest[1], Path(rest[2]))
         else:
@@ -471,8 +495,17 @@ def main() -> None:
         return data / engine
 
     def save_results() -> None:
+        # Two invocations may run at once (e.g. --steps build beside --steps segments): merge into the file.
         results_file.parent.mkdir(exist_ok=True)
-        results_file.write_text(json.dumps(results, indent=1) + "\n")
+        on_disk = json.loads(results_file.read_text()) if results_file.exists() else {}
+        for key, value in results.items():
+            if isinstance(value, dict) and isinstance(on_disk.get(key), dict) and key != "corpus":
+                on_disk[key].update(value)
+            else:
+                on_disk[key] = value
+        tmp = results_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(on_disk, indent=1) + "\n")
+        os.replace(tmp, results_file)
 
     if "segments" in steps and "clanker_rag" in engines:
         seg = folder("clanker_rag-20seg")
@@ -480,7 +513,17 @@ def main() -> None:
         commits = []
         before = load_avg()
         for part in range(SEGMENTS):
-            commits.append(run_child("commit", str(seg), str(data), str(part)))
+            commits.append(run_child("commit", str(seg), str(data), str(part), str(args.slice)))
+            print(f"commit {part}", json.dumps(rounded(commits[-1])), f"load {load_avg()}", flush=True)
+        results.setdefault("build", {})["clanker_rag"] = {
+            "build_s": commits[0]["s"],
+            "add_s": commits[0]["add_s"],
+            "build_cpu_s": commits[0]["cpu_s"],
+            "windows": commits[0]["windows"],
+            "peak_rss_mb": commits[0]["peak_rss_mb"],
+            "peak_child_rss_mb": commits[0]["peak_child_rss_mb"],
+            "load_before": before,
+        }
         results["segments"] = {
             "commits_s": sum(c["s"] for c in commits),
             "commits_cpu_s": sum(c["cpu_s"] for c in commits),
@@ -523,6 +566,7 @@ def main() -> None:
             save_results()
     if "query" in steps:
         queried = [e for e in QUERY_ENGINES if e in engines or (e == "clanker_rag-20seg" and "clanker_rag" in engines)]
+        queried = [e for e in queried if folder(e).is_dir()]  # e.g. a point built without the segments step
         runs: dict[str, list[dict[str, Any]]] = {e: [] for e in queried}
         for r in range(args.rounds):
             order = queried[r % len(queried) :] + queried[: r % len(queried)]
