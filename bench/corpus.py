@@ -12,6 +12,7 @@ import os
 import random
 import re
 import sysconfig
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 WINDOW = 180
@@ -29,20 +30,26 @@ def stdlib_files() -> list[Path]:
     return out
 
 
+def text_windows(text: str) -> Iterator[str]:
+    """One file's words in WINDOW-word windows, STRIDE words apart (none for an empty file)."""
+    words = text.split()
+    start = 0
+    while words:
+        yield " ".join(words[start : start + WINDOW])
+        if start + WINDOW >= len(words):
+            break
+        start += STRIDE
+
+
 def windows(paths: list[Path]) -> list[str]:
     """The files' words in WINDOW-word windows, STRIDE words apart (unreadable files skipped)."""
     out = []
     for path in paths:
         try:
-            words = path.read_text(encoding="utf-8", errors="replace").split()
+            text = path.read_text(encoding="utf-8", errors="replace")
         except OSError:
             continue
-        start = 0
-        while words:
-            out.append(" ".join(words[start : start + WINDOW]))
-            if start + WINDOW >= len(words):
-                break
-            start += STRIDE
+        out.extend(text_windows(text))
     return out
 
 
@@ -50,7 +57,7 @@ def chunks() -> list[str]:
     return windows(stdlib_files())
 
 
-def queries(corpus: list[str], n: int = 500) -> list[str]:
+def queries(corpus: Sequence[str], n: int = 500) -> list[str]:
     rng = random.Random(0)
     out = []
     while len(out) < n:

@@ -211,6 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_rm)
 
     p = command("optimize", "merge the index's segments into one, reclaiming removed chunks")
+    p.add_argument("folder", nargs="?", metavar="DIR", help="the index folder (the same as --index DIR)")
     p.add_argument("-v", "--verbose", action="store_true", help="say what it is doing, also off a terminal")
     p.set_defaults(func=_cmd_optimize)
 
@@ -848,9 +849,13 @@ def _cmd_rm(args: argparse.Namespace) -> int:
 
 
 def _cmd_optimize(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from .._kb import KnowledgeBase
 
-    path = _target(args, write=True)
+    if args.folder and (args.index or args.kb):
+        raise _CliError("give the index folder as DIR or with --index/--kb, not both")
+    path = Path(args.folder) if args.folder else _target(args, write=True)
     if not (path / "index.json").is_file():
         raise _CliError(f"{path}: no index there")
     with KnowledgeBase.edit(path) as kb:

@@ -267,6 +267,12 @@ def test_optimize_merges_the_commits_into_one_segment(
     assert body["segments"][0]["deleted"] == []
     code, _, err = run(capsys, "optimize", "--index", str(index / "nothing"))
     assert_one_line_error(code, err, "no index there")
+    code, out, _ = run(capsys, "optimize", str(index))  # the folder as the one argument
+    assert code == 0 and "-> 1" in out
+    code, _, err = run(capsys, "optimize", str(index / "nothing"))
+    assert_one_line_error(code, err, "no index there")
+    code, _, err = run(capsys, "optimize", str(index), "--index", str(index))
+    assert_one_line_error(code, err, "not both")
 
 
 # -- named knowledge bases ------------------------------------------------------------------------------
