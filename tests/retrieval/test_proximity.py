@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from clanker_rag import ConfigError, Hit, KnowledgeBase
-from clanker_rag._answer._ask import answer_controller, answer_retriever
+from clanker_rag._answer._ask import AnswerSettings, answer_controller, answer_retriever
 from clanker_rag._retrieval._proximity import ProximityRetriever, ordered_pairs, pair_counts
 from clanker_rag._types import HitLike
 
@@ -153,7 +153,7 @@ def test_reranking_returns_the_best_inner_candidates(
 
 def test_ask_reranks_unless_told_not_to() -> None:
     kb = corpus()
-    assert isinstance(answer_retriever(kb), ProximityRetriever)
-    assert answer_retriever(kb, 0) is kb
-    ctl = answer_controller(kb, question=QUERY, proximity=0, focus_chars=None)
-    assert ctl.retriever is kb
+    assert isinstance(answer_retriever(kb, AnswerSettings(proximity=0.4)), ProximityRetriever)
+    assert answer_retriever(kb, AnswerSettings(proximity=0)) is kb
+    ctl = answer_controller(kb, QUERY, AnswerSettings(proximity=0))
+    assert getattr(ctl.retriever, "retriever", None) is kb
