@@ -69,9 +69,10 @@ sys.path.insert(0, str(ROOT))
 
 from bench.answers_qa import QA, contains, correct  # noqa: E402
 from bench.answers_qa import load as load_own  # noqa: E402
-from clanker_rag._answer._ask import AnswerSettings, answer_controller, answer_retriever, ask_events  # noqa: E402
+from clanker_rag._answer._ask import AnswerSettings, answer_controller, ask_events  # noqa: E402
 from clanker_rag._answer._prompts import STOP, base_prompt, strip_label  # noqa: E402
 from clanker_rag._kb import KnowledgeBase  # noqa: E402
+from clanker_rag._retrieval._proximity import ProximityRetriever  # noqa: E402
 from clanker_rag._stream._controller import InjectEvent, RetrieveEvent, TextEvent  # noqa: E402
 from clanker_rag._types import HitLike  # noqa: E402
 
@@ -268,13 +269,18 @@ def _within(at: object, hit: HitLike) -> bool:
     return isinstance(at, int) and isinstance(start, int) and isinstance(end, int) and start <= at < end
 
 
-def injected(kb: KnowledgeBase, item: Item, settings: AnswerSettings) -> Record:
+def retriever_of(kb: Any, proximity: float) -> Any:
+    """What ask retrieves from: the knowledge base, or (to compare) its hits reranked by term proximity."""
+    return ProximityRetriever(kb, weight=proximity) if proximity else kb
+
+
+def injected(kb: KnowledgeBase, item: Item, settings: AnswerSettings, proximity: float = 0.0) -> Record:
     """What ``ask`` would inject for ``item`` (no model: a generation that writes nothing)."""
     qa = item.qa()
-    # The passages ask's retrieval puts first (answer_retriever: reranked as ask reranks them).
-    top = answer_retriever(kb, settings).search(item.question, TOP)
+    # The passages ask's retrieval puts first.
+    top = retriever_of(kb, proximity).search(item.question, TOP)
     rec = _Recording(kb)
-    ctl = answer_controller(rec, item.question, settings)
+    ctl = answer_controller(retriever_of(rec, proximity), item.question, settings)
     blocks, chunks = [], []
     for ev in ctl.events(_nothing, base_prompt(item.question, settings.mode), question=item.question):
         if isinstance(ev, InjectEvent):
@@ -310,13 +316,11 @@ def classify(rec: Record) -> str | None:
     return "model copied wrong"
 
 
-def answer(
-    kb: KnowledgeBase, item: Item, url: str, rec: Record, settings: AnswerSettings, baseline: bool = True
-) -> None:
+def answer(kb: KnowledgeBase, item: Item, url: str, rec: Record, proximity: float = 0.0, baseline: bool = True) -> None:
     from clanker_rag.backends import LlamaCppBackend
 
     started = time.perf_counter()
-    events = ask_events(kb, item.question, url, max_tokens=96, settings=settings)
+    events = ask_events(retriever_of(kb, proximity), item.question, url, max_tokens=96)
     rec.answer = "".join(ev.text for ev in events if isinstance(ev, TextEvent)).strip()
     rec.seconds = time.perf_counter() - started
     rec.correct = correct(rec.answer, item.qa())
@@ -380,10 +384,10 @@ def main() -> int:
     parser.add_argument("--no-baseline", action="store_true", help="skip the no-retrieval answers (half the time)")
     parser.add_argument("-v", "--verbose", action="store_true", help="print every question")
     parser.add_argument(
-        "--proximity", type=float, help="weight of ask's term-proximity reranking (0: off; default: its own)"
+        "--proximity", type=float, default=0.0, help="ask's hits reranked by term proximity with this weight (0: off)"
     )
     args = parser.parse_args()
-    settings = AnswerSettings() if args.proximity is None else AnswerSettings(proximity=args.proximity)
+    settings = AnswerSettings()
     items = load(args.collections)
     kbs = {name: knowledge_base(name, args.cache) for name in args.collections}
     bad = problems(items, kbs)
@@ -392,18 +396,18 @@ def main() -> int:
     if args.check or bad:
         print(f"{len(items)} questions, {len(bad)} problems")
         return 1 if bad else 0
-    records = [injected(kbs[item.collection], item, settings) for item in items]
+    records = [injected(kbs[item.collection], item, settings, args.proximity) for item in items]
     if args.model or args.url:
         if args.url:
             url = args.url.rstrip("/")
             for item, rec in zip(items, records):
-                answer(kbs[item.collection], item, url, rec, settings, not args.no_baseline)
+                answer(kbs[item.collection], item, url, rec, args.proximity, not args.no_baseline)
         else:
             from tests.helpers._llama_server import LlamaServer
 
             with LlamaServer() as server:
                 for item, rec in zip(items, records):
-                    answer(kbs[item.collection], item, server.url, rec, settings, not args.no_baseline)
+                    answer(kbs[item.collection], item, server.url, rec, args.proximity, not args.no_baseline)
     for rec in records:
         if rec.correct is None:
             rec.failure = (

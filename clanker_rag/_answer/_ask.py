@@ -9,9 +9,10 @@ per block (:class:`~._focusing.FocusedRetriever`) and, on llama.cpp, a
 grammar that makes the answer copy the block's words (:mod:`._grammars`).
 Any other server gets a chat request over whole passages and writes freely.
 
-Both retrieve through :func:`answer_retriever`: the knowledge base's ranking
-with the question's adjacent words written together counted
-(:mod:`~clanker_rag._retrieval._proximity`).
+Both read the retriever's own ranking, as ``clanker-rag search`` shows it: a
+block never holds a passage search ranks below the top few, and the window
+chooser weighs search's top :data:`~._learned.PICK` passages, the rank and
+score search gave them included (it was fitted on that ranking).
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from typing import Any
 
 from .._exceptions import BackendError
 from .._http import ModelServer
-from .._retrieval._proximity import ProximityRetriever
 from .._stream._controller import InjectEvent, RagController, StreamEvent, TextEvent
 from .._stream._settings import BlockLayout, Hooks, Triggers
 from .._types import Retriever
@@ -37,7 +37,6 @@ __all__ = [
     "AnswerSettings",
     "ServerInfo",
     "answer_controller",
-    "answer_retriever",
     "answer_text",
     "ask_events",
     "base_model_events",
@@ -90,11 +89,6 @@ def probe_server(base_url: str, timeout: float = 5.0) -> ServerInfo:
     return ServerInfo(True, template, not special)
 
 
-def answer_retriever(retriever: Retriever, settings: AnswerSettings = DEFAULT) -> Retriever:
-    """What ``ask`` retrieves from: ``retriever`` with its top hits reranked by term proximity (0: as it is)."""
-    return ProximityRetriever(retriever, weight=settings.proximity) if settings.proximity else retriever
-
-
 def answer_controller(
     retriever: Retriever, question: str, settings: AnswerSettings = DEFAULT, **options: Any
 ) -> RagController:
@@ -107,7 +101,7 @@ def answer_controller(
     ``on_block``, ``show_blocks``... keep their other fields).
     """
     focused = FocusedRetriever(
-        answer_retriever(retriever, settings),
+        retriever,
         budget=settings.window_chars,
         sentence=True,
         attach=settings.attach_chars,
@@ -247,7 +241,7 @@ def ask_events(
         logger.warning("the model at %s has no chat template of its own: asking with completions instead of chat", base)
     raw = api == "completions" or (info is not None and info.base_model)
     if not raw:
-        ctl = RagController(answer_retriever(retriever, settings), k=k or settings.chat_k, questions=True, tools=True)
+        ctl = RagController(retriever, k=k or settings.chat_k, questions=True, tools=True)
         chat = ChatBackend(base, model, max_tokens=max_tokens, api_key=api_key)
         return ctl.events(chat, CHAT_PROMPT.format(question=question), question=question)
     llama_cpp = info is not None and info.llama_cpp

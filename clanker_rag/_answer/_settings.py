@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .._exceptions import ConfigError
-from .._retrieval._proximity import DEFAULT_WEIGHT
-from .._validate import check_number, positive_int
+from .._validate import positive_int
 from ._prompts import MODES
 
 __all__ = ["TOOL_QUERIES", "AnswerSettings"]
@@ -32,7 +31,6 @@ class AnswerSettings:
     tool_query: str = "first"  # what the model's tool call retrieves (TOOL_QUERIES)
     window_chars: int = 200  # the characters of a sentence shown
     attach_chars: int = 320  # ... widened to the block it introduces or the definition it is in, within this
-    proximity: float = DEFAULT_WEIGHT  # the question's adjacent words found together (_retrieval._proximity; 0: off)
     copy: bool = True  # on llama.cpp, an answer uses only the block's words (a GBNF grammar)
     typed_copy: bool = True  # ... and holds a block word of the type the question asks for, when there is one
     max_words: int = 24  # the longest copied answer, in words
@@ -51,4 +49,3 @@ class AnswerSettings:
             raise ConfigError(f"lead_words must be an integer, got {self.lead_words!r}")
         if not 0 <= self.lead_words < self.max_words:
             raise ConfigError(f"lead_words must be 0..max_words-1, got {self.lead_words}")
-        check_number("proximity", self.proximity, 0, 10)

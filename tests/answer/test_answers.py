@@ -14,7 +14,6 @@ from clanker_rag._answer._focusing import FocusedRetriever, focus_hit
 from clanker_rag._answer._prompts import EXAMPLES, STOP, after_block, base_prompt
 from clanker_rag._exceptions import ConfigError
 from clanker_rag._kb import KnowledgeBase
-from clanker_rag._retrieval._proximity import ProximityRetriever
 from clanker_rag._stream._blocks import BlockBuilder
 from clanker_rag._stream._controller import InjectEvent, RagController, RetrieveEvent, StreamEvent, TextEvent
 from clanker_rag._stream._settings import BlockLayout, Triggers
@@ -206,7 +205,7 @@ def test_settings_are_checked_with_the_field_named() -> None:
     assert AnswerSettings().k == 1
     bad: list[dict[str, Any]] = [
         {"mode": "chat"}, {"tool_query": "all"}, {"k": 0}, {"window_chars": 39}, {"lead_words": 24},
-        {"max_words": 0}, {"proximity": -1}, {"attach_chars": 0}, {"lead_words": True},
+        {"max_words": 0}, {"attach_chars": 0}, {"lead_words": True},
     ]  # fmt: skip
     for fields in bad:
         with pytest.raises(ConfigError, match=next(iter(fields))):
@@ -240,12 +239,9 @@ def test_answer_controller_modes() -> None:
     assert ctl.tools and not ctl.questions and ctl.layout.after_block == after_block("Which port?")
     ctl = answer_controller(kb, "Which port?", AnswerSettings(mode="context"))
     assert ctl.questions and not ctl.tools
-    # Each hit is focused; the passages are the knowledge base's, reranked by term proximity (answer_retriever).
+    # Each hit is focused; the passages are the knowledge base's, in search's order.
     assert isinstance(ctl.retriever, FocusedRetriever) and ctl.retriever.sentence
-    inner = ctl.retriever.retriever
-    assert isinstance(inner, ProximityRetriever) and inner.retriever is kb
-    ctl = answer_controller(kb, "Which port?", AnswerSettings(proximity=0))
-    assert isinstance(ctl.retriever, FocusedRetriever) and ctl.retriever.retriever is kb
+    assert ctl.retriever.retriever is kb
 
 
 # -- probing the server ------------------------------------------------------------------------------------------
