@@ -78,6 +78,9 @@ def main() -> int:
     parser.add_argument("--set", dest="qa_set", default="man", choices=("man", "own"))
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "clanker-rag-heldout")
     parser.add_argument("--out", type=Path, help="write every record to this JSON file")
+    parser.add_argument(
+        "--ids", nargs="+", help="only these questions (e.g. those whose prompt two trees build differently)"
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="print every answer")
     args = parser.parse_args()
     if args.qa_set == "own":
@@ -87,6 +90,8 @@ def main() -> int:
         kb.ingest(render_pages(args.cache))
     records = []
     for qa in questions(args.qa_set):
+        if args.ids and qa.id not in args.ids:
+            continue
         started = time.perf_counter()
         blocks, text = [], []
         for ev in ask_events(kb, qa.question, args.url, max_tokens=96):

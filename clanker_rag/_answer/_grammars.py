@@ -144,7 +144,7 @@ def _forms(word: str) -> tuple[str, ...]:
 
 def _typed(word: str, expected: frozenset[str]) -> bool:
     """Whether ``word`` is a token of an ``expected`` type.  A name a Sphinx role marks is a name
-    whatever its shape (``:class:`Pool```), and an exception one an error name (``:exc:`NotFound```)."""
+    whatever its shape (``:class:`Pool```), and an exception one an error name (``:exc:`JobLost```)."""
     if expected & types_in(word):
         return True
     role = _role(word)

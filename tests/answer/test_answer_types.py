@@ -33,12 +33,12 @@ from tests.helpers._passages import Fixed
         ("What port does the server listen on?", {"number"}),
         ("What is the timeout in seconds?", {"number"}),
         ("Which option skips hidden files?", {"flag"}),
-        ("What is the default maximum file size?", {"number"}),
-        ("Which class do all errors derive from?", {"identifier"}),
+        ("What is the largest journal size allowed?", {"number"}),
+        ("Which class do the job types extend?", {"identifier"}),
         ("Which function returns the passages?", {"identifier"}),
         ("Which decorator adds the option?", {"identifier"}),
         ("How do I hide the input?", {"identifier", "flag"}),
-        ("How do I keep sources whose files were deleted?", {"identifier", "flag"}),
+        ("How do I keep jobs whose owners left?", {"identifier", "flag"}),
         ("How many workers can I start?", {"number"}),
         ("Which exception is raised for a bad path?", {"error"}),
         ("Which file holds the settings?", {"file"}),
@@ -46,10 +46,10 @@ from tests.helpers._passages import Fixed
         ("Who maintains the project?", set()),
         ("Why is the cache rebuilt?", set()),
         # A how-to asks for what to write, whatever cue words its task holds.
-        ("How do I count how many times -v was given?", {"identifier", "flag"}),
-        ("How can I set the timeout in seconds?", {"identifier", "flag"}),
-        # "limits" before "the" is the verb: the question asks for the key.
-        ("Which config key limits the size of the request?", {"identifier"}),
+        ("How do I tell how many jobs were retried?", {"identifier", "flag"}),
+        ("How can I change the grace period in seconds?", {"identifier", "flag"}),
+        # "caps" before "the" is the verb: the question asks for the key.
+        ("Which setting key caps the length of a job name?", {"identifier"}),
         ("Which error codes does it return?", {"number"}),
     ],
 )
@@ -62,21 +62,21 @@ def test_expected_types(question: str, expected: set[str]) -> None:
     [
         ("listens on port 7341", "number", True),
         ("with k1 and BM25 and v2", "number", False),
-        ("pass --no-sync or -k", "flag", True),
+        ("pass --no-wait or -q", "flag", True),
         ("a well-known re-run", "flag", False),
         ("raises `ConfigError` here", "error", True),
         ("an Error happened", "error", False),
-        ("written to index.json", "file", True),
-        ("a lock on `.lock` first", "file", True),
+        ("written to jobs.toml", "file", True),
+        ("a marker in `.lumenrc` first", "file", True),
         ("the end. Next one", "file", False),
-        ("set CLANKER_RAG_API_KEY first", "env", True),
+        ("set LUMEN_API_TOKEN first", "env", True),
         ("set the Key first", "env", False),
         ("derives from `KnowledgeBase`:", "identifier", True),
         ("call retrieve(query) first", "identifier", True),
         ("a Word and an ID here", "identifier", False),
-        ("pass show_default=True", "identifier", True),
-        ("the loop.index variable", "identifier", True),
-        ("see palletsprojects.com/p/jinja for more", "identifier", False),
+        ("pass keep_going=True", "identifier", True),
+        ("the job.attempt variable", "identifier", True),
+        ("see example.org/p/lumen for more", "identifier", False),
         ("the end.next sentence", "identifier", True),
         ("a well_known term", "identifier", True),
     ],
@@ -89,11 +89,11 @@ def test_types_in(text: str, kind: str, held: bool) -> None:
     ("question", "head"),
     [
         ("What port does the server listen on?", "port"),
-        ("What is the default maximum file size?", "size"),
+        ("What is the largest journal size allowed?", "size"),
         ("Which options skip files?", "option"),
         ("How many workers does it start?", None),
-        ("Which request attribute limits the size of a field?", "attribute"),
-        ("Which error codes does the server send?", "code"),
+        ("Which job attribute caps the length of a name?", "attribute"),
+        ("Which error codes does the daemon send?", "code"),
         ("What file size limit applies?", "size"),
     ],
 )
@@ -110,8 +110,8 @@ def test_types_are_known_and_questions_read_case_and_spacing_blind(text: str) ->
 
 
 # Both sentences hold two query terms; only the second holds a number.
-TEXT = "Lookups go through tables built once. The tables are a cache of at most 96 MB."
-QUERY = "How big can the lookup tables cache get?"
+TEXT = "Job queues are kept on disk once. The queues hold a backlog of at most 640 jobs."
+QUERY = "How long may the backlog of the job queues grow?"
 
 
 def test_the_sentence_shown_holds_the_expected_type() -> None:
@@ -120,7 +120,7 @@ def test_the_sentence_shown_holds_the_expected_type() -> None:
     question = set(Analyzer()(QUERY))
     assert question & set(Analyzer()(TEXT.split(".")[0])) and expected_types(QUERY) == {"number"}
     [typed] = FocusedRetriever(Fixed(hit), budget=200, sentence=True).search(QUERY, 1)
-    assert typed.text == "The tables are a cache of at most 96 MB."
+    assert typed.text == "The queues hold a backlog of at most 640 jobs."
 
 
 def test_hits_whose_sentence_holds_the_type_come_after_the_chosen_one_and_before_the_rest() -> None:

@@ -72,7 +72,7 @@ SERVER = (
 def test_every_sentence_of_every_passage_is_a_candidate_with_its_window() -> None:
     first = hit(SERVER, "daemon.rst", 3.0)
     second = hit("Other text here. And a second sentence.", "other.rst", 1.5)
-    found = candidates([first, second], asked("Which environment variable sets the number of processes?"))
+    found = candidates([first, second], asked("Which environment variable picks the process count?"))
     per_hit = [len(sentence_spans(h.text)) for h in (first, second)]
     assert [(c.hit, c.unit) for c in found] == [(i, u) for i, n in enumerate(per_hit) for u in range(n)]
     for c in found:
@@ -123,7 +123,7 @@ def test_the_choice_does_not_depend_on_the_hash_seed() -> None:
         "from clanker_rag._types import Hit\n"
         "a = Analyzer()\n"
         f"text = {SERVER!r}\n"
-        "q = 'Which environment variable sets how many processes handle jobs by default?'\n"
+        "q = 'Which environment variable picks the count of job processes by default?'\n"
         "s = SentenceQuery(q, set(a(q)), a, 200, focus_types(q), 320, False)\n"
         "hits = [Hit(text, 'a.rst', 2.0), Hit(text[::-1], 'b.rst', 1.9), Hit(text.upper(), 'c.rst', 1.0)]\n"
         "print(json.dumps([best_window(hits, s), [c.features for c in candidates(hits, s)]]))\n"

@@ -44,7 +44,7 @@ def test_a_default_is_stated_not_the_word_in_passing() -> None:
     for passing in ("The default codec implementation packs it.", "Sending it every time (the default) helps."):
         assert DEFAULT not in types_in(passing), passing
     assert DEFAULT in focus_types("Which codec is the default?")
-    for question in ("Which codec is used when none is given?", "What does it use if it is not set?"):
+    for question in ("Which codec does it pick if no codec is specified?", "What does it use if it is not set?"):
         assert DEFAULT in focus_types(question), question
     assert DEFAULT not in focus_types("Which option is given to the daemon?")
 
