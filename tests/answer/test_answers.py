@@ -9,7 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clanker_rag._answer._ask import AnswerSettings, answer_controller, answer_text, base_model_events, probe_server
+from clanker_rag._answer._ask import (
+    AnswerSettings,
+    answer_controller,
+    answer_text,
+    ask_events,
+    base_model_events,
+    probe_server,
+)
 from clanker_rag._answer._focusing import FocusedRetriever, focus_hit
 from clanker_rag._answer._prompts import EXAMPLES, STOP, after_block, base_prompt
 from clanker_rag._exceptions import ConfigError
@@ -278,3 +285,19 @@ def test_probe_server(
 ) -> None:
     info = probe_server(fake_server(fake_llama(props, tokens)).url + "/")
     assert (info.llama_cpp, info.base_model) == (llama, base)
+
+
+def test_a_chat_model_gets_whole_passages_and_no_copy_grammar(fake_server: Callable[[Handle], FakeServer]) -> None:
+    # A server with a chat template of its own: ask sends a chat request, free text, no grammar.
+    def handle(ex: Exchange) -> None:
+        if ex.method == "GET":
+            ex.json(200, {"chat_template": "{{ '<start_of_turn>' }}"})
+        else:
+            ex.json(200, {"choices": [{"message": {"role": "assistant", "content": "Port 7341."}}]})
+
+    server = fake_server(handle)
+    events = list(ask_events(kb_of(DOCS), "Which port does the server use?", server.url))
+    posts = [r for r in server.requests if r["method"] == "POST"]
+    assert [r["path"] for r in posts] == ["/v1/chat/completions"]
+    assert "grammar" not in posts[0]["body"] and "7341" in str(posts[0]["body"]["messages"])
+    assert "".join(e.text for e in events if isinstance(e, TextEvent)) == "Port 7341."
