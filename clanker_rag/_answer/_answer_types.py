@@ -55,17 +55,49 @@ KNOWN_TYPES = (*ANSWER_TYPES, LITERAL, DEFAULT)
 # asks for an option, not a file).
 _HEADS: dict[str, str] = {
     **dict.fromkeys(
-        "port size number version year limit percentage ratio count length status code constant threshold timeout"
-        " budget".split(),
+        [
+            "port",
+            "size",
+            "number",
+            "version",
+            "year",
+            "limit",
+            "percentage",
+            "ratio",
+            "count",
+            "length",
+            "status",
+            "code",
+            "constant",
+            "threshold",
+            "timeout",
+            "budget",
+        ],
         NUMBER,
     ),
-    **dict.fromkeys("option flag switch argument".split(), FLAG),
-    **dict.fromkeys("error exception warning".split(), ERROR),
-    **dict.fromkeys("file filename directory folder".split(), FILE),
+    **dict.fromkeys(["option", "flag", "switch", "argument"], FLAG),
+    **dict.fromkeys(["error", "exception", "warning"], ERROR),
+    **dict.fromkeys(["file", "filename", "directory", "folder"], FILE),
     # The things API documentation names: the answer is a name written as code.
     **dict.fromkeys(
-        "class function method decorator parameter setting attribute signal loader helper extension middleware"
-        " converter filter key keyword".split(),
+        [
+            "class",
+            "function",
+            "method",
+            "decorator",
+            "parameter",
+            "setting",
+            "attribute",
+            "signal",
+            "loader",
+            "helper",
+            "extension",
+            "middleware",
+            "converter",
+            "filter",
+            "key",
+            "keyword",
+        ],
         IDENT,
     ),
 }
