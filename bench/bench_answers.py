@@ -30,25 +30,14 @@ import statistics
 import sys
 import time
 import urllib.request
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.answers_qa import QA, correct, load  # noqa: E402
-from clanker_rag._answer._ask import (  # noqa: E402
-    ANSWER_BLOCK_CHARS,
-    ANSWER_COPY,
-    ANSWER_FOCUS_CHARS,
-    ANSWER_K,
-    ANSWER_SENTENCE,
-    ANSWER_TOOL_QUERY,
-    ANSWER_TYPED_COPY,
-    ANSWER_TYPED_SENTENCE,
-    answer_controller,
-    answer_text,
-)
+from clanker_rag._answer._ask import AnswerSettings, answer_controller, answer_text  # noqa: E402
 from clanker_rag._answer._grammars import CopyingBackend  # noqa: E402
 from clanker_rag._answer._prompts import MODES, base_prompt  # noqa: E402
 from clanker_rag._kb import KnowledgeBase  # noqa: E402
@@ -79,30 +68,24 @@ def count_tokens(url: str, text: str) -> int:
         return len(json.loads(resp.read())["tokens"])
 
 
-def ask(url: str, kb: KnowledgeBase, qa: QA, mode: str, args: argparse.Namespace) -> Record:
+def ask(url: str, kb: KnowledgeBase, qa: QA, settings: AnswerSettings, max_tokens: int) -> Record:
     backend: LlamaCppBackend | CopyingBackend
-    backend = LlamaCppBackend(url, n_predict=args.max_tokens, temperature=0.0, cache_prompt=True, timeout=300)
-    if args.copy:
-        backend = CopyingBackend(backend, qa.question, typed=args.typed_copy)
-    focus = args.focus_chars or None
-    ctl = answer_controller(
-        kb,
-        mode,
-        question=qa.question,
-        k=args.k,
-        block_chars=args.block_chars,
-        tool_query=args.tool_query,
-        focus_chars=focus,
-        sentence=args.sentence,
-        answer_types=args.answer_types,
-        # The copying grammar reads each block's passages as the controller hands them over.
-        on_block=backend.observe if isinstance(backend, CopyingBackend) else None,
-    )
+    backend = LlamaCppBackend(url, n_predict=max_tokens, temperature=0.0, cache_prompt=True, timeout=300)
+    if settings.copy:
+        backend = CopyingBackend(
+            backend, qa.question, typed=settings.typed_copy, max_words=settings.max_words,
+            lead_words=settings.lead_words,
+        )  # fmt: skip
+    # The copying grammar reads each block's passages as the controller hands them over.
+    on_block = backend.observe if isinstance(backend, CopyingBackend) else None
+    ctl = answer_controller(kb, qa.question, settings, on_block=on_block)
     started = time.perf_counter()
     parts: list[str] = []
     blocks: list[str] = []
     queries: list[str] = []
-    for ev in answer_text(ctl.events(backend, base_prompt(qa.question, mode), question=qa.question)):
+    prompt = base_prompt(qa.question, settings.mode)
+    events = answer_text(ctl.events(backend, prompt, question=qa.question), loop_after_words=settings.lead_words + 1)
+    for ev in events:
         if isinstance(ev, TextEvent):
             parts.append(ev.text)
         elif isinstance(ev, InjectEvent):
@@ -113,6 +96,7 @@ def ask(url: str, kb: KnowledgeBase, qa: QA, mode: str, args: argparse.Namespace
     seconds = time.perf_counter() - started
     answer = "".join(parts).strip()
     injected = sum(count_tokens(url, block) for block in blocks)
+    mode = settings.mode
     return Record(qa.id, qa.split, mode, answer, correct(answer, qa), seconds, injected, len(queries), queries)
 
 
@@ -134,9 +118,10 @@ def run(url: str, args: argparse.Namespace) -> dict[str, object]:
     splits = ["tune", "test"] if args.split == "all" else [args.split]
     items = [qa for split in splits for qa in load(split=split)[: args.quick or None]]
     records: list[Record] = []
+    base = settings(args)
     for mode in args.modes:
         for qa in items:
-            rec = ask(url, kb, qa, mode, args)
+            rec = ask(url, kb, qa, replace(base, mode=mode), args.max_tokens)
             records.append(rec)
             if args.verbose:
                 mark = "ok " if rec.correct else "BAD"
@@ -147,23 +132,21 @@ def run(url: str, args: argparse.Namespace) -> dict[str, object]:
             chosen = [r for r in records if r.mode == mode and split in ("all", r.split)]
             if chosen and not (split == "all" and len(splits) == 1):
                 table.setdefault(mode, {})[split] = summarise(chosen)
-    return {"settings": settings(args), "table": table, "records": [asdict(r) for r in records]}
-
-
-def settings(args: argparse.Namespace) -> dict[str, object]:
     return {
-        "k": args.k,
-        "block_chars": args.block_chars,
-        "tool_query": args.tool_query,
-        "focus_chars": args.focus_chars,
-        "sentence": args.sentence,
-        "answer_types": args.answer_types,
-        "copy": args.copy,
-        "typed_copy": args.typed_copy,
+        "settings": asdict(base),
         "max_tokens": args.max_tokens,
         "quick": args.quick,
-        "split": args.split,
+        "table": table,
+        "records": [asdict(r) for r in records],
     }
+
+
+def settings(args: argparse.Namespace) -> AnswerSettings:
+    """The answering path's settings with the command line's changes (the API's object, not module globals)."""
+    return AnswerSettings(
+        k=args.k, block_chars=args.block_chars, tool_query=args.tool_query, window_chars=args.window_chars,
+        attach_chars=args.attach_chars, proximity=args.proximity, copy=args.copy, typed_copy=args.typed_copy,
+    )  # fmt: skip
 
 
 def print_table(result: dict[str, object]) -> None:
@@ -185,36 +168,25 @@ def main() -> int:
     parser.add_argument("--quick", type=int, default=0, metavar="N", help="only the first N questions of each split")
     parser.add_argument("--split", default="all", choices=("all", "tune", "test"))
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
-    parser.add_argument("--k", type=int, default=ANSWER_K, help=f"passages per block (default {ANSWER_K})")
-    parser.add_argument("--block-chars", type=int, default=ANSWER_BLOCK_CHARS)
-    parser.add_argument(
-        "--focus-chars", type=int, default=ANSWER_FOCUS_CHARS, help="passage window around the query; 0: whole chunks"
-    )
-    parser.add_argument(
-        "--sentence",
-        action=argparse.BooleanOptionalAction,
-        default=ANSWER_SENTENCE,
-        help="passage cut to its best sentence, line or table row",
-    )
-    parser.add_argument(
-        "--answer-types",
-        action=argparse.BooleanOptionalAction,
-        default=ANSWER_TYPED_SENTENCE,
-        help="the sentence chosen prefers the kind of token the question asks for (number, flag, ...)",
-    )
+    d = AnswerSettings()
+    parser.add_argument("--k", type=int, default=d.k, help=f"windows per block (default {d.k})")
+    parser.add_argument("--block-chars", type=int, default=d.block_chars)
+    parser.add_argument("--window-chars", type=int, default=d.window_chars, help="characters of a sentence shown")
+    parser.add_argument("--attach-chars", type=int, default=d.attach_chars, help="what a sentence takes with it")
+    parser.add_argument("--proximity", type=float, default=d.proximity, help="proximity reranking weight (0: off)")
     parser.add_argument(
         "--copy",
         action=argparse.BooleanOptionalAction,
-        default=ANSWER_COPY,
+        default=d.copy,
         help="answers after a block limited to the block's words (GBNF grammar)",
     )
     parser.add_argument(
         "--typed-copy",
         action=argparse.BooleanOptionalAction,
-        default=ANSWER_TYPED_COPY,
+        default=d.typed_copy,
         help="a copied answer must hold a passage word of the type the question asks for (a number, a flag...)",
     )
-    parser.add_argument("--tool-query", default=ANSWER_TOOL_QUERY, choices=("model", "merge", "fuse", "first"))
+    parser.add_argument("--tool-query", default=d.tool_query, choices=("model", "merge", "fuse", "first"))
     parser.add_argument("--max-tokens", type=int, default=48, help="answer length limit (default 48)")
     parser.add_argument("--url", help="use this running llama.cpp server instead of starting one")
     parser.add_argument("--label", help="store the result in bench/results/answers.json under this name")

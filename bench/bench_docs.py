@@ -51,7 +51,6 @@ accident.
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import statistics
@@ -70,10 +69,10 @@ sys.path.insert(0, str(ROOT))
 
 from bench.answers_qa import QA, contains, correct  # noqa: E402
 from bench.answers_qa import load as load_own  # noqa: E402
-from clanker_rag._answer import _ask  # noqa: E402
-from clanker_rag._answer._ask import BASE_MODE, answer_controller, ask_events  # noqa: E402
+from clanker_rag._answer._ask import AnswerSettings, answer_controller, ask_events  # noqa: E402
 from clanker_rag._answer._prompts import STOP, base_prompt, strip_label  # noqa: E402
 from clanker_rag._kb import KnowledgeBase  # noqa: E402
+from clanker_rag._retrieval._proximity import ProximityRetriever  # noqa: E402
 from clanker_rag._stream._controller import InjectEvent, RetrieveEvent, TextEvent  # noqa: E402
 from clanker_rag._types import HitLike  # noqa: E402
 
@@ -126,8 +125,6 @@ OWN = "clanker"
 COLLECTIONS = (*PACKAGES, OWN)
 DEFAULT_COLLECTIONS = tuple(name for name in COLLECTIONS if name not in HELD_OUT)
 TOP = 3
-# Options of answer_controller the command line sets (``--follow``), for both measures.
-OPTIONS: dict[str, Any] = {}
 
 
 @dataclass(frozen=True)
@@ -272,15 +269,20 @@ def _within(at: object, hit: HitLike) -> bool:
     return isinstance(at, int) and isinstance(start, int) and isinstance(end, int) and start <= at < end
 
 
-def injected(kb: KnowledgeBase, item: Item) -> Record:
+def retriever_of(kb: Any, proximity: float) -> Any:
+    """What ask retrieves from: the knowledge base, or (to compare) its hits reranked by term proximity."""
+    return ProximityRetriever(kb, weight=proximity) if proximity else kb
+
+
+def injected(kb: KnowledgeBase, item: Item, settings: AnswerSettings, proximity: float = 0.0) -> Record:
     """What ``ask`` would inject for ``item`` (no model: a generation that writes nothing)."""
     qa = item.qa()
-    # The passages ask's retrieval puts first (answer_retriever: reranked as ask reranks them).
-    top = _ask.answer_retriever(kb).search(item.question, TOP)
+    # The passages ask's retrieval puts first.
+    top = retriever_of(kb, proximity).search(item.question, TOP)
     rec = _Recording(kb)
-    ctl = answer_controller(rec, BASE_MODE, question=item.question, **OPTIONS)
+    ctl = answer_controller(retriever_of(rec, proximity), item.question, settings)
     blocks, chunks = [], []
-    for ev in ctl.events(_nothing, base_prompt(item.question, BASE_MODE), question=item.question):
+    for ev in ctl.events(_nothing, base_prompt(item.question, settings.mode), question=item.question):
         if isinstance(ev, InjectEvent):
             blocks.append(ev.block)
         elif isinstance(ev, RetrieveEvent):
@@ -314,11 +316,11 @@ def classify(rec: Record) -> str | None:
     return "model copied wrong"
 
 
-def answer(kb: KnowledgeBase, item: Item, url: str, rec: Record, baseline: bool = True) -> None:
+def answer(kb: KnowledgeBase, item: Item, url: str, rec: Record, proximity: float = 0.0, baseline: bool = True) -> None:
     from clanker_rag.backends import LlamaCppBackend
 
     started = time.perf_counter()
-    events = ask_events(kb, item.question, url, max_tokens=96)
+    events = ask_events(retriever_of(kb, proximity), item.question, url, max_tokens=96)
     rec.answer = "".join(ev.text for ev in events if isinstance(ev, TextEvent)).strip()
     rec.seconds = time.perf_counter() - started
     rec.correct = correct(rec.answer, item.qa())
@@ -379,31 +381,13 @@ def main() -> int:
     parser.add_argument("--model", action="store_true", help="also ask the shipped model (starts llama.cpp)")
     parser.add_argument("--url", help="a running llama.cpp server to use instead of starting one")
     parser.add_argument("--label", help="store the records in bench/results/docs_answers.json under this name")
-    parser.add_argument(
-        "--follow", type=int, help="the shown sentence takes the sentences after it within N characters (0: off)"
-    )
     parser.add_argument("--no-baseline", action="store_true", help="skip the no-retrieval answers (half the time)")
     parser.add_argument("-v", "--verbose", action="store_true", help="print every question")
-    parser.add_argument("--chooser", choices=_ask.CHOOSERS, help="how ask chooses the sentence (default: its own)")
     parser.add_argument(
-        "--proximity", type=float, help="weight of ask's term-proximity reranking (0: BM25's order; default: its own)"
-    )
-    parser.add_argument(
-        "--windows", type=int, help="windows a block shows (the learned chooser's best; default: ask's)"
+        "--proximity", type=float, default=0.0, help="ask's hits reranked by term proximity with this weight (0: off)"
     )
     args = parser.parse_args()
-    if args.proximity is not None:
-        _ask.ANSWER_PROXIMITY = args.proximity
-    if args.chooser:
-        _ask.ANSWER_CHOOSER = args.chooser
-    if args.windows is not None:
-        # Read when called by answer_controller and base_model_events: the blocks and the examples follow.
-        _ask.ANSWER_WINDOWS = args.windows
-    if args.follow is not None:
-        OPTIONS["follow_chars"] = args.follow
-        # ask_events builds its controller with answer_controller's defaults: the model path gets them too.
-        # setattr: a partial is not the function's declared type, and this is a bench's override.
-        setattr(_ask, "answer_controller", functools.partial(answer_controller, **OPTIONS))  # noqa: B010
+    settings = AnswerSettings()
     items = load(args.collections)
     kbs = {name: knowledge_base(name, args.cache) for name in args.collections}
     bad = problems(items, kbs)
@@ -412,18 +396,18 @@ def main() -> int:
     if args.check or bad:
         print(f"{len(items)} questions, {len(bad)} problems")
         return 1 if bad else 0
-    records = [injected(kbs[item.collection], item) for item in items]
+    records = [injected(kbs[item.collection], item, settings, args.proximity) for item in items]
     if args.model or args.url:
         if args.url:
             url = args.url.rstrip("/")
             for item, rec in zip(items, records):
-                answer(kbs[item.collection], item, url, rec, not args.no_baseline)
+                answer(kbs[item.collection], item, url, rec, args.proximity, not args.no_baseline)
         else:
             from tests.helpers._llama_server import LlamaServer
 
             with LlamaServer() as server:
                 for item, rec in zip(items, records):
-                    answer(kbs[item.collection], item, server.url, rec, not args.no_baseline)
+                    answer(kbs[item.collection], item, server.url, rec, args.proximity, not args.no_baseline)
     for rec in records:
         if rec.correct is None:
             rec.failure = (

@@ -44,11 +44,12 @@ sys.path.insert(0, str(ROOT))
 from bench.answers_qa import QA, correct  # noqa: E402
 from bench.answers_qa import load as load_own  # noqa: E402
 from bench.bench_docs import HELD_OUT, PACKAGES, fetch  # noqa: E402
-from clanker_rag._answer import _ask  # noqa: E402
 from clanker_rag._answer._answer_types import asks_how, focus_types  # noqa: E402
-from clanker_rag._answer._focusing import SentenceQuery, focus_sentence  # noqa: E402
+from clanker_rag._answer._ask import AnswerSettings, answer_controller  # noqa: E402
+from clanker_rag._answer._focusing import focus_sentence  # noqa: E402
 from clanker_rag._answer._learned import FEATURES, candidates  # noqa: E402
 from clanker_rag._answer._prompts import base_prompt  # noqa: E402
+from clanker_rag._answer._sentences import SentenceQuery  # noqa: E402
 from clanker_rag._answer._windows import is_changelog  # noqa: E402
 from clanker_rag._kb import KnowledgeBase  # noqa: E402
 from clanker_rag._types import HitLike  # noqa: E402
@@ -106,9 +107,10 @@ def dev_items() -> list[tuple[str, QA]]:
 def question(kb: KnowledgeBase, collection: str, qa: QA) -> Question:
     """The candidates of ``qa`` as ``ask`` would weigh them (FocusedRetriever.search's steps, pick 2 and 3)."""
     rec = _Recording(kb)
+    settings = AnswerSettings()
     # The retrieval ``ask`` runs: the controller's own query and k, through the recorder.
-    ctl = _ask.answer_controller(rec, _ask.BASE_MODE, question=qa.question, focus_chars=None)
-    for _ in ctl.events(lambda prompt, stop: iter(()), base_prompt(qa.question, _ask.BASE_MODE), question=qa.question):
+    ctl = answer_controller(rec, qa.question, settings)
+    for _ in ctl.events(lambda prompt, stop: iter(()), base_prompt(qa.question, settings.mode), question=qa.question):
         pass
     hits = rec.last
     notes = [is_changelog(h.source, h.text) for h in hits]
@@ -116,17 +118,15 @@ def question(kb: KnowledgeBase, collection: str, qa: QA) -> Question:
     query = rec.query
     analyzer = kb.analyzer
     terms = set(analyzer(query))
-    expected = focus_types(query)
-    howto = asks_how(query)
-    budget, attach, prior = _ask.ANSWER_FOCUS_CHARS or 200, _ask.ANSWER_ATTACH_CHARS, _ask.ANSWER_RANK_PRIOR
+    asked = SentenceQuery(
+        query, terms, analyzer, settings.window_chars, focus_types(query), settings.attach_chars, asks_how(query)
+    )
     sets = {}
     spans = {}
     texts: list[str] = []
     for pick in (2, 3):
-        found = candidates(hits[:pick], SentenceQuery(query, terms, analyzer, budget, expected, attach, prior, howto))
-        texts = [
-            focus_sentence(hits[c.hit], terms, analyzer, budget, expected, attach, c.unit, howto).text for c in found
-        ]
+        found = candidates(hits[:pick], asked)
+        texts = [focus_sentence(hits[c.hit], asked, c.unit).text for c in found]
         labels = [correct(text, qa) for text in texts]
         x = np.array([c.features for c in found], dtype=float).reshape(len(found), len(FEATURES))
         rule = next((k for k, c in enumerate(found) if c.features[FEATURES.index("rule_best")] == 1.0), 0)
@@ -246,16 +246,19 @@ def nested(qs: Sequence[Question]) -> dict[str, tuple[int, tuple[int, float]]]:
     return out
 
 
-def write_weights(w: Sequence[float], pick: int, command: str) -> None:
+def write_weights(w: Sequence[float], pick: int) -> None:
+    """Replace ``PICK`` and the ``WEIGHTS`` dict of ``_learned.py`` (feature: weight, a few a line)."""
     text = LEARNED.read_text(encoding="utf-8")
-    body = "".join(f"    {x!r},  # {name}\n" for name, x in zip(FEATURES, w))
-    new = (
-        f"# Fitted by ``{command}`` (bench/results/h26learn.md): passages weighed, weights.\n"
-        f"PICK = {pick}\nWEIGHTS: tuple[float, ...] = (\n{body})\n"
-    )
-    # The comment, PICK and the weights one a line, up to the closing parenthesis alone on its line.
-    head = r"# Fitted by ``[^\n]*\nPICK = \d+\n"
-    pattern = re.compile(head + r"WEIGHTS: tuple\[float, \.\.\.\] = \(\n(?:    [^\n]*\n)*\)\n")
+    lines, line = [], "   "
+    for name, x in zip(FEATURES, w):
+        item = f' "{name}": {x!r},'
+        if len(line) + len(item) > 118:
+            lines.append(line)
+            line = "   "
+        line += item
+    body = "\n".join([*lines, line])
+    new = f"PICK = {pick}\nWEIGHTS: dict[str, float] = {{\n{body}\n}}\n"
+    pattern = re.compile(r"PICK = \d+\nWEIGHTS: dict\[str, float\] = \{\n(?:    [^\n]*\n)*\}\n")
     text, n = pattern.subn(lambda _: new, text, count=1)
     if n != 1:
         raise SystemExit(f"no WEIGHTS block found in {LEARNED}")
@@ -302,7 +305,7 @@ def main() -> int:
     print(line)
     if args.write:
         w = fit(qs, pick, list(range(len(FEATURES))), penalty)
-        write_weights([round(float(x), 6) for x in w], pick, "python bench/train_selector.py --write")
+        write_weights([round(float(x), 6) for x in w], pick)
         print(f"weights written to {LEARNED.relative_to(ROOT)} (pick {pick})")
     return 0
 

@@ -1,12 +1,15 @@
-"""Answering one question with a small model.
+"""Answering one question with a model server: ``clanker-rag ask``, the demo and the proxy's base-model branch.
 
-Job: ``clanker-rag ask`` (``_ask``), the prompts for base and chat models
-(``_prompts``), focusing a hit on the lines that answer (``_focusing``), the
-llama.cpp grammars that make a base model copy from its passage
-(``_grammars``), the kind of answer a question expects (``_answer_types``) and
-noticing an answer that repeats itself (``_repetition``).
+Job: probing the server and driving it (``_ask``), the settings (``_settings``),
+the prompts for base and chat models (``_prompts``), cutting each hit to the
+window that answers (``_focusing``: the sentences and what each holds in
+``_sentences``, what a sentence needs around it in ``_windows``, the learned
+window chooser in ``_learned``), the kind of answer a question expects
+(``_answer_types``), the llama.cpp grammars that make a base model copy from
+its passage (``_grammars``) and noticing an answer that repeats itself
+(``_repetition``).
 
 May import: ``_stream``, ``backends``, ``_retrieval`` (reranking what ``ask``
 retrieves), ``_text``, ``_http`` (the server probe) and the leaves.  Must not
-import: serving, the cluster or the CLI.
+import: serving, the cluster or the CLI; nothing in the core imports it.
 """

@@ -126,11 +126,11 @@ _SHAPES: dict[str, re.Pattern[str]] = {
     NUMBER: re.compile(r"\b\d"),
     FLAG: re.compile(r"(?:^|[\s`(\[|,])--?[A-Za-z][\w-]*"),
     ERROR: re.compile(r"\b[A-Z][a-z]+(?:[A-Z][a-z]*)*(?:Error|Exception|Warning)\b"),
-    # name.ext, a dotfile (".lock", ".gitignore") or a path
+    # name.ext, a dotfile (".lumenrc") or a path
     FILE: re.compile(r"[\w-]+\.[a-z][a-z0-9]{0,4}\b(?!\()|(?:^|[\s`'\"(])\.[a-z][\w.-]*|\w/\w"),
     ENV: re.compile(r"\$?\b[A-Z][A-Z0-9]*_[A-Z0-9_]+\b"),
     # a CamelCase name of two humps or more ("KnowledgeBase"), a call ("retrieve("), a snake_case
-    # or dotted lower-case name ("show_default", "loop.index"), a keyword argument ("lazy=True")
+    # or dotted lower-case name ("keep_going", "job.attempt"), a keyword argument ("retry=True")
     IDENT: re.compile(
         r"\b[A-Z][a-z0-9]+[A-Z]\w*|\b[A-Za-z_]\w*\(|\b[a-z][a-z0-9]*_[a-z0-9_]*[a-z0-9]\b"
         r"|(?<![/\w.])[a-z_]\w*\.[a-z_]\w*[a-z0-9]\b(?![./\w])|\b[a-z_]\w*=\S"
@@ -172,8 +172,8 @@ def expected_types(question: str) -> frozenset[str]:
 def focus_types(question: str) -> frozenset[str]:
     """The answer types the sentence shown for ``question`` should hold: :func:`expected_types` and more.
 
-    Every cue noun of the question counts, not only the head ("which request
-    attribute limits ..." asks for an attribute whether or not "limits" is
+    Every cue noun of the question counts, not only the head ("which job
+    attribute caps ..." asks for an attribute whether or not "caps" is
     read as a noun); a "which NOUN" question no cue types asks for a name;
     and wherever a name or something to write is asked for, inline code
     holds it as well as an identifier does.

@@ -27,19 +27,11 @@ from .._text._analysis import Analyzer
 from ._answer_types import ERROR, IDENT, expected_types, head_noun, types_in
 from ._prompts import ANSWER_LABEL, SEARCH_LABEL
 
-__all__ = ["LEAD_WORDS", "TOOL_GRAMMAR", "CopyingBackend", "closest_typed", "copy_grammar", "name_fit", "one_of"]
+__all__ = ["TOOL_GRAMMAR", "CopyingBackend", "closest_typed", "copy_grammar", "name_fit", "one_of"]
 
 # After the search label the model may only write one closed retrieve call:
 # left free, it sometimes writes a source line and never closes the tag.
 TOOL_GRAMMAR = 'root ::= " <tool name=\\"retrieve\\">" [^<>\\n]{1,100} "</tool>"\n'
-
-# The prompt's examples answer in at most ten words; a longer answer is a copy running on.
-_MAX_WORDS = 24
-# Words an answer may write before the typed word it must hold: a short lead, as in the
-# prompt's examples ("The server listens on port 6120"); a model looping on a table row's
-# other cells reaches the asked-for token within it.
-LEAD_WORDS = 8
-
 
 # What a name asked for by its head noun looks like: the Sphinx roles that mark such a name
 # (``:class:`X```), and its shape in code (a class is CamelCase, a function is called).
@@ -152,7 +144,7 @@ def _forms(word: str) -> tuple[str, ...]:
 
 def _typed(word: str, expected: frozenset[str]) -> bool:
     """Whether ``word`` is a token of an ``expected`` type.  A name a Sphinx role marks is a name
-    whatever its shape (``:class:`Pool```), and an exception one an error name (``:exc:`NotFound```)."""
+    whatever its shape (``:class:`Pool```), and an exception one an error name (``:exc:`JobLost```)."""
     if expected & types_in(word):
         return True
     role = _role(word)
@@ -222,35 +214,37 @@ def copy_grammar(
     expected: frozenset[str] = frozenset(),
     analyzer: Callable[[str], list[str]] | None = None,
     typed_from: str | None = None,
+    *,
+    max_words: int = 24,
+    lead_words: int = 8,
 ) -> str:
-    """A GBNF grammar: one line of up to 24 words taken from ``passage`` (or ``question`` if it has none).
+    """A GBNF grammar: one line of up to ``max_words`` words taken from ``passage`` (or ``question`` if it has none).
 
     Each word is allowed as written and without its trailing punctuation
     (so "8765." may end a sentence and "8765" sit inside one).  With
-    ``expected`` answer types (:func:`~clanker_rag._answer._answer_types.expected_types`
-    of the question), an answer must hold a passage word of such a type when
-    the passage has one, and of several, one nearest the question's words
-    (:func:`closest_typed`): asked "which status", the model cannot answer
-    with the row's error name alone.  ``typed_from`` (default: ``passage``)
-    is the text whose typed words count: a block's best window, when it
-    shows several.
+    ``expected`` answer types (:func:`~._answer_types.expected_types` of the
+    question), an answer must hold, within its first ``lead_words`` + 1 words,
+    a word of such a type from ``typed_from`` (default: ``passage``) when it
+    has one, and of several one nearest the question's words
+    (:func:`closest_typed`).  Every word the grammar allows comes from the
+    text, and the line ends within ``max_words`` words: the answer always
+    makes progress and always ends.
     """
     words: dict[str, None] = {}
     # The question's own words only when the passage has none: free to use them, a small model
-    # echoes the question ("How do I X" answered "I X") instead of copying the answer.
-    for text in (passage,) if passage.split() else (question,):
-        for word in text.split():
-            words.update(dict.fromkeys(_forms(word)))
+    # echoes the question instead of copying the answer.
+    for word in (passage if passage.split() else question).split():
+        words.update(dict.fromkeys(_forms(word)))
     if not words:
         return 'root ::= [^\\n]* "\\n"'
     alternatives = one_of(list(words))
     source = passage if typed_from is None else typed_from
     typed = closest_typed(source, question, expected, analyzer) if expected else []
     if not typed:
-        return f'root ::= " " word (" " word){{0,{_MAX_WORDS - 1}}} "\\n"\nword ::= {alternatives}\n'
+        return f'root ::= " " word (" " word){{0,{max_words - 1}}} "\\n"\nword ::= {alternatives}\n'
     forms = dict.fromkeys(f for w in typed for f in _forms(w))
     return (
-        f'root ::= " " (word " "){{0,{LEAD_WORDS}}} typed (" " word){{0,{_MAX_WORDS - LEAD_WORDS - 1}}} "\\n"\n'
+        f'root ::= " " (word " "){{0,{lead_words}}} typed (" " word){{0,{max_words - lead_words - 1}}} "\\n"\n'
         f"word ::= {alternatives}\ntyped ::= {one_of(list(forms))}\n"
     )
 
@@ -259,23 +253,27 @@ class CopyingBackend:
     """A llama.cpp backend whose answers after a block copy words of the turn's passages (see the module doc).
 
     Pass :meth:`observe` to the controller as ``on_block``: each injected
-    block's passages, as shown, become words an answer may use.
-    ``typed=True`` also makes an answer hold a passage word of the type the
-    question asks for, when the passages have one (:func:`copy_grammar`);
-    with ``first=True``, one of the earliest passage that has such a word.
-
+    block's passages, as shown, become words an answer may use.  ``typed``
+    also makes an answer hold a word of the type the question asks for, from
+    the earliest passage that has one (passages come best first).
     ``inner`` is called as ``inner(prompt, stop, options=...)``: the
     :class:`~clanker_rag.backends.LlamaCppBackend` signature.
     """
 
     def __init__(
-        self, inner: Callable[..., Iterator[Any]], question: str = "", *, typed: bool = False, first: bool = False
+        self,
+        inner: Callable[..., Iterator[Any]],
+        question: str = "",
+        *,
+        typed: bool = True,
+        max_words: int = 24,
+        lead_words: int = 8,
     ) -> None:
         self.inner = inner
-        # The typed word from the earliest passage that has one: passages ranked best first.
-        self.first = first
         self.question = question
         self.expected = expected_types(question) if typed else frozenset()
+        self.max_words = max_words
+        self.lead_words = lead_words
         self.analyzer = Analyzer()
         self.passages: list[str] = []
 
@@ -288,10 +286,11 @@ class CopyingBackend:
         if prompt.rstrip(" ").endswith(SEARCH_LABEL):
             options = {"grammar": TOOL_GRAMMAR}
         elif prompt.rstrip(" ").endswith(ANSWER_LABEL) and self.passages:
-            passage = "\n".join(self.passages)
-            typed_from = None
-            if self.first and self.expected:
-                found = (p for p in self.passages if closest_typed(p, self.question, self.expected, self.analyzer))
-                typed_from = next(found, None)
-            options = {"grammar": copy_grammar(passage, self.question, self.expected, self.analyzer, typed_from)}
+            found = (p for p in self.passages if closest_typed(p, self.question, self.expected, self.analyzer))
+            typed_from = next(found, None) if self.expected else None
+            grammar = copy_grammar(
+                "\n".join(self.passages), self.question, self.expected, self.analyzer, typed_from,
+                max_words=self.max_words, lead_words=self.lead_words,
+            )  # fmt: skip
+            options = {"grammar": grammar}
         return self.inner(prompt, stop, options=options)

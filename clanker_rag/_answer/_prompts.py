@@ -10,12 +10,6 @@ nothing in them can answer a real question by accident, and each answer is
 one short sentence that repeats the exact words of the fact (number, option,
 name) from its passage.
 
-With several windows per block (``windows``: the learned chooser's best
-windows, best first, as ``ask`` shows them), each example's block shows two:
-the one that answers and a neighbour sharing the question's words, the
-answering one first in half of them and second in the other half, so the
-model learns to look past the first window and not to copy the neighbour.
-
 ``mode`` picks the layout:
 
 * ``"none"``: question, then ``Answer:`` (no retrieval: the baseline);
@@ -38,7 +32,6 @@ from dataclasses import dataclass
 
 from .._exceptions import ConfigError
 from .._stream._blocks import BlockBuilder, BlockTag, Passage
-from .._validate import positive_int
 
 __all__ = [
     "ANSWER_LABEL",
@@ -47,7 +40,6 @@ __all__ = [
     "SEARCH_LABEL",
     "STOP",
     "Example",
-    "Window",
     "after_block",
     "base_prompt",
     "strip_label",
@@ -70,21 +62,8 @@ _INTRO = (
 
 
 @dataclass(frozen=True)
-class Window:
-    """One window an example's block shows when a block shows two."""
-
-    source: str
-    lines: tuple[int, int]
-    text: str
-
-
-@dataclass(frozen=True)
 class Example:
-    """One worked example: a question, the passage that answers it, the answer.
-
-    ``pair`` is what its block shows when blocks hold several windows: two,
-    exactly one of which holds the answer.
-    """
+    """One worked example: a question, the passage that answers it, the answer."""
 
     question: str
     query: str
@@ -92,7 +71,6 @@ class Example:
     lines: tuple[int, int]
     passage: str
     answer: str
-    pair: tuple[Window, Window]
 
 
 EXAMPLES = (
@@ -104,17 +82,6 @@ EXAMPLES = (
         "## Running the server\n\nStart it with `lumen serve`. The server listens on port 6120 by default;\n"
         "pass --port to change it.",
         "The server listens on port 6120 by default.",
-        pair=(
-            Window(
-                "guide/server.md",
-                (10, 11),
-                "Start the server with `lumen serve` from the project folder; it reloads\n"
-                "its configuration when lumen.toml changes.",
-            ),
-            Window(
-                "guide/server.md", (12, 13), "The server listens on port 6120 by default;\npass --port to change it."
-            ),
-        ),
     ),
     Example(
         "Which option makes lumen skip hidden files?",
@@ -124,14 +91,6 @@ EXAMPLES = (
         "Symlinks are followed inside the root only. Hidden files are read\nunless you pass --no-hidden, "
         "which skips them.",
         "Pass --no-hidden, which skips hidden files.",
-        pair=(
-            Window("guide/scan.md", (31, 32), "Hidden files are read\nunless you pass --no-hidden, which skips them."),
-            Window(
-                "guide/config.md",
-                (40, 41),
-                "`exclude` lists the folders lumen never scans;\nits patterns use the syntax of .gitignore.",
-            ),
-        ),
     ),
     Example(
         "How long does lumen keep its log files?",
@@ -141,19 +100,6 @@ EXAMPLES = (
         "| setting | default | meaning |\n|---|---|---|\n| `rotate_at` | 00:00 | when logs rotate |\n"
         "| `keep_days` | 14 days | how long old log files are kept |",
         "Old log files are kept for 14 days (`keep_days`).",
-        pair=(
-            Window(
-                "guide/logs.md",
-                (38, 39),
-                "Log files are written to `~/.lumen/logs`, one file a day,\nand are rotated at midnight.",
-            ),
-            Window(
-                "guide/logs.md",
-                (41, 43),
-                "| setting | default | meaning |\n|---|---|---|\n"
-                "| `keep_days` | 14 days | how long old log files are kept |",
-            ),
-        ),
     ),
     Example(
         "Which error does lumen raise when the cache file is damaged?",
@@ -163,28 +109,13 @@ EXAMPLES = (
         "The cache is rebuilt on demand. A damaged or truncated cache file\nraises CacheCorruptError, "
         "which names the file.",
         "A damaged cache file raises CacheCorruptError.",
-        pair=(
-            Window(
-                "guide/cache.md",
-                (7, 8),
-                "A damaged or truncated cache file\nraises CacheCorruptError, which names the file.",
-            ),
-            Window(
-                "guide/cache.md",
-                (9, 10),
-                "The cache is rebuilt on demand: delete the file\nor run `lumen cache clear`.",
-            ),
-        ),
     ),
 )
 
 
-def _block(tag: BlockTag, example: Example, windows: int) -> str:
+def _block(tag: BlockTag, example: Example) -> str:
     # Built by the controller's own builder, so the model sees its examples and the real blocks in one layout.
-    if windows > 1:
-        passages = [Passage(w.source, w.text, *w.lines) for w in example.pair]
-    else:
-        passages = [Passage(example.source, example.passage, *example.lines)]
+    passages = [Passage(example.source, example.passage, *example.lines)]
     return BlockBuilder().build_passages(tag, passages).text
 
 
@@ -197,15 +128,15 @@ def after_block(question: str) -> str:
     return f"Question: {' '.join(question.split())}\n{ANSWER_LABEL}"
 
 
-def _shot(example: Example, mode: str, windows: int) -> str:
+def _shot(example: Example, mode: str) -> str:
     head = f"Question: {example.question}\n"
     answer = f" {example.answer}\n"
     if mode == "none":
         return head + ANSWER_LABEL + answer
     if mode == "context" or mode == "both":
-        return head + _block("context", example, windows) + after_block(example.question) + answer
+        return head + _block("context", example) + after_block(example.question) + answer
     call = f'{SEARCH_LABEL} <tool name="retrieve">{example.query}</tool>'
-    return head + call + _block("result", example, windows) + after_block(example.question) + answer
+    return head + call + _block("result", example) + after_block(example.question) + answer
 
 
 def base_prompt(
@@ -214,9 +145,8 @@ def base_prompt(
     *,
     history: Sequence[tuple[str, str]] = (),
     system: str = "",
-    windows: int = 1,
 ) -> str:
-    """The few-shot prompt for ``question``; see the module doc for ``mode`` and ``windows``.
+    """The few-shot prompt for ``question``; see the module doc for ``mode``.
 
     A chat rendered for a base model (``serve``) brings its ``system`` text,
     which leads the prompt, and its earlier turns as ``history`` (question,
@@ -225,9 +155,8 @@ def base_prompt(
     """
     if mode not in MODES:
         raise ConfigError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-    positive_int("windows", windows)
     question = " ".join(question.split())
-    shots = "\n".join(_shot(example, mode, windows) for example in EXAMPLES)
+    shots = "\n".join(_shot(example, mode) for example in EXAMPLES)
     # Each earlier turn on its own two lines: the answer stop (STOP) ends answers at a line's end.
     earlier = "".join(f"Question: {' '.join(q.split())}\n{ANSWER_LABEL} {' '.join(a.split())}\n\n" for q, a in history)
     tail = f"Question: {question}\n"

@@ -1,7 +1,7 @@
 """Noticing an answer that repeats itself.
 
 Small base models, held to a block's words by the copying grammar, often
-copy one table cell or phrase again and again (``2000 | 2000 | 2000 | ...``)
+copy one table cell or phrase again and again (``640 | 640 | 640 | ...``)
 until the token limit.  Once the end of the answer is one piece written
 :data:`REPEATS` times in a row, nothing new is coming: the caller stops the
 generation there instead of streaming hundreds of copies.  A loop over a
@@ -27,9 +27,9 @@ PHRASE_WORDS = 5
 def repeats_at_end(text: str, repeats: int = REPEATS, max_unit: int = MAX_UNIT) -> bool:
     """Whether ``text`` ends with one piece, holding a letter or digit, ``repeats`` times in a row.
 
-    >>> repeats_at_end("It is 2000 | 2000 | 2000 | 2000 | ")
+    >>> repeats_at_end("It is 640 | 640 | 640 | 640 | ")
     True
-    >>> repeats_at_end("It is 2000 | 2000 | 2000 | ")
+    >>> repeats_at_end("It is 640 | 640 | 640 | ")
     False
     """
     end = len(text)

@@ -900,7 +900,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _cmd_ask(args: argparse.Namespace) -> int:
-    from .._answer._ask import answer_retriever, ask_events
+    from .._answer._ask import ask_events
     from .._answer._prompts import CHAT_PROMPT
     from .._stream._controller import InjectEvent, RagController
     from ._demo import render_events
@@ -912,7 +912,7 @@ def _cmd_ask(args: argparse.Namespace) -> int:
         kb = Filtered(kb, args.filter, where)
     base_url = args.base_url or os.environ.get(BASE_URL_ENV)
     if not base_url:
-        ctl = RagController(answer_retriever(kb), k=args.k or 3, questions=True, tools=True)
+        ctl = RagController(kb, k=args.k or 3, questions=True, tools=True)
         prompt = CHAT_PROMPT.format(question=args.question)
         blocks = [ev.block for ev in ctl.events([], prompt, question=args.question) if isinstance(ev, InjectEvent)]
         # No answer was given, so the exit code says so (a script must not take the block for one).
@@ -926,7 +926,7 @@ def _cmd_ask(args: argparse.Namespace) -> int:
     if args.dialect:  # a model that calls retrieval its own way is asked with chat, in its dialect
         from ..backends import ChatBackend
 
-        ctl = RagController(answer_retriever(kb), k=args.k or 3, questions=True, tools=True, dialect=args.dialect)
+        ctl = RagController(kb, k=args.k or 3, questions=True, tools=True, dialect=args.dialect)
         chat = ChatBackend(base_url, args.model or os.environ.get(MODEL_ENV), max_tokens=args.max_tokens,
                            api_key=os.environ.get(API_KEY_ENV))  # fmt: skip
         events = ctl.events(chat, CHAT_PROMPT.format(question=args.question), question=args.question)

@@ -38,8 +38,8 @@ __all__ = ["DEFAULT_DEPTH", "DEFAULT_GAP", "DEFAULT_WEIGHT", "ProximityRetriever
 
 log = logging.getLogger(__name__)
 
-# The bonus's weight: decided leave-one-collection-out on bench/bench_docs.py's collections (the figures are
-# with its user, _answer._ask.ANSWER_PROXIMITY).
+# The bonus's weight: decided leave-one-collection-out on bench/bench_docs.py's collections
+# (bench/results/h26retr.md).
 DEFAULT_WEIGHT = 0.4
 # The candidates reranked and how far apart two terms may be (in terms, stop words dropped).
 # Not tuned: at weight 0.4, 15, 30 and 50 candidates and gaps 1, 2 and 3 all put the answer in the top 3
@@ -78,13 +78,8 @@ class ProximityRetriever:
     read the way the index reads them.  The reranking decides *which* ``k``
     hits come back; they come back as the retriever made them, scores
     included, and with ``keep_order`` (the default) in the retriever's own
-    order.  The answer chooser downstream was fitted on BM25's order and
-    scores (a passage's rank, its score over the first one's): moved up with
-    its BM25 score, a passage gave it ratios above 1 it never saw, and the
-    default question of ``clanker-rag demo`` lost its answer; with the bonus in
-    the scores, the injected text held the answer for 260 of the 466 questions
-    of ``bench/bench_docs.py``, reordered 269, kept in BM25's order 266.
-    ``keep_order=False`` returns them best first by BM25 plus bonus.
+    order, so that a reader of ranks and score ratios sees the retriever's
+    own.  ``keep_order=False`` returns them best first by BM25 plus bonus.
     Keyword arguments of :meth:`search` (filters) pass through.
     """
 

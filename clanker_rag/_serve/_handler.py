@@ -23,7 +23,7 @@ from collections.abc import Generator, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._answer._ask import base_model_events, probe_server
+from .._answer._ask import AnswerSettings, base_model_events, probe_server
 from .._answer._prompts import STOP
 from .._exceptions import BackendError, ConfigError, ServerTimeoutError
 from .._stream._blocks import DEFAULT_BLOCK_CHARS, BlockBuilder, last_question, squash_ws
@@ -668,7 +668,7 @@ class _Handler(DeadlineHandler):
             question,
             turn.generate,
             llama_cpp=self.server.llama_cpp,
-            mode=mode,
+            settings=AnswerSettings(mode=mode),
             asked=chat.question,
             history=chat.history,
             system=chat.system,

@@ -14,7 +14,7 @@ from clanker_rag._answer._answer_types import (
     head_noun,
     types_in,
 )
-from clanker_rag._answer._focusing import FocusedRetriever, focus_sentence
+from clanker_rag._answer._focusing import FocusedRetriever
 from clanker_rag._answer._grammars import CopyingBackend, closest_typed, copy_grammar
 from clanker_rag._answer._prompts import ANSWER_LABEL
 from clanker_rag._stream._blocks import BlockBuilder
@@ -23,6 +23,7 @@ from clanker_rag._text._analysis import Analyzer
 from clanker_rag._types import Hit
 from tests.helpers._backends import Recorder
 from tests.helpers._gbnf import allows
+from tests.helpers._passages import Fixed
 
 
 @pytest.mark.parametrize(
@@ -32,12 +33,12 @@ from tests.helpers._gbnf import allows
         ("What port does the server listen on?", {"number"}),
         ("What is the timeout in seconds?", {"number"}),
         ("Which option skips hidden files?", {"flag"}),
-        ("What is the default maximum file size?", {"number"}),
-        ("Which class do all errors derive from?", {"identifier"}),
+        ("What is the largest journal size allowed?", {"number"}),
+        ("Which class do the job types extend?", {"identifier"}),
         ("Which function returns the passages?", {"identifier"}),
         ("Which decorator adds the option?", {"identifier"}),
         ("How do I hide the input?", {"identifier", "flag"}),
-        ("How do I keep sources whose files were deleted?", {"identifier", "flag"}),
+        ("How do I keep jobs whose owners left?", {"identifier", "flag"}),
         ("How many workers can I start?", {"number"}),
         ("Which exception is raised for a bad path?", {"error"}),
         ("Which file holds the settings?", {"file"}),
@@ -45,10 +46,10 @@ from tests.helpers._gbnf import allows
         ("Who maintains the project?", set()),
         ("Why is the cache rebuilt?", set()),
         # A how-to asks for what to write, whatever cue words its task holds.
-        ("How do I count how many times -v was given?", {"identifier", "flag"}),
-        ("How can I set the timeout in seconds?", {"identifier", "flag"}),
-        # "limits" before "the" is the verb: the question asks for the key.
-        ("Which config key limits the size of the request?", {"identifier"}),
+        ("How do I tell how many jobs were retried?", {"identifier", "flag"}),
+        ("How can I change the grace period in seconds?", {"identifier", "flag"}),
+        # "caps" before "the" is the verb: the question asks for the key.
+        ("Which setting key caps the length of a job name?", {"identifier"}),
         ("Which error codes does it return?", {"number"}),
     ],
 )
@@ -59,23 +60,23 @@ def test_expected_types(question: str, expected: set[str]) -> None:
 @pytest.mark.parametrize(
     ("text", "kind", "held"),
     [
-        ("listens on port 8765", "number", True),
+        ("listens on port 7341", "number", True),
         ("with k1 and BM25 and v2", "number", False),
-        ("pass --no-sync or -k", "flag", True),
+        ("pass --no-wait or -q", "flag", True),
         ("a well-known re-run", "flag", False),
         ("raises `ConfigError` here", "error", True),
         ("an Error happened", "error", False),
-        ("written to index.json", "file", True),
-        ("a lock on `.lock` first", "file", True),
+        ("written to jobs.toml", "file", True),
+        ("a marker in `.lumenrc` first", "file", True),
         ("the end. Next one", "file", False),
-        ("set CLANKER_RAG_API_KEY first", "env", True),
+        ("set LUMEN_API_TOKEN first", "env", True),
         ("set the Key first", "env", False),
         ("derives from `KnowledgeBase`:", "identifier", True),
         ("call retrieve(query) first", "identifier", True),
         ("a Word and an ID here", "identifier", False),
-        ("pass show_default=True", "identifier", True),
-        ("the loop.index variable", "identifier", True),
-        ("see palletsprojects.com/p/jinja for more", "identifier", False),
+        ("pass keep_going=True", "identifier", True),
+        ("the job.attempt variable", "identifier", True),
+        ("see example.org/p/lumen for more", "identifier", False),
         ("the end.next sentence", "identifier", True),
         ("a well_known term", "identifier", True),
     ],
@@ -88,11 +89,11 @@ def test_types_in(text: str, kind: str, held: bool) -> None:
     ("question", "head"),
     [
         ("What port does the server listen on?", "port"),
-        ("What is the default maximum file size?", "size"),
+        ("What is the largest journal size allowed?", "size"),
         ("Which options skip files?", "option"),
         ("How many workers does it start?", None),
-        ("Which request attribute limits the size of a field?", "attribute"),
-        ("Which error codes does the server send?", "code"),
+        ("Which job attribute caps the length of a name?", "attribute"),
+        ("Which error codes does the daemon send?", "code"),
         ("What file size limit applies?", "size"),
     ],
 )
@@ -109,42 +110,31 @@ def test_types_are_known_and_questions_read_case_and_spacing_blind(text: str) ->
 
 
 # Both sentences hold two query terms; only the second holds a number.
-TEXT = "Lookups go through tables built once. The tables are a cache of at most 96 MB."
-QUERY = "How big can the lookup tables cache get?"
+TEXT = "Job queues are kept on disk once. The queues hold a backlog of at most 640 jobs."
+QUERY = "How long may the backlog of the job queues grow?"
 
 
-def test_focus_sentence_prefers_a_sentence_of_the_expected_type() -> None:
+def test_the_sentence_shown_holds_the_expected_type() -> None:
+    # Both sentences hold two query terms; only the second holds a number.
     hit = Hit(TEXT, "search.md", 1.0, start=0, end=len(TEXT), start_line=1, end_line=1)
-    terms = set(Analyzer()(QUERY))
-    plain = focus_sentence(hit, terms, Analyzer(), 200)
-    typed = focus_sentence(hit, terms, Analyzer(), 200, expected_types(QUERY))
-    assert plain.text.startswith("Lookups")
-    assert typed.text == "The tables are a cache of at most 96 MB."
+    question = set(Analyzer()(QUERY))
+    assert question & set(Analyzer()(TEXT.split(".")[0])) and expected_types(QUERY) == {"number"}
+    [typed] = FocusedRetriever(Fixed(hit), budget=200, sentence=True).search(QUERY, 1)
+    assert typed.text == "The queues hold a backlog of at most 640 jobs."
 
 
-def test_focused_retriever_answer_types_switch() -> None:
-    class One:
-        def search(self, query: str, k: int = 10, **kwargs: object) -> list[Hit]:
-            return [Hit(TEXT, "search.md", 1.0)]
-
-    [plain] = FocusedRetriever(One(), budget=200, sentence=True).search(QUERY, 1)
-    [typed] = FocusedRetriever(One(), budget=200, sentence=True, answer_types=True).search(QUERY, 1)
-    assert "96 MB" not in plain.text and "96 MB" in typed.text
-
-
-def test_hits_whose_sentence_holds_the_type_come_first() -> None:
-    class Two:
-        def search(self, query: str, k: int = 10, **kwargs: object) -> list[Hit]:
-            return [Hit("Workers read files in parallel.", "a.md", 2.0), Hit("It starts 4 workers.", "b.md", 1.0)]
-
-    question = "How many workers does it start?"
-    plain = FocusedRetriever(Two(), budget=200, sentence=True).search(question, 2)
-    typed = FocusedRetriever(Two(), budget=200, sentence=True, answer_types=True).search(question, 2)
-    assert [h.source for h in plain] == ["a.md", "b.md"]
-    assert [h.source for h in typed] == ["b.md", "a.md"]
-    # No type asked for: the ranking stands.
-    untyped = FocusedRetriever(Two(), budget=200, sentence=True, answer_types=True).search("Who reads files?", 2)
-    assert [h.source for h in untyped] == ["a.md", "b.md"]
+def test_hits_whose_sentence_holds_the_type_come_after_the_chosen_one_and_before_the_rest() -> None:
+    hits = [
+        Hit("Workers read files in parallel.", "a.md", 2.0),
+        Hit("Readers are threads.", "b.md", 1.5),
+        Hit("It starts workers that read files.", "c.md", 1.0),
+        Hit("It starts 4 workers.", "d.md", 0.5),
+    ]
+    out = FocusedRetriever(Fixed(*hits), budget=200, sentence=True).search("How many workers does it start?", 4)
+    assert out[1].source == "d.md"  # d is below the top passages the chooser weighs, and holds a number
+    # No type asked for: the ranking stands after the chosen window.
+    untyped = FocusedRetriever(Fixed(*hits), budget=200, sentence=True).search("Who reads files?", 4)
+    assert [h.source for h in untyped[1:]] == sorted(h.source for h in untyped[1:])
 
 
 def test_typed_copy_grammar_requires_a_word_of_the_type() -> None:
@@ -162,23 +152,23 @@ def test_typed_copy_grammar_requires_a_word_of_the_type() -> None:
 @pytest.mark.parametrize("typed", [False, True])
 def test_copying_backend_sends_the_typed_grammar_when_asked(typed: bool) -> None:
     inner = Recorder()
-    block = BlockBuilder().build("context", [Hit("port 8765", "a.md", 1.0)])
+    block = BlockBuilder().build("context", [Hit("port 7341", "a.md", 1.0)])
     backend = CopyingBackend(inner, "Which port?", typed=typed)
     backend.observe(InjectEvent.of(block, "question", "x"))
     list(backend(f"Question: x{block.text}Question: x\n{ANSWER_LABEL}"))
     [options] = inner.calls
     assert options is not None
-    assert ('typed ::= "8765"' in options["grammar"]) == typed
+    assert ('typed ::= "7341"' in options["grammar"]) == typed
 
 
 @pytest.mark.parametrize(
     ("passage", "question", "kept"),
     [
-        # the clause that holds the question's words: "2 for bad flags"
+        # the clause that holds the question's words: "5 for a full queue"
         (
-            "On failure the exit code: 1 for errors, 2 for bad flags, 130 after Ctrl-C.",
-            "Which exit code means bad flags?",
-            ["2"],
+            "When a job fails its status is: 3 for timeouts, 5 for a full queue, 70 after a crash.",
+            "Which status means a full queue?",
+            ["5"],
         ),
         # one clause: the number beside the head noun ("--port 7000"), not beside "listens"
         (
@@ -205,10 +195,10 @@ def test_closest_typed_keeps_the_candidates_the_question_points_at(
 
 
 def test_typed_copy_grammar_holds_only_the_closest_candidates() -> None:
-    line = "On failure the exit code: 1 for errors, 2 for bad flags, 130 after Ctrl-C."
-    grammar = copy_grammar(line, "Which exit code means bad flags?", frozenset({"number"}))
-    assert 'typed ::= "2"\n' in grammar
-    assert allows(grammar, "word", "130") and not allows(grammar, "typed", "130")  # still a word to copy
+    line = "When a job fails its status is: 3 for timeouts, 5 for a full queue, 70 after a crash."
+    grammar = copy_grammar(line, "Which status means a full queue?", frozenset({"number"}))
+    assert 'typed ::= "5"\n' in grammar
+    assert allows(grammar, "word", "70") and not allows(grammar, "typed", "70")  # still a word to copy
 
 
 @given(
@@ -230,9 +220,9 @@ def test_inline_code_is_a_known_type_a_question_never_expects() -> None:
 
 
 def test_closest_typed_skips_a_token_the_question_writes_itself() -> None:
-    question = "Which file does the command read besides .env?"
-    passage = "It reads ``.env`` and ``.flaskenv`` from the folder it is started in."
+    question = "Apart from .lumenrc, which file does the daemon read?"
+    passage = "It reads ``.lumenrc`` and ``.lumenlocal`` from the folder it is started in."
     found = closest_typed(passage, question, expected_types(question))
-    assert found and all(".flaskenv" in word for word in found)
+    assert found and all(".lumenlocal" in word for word in found)
     # When the question's own token is the only one, it stays.
-    assert closest_typed("It reads ``.env`` first.", question, expected_types(question)) == ["``.env``"]
+    assert closest_typed("It reads ``.lumenrc`` first.", question, expected_types(question)) == ["``.lumenrc``"]

@@ -9,13 +9,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clanker_rag._answer._ask import answer_controller, answer_text, base_model_events, probe_server, windows_shown
+from clanker_rag._answer._ask import (
+    AnswerSettings,
+    answer_controller,
+    answer_text,
+    ask_events,
+    base_model_events,
+    probe_server,
+)
 from clanker_rag._answer._focusing import FocusedRetriever, focus_hit
-from clanker_rag._answer._prompts import EXAMPLES, STOP, Window, after_block, base_prompt
+from clanker_rag._answer._prompts import EXAMPLES, STOP, after_block, base_prompt
 from clanker_rag._exceptions import ConfigError
 from clanker_rag._kb import KnowledgeBase
-from clanker_rag._retrieval._proximity import ProximityRetriever
-from clanker_rag._stream._blocks import BlockBuilder, Passage
+from clanker_rag._stream._blocks import BlockBuilder
 from clanker_rag._stream._controller import InjectEvent, RagController, RetrieveEvent, StreamEvent, TextEvent
 from clanker_rag._stream._settings import BlockLayout, Triggers
 from clanker_rag._text._analysis import Analyzer
@@ -181,54 +187,36 @@ def test_example_blocks_are_the_controller_s_own_layout() -> None:
         assert ex.answer not in base_prompt("q?", "none").split("Question: q?")[1]
 
 
-def _words(text: str) -> list[str]:
-    return [w.strip(".,;:()`'\"") for w in text.split() if w.strip(".,;:()`'\"")]
+def test_base_model_events_copy_only_on_llama_cpp_and_when_settings_say_so() -> None:
+    # A base model on llama.cpp answers under the copy grammar; elsewhere, or with copy off, it writes freely.
+    calls: list[dict[str, Any] | None] = []
 
-
-def test_two_window_examples_show_both_windows_and_one_answers() -> None:
-    prompt = base_prompt("q?", "context", windows=2)
-    firsts = []
-    for ex in EXAMPLES:
-        block = BlockBuilder().build_passages("context", [_passage(w) for w in ex.pair]).text
-        assert block in prompt and block.count("\n[") == 2
-        # The fact the answer gives (its number, option or name) is in exactly one window.
-        fact = next(w for w in _words(ex.answer)[1:] if w.startswith("-") or w != w.lower() or not w.isalpha())
-        holds = [fact in _words(w.text) for w in ex.pair]
-        assert holds.count(True) == 1, (ex.question, holds)
-        firsts.append(holds[0])
-    # The answering window is first in half the examples: the model must not learn "copy [1]" or "copy [2]".
-    assert firsts.count(True) == firsts.count(False)
-    # One window per block: the examples as they were.
-    assert all(f"[2] {ex.pair[1].source}" not in base_prompt("q?", "context") for ex in EXAMPLES)
-    for bad in (0, -1, True, 1.5):
-        with pytest.raises(ConfigError, match="windows"):
-            base_prompt("q?", "context", windows=bad)  # type: ignore[arg-type]
-
-
-def _passage(window: Window) -> Passage:
-    return Passage(window.source, window.text, *window.lines)
-
-
-@pytest.mark.parametrize(("options", "shown"), [({}, 1), ({"windows": 2}, 2), ({"windows": 2, "chooser": "rules"}, 1)])
-def test_base_model_prompt_shows_as_many_windows_as_its_blocks(options: dict[str, Any], shown: int) -> None:
-    # The examples teach the layout the real block will have: two windows each when it shows two.
-    prompts: list[str] = []
-
-    def llm(prompt: str, stop: Sequence[str]) -> Iterator[str]:
-        prompts.append(prompt)
+    def llm(prompt: str, stop: Sequence[str], options: dict[str, Any] | None = None) -> Iterator[str]:
+        calls.append(options)
         yield " port 7341"
 
     kb = kb_of({"docs/server.md": GUIDE, "docs/other.md": "The client retries a request three times.\n"})
     question = "Which port does the server listen on?"
-    events = list(base_model_events(kb, question, llm, llama_cpp=False, **options))
-    assert windows_shown(options.get("chooser"), windows=options.get("windows")) == shown
-    example = EXAMPLES[0].pair[0] if shown == 2 else None
-    assert (example is not None and f"[1] {example.source}:{example.lines[0]}-" in prompts[0]) == (shown == 2)
-    assert ("[2] guide/" in prompts[0]) == (shown == 2)
+    events = list(base_model_events(kb, question, llm, llama_cpp=True))
     block = next(e.block for e in events if isinstance(e, InjectEvent))
-    assert "7341" in block
-    with pytest.raises(ConfigError, match="chooser"):
-        windows_shown("best")
+    assert "7341" in block and block.count("\n[") == 1  # one window per block
+    assert calls[-1] is not None and "7341" in calls[-1]["grammar"]
+    assert "".join(e.text for e in events if isinstance(e, TextEvent)) == "port 7341"
+    calls.clear()
+    list(base_model_events(kb, question, llm, llama_cpp=False))
+    list(base_model_events(kb, question, llm, llama_cpp=True, settings=AnswerSettings(copy=False)))
+    assert calls == [None, None]
+
+
+def test_settings_are_checked_with_the_field_named() -> None:
+    assert AnswerSettings().k == 1
+    bad: list[dict[str, Any]] = [
+        {"mode": "chat"}, {"tool_query": "all"}, {"k": 0}, {"window_chars": 39}, {"lead_words": 24},
+        {"max_words": 0}, {"attach_chars": 0}, {"lead_words": True},
+    ]  # fmt: skip
+    for fields in bad:
+        with pytest.raises(ConfigError, match=next(iter(fields))):
+            AnswerSettings(**fields)
 
 
 @pytest.mark.parametrize("mode", ["none", "context", "tools", "both"])
@@ -254,12 +242,13 @@ def test_answer_text_drops_the_label_and_the_search_line() -> None:
 
 def test_answer_controller_modes() -> None:
     kb = kb_of(DOCS)
-    ctl = answer_controller(kb, "tools", question="Which port?")
+    ctl = answer_controller(kb, "Which port?", AnswerSettings(mode="tools"))
     assert ctl.tools and not ctl.questions and ctl.layout.after_block == after_block("Which port?")
-    ctl = answer_controller(kb, "context", question="Which port?", focus_chars=None)
-    # Unfocused, the passages are the knowledge base's, reranked by term proximity (answer_retriever).
+    ctl = answer_controller(kb, "Which port?", AnswerSettings(mode="context"))
     assert ctl.questions and not ctl.tools
-    assert isinstance(ctl.retriever, ProximityRetriever) and ctl.retriever.retriever is kb
+    # Each hit is focused; the passages are the knowledge base's, in search's order.
+    assert isinstance(ctl.retriever, FocusedRetriever) and ctl.retriever.sentence
+    assert ctl.retriever.retriever is kb
 
 
 # -- probing the server ------------------------------------------------------------------------------------------
@@ -296,3 +285,19 @@ def test_probe_server(
 ) -> None:
     info = probe_server(fake_server(fake_llama(props, tokens)).url + "/")
     assert (info.llama_cpp, info.base_model) == (llama, base)
+
+
+def test_a_chat_model_gets_whole_passages_and_no_copy_grammar(fake_server: Callable[[Handle], FakeServer]) -> None:
+    # A server with a chat template of its own: ask sends a chat request, free text, no grammar.
+    def handle(ex: Exchange) -> None:
+        if ex.method == "GET":
+            ex.json(200, {"chat_template": "{{ '<start_of_turn>' }}"})
+        else:
+            ex.json(200, {"choices": [{"message": {"role": "assistant", "content": "Port 7341."}}]})
+
+    server = fake_server(handle)
+    events = list(ask_events(kb_of(DOCS), "Which port does the server use?", server.url))
+    posts = [r for r in server.requests if r["method"] == "POST"]
+    assert [r["path"] for r in posts] == ["/v1/chat/completions"]
+    assert "grammar" not in posts[0]["body"] and "7341" in str(posts[0]["body"]["messages"])
+    assert "".join(e.text for e in events if isinstance(e, TextEvent)) == "Port 7341."

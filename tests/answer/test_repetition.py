@@ -6,23 +6,26 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clanker_rag._answer._ask import LOOP_AFTER_WORDS, answer_text
+from clanker_rag._answer._ask import AnswerSettings, answer_text
 from clanker_rag._answer._repetition import PHRASE_WORDS, REPEATS, loops_at_end, phrase_repeats_at_end, repeats_at_end
 from clanker_rag._stream._controller import StreamEvent, TextEvent
+
+# The answer_text default: past where the copy grammar may still owe the asked-for word.
+LOOP_AFTER_WORDS = AnswerSettings().lead_words + 1
 
 
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("2000 | 2000 | 2000 | 2000 | ", True),
-        ("2000 | 2000 | 2000 | ", False),
+        ("4096 | 4096 | 4096 | 4096 | ", True),
+        ("4096 | 4096 | 4096 | ", False),
         ("BM25 is and BM25 is and BM25 is and BM25 is and BM25 is and", True),
         ("BM25 is and BM25 is and BM25 is and BM25 is and", False),  # the first copy lacks its space
         ("hahahaha", True),
         ("very, very, very good", False),
         ("...........", False),  # no letter or digit: an ellipsis or a rule, not a loop
         ("| | | | | |", False),
-        ("The proxy listens on port 8765 by default.", False),
+        ("The proxy listens on port 7341 by default.", False),
         ("", False),
         ("x" * 3, False),
         ("x" * 4, True),
@@ -62,8 +65,8 @@ def test_phrase_repeats_at_end(text: str, expected: bool) -> None:
 
 
 @given(
-    st.lists(st.sampled_from(["a", "b", "port", "8765", "--x", "the"]), max_size=8),
-    st.lists(st.sampled_from(["a", "b", "port", "8765", "--x", "the"]), min_size=PHRASE_WORDS, max_size=12),
+    st.lists(st.sampled_from(["a", "b", "port", "7341", "--x", "the"]), max_size=8),
+    st.lists(st.sampled_from(["a", "b", "port", "7341", "--x", "the"]), min_size=PHRASE_WORDS, max_size=12),
 )
 def test_any_phrase_of_enough_words_written_twice_is_a_loop(prefix: list[str], phrase: list[str]) -> None:
     text = " ".join(prefix + phrase + phrase) + " "
@@ -103,27 +106,27 @@ def visible(events: Iterator[StreamEvent]) -> str:
 
 
 def test_a_looping_answer_stops_and_closes_the_generation() -> None:
-    source = Source(["Answer: The budget is 2000", *([" | 2000"] * 200)])
+    source = Source(["Answer: The budget is 4096", *([" | 4096"] * 200)])
     gen = iter(source)
     out = visible(answer_text(gen))
-    assert out.startswith("The budget is 2000 | 2000")
+    assert out.startswith("The budget is 4096 | 4096")
     assert repeats_at_end(out)
     assert source.sent < 15  # not the 200 copies
     assert source.closed
 
 
 def test_a_loop_within_the_typed_words_lead_is_left_to_reach_it() -> None:
-    # The typed copying grammar may still owe the asked-for word (here 502)
+    # The typed copying grammar may still owe the asked-for word (here 418)
     # as the word after LEAD_WORDS: a loop before it is not cut.
-    cell = " `upstream_unreachable` |"
-    texts = ["Answer:", *([cell] * (LOOP_AFTER_WORDS // 2)), " 502", " |", *([cell] * 100)]
+    cell = " `queue_full` |"
+    texts = ["Answer:", *([cell] * (LOOP_AFTER_WORDS // 2)), " 418", " |", *([cell] * 100)]
     out = visible(answer_text(iter(Source(texts))))
-    assert "502" in out
+    assert "418" in out
     assert len(out) < len(cell) * 20
 
 
-LOOPING = "Answer: The limit is 2000 | 2000 | 2000 | 2000 | 2000 | 2000 | 2000 | 2000"
-PLAIN = "Answer: The proxy listens on port 8765 by default, see 8765 and 8765."
+LOOPING = "Answer: The limit is 4096 | 4096 | 4096 | 4096 | 4096 | 4096 | 4096 | 4096"
+PLAIN = "Answer: The proxy listens on port 7341 by default, see 7341 and 7341."
 
 
 @pytest.mark.parametrize("cut", range(1, len(LOOPING)))
