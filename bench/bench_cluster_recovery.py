@@ -6,6 +6,9 @@
   placement the client ends with (copies apart, every worker holding one);
 - one worker hung (SIGSTOP): the wall time of ``clanker-rag search`` and ``stats --cluster`` with
   ``--cluster-timeout T``, and of ``ShardedKnowledgeBase.load(timeout=T)`` (target: at most T + 5 s);
+- ``--kills`` workers (6 by default) killed for good and replaced, then a rolling restart of every worker:
+  after each step, the shards whose two copies share a worker and the workers holding nothing (target: 0
+  and 0) once the open index has placed its copies;
 - the scheduler and its workers gone for ``--outage`` seconds (120 by default), then started again: the
   time from their restart to the first search that answers with the hits from before (target: 10 s),
   for a client from ``connect()``.
@@ -248,6 +251,68 @@ def outage(folder: Path, seconds: float, queries: list[str]) -> dict[str, object
         procs.stop()
 
 
+def _placement(kb: Any, workers: set[str]) -> dict[str, int]:
+    holders = kb.shard_workers()
+    held = {w for copies in holders for w in copies}
+    return {
+        "shards_with_copies_together": sum(len(set(c)) < len(c) for c in holders),
+        "shards_short_of_copies": sum(len(c) < 2 for c in holders),
+        "workers_holding_nothing": len(workers - held),
+    }
+
+
+def _settled(kb: Any, client: Any, queries: list[str], wait: float) -> tuple[dict[str, int], float]:
+    """Search while the index's placement keeps its copies; the placement once it is whole, or at ``wait``."""
+    t = time.monotonic()
+    while True:
+        with contextlib.suppress(RetrievalTimeoutError):
+            kb.search(queries[0], 10)
+        now = _placement(kb, set(client.scheduler_info()["workers"]))
+        if not any(now.values()) or time.monotonic() - t > wait:
+            return now, round(time.monotonic() - t, 2)
+        time.sleep(0.5)
+
+
+def churn(folder: Path, queries: list[str], kills: int, wait: float) -> dict[str, object]:
+    """``kills`` workers killed for good, each replaced by a new one, then every worker restarted in turn:
+    after each step, how long the copies took to be apart with every worker holding one."""
+    procs = Procs(3)
+    try:
+        wait_workers(procs.address, 3)
+        client = connect(procs.address, timeout=30)
+        kb = ShardedKnowledgeBase.load(folder, client=client, replicas=2, timeout=30)
+        want = hits(kb, queries[:10])
+        steps: list[dict[str, object]] = []
+
+        def replace(victim: subprocess.Popen[bytes], what: str) -> None:
+            procs.kill(victim)
+            procs.workers.remove(victim)
+            procs.workers.append(procs._spawn(["distributed.cli.dask_worker", procs.address, "--nthreads", "1",
+                                               *LOOPBACK]))  # fmt: skip
+            client.wait_for_workers(3, timeout=120)
+            placement, took = _settled(kb, client, queries, wait)
+            steps.append({"step": what, "settled_s": took, **placement})
+
+        for k in range(kills):
+            holder = kb.shard_workers()[k % 3][0]
+            pid = client.run(os.getpid, workers=[holder])[holder]
+            replace(next(p for p in procs.workers if pid in group_of(p.pid)), f"kill {k + 1}")
+        for k, victim in enumerate(list(procs.workers)):
+            replace(victim, f"rolling restart {k + 1}")
+        same = hits(kb, queries[:10]) == want
+        final = steps[-1]
+        kb.close()
+        close_client(client)
+        return {
+            "kills": kills,
+            "steps": steps,
+            "same_hits_after": same,
+            "after_all": {k: final[k] for k in ("shards_with_copies_together", "workers_holding_nothing")},
+        }
+    finally:
+        procs.stop()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--chunks", type=int, default=20_000)
@@ -255,6 +320,9 @@ def main() -> None:
     ap.add_argument("--after", type=float, default=50.0, help="seconds of searches after the first 10")
     ap.add_argument("--timeout", type=float, default=10.0, help="--cluster-timeout of the hung-worker runs")
     ap.add_argument("--outage", type=float, default=120.0, help="seconds the scheduler is gone (0: skip)")
+    ap.add_argument("--kills", type=int, default=6, help="workers killed and replaced, then all restarted (0: skip)")
+    ap.add_argument("--settle", type=float, default=30.0, help="seconds a churn step may take to place its copies")
+    ap.add_argument("--only", default="", help="comma-separated scenarios (lost,hung,outage,churn); all by default")
     ap.add_argument("--tmp", default=None)
     args = ap.parse_args()
     texts = corpus.chunks()[: args.chunks]
@@ -265,13 +333,18 @@ def main() -> None:
         kb.add_texts((text, f"chunk/{i}") for i, text in enumerate(texts))
         folder = kb.save(Path(tmp) / "idx")
         del kb
-        result["lost_for_good"] = lost_for_good(folder, queries, args.after)
-        result["hung_worker"] = hung_worker(folder, args.timeout)
-        if args.outage:
+        only = set(filter(None, args.only.split(","))) or {"lost", "hung", "outage", "churn"}
+        if "lost" in only:
+            result["lost_for_good"] = lost_for_good(folder, queries, args.after)
+        if "hung" in only:
+            result["hung_worker"] = hung_worker(folder, args.timeout)
+        if args.outage and "outage" in only:
             result["scheduler_outage"] = outage(folder, args.outage, queries)
+        if args.kills and "churn" in only:
+            result["churn"] = churn(folder, queries, args.kills, args.settle)
     result["load_after"] = os.getloadavg()
     print(json.dumps(result, indent=1))
-    out = HERE / "results" / "cluster_recovery.json"
+    out = HERE / "results" / ("cluster_recovery.json" if not args.only else f"cluster_recovery-{args.only}.json")
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
 
