@@ -197,3 +197,22 @@ def test_closing_the_log_ends_every_subscription() -> None:
     assert log.subscribe().get(timeout=1) is None
     with pytest.raises(Exception, match="trace_size"):
         TraceLog(0)
+
+
+def test_a_sharded_index_lists_matching_sources_page_by_page_never_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    from clanker_rag._serve._web._api import MAX_LISTED_SOURCES
+    from clanker_rag.cluster import ShardedKnowledgeBase
+
+    kb = ShardedKnowledgeBase(3, chunk_size=None)
+    names = [f"{'logs' if i % 3 else 'docs'}/file{i:04d}.md" for i in range(3 * MAX_LISTED_SOURCES)]
+    kb.add_texts((f"text number {i}", name) for i, name in enumerate(names))
+
+    def whole_list() -> list[str]:
+        raise AssertionError("the endpoint asked for every source name at once")
+
+    monkeypatch.setattr(kb, "sources", whole_list)
+    with browse_site(kb=kb) as site:  # type: ignore[arg-type]
+        got = site.get_json("/clanker-rag/sources?filter=DOCS/")
+    docs = sorted(n for n in names if n.startswith("docs/"))
+    assert got["total"] == len(docs)
+    assert got["sources"] == docs[:MAX_LISTED_SOURCES] and len(got["sources"]) == MAX_LISTED_SOURCES

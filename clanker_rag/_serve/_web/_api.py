@@ -250,8 +250,17 @@ class WebApp:
 
         def sources(kb: Any) -> dict[str, Any]:
             _needs(kb, "sources")
-            names = [s for s in kb.sources() if needle in s.lower()]
-            return {"total": len(names), "sources": names[:MAX_LISTED_SOURCES]}
+            # A sharded index sends its names page by page: matches are counted as they pass, and only
+            # the first MAX_LISTED_SOURCES are kept, so this costs the same memory at any index size.
+            paged = getattr(kb, "iter_sources", None)
+            names: Iterable[str] = paged() if callable(paged) else kb.sources()
+            total, listed = 0, list[str]()
+            for name in names:
+                if needle in name.lower():
+                    total += 1
+                    if len(listed) < MAX_LISTED_SOURCES:
+                        listed.append(name)
+            return {"total": total, "sources": listed}
 
         return self._read(sources)
 
