@@ -66,7 +66,7 @@ from ._cluster._shards import (
     shard_sources_page,
     shard_term_stats,
 )
-from ._cluster._waits import close_replacement, open_client, probe_folder
+from ._cluster._waits import close_fully, close_replacement, open_client, probe_folder
 from ._engine._collection import CollectionStats
 from ._exceptions import (
     ConfigError,
@@ -206,7 +206,7 @@ def close_client(client: Any) -> None:
     """Close a client from :func:`connect`, and the cluster it started."""
     cluster = _STARTED.pop(id(client), None)
     close_replacement(client)  # the client that replaced it, if it gave up reconnecting
-    client.close()
+    close_fully(client)
     if cluster is not None:
         cluster.close()
         if not _STARTED and _LOST_WORKER:

@@ -30,6 +30,7 @@ __all__ = [
     "address_of",
     "check_scheduler",
     "open_client",
+    "close_fully",
     "close_replacement",
     "live_client",
     "probe_folder",
@@ -169,7 +170,7 @@ def live_client(client: Any, timeout: float) -> Any:
             raise scheduler_lost(client) from None
         if new is not None:
             with contextlib.suppress(Exception):
-                new.close()
+                close_fully(new)
         new = open_client(address, timeout)
         _REPLACED[client] = new
         _ADDRESSES[new] = address
@@ -181,7 +182,26 @@ def close_replacement(client: Any) -> None:
     new = _REPLACED.pop(client, None)
     if new is not None:
         with contextlib.suppress(Exception):
-            new.close()
+            close_fully(new)
+
+
+def close_fully(client: Any) -> None:
+    """``client.close()``, and its IO-loop thread stopped even when the client had closed itself.
+
+    A Dask client that gave up on its scheduler is already "closed": its
+    ``close()`` returns at once and leaves the thread running its event loop
+    (distributed 2026.8).  That thread would outlive every client of the
+    process, and a process running other threads forks no helper
+    (``_engine/_bulk_impacts``), so it is stopped here.  The loop runner is a
+    private attribute of Dask's client, read defensively: stopping it twice,
+    or a client without one, does nothing.
+    """
+    gave_up = client.status == "closed"
+    client.close()
+    runner = getattr(client, "_loop_runner", None)
+    if gave_up and runner is not None and callable(getattr(runner, "stop", None)):
+        with contextlib.suppress(Exception):
+            runner.stop()
 
 
 def _workers(client: Any) -> list[str] | None:

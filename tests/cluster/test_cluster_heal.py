@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -242,7 +243,9 @@ def test_wrong_and_dead_addresses_are_one_clear_line(index):
 
 def test_an_index_heals_after_its_client_gave_up_on_the_scheduler(index):
     """A client whose scheduler was gone longer than its timeout closes for good (Dask); the open index
-    goes on through a new client once the scheduler is back, and a fresh load() with the old client works."""
+    goes on through a new client once the scheduler is back, and a fresh load() with the old client works;
+    closing it leaves no thread behind (a client that gave up keeps its IO loop running until stopped)."""
+    threads = set(threading.enumerate())
     with cluster(2) as procs:
         client = distributed.Client(procs.address, timeout=3)
         try:
@@ -269,6 +272,7 @@ def test_an_index_heals_after_its_client_gave_up_on_the_scheduler(index):
             kb.close()
         finally:
             close_client(client)
+    assert until(lambda: set(threading.enumerate()) <= threads, 10), set(threading.enumerate()) - threads
 
 
 @pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1) to give one worker its own mounts")

@@ -4,6 +4,7 @@ import os
 import threading
 from array import array
 from itertools import accumulate, pairwise
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -12,7 +13,20 @@ from hypothesis import strategies as st
 from clanker_rag._engine import _bulk_impacts
 from clanker_rag._engine._scoring import BM25, impact_order, impact_orders, norm_values
 
-needs_fork = pytest.mark.skipif(not _bulk_impacts.can_fork(), reason="no safe fork here (one CPU, or no os.fork)")
+
+@pytest.fixture
+def no_stray_threads() -> None:
+    # A process running other threads forks no child (can_fork), so a thread an earlier test left
+    # running would make a test of the split fail as if the split were broken: name the thread instead.
+    others = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+    assert not others, f"threads left running by an earlier test: {others}"
+
+
+def needs_fork(test: Any) -> Any:
+    """A test of the forked split: skipped where no fork is safe, failing by name on a stray thread."""
+    no_fork = pytest.mark.skipif(not _bulk_impacts.can_fork(), reason="no safe fork here (one CPU, or no os.fork)")
+    return no_fork(pytest.mark.usefixtures("no_stray_threads")(test))
+
 
 variants = st.sampled_from(["lucene", "robertson", "atire", "bm25l", "bm25+"])
 # Lists of (chunk id offset, tf) pairs: chunk ids ascend within a list.
