@@ -41,14 +41,7 @@ def tool_call_chunks(calls: list[tuple[str, str, str]], sizes: list[int], text: 
         for part in _split(arguments, sizes):
             out.append(_chunk({"tool_calls": [{"index": index, "function": {"arguments": part}}]}))
     out.append(_chunk({}, "tool_calls"))
-    out.append(
-        {
-            "id": "up-1",
-            "object": "chat.completion.chunk",
-            "choices": [],
-            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
-        }
-    )
+    out.append(_usage("up-1", 10, 5))
     return out
 
 
@@ -56,12 +49,11 @@ def text_chunks(*pieces: str) -> list[dict[str, Any]]:
     out = [_chunk({"role": "assistant", "content": ""})]
     out += [_chunk({"content": piece}) for piece in pieces]
     out.append(_chunk({}, "stop"))
-    out.append(
-        {
-            "id": "up-2",
-            "object": "chat.completion.chunk",
-            "choices": [],
-            "usage": {"prompt_tokens": 30, "completion_tokens": 7, "total_tokens": 37},
-        }
-    )
+    out.append(_usage("up-2", 30, 7))
     return out
+
+
+def _usage(chunk_id: str, prompt: int, completion: int) -> dict[str, Any]:
+    """The last chunk of a stream asked for with usage: no choices, the token counts."""
+    usage = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    return {"id": chunk_id, "object": "chat.completion.chunk", "choices": [], "usage": usage}

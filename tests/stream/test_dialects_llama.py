@@ -15,14 +15,13 @@ dialect table.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-
 import pytest
 
 from clanker_rag import Triggers
 from clanker_rag._kb import KnowledgeBase
 from clanker_rag._stream._controller import InjectEvent, RagController, RetrieveEvent, TextEvent
-from clanker_rag.backends import LlamaCppBackend, Token
+from clanker_rag.backends import LlamaCppBackend
+from tests.helpers._backends import RecordingBackend
 from tests.helpers._llama_server import LlamaServer
 
 pytestmark = [pytest.mark.llama, pytest.mark.slow]
@@ -97,22 +96,6 @@ def kb() -> KnowledgeBase:
     return base
 
 
-class Recorder:
-    """Keeps every request's prompt and streamed pieces."""
-
-    def __init__(self, backend: LlamaCppBackend) -> None:
-        self.backend = backend
-        self.prompts: list[str] = []
-        self.pieces: list[list[Token]] = []
-
-    def __call__(self, prompt: str, stop: Sequence[str]) -> Iterator[Token]:
-        self.prompts.append(prompt)
-        self.pieces.append([])
-        for tok in self.backend(prompt, stop):
-            self.pieces[-1].append(tok)
-            yield tok
-
-
 @pytest.mark.parametrize(("question", "source", "fact"), QUESTIONS, ids=["port", "settings"])
 @pytest.mark.parametrize("dialect", list(DIALECTS))
 def test_the_base_model_calls_in_the_dialect_reads_the_block_and_answers_from_it(
@@ -120,7 +103,7 @@ def test_the_base_model_calls_in_the_dialect_reads_the_block_and_answers_from_it
 ) -> None:
     shots, opener, closer, head, tail = DIALECTS[dialect]
     prompt = f"{shots}Question: {question}\nAnswer:"
-    rec = Recorder(LlamaCppBackend(llama_server.url, n_predict=40, timeout=120))
+    rec = RecordingBackend(LlamaCppBackend(llama_server.url, n_predict=40, timeout=120))
     # A 270M model's own query is sometimes misspelt or borrowed from the examples: "fuse" also
     # searches the question and fuses the two rankings (docs/controller.md), as ask and serve do.
     ctl = RagController(kb, k=1, stop=["\nQuestion:"], dialect=dialect, triggers=Triggers(tool_query="fuse"))

@@ -8,7 +8,6 @@ binary or model is a test failure, not a skip, unless CLANKER_SKIP_LLAMA=1.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
 
 import pytest
 
@@ -17,7 +16,8 @@ from clanker_rag._stream._blocks import BlockBuilder
 from clanker_rag._stream._controller import InjectEvent, RagController, RetrieveEvent, TextEvent
 from clanker_rag._stream._settings import Hooks, Limits, Triggers
 from clanker_rag._types import Hit
-from clanker_rag.backends import LlamaCppBackend, RequestStats, Token
+from clanker_rag.backends import LlamaCppBackend
+from tests.helpers._backends import RecordingBackend
 from tests.helpers._llama_server import FEW_SHOT, KB_DOCS, LlamaServer
 
 pytestmark = [pytest.mark.llama, pytest.mark.slow]
@@ -36,28 +36,8 @@ def kb() -> KnowledgeBase:
     return base
 
 
-class Recorder:
-    """Wraps the backend to keep every request's pieces and stats."""
-
-    def __init__(self, backend: LlamaCppBackend) -> None:
-        self.backend = backend
-        self.prompts: list[str] = []
-        self.pieces: list[list[Token]] = []
-        self.stats: list[RequestStats | None] = []
-
-    def __call__(self, prompt: str, stop: Sequence[str]) -> Iterator[Token]:
-        self.prompts.append(prompt)
-        self.pieces.append([])
-        try:
-            for tok in self.backend(prompt, stop):
-                self.pieces[-1].append(tok)
-                yield tok
-        finally:
-            self.stats.append(self.backend.last_stats)
-
-
 def test_tool_call_detected_retrieved_and_resumed_from_the_cache(server: LlamaServer, kb: KnowledgeBase) -> None:
-    rec = Recorder(LlamaCppBackend(server.url, n_predict=40, timeout=120))
+    rec = RecordingBackend(LlamaCppBackend(server.url, n_predict=40, timeout=120))
     ctl = RagController(kb, k=2, stop=["\nQuestion:"])
     events = list(ctl.events(rec, FEW_SHOT))
 
