@@ -198,6 +198,14 @@ class KnowledgeBase:
         """Every indexed source, sorted."""
         return sorted(self._corpus.sources.all())
 
+    def source_count(self) -> int:
+        """How many sources the index holds."""
+        return len(self._corpus.sources.all())
+
+    def iter_sources(self) -> Iterator[str]:
+        """Every indexed source, sorted (the same names as :meth:`sources`)."""
+        return iter(self.sources())
+
     # One source is found by name in the loaded commit (no other is made, nor its name decoded).
     def __contains__(self, source: object) -> bool:
         return isinstance(source, str) and self._corpus.sources.get(source) is not None

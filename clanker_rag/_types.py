@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, Union, runtime_checkable
@@ -120,9 +120,13 @@ class Sources(Protocol):
     def save(self, path: StrPath | None = None) -> Path: ...
 
 
+@runtime_checkable
 class KnowledgeBaseLike(Sources, Retriever, Protocol):
     """What a knowledge base offers, one (``KnowledgeBase``) or sharded (``ShardedKnowledgeBase``):
-    its sources and chunks, search, explanations and statistics, adds, removals, ingests and saves."""
+    its sources and chunks, search, explanations and statistics, adds, removals, ingests and saves.
+
+    ``isinstance(x, KnowledgeBaseLike)`` tells a knowledge base from a plain
+    :class:`Retriever` (what the web pages browse only on the former)."""
 
     @property
     def path(self) -> Path | None: ...
@@ -133,6 +137,14 @@ class KnowledgeBaseLike(Sources, Retriever, Protocol):
         ...
 
     def __contains__(self, source: object) -> bool: ...
+
+    def source_count(self) -> int:
+        """How many sources the index holds (without listing them)."""
+        ...
+
+    def iter_sources(self) -> Iterator[str]:
+        """Every source name, sorted, one at a time (a sharded index fetches them page by page)."""
+        ...
 
     def source_text(self, source: str) -> str | None: ...
 

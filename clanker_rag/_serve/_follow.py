@@ -76,8 +76,7 @@ class IndexFollower:
         :class:`IndexFormatError` rather than let the caller read pages that
         may be gone (which would kill the process with SIGBUS).
         """
-        rewritten = getattr(current, "data_rewritten", None)
-        if callable(rewritten) and rewritten():
+        if isinstance(current, KnowledgeBase) and current.data_rewritten():
             return self._reload_rewritten()
         if self._check_every:
             now = time.monotonic()

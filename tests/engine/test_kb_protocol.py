@@ -73,6 +73,8 @@ def test_a_knowledge_base_passes_as_the_protocol_at_run_time(tmp_path: Path) -> 
         assert isinstance(each, Retriever)
         assert [h.source for h in each.search("lantern", 1)] == ["a.md"]
         assert each.sources() == ["a.md"] and "a.md" in each and len(each) == 1
+        assert isinstance(each, KnowledgeBaseLike)  # what the web pages tell a knowledge base by
+        assert each.source_count() == 1 and list(each.iter_sources()) == ["a.md"]
         assert each.collection_stats(["lantern"]).df == {"lantern": 1}
         hit = each.search("lantern", 1)[0]
         assert each.explain("lantern", hit).score == hit.score
@@ -82,8 +84,8 @@ def test_a_knowledge_base_passes_as_the_protocol_at_run_time(tmp_path: Path) -> 
 # What the knowledge base offers (and nothing else public: its hooks are the writer's or private).
 PUBLIC = {
     "add_text", "add_texts", "analyzer", "bm25", "chunker", "chunks", "collection_stats", "data_rewritten",
-    "default", "edit", "explain", "generation", "ingest", "load", "n_terms", "optimize", "path", "remove",
-    "save", "search", "segments", "source_metadata", "source_text", "sources", "verify",
+    "default", "edit", "explain", "generation", "ingest", "iter_sources", "load", "n_terms", "optimize", "path",
+    "remove", "save", "search", "segments", "source_count", "source_metadata", "source_text", "sources", "verify",
 }  # fmt: skip
 HOOKS = (
     "add_prepared", "add_counted", "takes_prepared", "is_intact", "would_replace", "search_with_stats",

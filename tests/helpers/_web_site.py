@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from clanker_rag import KnowledgeBase
+from clanker_rag import KnowledgeBase, Retriever
 from clanker_rag._serve._proxy import make_browse_server, make_server
 from tests.helpers._fake_server import Exchange, FakeServer
 from tests.helpers._fake_upstream import FakeUpstream, Reply
@@ -90,6 +90,12 @@ def browse_site(
     token: str | None = None, kb: KnowledgeBase | None = None, path: Path | None = None, **limits: Any
 ) -> Iterator[Site]:
     yield from _run(make_browse_server(kb or knowledge(), token=token, index_path=path, **limits), None)
+
+
+@contextmanager
+def retriever_site(retriever: Retriever) -> Iterator[Site]:
+    """A browse-only server over ``retriever``, which may be a plain retriever rather than a knowledge base."""
+    yield from _run(make_browse_server(retriever, token=None), None)
 
 
 @contextmanager

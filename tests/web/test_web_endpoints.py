@@ -216,3 +216,29 @@ def test_a_sharded_index_lists_matching_sources_page_by_page_never_whole(monkeyp
     docs = sorted(n for n in names if n.startswith("docs/"))
     assert got["total"] == len(docs)
     assert got["sources"] == docs[:MAX_LISTED_SOURCES] and len(got["sources"]) == MAX_LISTED_SOURCES
+
+
+class _OnlySearch:
+    """A retriever that is not a knowledge base: it searches and offers nothing to browse."""
+
+    def search(self, query: str, k: int = 10) -> list[Any]:
+        from clanker_rag import Hit
+
+        return [Hit(text="The gateway listens on port 7341.", source="remote/ports", score=1.5)][:k]
+
+
+def test_a_plain_retriever_is_searched_and_has_nothing_to_browse() -> None:
+    from tests.helpers._web_site import retriever_site
+
+    with retriever_site(_OnlySearch()) as site:
+        result = site.get_json("/clanker-rag/search?q=gateway")
+        assert [h["source"] for h in result["hits"]] == ["remote/ports"]
+        assert result["explain"] is False and result["terms"] == []
+        assert site.get_json("/clanker-rag/info")["sources"] is None
+        for path in (
+            "/clanker-rag/sources",
+            "/clanker-rag/source?name=remote/ports",
+            "/clanker-rag/search?q=x&source=a",
+        ):
+            status, _, body = site.request("GET", path)
+            assert status == 501 and b"not a knowledge base" in body, (path, status, body)

@@ -15,12 +15,13 @@ import json
 import queue
 import re
 import urllib.parse
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler
 from importlib import resources
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from ..._sse import encode_event
+from ..._types import Hit, HitLike, KnowledgeBaseLike, Retriever
 from ._trace import TraceLog
 
 __all__ = ["PAGES", "PREFIX", "Reads", "WebApp", "is_page", "serves"]
@@ -48,6 +49,7 @@ _WORD = re.compile(r"\w+")
 T = TypeVar("T")
 
 
+@runtime_checkable
 class Reads(Protocol):
     """A served retriever that lends its current knowledge base to a reader (``SharedRetriever``)."""
 
@@ -96,25 +98,34 @@ def _marks(text: str, query_terms: set[str], analyzer: Callable[[str], Iterable[
     return spans
 
 
-def _hit_json(hit: Any) -> dict[str, Any]:
+def _hit_json(hit: HitLike) -> dict[str, Any]:
+    # A plain retriever's hits may carry text, source and score only: where they lie is null then.
+    h = hit if isinstance(hit, Hit) else None
     return {
         "source": hit.source,
         "score": hit.score,
         "text": hit.text,
-        "start": getattr(hit, "start", None),
-        "end": getattr(hit, "end", None),
-        "start_line": getattr(hit, "start_line", None),
-        "end_line": getattr(hit, "end_line", None),
-        "section": getattr(hit, "section", None),
-        "chunk_index": getattr(hit, "chunk_index", None),
-        "chunk_id": getattr(hit, "chunk_id", None),
+        "start": h and h.start,
+        "end": h and h.end,
+        "start_line": h and h.start_line,
+        "end_line": h and h.end_line,
+        "section": h and h.section,
+        "chunk_index": h and h.chunk_index,
+        "chunk_id": h and h.chunk_id,
     }
 
 
-def _needs(kb: Any, *names: str) -> None:
-    missing = [n for n in names if not callable(getattr(kb, n, None))]
-    if missing:
-        raise _Failed(501, f"this knowledge base has no {missing[0]}()")
+def _retriever(served: object) -> Retriever:
+    if not isinstance(served, Retriever):
+        raise _Failed(501, "this server has nothing to search")
+    return served
+
+
+def _kb(served: object) -> KnowledgeBaseLike:
+    """The served knowledge base; a plain retriever (a search function) has nothing to browse."""
+    if not isinstance(served, KnowledgeBaseLike):
+        raise _Failed(501, "this server searches a retriever that is not a knowledge base: nothing to browse")
+    return served
 
 
 class WebApp:
@@ -125,9 +136,9 @@ class WebApp:
         self.trace = trace
         self.browse_only = browse_only
 
-    def _read(self, fn: Callable[[Any], T]) -> T:
-        read = getattr(self.retriever, "read", None)
-        return read(fn) if callable(read) else fn(self.retriever)
+    def _read(self, fn: Callable[[object], T]) -> T:
+        served = self.retriever
+        return served.read(fn) if isinstance(served, Reads) else fn(served)
 
     # -- answering ---------------------------------------------------------------------------
     def answer(self, handler: BaseHTTPRequestHandler) -> tuple[int, str]:
@@ -187,14 +198,11 @@ class WebApp:
 
     # -- endpoints ---------------------------------------------------------------------------
     def _info(self, _: Mapping[str, str]) -> dict[str, Any]:
-        def info(kb: Any) -> dict[str, Any]:
+        def info(served: object) -> dict[str, Any]:
+            if not isinstance(served, KnowledgeBaseLike):
+                return {"chunks": None, "sources": None}
             # A sharded index counts its sources on the shards (no list of names comes here).
-            count = getattr(kb, "source_count", None)
-            listing = getattr(kb, "sources", None)
-            return {
-                "chunks": len(kb) if hasattr(kb, "__len__") else None,
-                "sources": count() if callable(count) else len(listing()) if callable(listing) else None,
-            }
+            return {"chunks": len(served), "sources": served.source_count()}
 
         return {**self._read(info), "browse_only": self.browse_only, "trace_size": self.trace.size}
 
@@ -206,28 +214,29 @@ class WebApp:
             raise _Failed(400, "k must be a whole number") from None
         source = params.get("source") or None
 
-        def search(kb: Any) -> dict[str, Any]:
-            hits = kb.search(query, k, source=source) if source else kb.search(query, k)
-            analyzer = getattr(kb, "analyzer", None)
-            terms = set(analyzer(query)) if callable(analyzer) else set()
+        def search(served: object) -> dict[str, Any]:
+            is_kb = isinstance(served, KnowledgeBaseLike)
+            hits: Sequence[HitLike]
+            if is_kb:
+                hits = _kb(served).search(query, k, source=source)
+            elif source:
+                raise _Failed(501, "this server searches a retriever that is not a knowledge base: no source filter")
+            else:
+                hits = _retriever(served).search(query, k)
+            analyzer = _kb(served).analyzer if is_kb else None
+            terms = set(analyzer(query)) if analyzer is not None else set()
             out = []
             for hit in hits:
                 item = _hit_json(hit)
-                item["marks"] = _marks(hit.text, terms, analyzer) if callable(analyzer) and terms else []
+                item["marks"] = _marks(hit.text, terms, analyzer) if analyzer is not None and terms else []
                 out.append(item)
-            return {
-                "query": query,
-                "terms": sorted(terms),
-                "hits": out,
-                "explain": callable(getattr(kb, "explain", None)),
-            }
+            return {"query": query, "terms": sorted(terms), "hits": out, "explain": is_kb}
 
         return self._read(search) if query else {"query": "", "terms": [], "hits": [], "explain": False}
 
-    def _chunk(self, kb: Any, source: str, chunk_id: int) -> Any:
-        _needs(kb, "chunks")
+    def _chunk(self, kb: KnowledgeBaseLike, source: str, chunk_id: int) -> Hit:
         for hit in kb.chunks(source):
-            if getattr(hit, "chunk_id", None) == chunk_id:
+            if hit.chunk_id == chunk_id:
                 return hit
         raise _Failed(404, "no such chunk (the index may have changed: search again)")
 
@@ -238,8 +247,8 @@ class WebApp:
             raise _Failed(400, "chunk_id must be a whole number") from None
         query, source = params.get("q", ""), params.get("source", "")
 
-        def explain(kb: Any) -> dict[str, Any]:
-            _needs(kb, "explain")
+        def explain(served: object) -> dict[str, Any]:
+            kb = _kb(served)
             result: dict[str, Any] = kb.explain(query, self._chunk(kb, source, chunk_id)).to_dict()
             return result
 
@@ -248,14 +257,11 @@ class WebApp:
     def _sources(self, params: Mapping[str, str]) -> dict[str, Any]:
         needle = params.get("filter", "").strip().lower()
 
-        def sources(kb: Any) -> dict[str, Any]:
-            _needs(kb, "sources")
+        def sources(served: object) -> dict[str, Any]:
             # A sharded index sends its names page by page: matches are counted as they pass, and only
             # the first MAX_LISTED_SOURCES are kept, so this costs the same memory at any index size.
-            paged = getattr(kb, "iter_sources", None)
-            names: Iterable[str] = paged() if callable(paged) else kb.sources()
             total, listed = 0, list[str]()
-            for name in names:
+            for name in _kb(served).iter_sources():
                 if needle in name.lower():
                     total += 1
                     if len(listed) < MAX_LISTED_SOURCES:
@@ -267,12 +273,12 @@ class WebApp:
     def _source(self, params: Mapping[str, str]) -> dict[str, Any]:
         name = params.get("name", "")
 
-        def source(kb: Any) -> dict[str, Any]:
-            _needs(kb, "source_text", "chunks")
+        def source(served: object) -> dict[str, Any]:
+            kb = _kb(served)
             text = kb.source_text(name)
             if text is None:
                 raise _Failed(404, "no such source")
-            meta = kb.source_metadata(name) if callable(getattr(kb, "source_metadata", None)) else None
+            meta = kb.source_metadata(name)
             chunks = [
                 {k: v for k, v in _hit_json(h).items() if k not in ("text", "score", "source")} for h in kb.chunks(name)
             ]

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..._stream._events import InjectEvent, RetrieveEvent, StreamEvent, TextEvent
-from ..._types import HitLike
+from ..._types import Hit, HitLike
 from ..._validate import check_int
 
 __all__ = ["DEFAULT_TRACE_SIZE", "TraceLog", "TraceRecord"]
@@ -62,13 +62,9 @@ def _question(kind: str, body: object) -> str:
 
 
 def _passage(hit: HitLike) -> dict[str, Any]:
-    return {
-        "source": hit.source,
-        "score": hit.score,
-        "start_line": getattr(hit, "start_line", None),
-        "end_line": getattr(hit, "end_line", None),
-        "section": getattr(hit, "section", None),
-    }
+    # A plain retriever's hits may carry text, source and score only: where they lie is null then.
+    where = (hit.start_line, hit.end_line, hit.section) if isinstance(hit, Hit) else (None, None, None)
+    return {"source": hit.source, "score": hit.score, **dict(zip(("start_line", "end_line", "section"), where))}
 
 
 class TraceRecord:
