@@ -8,7 +8,8 @@ sources as one new segment (term frequencies only), marks the removed ones
 deleted in the segment that holds them (found by name, newest segment
 first, so merges never need the knowledge base to renumber anything), runs
 the merges the policy asks for, and writes the new commit point.  A load
-replays every segment after the first into the index (:func:`replay`).
+replays every segment after the first into the index (:func:`replay`): its
+sources, chunks and statistics at once, its lists as the index reads them.
 
 A committed chunk that is removed (by a load's deletion marks or by
 ``remove``) leaves the statistics at once but its postings only when the
@@ -30,7 +31,7 @@ from typing import Any
 
 from .._storage import _codec, _segments, _writer
 from ._index import InvertedIndex
-from ._replay import add_lists, postings_since
+from ._replay import TailLists, add_stats, postings_since
 from ._sources import ChunkTable, Doc
 
 __all__ = ["Commits", "drop_postings", "replay", "whole_snapshot"]
@@ -142,8 +143,11 @@ def _marked(seg: _codec.Segment, deleted: set[int]) -> _segments.SegmentRecord:
     return seg.record._replace(deleted=tuple(sorted(deleted)), deleted_chunks=gone)
 
 
-def replay(seg: _codec.Segment, ct: ChunkTable, index: InvertedIndex, put: Callable[[Doc], None]) -> None:
-    """Add a loaded segment after the first: its live sources (each given to ``put``), chunks and postings."""
+def replay(
+    seg: _codec.Segment, ct: ChunkTable, index: InvertedIndex, put: Callable[[Doc], None], tails: TailLists
+) -> None:  # fmt: skip
+    """Add a loaded segment after the first: its live sources (each given to ``put``), chunks and
+    statistics; its lists go to ``tails``, read into the index term by term (see ``_replay``)."""
     snap = seg.snap
     src, cols = snap.sources, snap.chunks
     firsts = src.first_chunks
@@ -181,10 +185,8 @@ def replay(seg: _codec.Segment, ct: ChunkTable, index: InvertedIndex, put: Calla
     for old in live:
         bounds.extend((cols.start[old], cols.end[old], cols.start_line[old], cols.end_line[old]))
     ct.extend(per_chunk, map(cols.ordinal.__getitem__, live), bounds, map(cols.section.__getitem__, live))
-    post = snap.postings
-    tids = index.ids_of(list(post.terms))
-    dls: Sequence[int] = array("i", map(cols.length.__getitem__, live))
-    add_lists(index, dls, tids, post.offsets, post.chunks, post.tfs, renumber)
+    add_stats(index, array("i", map(cols.length.__getitem__, live)))
+    tails.add(snap.postings, renumber, seg.record.file)
 
 
 def drop_postings(
