@@ -165,7 +165,7 @@ def replay(
     for number in range(len(src.chars)):
         if number in deleted:
             continue
-        run = range(firsts[number], firsts[number + 1])
+        a, b = firsts[number], firsts[number + 1]
         start = base + len(live)
         doc = Doc(
             names[number],
@@ -174,16 +174,15 @@ def replay(
             None if isinstance(fps, _codec.SourceStore) else fps[number],
             number if store is not None else -1,
             store,
-            own_cids=list(range(start, start + len(run))),
+            own_cids=list(range(start, start + b - a)),
         )
-        for new, old in enumerate(run, start):
-            renumber[old] = new
-        live.extend(run)
-        per_chunk.extend(repeat(doc, len(run)))
+        renumber[a:b] = array("i", range(start, start + b - a))
+        live.extend(range(a, b))
+        per_chunk.extend(repeat(doc, b - a))
         put(doc)
-    bounds = array("q")
-    for old in live:
-        bounds.extend((cols.start[old], cols.end[old], cols.start_line[old], cols.end_line[old]))
+    # Each live chunk's start, end, start line and end line, in C-level passes.
+    columns = (cols.start, cols.end, cols.start_line, cols.end_line)
+    bounds = array("q", chain.from_iterable(zip(*(map(col.__getitem__, live) for col in columns))))
     ct.extend(per_chunk, map(cols.ordinal.__getitem__, live), bounds, map(cols.section.__getitem__, live))
     add_stats(index, array("i", map(cols.length.__getitem__, live)))
     tails.add(snap.postings, renumber, seg.record.file)

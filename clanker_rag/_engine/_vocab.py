@@ -46,10 +46,10 @@ class PendingSource(Protocol):
         """Whether ``term`` has postings here (read or not)."""
 
     def take(self, tid: int) -> list[int] | None:
-        """Term ``tid``'s postings as chunk id, tf, ... (None: none); None once taken."""
+        """Term ``tid``'s postings as chunk id, tf, ... (None: none)."""
 
-    def take_all(self) -> dict[int, list[int]]:
-        """Every term's postings not taken yet (term ids created for terms new to the index)."""
+    def take_all(self, taken: set[int]) -> dict[int, list[int]]:
+        """Every term's postings but those of ``taken`` (term ids created for terms new to the index)."""
 
 
 class LazyPending(Pending):
@@ -62,17 +62,20 @@ class LazyPending(Pending):
     read it first, so an add appends after the term's earlier postings and a
     read sees them all."""
 
-    __slots__ = ("_source",)
+    __slots__ = ("_source", "_taken")
 
     def __init__(self, pending: dict[int, list[int]], source: PendingSource) -> None:
         super().__init__(pending)
         self._source: PendingSource | None = source
+        self._taken: set[int] = set()  # the terms read from ``source``
 
     def _read(self, tid: int) -> bool:
-        source = self._source
-        if source is None:
+        """Read term ``tid``'s postings from the source, once; whether it had any."""
+        source, taken = self._source, self._taken
+        if source is None or tid in taken:
             return False
         got = source.take(tid)
+        taken.add(tid)
         if got is None:
             return False
         have = dict.get(self, tid)
@@ -85,7 +88,12 @@ class LazyPending(Pending):
         return super().__missing__(tid)
 
     def __contains__(self, tid: object) -> bool:
-        return dict.__contains__(self, tid) or (isinstance(tid, int) and self._read(tid))
+        # (Inline: every read of a list asks.)
+        if dict.__contains__(self, tid):
+            return True
+        if self._source is None or tid in self._taken or not isinstance(tid, int):
+            return False
+        return self._read(tid)
 
     def get(self, tid: int, default: Any = None) -> Any:
         if dict.__contains__(self, tid) or self._read(tid):
@@ -99,10 +107,11 @@ class LazyPending(Pending):
         source = self._source
         if source is None:
             return
-        for tid, got in source.take_all().items():
+        for tid, got in source.take_all(self._taken).items():
             have = dict.get(self, tid)
             dict.__setitem__(self, tid, got if have is None else got + have)
         self._source = None
+        self._taken = set()
 
     def __len__(self) -> int:
         self.read_all()
