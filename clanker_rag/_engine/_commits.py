@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import logging
 from array import array
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from itertools import chain, compress, count, repeat
-from operator import attrgetter, is_not
+from itertools import accumulate, chain, compress, count, repeat
+from operator import add, attrgetter, is_not, sub
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,8 @@ from ._sources import ChunkTable, Doc
 __all__ = ["Commits", "drop_postings", "replay", "whole_snapshot"]
 
 log = logging.getLogger(__name__)
+
+_consume: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend
 
 
 class Commits:
@@ -157,32 +160,35 @@ def replay(
     # A source's text and fingerprint stay in the mapped segment until something reads them
     # (as the first segment's do): a merged tail segment can hold an eighth of the index.
     store = texts if isinstance(texts, _codec.SourceStore) else None
-    renumber = array("i", repeat(-1, len(cols.source)))
-    live: list[int] = []
-    per_chunk: list[Doc] = []
-    names = list(src.names)  # decoded together (a merged tail segment holds tens of thousands)
-    base = len(ct)
-    for number in range(len(src.chars)):
-        if number in deleted:
-            continue
-        a, b = firsts[number], firsts[number + 1]
-        start = base + len(live)
-        doc = Doc(
-            names[number],
-            None if isinstance(texts, _codec.SourceStore) else str(texts[number]),
-            src.metadata[number],
-            None if isinstance(fps, _codec.SourceStore) else fps[number],
-            number if store is not None else -1,
-            store,
-            own_cids=list(range(start, start + b - a)),
+    n_sources = len(src.chars)
+    numbers: Sequence[int] = range(n_sources) if not deleted else [i for i in range(n_sources) if i not in deleted]
+    # Each live source's run of chunks, and its chunks' ids here: C-level passes, no step per
+    # source or chunk in Python (a merged tail segment holds tens of thousands of each).
+    firsts_of = list(map(firsts.__getitem__, numbers))
+    ends_of = list(map(firsts.__getitem__, map(add, numbers, repeat(1))))
+    counts = list(map(sub, ends_of, firsts_of))
+    starts = list(accumulate(counts, initial=len(ct)))
+    names = list(src.names)  # decoded together
+    docs = list(
+        map(
+            Doc,
+            map(names.__getitem__, numbers),
+            repeat(None) if isinstance(texts, _codec.SourceStore) else (str(texts[i]) for i in numbers),
+            map(src.metadata.__getitem__, numbers),
+            repeat(None) if isinstance(fps, _codec.SourceStore) else map(fps.__getitem__, numbers),
+            numbers if store is not None else repeat(-1),
+            repeat(store),
+            map(range, starts, starts[1:]),
         )
-        renumber[a:b] = array("i", range(start, start + b - a))
-        live.extend(range(a, b))
-        per_chunk.extend(repeat(doc, b - a))
-        put(doc)
-    # Each live chunk's start, end, start line and end line, in C-level passes.
+    )
+    _consume(map(put, docs))
+    live = list(chain.from_iterable(map(range, firsts_of, ends_of)))
+    renumber = array("i", repeat(-1, len(cols.source)))
+    _consume(map(renumber.__setitem__, live, range(starts[0], starts[-1])))
+    # Each live chunk's start, end, start line and end line.
     columns = (cols.start, cols.end, cols.start_line, cols.end_line)
     bounds = array("q", chain.from_iterable(zip(*(map(col.__getitem__, live) for col in columns))))
+    per_chunk = list(chain.from_iterable(map(repeat, docs, counts)))
     ct.extend(per_chunk, map(cols.ordinal.__getitem__, live), bounds, map(cols.section.__getitem__, live))
     add_stats(index, array("i", map(cols.length.__getitem__, live)))
     tails.add(snap.postings, renumber, seg.record.file)

@@ -412,7 +412,8 @@ def _read_commit(body: dict[str, Any], folder: Path, where: str, private: bool =
 
 
 # A tail name is looked up in the first segment by binary search (about 20 names decoded, 30-80 us)
-# while that costs less than comparing the first segment's names whole as bytes (0.25 us a name).
+# while that costs less than checking the first segment's sorted names' blocks whole for the
+# C-level lookups of NameIndex.numbers_of (a few microseconds a name once checked).
 _SEARCH_SHARE = 300
 
 
@@ -444,11 +445,7 @@ def _check_sources_once(segments: Sequence[Segment], where: str) -> None:
         hits = ((name, names.find(name)) for name in seen)
         twice = next((name for name, number in hits if number is not None and number not in gone), None)
     else:
-        found = first.snap.sources.names
-        if isinstance(found, SourceNames):
-            both = found.numbers_of(seen)
-        else:  # (a snapshot held in memory)
-            both = {name: number for number, name in enumerate(found) if name in seen}
+        both = names.numbers_of(seen)
         twice = next(iter(sorted(name for name, number in both.items() if number not in gone)), None)
     if twice is not None:
         raise _twice(where, twice)
