@@ -422,9 +422,10 @@ def _check_sources_once(segments: Sequence[Segment], where: str) -> None:
 
     Every save marks a source deleted in the segment that held it before it writes the source
     again, so this never happens in a commit a save wrote; a hand-edited, re-signed one would
-    return each of its hits twice, and a later removal would leave a copy.  The cost is that of
-    the tail: its live names (decoded anyway when the load replays it) are looked up in the
-    first segment, whose own names stay undecoded while the tail is small."""
+    return each of its hits twice, and a later removal would leave a copy.  The tail's live names
+    (decoded anyway when the load replays it) are looked up in the first segment, whose own names
+    stay undecoded: one by one while the tail is small, else together, as bytes in C-level passes
+    (``NameIndex.numbers_of``)."""
     if len(segments) < 2:
         return
     seen: set[str] = set()

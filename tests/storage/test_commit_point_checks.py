@@ -72,7 +72,7 @@ def test_a_live_source_in_two_segments_is_refused(tmp_path, segmented):
     assert "\n" not in str(err.value)
 
 
-def test_the_check_decodes_the_first_segments_names_whole_when_the_tail_is_big(tmp_path, segmented, monkeypatch):
+def test_the_check_finds_the_tails_names_together_when_the_tail_is_big(tmp_path, segmented, monkeypatch):
     two_segments(tmp_path, n=5)
     monkeypatch.setattr(_codec, "_SEARCH_SHARE", 10**6)  # the bulk way, whatever the sizes
     resign(tmp_path, undelete_first)
