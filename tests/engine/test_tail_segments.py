@@ -111,3 +111,14 @@ def test_statistics_and_a_whole_save_read_every_later_list(tmp_path, unmerged):
     merged = KnowledgeBase.load(tmp_path, analyzer=plain)
     for q in QUERIES:
         assert top(merged, q) == top(reference, q), q
+
+
+def test_a_bulk_add_by_workers_after_a_load_reads_the_later_postings_first(tmp_path, unmerged):
+    live = segmented(tmp_path)
+    kb = KnowledgeBase.load(tmp_path, analyzer=plain)
+    items = [(f"late{i % 4} t{i % 10} only{i % 4}x{i % 3} bulk{i}", f"bulk{i}.md") for i in range(40)]
+    kb.add_texts(items, jobs=2)  # counted by workers, added list by list (add_chunks)
+    live.update((source, text) for text, source in items)
+    reference = fresh_build(live)
+    for q in [*QUERIES, "bulk7 late2", "only2x2 t3"]:
+        assert top(kb, q) == top(reference, q), q
