@@ -128,6 +128,7 @@ class KnowledgeBase:
         return self._index.n_docs
 
     def __repr__(self) -> str:
+        # (Terms read so far: a load's later segments' join as they are read.)
         n_sources, n_terms = len(self._corpus.sources.all()), len(self._index.terms)
         return f"<KnowledgeBase {n_sources} sources, {len(self)} chunks, {n_terms} terms>"
 

@@ -53,7 +53,8 @@ class IndexColumns:
         # Largest impact of each list; -1.0: not computed yet.
         self.maxes: array[float] = array("f")
         self.imp_gen: list[int] = []
-        self.pending: dict[int, list[int]] = Pending()
+        # (A load's later segments join it term by term as read: see _vocab.LazyPending.)
+        self.pending: Pending = Pending()
         # Terms whose pending postings were folded into their lists since the
         # last commit: with ``pending``, the terms a commit's new segment holds.
         self.touched: set[int] = set()
@@ -99,9 +100,13 @@ class IndexColumns:
         return ids
 
     def saved_id(self, term: str) -> int | None:
-        """The id of ``term`` in a loaded dictionary not yet in ``vocab``, or None."""
+        """The id of ``term`` in a loaded dictionary not yet in ``vocab``, or None.  A term only
+        a later segment holds, its lists not yet read (see ``_vocab.LazyPending``), gets its id here."""
         terms = self.terms
-        return terms.find(term) if isinstance(terms, TermList) else None
+        tid = terms.find(term) if isinstance(terms, TermList) else None
+        if tid is None and self.pending.holds(term):
+            return self._new_term(term)
+        return tid
 
     def term_id(self, term: str) -> int | None:
         """The id of ``term``, or None when the index has never seen it."""

@@ -78,6 +78,7 @@ def local_stats(index: InvertedIndex, terms: Iterable[str] | None = None) -> Col
     term_id = index.term_id
     df: dict[str, int] = {}
     if terms is None:
+        index.pending.read_all()  # every term of a load's later segments known first
         packed = index.packed()
         if packed is not None and len(packed.offsets) == len(index.terms) + 1:
             # Loaded or bulk-built and unchanged since: the list lengths are

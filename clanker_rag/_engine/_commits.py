@@ -8,7 +8,8 @@ sources as one new segment (term frequencies only), marks the removed ones
 deleted in the segment that holds them (found by name, newest segment
 first, so merges never need the knowledge base to renumber anything), runs
 the merges the policy asks for, and writes the new commit point.  A load
-replays every segment after the first into the index (:func:`replay`).
+replays every segment after the first into the index (:func:`replay`): its
+sources, chunks and statistics at once, its lists as the index reads them.
 
 A committed chunk that is removed (by a load's deletion marks or by
 ``remove``) leaves the statistics at once but its postings only when the
@@ -22,20 +23,23 @@ from __future__ import annotations
 
 import logging
 from array import array
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from itertools import chain, compress, count, repeat
-from operator import attrgetter, is_not
+from itertools import accumulate, chain, compress, count, repeat
+from operator import add, attrgetter, is_not, sub
 from pathlib import Path
 from typing import Any
 
 from .._storage import _codec, _segments, _writer
 from ._index import InvertedIndex
-from ._replay import add_lists, postings_since
+from ._replay import TailLists, add_stats, postings_since
 from ._sources import ChunkTable, Doc
 
 __all__ = ["Commits", "drop_postings", "replay", "whole_snapshot"]
 
 log = logging.getLogger(__name__)
+
+_consume: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend
 
 
 class Commits:
@@ -142,8 +146,11 @@ def _marked(seg: _codec.Segment, deleted: set[int]) -> _segments.SegmentRecord:
     return seg.record._replace(deleted=tuple(sorted(deleted)), deleted_chunks=gone)
 
 
-def replay(seg: _codec.Segment, ct: ChunkTable, index: InvertedIndex, put: Callable[[Doc], None]) -> None:
-    """Add a loaded segment after the first: its live sources (each given to ``put``), chunks and postings."""
+def replay(
+    seg: _codec.Segment, ct: ChunkTable, index: InvertedIndex, put: Callable[[Doc], None], tails: TailLists
+) -> None:  # fmt: skip
+    """Add a loaded segment after the first: its live sources (each given to ``put``), chunks and
+    statistics; its lists go to ``tails``, read into the index term by term (see ``_replay``)."""
     snap = seg.snap
     src, cols = snap.sources, snap.chunks
     firsts = src.first_chunks
@@ -153,38 +160,38 @@ def replay(seg: _codec.Segment, ct: ChunkTable, index: InvertedIndex, put: Calla
     # A source's text and fingerprint stay in the mapped segment until something reads them
     # (as the first segment's do): a merged tail segment can hold an eighth of the index.
     store = texts if isinstance(texts, _codec.SourceStore) else None
-    renumber = array("i", repeat(-1, len(cols.source)))
-    live: list[int] = []
-    per_chunk: list[Doc] = []
-    names = list(src.names)  # decoded together (a merged tail segment holds tens of thousands)
-    base = len(ct)
-    for number in range(len(src.chars)):
-        if number in deleted:
-            continue
-        run = range(firsts[number], firsts[number + 1])
-        start = base + len(live)
-        doc = Doc(
-            names[number],
-            None if isinstance(texts, _codec.SourceStore) else str(texts[number]),
-            src.metadata[number],
-            None if isinstance(fps, _codec.SourceStore) else fps[number],
-            number if store is not None else -1,
-            store,
-            own_cids=list(range(start, start + len(run))),
+    n_sources = len(src.chars)
+    numbers: Sequence[int] = range(n_sources) if not deleted else [i for i in range(n_sources) if i not in deleted]
+    # Each live source's run of chunks, and its chunks' ids here: C-level passes, no step per
+    # source or chunk in Python (a merged tail segment holds tens of thousands of each).
+    firsts_of = list(map(firsts.__getitem__, numbers))
+    ends_of = list(map(firsts.__getitem__, map(add, numbers, repeat(1))))
+    counts = list(map(sub, ends_of, firsts_of))
+    starts = list(accumulate(counts, initial=len(ct)))
+    names = list(src.names)  # decoded together
+    docs = list(
+        map(
+            Doc,
+            map(names.__getitem__, numbers),
+            repeat(None) if isinstance(texts, _codec.SourceStore) else (str(texts[i]) for i in numbers),
+            map(src.metadata.__getitem__, numbers),
+            repeat(None) if isinstance(fps, _codec.SourceStore) else map(fps.__getitem__, numbers),
+            numbers if store is not None else repeat(-1),
+            repeat(store),
+            map(range, starts, starts[1:]),
         )
-        for new, old in enumerate(run, start):
-            renumber[old] = new
-        live.extend(run)
-        per_chunk.extend(repeat(doc, len(run)))
-        put(doc)
-    bounds = array("q")
-    for old in live:
-        bounds.extend((cols.start[old], cols.end[old], cols.start_line[old], cols.end_line[old]))
+    )
+    _consume(map(put, docs))
+    live = list(chain.from_iterable(map(range, firsts_of, ends_of)))
+    renumber = array("i", repeat(-1, len(cols.source)))
+    _consume(map(renumber.__setitem__, live, range(starts[0], starts[-1])))
+    # Each live chunk's start, end, start line and end line.
+    columns = (cols.start, cols.end, cols.start_line, cols.end_line)
+    bounds = array("q", chain.from_iterable(zip(*(map(col.__getitem__, live) for col in columns))))
+    per_chunk = list(chain.from_iterable(map(repeat, docs, counts)))
     ct.extend(per_chunk, map(cols.ordinal.__getitem__, live), bounds, map(cols.section.__getitem__, live))
-    post = snap.postings
-    tids = index.ids_of(list(post.terms))
-    dls: Sequence[int] = array("i", map(cols.length.__getitem__, live))
-    add_lists(index, dls, tids, post.offsets, post.chunks, post.tfs, renumber)
+    add_stats(index, array("i", map(cols.length.__getitem__, live)))
+    tails.add(snap.postings, renumber, seg.record.file)
 
 
 def drop_postings(

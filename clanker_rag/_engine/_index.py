@@ -164,6 +164,7 @@ class InvertedIndex(SweptColumns):
 
     def refresh(self) -> None:
         """Bring every term's impacts and impact order up to date (before a save)."""
+        self.pending.read_all()  # a load's later segments, every term of them
         if self.held.cids:
             # The bulk passes read lists raw: none may hold a removed chunk.  Each removal
             # changed the statistics, so every list is repacked anyway: the held chunks

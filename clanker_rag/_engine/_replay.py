@@ -1,61 +1,163 @@
-"""An index's lists as segments: replaying a saved segment into it, and the postings added since a commit.
+"""An index's lists as segments: a loaded segment's lists read into it on demand, and the postings added since a commit.
 
 A commit (see ``_storage/_segments.py``) writes the chunks added since the
-last one as a new segment of term frequencies, and a load replays every
-segment after the first into the index as pending postings: the same lists,
-statistics and impacts as adding those chunks one by one.  Both work on the
-index's public columns (``pending``, ``docs``, ``tfs``, ``touched``, ``dl``
-and the statistics), never on its search machinery.
+last one as a new segment of term frequencies.  A load adds each segment
+after the first to the index's statistics at once (chunk lengths, counts)
+but leaves its lists in the mapped data file: :class:`TailLists` hands a
+term's postings to the index's pending ones (``_vocab.LazyPending``) the
+first time the index reads the term, and every term's only before something
+reads every list (a whole save, a full scan).  A search then reads its few
+terms' postings, not the segments', and the lists, statistics and impacts are
+those of adding the segments' chunks one by one.  Both work on the index's
+public columns (``pending``, ``docs``, ``tfs``, ``touched``, ``dl`` and the
+statistics), never on its search machinery.
 """
 
 from __future__ import annotations
 
+import weakref
 from array import array
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from itertools import accumulate, chain, compress, repeat
 from operator import ne
 
-from .._storage._codec import Ints, Postings
+from .._exceptions import IndexFormatError
+from .._storage._codec import Ints, PostingChecks, Postings, TermList
 from .._storage._tf_column import Tfs
 from ._index import InvertedIndex
 
-__all__ = ["add_lists", "postings_since"]
+__all__ = ["TailLists", "add_stats", "postings_since"]
 
 
-def add_lists(
-    index: InvertedIndex, dls: Sequence[int], tids: Sequence[int], offsets: Ints, chunks: Ints, tfs: Tfs,
-    renumber: Sequence[int],
-) -> None:  # fmt: skip
-    """Add ``len(dls)`` chunks (ids from ``len(index.dl)`` on, of lengths ``dls``) given list by list:
-    term ``tids[t]`` holds ``chunks[offsets[t]:offsets[t + 1]]`` (ids of the segment, mapped by
-    ``renumber``; -1 leaves a posting out) with those ``tfs``."""
-    pending = index.pending
-    if -1 not in renumber:  # every chunk kept (the usual replay): the runs cut from one pass over the segment
-        runs = list(chain.from_iterable(zip(map(renumber.__getitem__, chunks), tfs)))
-        get = pending.get
-        for tid, a, b in zip(tids, offsets, offsets[1:]):
-            if b > a:
-                have = get(tid)
-                if have is None:
-                    pending[tid] = runs[2 * a : 2 * b]
-                else:
-                    have.extend(runs[2 * a : 2 * b])
-        _add_stats(index, dls)
-        return
-    for tid, a, b in zip(tids, offsets, offsets[1:]):
-        ids = list(map(renumber.__getitem__, chunks[a:b]))
-        counts: Sequence[int] | compress[int] = tfs[a:b]
-        if -1 in ids:
-            keep = list(map(ne, ids, repeat(-1)))
-            ids = list(compress(ids, keep))
-            counts = compress(counts, keep)
-        if ids:
-            pending[tid].extend(chain.from_iterable(zip(ids, counts)))
-    _add_stats(index, dls)
+# A segment's terms are found by binary search in its dictionary (about 12 us) until the
+# searches would have decoded it whole into a dict (about 0.15 us a term) this many times over.
+_DICT_SHARE = 64
 
 
-def _add_stats(index: InvertedIndex, dls: Sequence[int]) -> None:
+@dataclass(slots=True, eq=False)
+class _Tail:
+    """One loaded segment's lists: its dictionary, offsets, chunk ids (renumbered by
+    ``renumber``, -1: a deleted source's) and frequencies."""
+
+    terms: TermList
+    offsets: Ints
+    chunks: Ints
+    tfs: Tfs
+    renumber: Sequence[int]
+    whole: bool  # no chunk left out (-1 not in renumber)
+    checks: PostingChecks | None
+    where: str
+    ids: dict[str, int] | None = None  # the terms decoded into a dict, once the searches add up to that
+    searched: int = 0
+
+    def find(self, term: str) -> int | None:
+        """The segment's number of ``term``, or None."""
+        ids = self.ids
+        if ids is None:
+            self.searched += 1
+            if self.searched * _DICT_SHARE < len(self.terms):
+                return self.terms.find(term)
+            ids = self.ids = dict(zip(self.terms, range(len(self.terms))))
+        return ids.get(term)
+
+
+class TailLists:
+    """The lists of a load's segments after the first, read into an index's pending
+    postings term by term (the ``PendingSource`` of its ``LazyPending``), in
+    segment order: chunk ids ascending, as a replay of every segment adds them."""
+
+    __slots__ = ("_index", "_tails")
+
+    def __init__(self, index: InvertedIndex) -> None:
+        # Held weakly: the index holds this (through its pending postings).
+        self._index = weakref.ref(index)
+        self._tails: list[_Tail] = []
+
+    def __len__(self) -> int:
+        return len(self._tails)
+
+    def add(self, post: Postings, renumber: Sequence[int], where: str) -> None:
+        """Segment lists ``post``, whose chunk ``i`` is the index's ``renumber[i]`` (-1: left out)."""
+        assert isinstance(post.terms, TermList)  # (a loaded segment's)
+        self._tails.append(
+            _Tail(post.terms, post.offsets, post.chunks, post.tfs, renumber, -1 not in renumber, post.checks, where)
+        )
+
+    def _owner(self) -> InvertedIndex:
+        index = self._index()
+        if index is None:
+            raise ReferenceError("the index these lists belong to is gone")
+        return index
+
+    def holds(self, term: str) -> bool:
+        return any(tail.find(term) is not None for tail in self._tails)
+
+    def take(self, tid: int) -> list[int] | None:
+        term = self._owner().terms[tid]
+        out: list[int] = []
+        for tail in self._tails:
+            j = tail.find(term)
+            if j is not None:
+                out.extend(_postings(tail, j))
+        return out or None
+
+    def take_all(self, taken: set[int]) -> dict[int, list[int]]:
+        index, done = self._owner(), taken
+        out: dict[int, list[int]] = {}
+        for tail in self._tails:
+            tids = index.ids_of(list(tail.terms))
+            offsets, chunks, tfs, renumber = tail.offsets, tail.chunks, tail.tfs, tail.renumber
+            if tail.checks is not None:  # a big segment's: checked whole, as every list is read
+                for check, part in zip(tail.checks[:3], (offsets, chunks, tfs)):
+                    check(0, len(part))
+            try:
+                if tail.whole:  # the runs cut from one pass over the segment
+                    runs = list(chain.from_iterable(zip(map(renumber.__getitem__, chunks), tfs)))
+                    for tid, a, b in zip(tids, offsets, offsets[1:]):
+                        if b > a and tid not in done:
+                            have = out.get(tid)
+                            if have is None:
+                                out[tid] = runs[2 * a : 2 * b]
+                            else:
+                                have.extend(runs[2 * a : 2 * b])
+                    continue
+                for j, tid in enumerate(tids):
+                    if tid not in done:
+                        got = _postings(tail, j)
+                        if got:
+                            out.setdefault(tid, []).extend(got)
+            except IndexError:
+                raise IndexFormatError(f"{tail.where}: a posting names a chunk the segment does not hold") from None
+        self._tails = []
+        return out
+
+
+def _postings(tail: _Tail, j: int) -> list[int]:
+    """Term ``j``'s postings in ``tail`` as chunk id, tf, ... (deleted sources' left out)."""
+    checks = tail.checks
+    if checks is not None:
+        checks.offsets(j, j + 2)
+    a, b = tail.offsets[j], tail.offsets[j + 1]
+    if checks is not None:
+        checks.chunks(a, b)
+        checks.tfs(a, b)
+    try:
+        ids = list(map(tail.renumber.__getitem__, tail.chunks[a:b]))
+    except IndexError:
+        raise IndexFormatError(f"{tail.where}: a posting names a chunk the segment does not hold") from None
+    counts: Sequence[int] | compress[int] = tail.tfs[a:b]
+    if not tail.whole and -1 in ids:
+        keep = list(map(ne, ids, repeat(-1)))
+        ids = list(compress(ids, keep))
+        counts = compress(counts, keep)
+    return list(chain.from_iterable(zip(ids, counts)))
+
+
+def add_stats(index: InvertedIndex, dls: Sequence[int]) -> None:
+    """Chunks of lengths ``dls`` (ids from ``len(index.dl)`` on) join the statistics
+    (their postings: :class:`TailLists`)."""
     index.dl.extend(dls)
     index.n_docs += len(dls)
     index.total_len += sum(dls)
@@ -68,7 +170,8 @@ def postings_since(index: InvertedIndex, boundary: int, renumber: Mapping[int, i
     terms: list[str] = []
     lengths: list[int] = []
     p_docs, p_tfs = array("i"), array("I")
-    for tid in sorted(index.touched.union(index.pending)):
+    # Chunks since the commit are read: a term not yet read from a loaded segment has none.
+    for tid in sorted(index.touched.union(index.pending.present())):
         cids: list[int] = []
         counts: list[int] = []
         docs, tfs = index.docs[tid], index.tfs[tid]

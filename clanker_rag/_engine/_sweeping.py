@@ -94,6 +94,7 @@ class SweptColumns(IndexColumns):
         return short
 
     def fold_all(self) -> None:
+        self.pending.read_all()  # every term known first
         for tid in range(len(self.terms)):
             self.fold(tid)
         self.held.swept_all()  # no list holds a held chunk any more
@@ -126,6 +127,7 @@ class SweptColumns(IndexColumns):
 
     def purge(self, cid: int) -> None:
         """Drop chunk ``cid`` from every posting list (a full scan: the slow path of a removal)."""
+        self.pending.read_all()
         for tid in range(len(self.terms)):
             self._drop(tid, cid)
 

@@ -40,8 +40,10 @@ from ._commits import Commits, drop_postings, replay, whole_snapshot
 from ._counting import CountedChunk, CountedTexts, TermIds, span_counts
 from ._index import InvertedIndex
 from ._prepared import Counted, TextItem
+from ._replay import TailLists
 from ._scoring import BM25
 from ._sources import ChunkDocs, ChunkTable, Doc, LoadedSources, SourceMap, source_fingerprint
+from ._vocab import LazyPending
 
 __all__ = ["Corpus", "IndexWriter"]
 
@@ -298,8 +300,11 @@ class IndexWriter:
             for number in first.record.deleted:
                 self.drop(loaded.doc(number), loading=True)
                 corpus.sources.hide(number)
+        tails = TailLists(corpus.index)
         for seg in opened.segments[1:]:
-            replay(seg, corpus.chunks, corpus.index, corpus.sources.put)
+            replay(seg, corpus.chunks, corpus.index, corpus.sources.put, tails)
+        if len(tails):  # their lists stay in the data files until read
+            corpus.index.pending = LazyPending(corpus.index.pending, tails)
         corpus.index.settled = corpus.index.gen
         self.path = folder if folder.is_dir() else folder.parent
         self.data_files = [f for f in (seg.snap.data_file for seg in opened.segments) if f is not None]

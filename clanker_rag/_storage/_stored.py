@@ -14,9 +14,9 @@ inconsistent column is an ``IndexFormatError`` before any of it is used.
 from __future__ import annotations
 
 import os
-from bisect import bisect_left
-from collections.abc import Callable, Iterator, Sequence
-from itertools import pairwise
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Collection, Iterator, Sequence
+from itertools import compress, count, pairwise
 from operator import gt
 from typing import TYPE_CHECKING, Union
 
@@ -256,6 +256,33 @@ class SourceNames:
             self._check(0, len(self._blob))
         return iter(strings(self._blob, self._offsets.values, self.where))
 
+    def raw(self) -> tuple[bytes, Ints]:
+        """The names' bytes and offsets, their blocks checked (not the offsets' order:
+        offsets out of order only cut other bytes, never outside the names)."""
+        offsets = self._offsets
+        if offsets._check is not None:
+            offsets._check(0, len(offsets.values))
+        if self._check is not None:
+            self._check(0, len(self._blob))
+        return bytes(self._blob), offsets.values
+
+    def numbers_of(self, wanted: Collection[str]) -> dict[str, int]:
+        """The numbers of those of ``wanted`` this column names: compared as UTF-8 bytes in
+        C-level passes over every name, none decoded; a name found is read back through
+        :meth:`__getitem__`'s checks."""
+        keys = {name.encode("utf-8", "surrogatepass") for name in wanted}
+        blob, values = self.raw()
+        bounds = values.tolist()
+        pieces = map(blob.__getitem__, map(slice, bounds[:-1], bounds[1:]))
+        found = list(compress(count(), map(keys.__contains__, pieces)))
+        return {name: i for name, i in zip(map(self.__getitem__, found), found) if name in wanted}
+
+
+# Sorted names between two fences of NameIndex.numbers_of, and the share of names wanted past
+# which comparing every name costs less.
+_FENCE = 32
+_BULK_SHARE = 16
+
 
 class NameIndex:
     """A segment's source numbers by name: ``find`` is a binary search that decodes about 18 names.
@@ -293,6 +320,48 @@ class NameIndex:
         if i < len(self) and self[i] == name:
             return self.number(i)
         return None
+
+    def numbers_of(self, wanted: Collection[str]) -> dict[str, int]:
+        """The numbers of those of ``wanted`` this segment names, as :meth:`find` gives them.
+
+        Compared as UTF-8 bytes (whose order is the names' order): every
+        ``_FENCE``-th name in sorted order is cut out in C-level passes, each
+        wanted name placed among them by a C-level bisection and then among
+        the few names between two, through a one-line key (a few tenths of a
+        microsecond a name, against several microseconds for :meth:`find`'s).
+        With many names wanted (a sixteenth of those here), every name is
+        compared instead (:meth:`SourceNames.numbers_of`)."""
+        names = self._names
+        if not isinstance(names, SourceNames):  # (a snapshot held in memory)
+            return {name: number for number, name in enumerate(names) if name in wanted}
+        n = len(self._sorted)
+        if len(wanted) * _BULK_SHARE >= n:
+            return names.numbers_of(wanted)
+        if self._check is not None:
+            self._check(0, n)
+        blob, values = names.raw()
+        ranks = self._sorted
+        size = len(values) - 1
+
+        def key(rank: int) -> bytes:
+            number = ranks[rank]
+            if not 0 <= number < size:
+                raise IndexFormatError(f"{self.where}: the sorted source names name a source that does not exist")
+            return blob[values[number] : values[number + 1]]
+
+        fences = list(map(key, range(0, n, _FENCE)))
+        out: dict[str, int] = {}
+        for name in wanted:
+            target = name.encode("utf-8", "surrogatepass")
+            lo = (bisect_right(fences, target) - 1) * _FENCE
+            if lo < 0:
+                continue
+            i = bisect_left(range(n), target, lo, min(lo + _FENCE, n), key=key)
+            if i < n and key(i) == target:
+                number = ranks[i]
+                if names[number] == name:  # (read back with its checks)
+                    out[name] = number
+        return out
 
 
 def strings(blob: memoryview, offsets: Ints, where: str) -> list[str]:

@@ -72,7 +72,7 @@ def test_a_live_source_in_two_segments_is_refused(tmp_path, segmented):
     assert "\n" not in str(err.value)
 
 
-def test_the_check_decodes_the_first_segments_names_whole_when_the_tail_is_big(tmp_path, segmented, monkeypatch):
+def test_the_check_finds_the_tails_names_together_when_the_tail_is_big(tmp_path, segmented, monkeypatch):
     two_segments(tmp_path, n=5)
     monkeypatch.setattr(_codec, "_SEARCH_SHARE", 10**6)  # the bulk way, whatever the sizes
     resign(tmp_path, undelete_first)
@@ -89,3 +89,23 @@ def test_a_commit_a_save_wrote_loads_and_a_removal_leaves_no_copy(tmp_path, segm
     kb.remove("s3.md")
     kb.save(merge=False)
     assert KnowledgeBase.load(tmp_path, analyzer=plain).search("word3", 10) == []
+
+
+@pytest.mark.parametrize("fence", [1, 3, 32])
+@pytest.mark.parametrize("bulk_share", [1, 10**6])
+def test_names_found_together_are_those_found_one_by_one(tmp_path, monkeypatch, fence, bulk_share):
+    from clanker_rag._storage import _stored
+
+    monkeypatch.setattr(_stored, "_FENCE", fence)
+    monkeypatch.setattr(_stored, "_BULK_SHARE", bulk_share)  # 1: fences and a bisection; 10**6: every name
+    names = [f"{prefix}{i}" for i, prefix in enumerate(["a/", "é/", "z", "日本/", "a/b", "\udc80x"] * 30)]
+    kb = KnowledgeBase(chunk_size=8, stride=4, analyzer=plain)
+    for name in names:
+        kb.add_text(f"text of {name}", name)
+    kb.save(tmp_path)
+    index = _codec.read(tmp_path).segments[0].names
+    assert index is not None
+    wanted = {*names[::7], "a/", "zz", "", "日本/9999", "\udc80", names[-1] + "x", min(names), max(names)}
+    expected = {name: index.find(name) for name in wanted}
+    assert index.numbers_of(wanted) == {name: n for name, n in expected.items() if n is not None}
+    assert set(index.numbers_of(wanted)) == {*names[::7], min(names), max(names)}
