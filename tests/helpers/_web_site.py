@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import json
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -55,6 +56,16 @@ class Site:
         status, _, body = self.request("GET", path, headers=headers)
         assert status == 200, (status, body)
         return json.loads(body)
+
+    def finished_records(self) -> list[dict[str, Any]]:
+        """The trace's records once none is running: a record ends after its response's last byte
+        is written, so a client that has read its answer may ask a moment before that (a bounded wait)."""
+        deadline = time.monotonic() + 10
+        while True:
+            records: list[dict[str, Any]] = self.get_json("/clanker-rag/trace")["records"]
+            if all(r["status"] != "running" for r in records) or time.monotonic() > deadline:
+                return records
+            time.sleep(0.01)
 
     def chat(self, question: str, headers: dict[str, str] | None = None) -> dict[str, Any]:
         body = json.dumps({"messages": [{"role": "user", "content": question}]}).encode()

@@ -122,7 +122,7 @@ def test_a_foreign_origin_or_host_cannot_read_the_endpoints(site_of) -> None:
 def test_a_proxied_request_is_traced_with_its_injection() -> None:
     with proxy_site() as site:
         site.chat("Which port does the gateway use?")
-        records = site.get_json("/clanker-rag/trace")["records"]
+        records = site.finished_records()
         assert len(records) == 1
         rec = records[0]
         assert rec["kind"] == "chat" and rec["status"] == "done" and rec["http_status"] == 200
@@ -140,7 +140,7 @@ def test_a_proxied_request_is_traced_with_its_injection() -> None:
 def test_an_upfront_injection_of_a_forwarded_request_is_traced() -> None:
     with proxy_site(live=False) as site:
         site.chat("Which port does the gateway use?")
-        (rec,) = site.get_json("/clanker-rag/trace")["records"]
+        (rec,) = site.finished_records()
         (inj,) = rec["injections"]
         assert inj["passages"][0]["source"] == "docs/ports.md" and "7341" in inj["block"]
 
@@ -150,7 +150,7 @@ def test_the_trace_keeps_the_last_n_newest_first_and_appends_every_one_to_its_fi
     with proxy_site(trace_size=2, trace_file=log_file) as site:
         for question in ("Which port?", "Which licence?", "Which gateway port?"):
             site.chat(question)
-        records = site.get_json("/clanker-rag/trace")["records"]
+        records = site.finished_records()
     assert [r["question"] for r in records] == ["Which gateway port?", "Which licence?"]
     lines = [json.loads(line) for line in log_file.read_text(encoding="utf-8").splitlines()]
     assert [r["question"] for r in lines] == ["Which port?", "Which licence?", "Which gateway port?"]
@@ -160,10 +160,10 @@ def test_the_trace_keeps_the_last_n_newest_first_and_appends_every_one_to_its_fi
 def test_the_event_stream_sends_kept_records_then_each_change() -> None:
     with proxy_site() as site:
         site.chat("Which licence applies?")
+        site.finished_records()
         sock = socket.create_connection(("127.0.0.1", site.port), timeout=10)
-        with sock:
+        with sock, sock.makefile("rb") as reader:
             sock.sendall(f"GET /clanker-rag/trace/events HTTP/1.1\r\nHost: 127.0.0.1:{site.port}\r\n\r\n".encode())
-            reader = sock.makefile("rb")
             assert reader.readline().startswith(b"HTTP/1.1 200")
             while reader.readline() not in (b"\r\n", b""):
                 pass
@@ -185,7 +185,6 @@ def test_the_event_stream_sends_kept_records_then_each_change() -> None:
             while seen[-1]["status"] == "running":
                 seen.append(next_record())
             assert seen[-1]["injections"][0]["passages"][0]["source"] == "docs/ports.md"
-            reader.close()
         asking.join(10)
 
 

@@ -21,7 +21,7 @@ def test_each_retrieve_call_of_a_native_round_is_traced_with_its_tool_message() 
     )
     with native_site(*answers) as (site, upstream):
         answer = site.chat("Which port and which licence?")
-        (rec,) = site.get_json("/clanker-rag/trace")["records"]
+        (rec,) = site.finished_records()
         bodies: list[dict[str, Any]] = [r["body"] for r in upstream.requests]
     assert answer["choices"][0]["message"]["content"] == "Checking. Port 7341 [1], MIT licence [1]."
     assert rec["status"] == "done" and rec["http_status"] == 200
