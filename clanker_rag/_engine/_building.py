@@ -22,6 +22,7 @@ from .._storage._codec import Floats, Ints, TermList, copy_array
 from ._held import Held
 from ._packed_lists import PackedLists
 from ._scoring import BM25
+from ._term_column import TermColumn
 from ._vocab import Pending, Vocabulary
 
 __all__ = ["IndexColumns"]
@@ -45,14 +46,15 @@ class IndexColumns:
         self.terms: list[str] | TermList = []
         # None: not yet cut out of the packed lists (see _adopt_lists).
         # A view of the packed lists until the list changes, then an array of its own.
-        self.docs: list[Ints | None] = []
-        self.tfs: list[Ints | None] = []
-        self.imps: list[Floats | None] = []
+        self.docs: TermColumn[Ints | None] = TermColumn(0, None)
+        self.tfs: TermColumn[Ints | None] = TermColumn(0, None)
+        self.imps: TermColumn[Floats | None] = TermColumn(0, None)
         # The packed lists (mapped at load, or packed by a bulk pass) and their impact orders.
         self.packed_lists: PackedLists | None = None
         # Largest impact of each list; -1.0: not computed yet.
-        self.maxes: array[float] = array("f")
-        self.imp_gen: list[int] = []
+        self.maxes: TermColumn[float] = TermColumn(0, 0.0)
+        # The generation each term's impacts were computed in (-1: stale).
+        self.imp_gen: TermColumn[int] = TermColumn(0, -1)
         # (A load's later segments join it term by term as read: see _vocab.LazyPending.)
         self.pending: Pending = Pending()
         # Terms whose pending postings were folded into their lists since the
@@ -77,9 +79,9 @@ class IndexColumns:
         # Arrays are created on first use (fold): most terms of a big build
         # only ever live in the packed lists that refresh() makes.
         for column in (self.docs, self.tfs, self.imps):
-            column.extend(repeat(None, n))
-        self.maxes.extend(repeat(0.0, n))
-        self.imp_gen.extend(repeat(-1, n))
+            column.grow(None, n)
+        self.maxes.grow(0.0, n)
+        self.imp_gen.grow(-1, n)
         return tid
 
     def ids_of(self, terms: list[str]) -> list[int]:

@@ -21,7 +21,7 @@ from array import array
 from collections.abc import Container, Iterable, Mapping
 from functools import partial
 from itertools import accumulate, compress, repeat
-from operator import mul, ne
+from operator import mul
 
 from .._exceptions import IndexFormatError
 from .._storage._codec import Floats, Ints, Postings, TermList, copy_array
@@ -40,6 +40,7 @@ from ._pruning import Ranked
 from ._scoring import BM25, TermExplanation, term_impacts
 from ._stale import StaleTerm, saved_under, stale_term
 from ._sweeping import SweptColumns
+from ._term_column import TermColumn, floats
 
 __all__ = ["InvertedIndex", "TermExplanation"]
 
@@ -110,8 +111,8 @@ class InvertedIndex(SweptColumns):
                 stats=BaseStats(index.n_docs, index.total_len, len(index.dl)),
             )
         )
-        if postings.maxes is not None:
-            index.maxes = copy_array("f", postings.maxes)
+        if postings.maxes is not None:  # read in place (checked whole at load)
+            index.maxes = TermColumn(len(postings.maxes), -1.0, postings.maxes)
         if postings.order_offsets is not None and postings.positions is not None:
             index.orders.packed = PackedOrders(
                 postings.order_offsets, postings.positions, index.gen, checks=checks, wide=postings.wide_orders
@@ -131,12 +132,11 @@ class InvertedIndex(SweptColumns):
         self.stale_terms = {}
         self.stale_trust = 0
         self.held.since_packed = set()
+        # Nothing per term until a term is read (see _term_column): -1.0, a maximum not computed yet.
         n = lists.n_terms
-        self.docs = [None] * n
-        self.tfs = [None] * n
-        self.imps = [None] * n
-        self.maxes = array("f", [-1.0]) * n
-        self.imp_gen = [self.gen] * n
+        self.docs, self.tfs, self.imps = TermColumn(n, None), TermColumn(n, None), TermColumn(n, None)
+        self.maxes = TermColumn(n, -1.0)
+        self.imp_gen = TermColumn(n, self.gen)
 
     def df(self, term: str) -> int:
         tid = self.term_id(term)
@@ -171,12 +171,12 @@ class InvertedIndex(SweptColumns):
             # go in that pass (see _refreeze), not list by list.
             self._refreeze()
             return
-        if self.packed_lists is None and self.docs.count(None) == len(self.docs):
+        if self.packed_lists is None and self.docs.count_not(None) == 0:
             self._freeze()
             return
         if self._packed_current():
             return  # nothing changed since the lists were packed (or loaded)
-        if 2 * sum(map(ne, self.imp_gen, repeat(self.gen))) > len(self.terms):
+        if 2 * self.imp_gen.count_not(self.gen) > len(self.terms):
             # Most terms are stale (any add or remove changes N and the
             # average length for all of them): repack and recompute in bulk.
             self._refreeze()
@@ -199,11 +199,12 @@ class InvertedIndex(SweptColumns):
         lists = self.packed_lists
         pending = self.pending
         held = self.held
+        cut = self.docs.values  # the lists cut out of the packed ones (a C-level lookup a term)
         # The pass drops what ``held`` records from every list: reads meanwhile need not sweep.
         self.held = Held()
         try:
             for tid in range(len(self.terms)):
-                if lists is not None and self.docs[tid] is None and lists.holds(tid) and tid not in pending:
+                if lists is not None and cut.get(tid) is None and lists.holds(tid) and tid not in pending:
                     raw_docs, raw_tfs = lists.raw(tid)  # (checks the blocks of both)
                     docs.frombytes(raw_docs)
                     extend_ints(tfs, raw_tfs)  # may be saved narrower
@@ -266,12 +267,13 @@ class InvertedIndex(SweptColumns):
         offsets = array("q", accumulate(lengths, initial=0))
         self._adopt_lists(PackedLists(offsets, docs, tfs, imps, self.gen, stats=stats))
         if maxes is not None and 0 not in lengths:
-            self.maxes = maxes
+            self.maxes = TermColumn(len(maxes), -1.0, maxes)
         elif 0 not in lengths:
             # Every list's largest impact, which a save writes, in C-level passes over views of the
             # lists (a Python step per term otherwise, once the save asks for them).
             view = memoryview(imps)
-            self.maxes = array("f", map(max, map(view.__getitem__, map(slice, offsets[:-1], offsets[1:]))))
+            tops = array("f", map(max, map(view.__getitem__, map(slice, offsets[:-1], offsets[1:]))))
+            self.maxes = TermColumn(len(tops), -1.0, tops)
         self.orders.packed = PackedOrders(order_offsets_of(lengths, ORDER_MIN), positions, self.gen)
 
     def live_terms(self) -> int:
@@ -307,7 +309,7 @@ class InvertedIndex(SweptColumns):
             return None
         lists, orders = self.packed_lists, self.orders.packed
         assert lists is not None and orders is not None
-        return packed_postings(self.terms, lists, orders, self.maxes, ORDER_MIN)
+        return packed_postings(self.terms, lists, orders, floats(self.maxes), ORDER_MIN)
 
     def saved_postings(self, renumber: list[int] | None = None) -> Postings:
         """What a save writes (see :meth:`packed`), after a :meth:`refresh`:
