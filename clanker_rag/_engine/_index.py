@@ -111,8 +111,10 @@ class InvertedIndex(SweptColumns):
                 stats=BaseStats(index.n_docs, index.total_len, len(index.dl)),
             )
         )
-        if postings.maxes is not None:  # read in place (checked whole at load)
-            index.maxes = TermColumn(len(postings.maxes), -1.0, postings.maxes)
+        if postings.maxes is not None:  # read in place, each checked when first read
+            index.maxes = TermColumn(
+                len(postings.maxes), -1.0, postings.maxes, None if checks is None else checks.maxes
+            )
         if postings.order_offsets is not None and postings.positions is not None:
             index.orders.packed = PackedOrders(
                 postings.order_offsets, postings.positions, index.gen, checks=checks, wide=postings.wide_orders

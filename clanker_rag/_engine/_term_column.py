@@ -11,7 +11,7 @@ base, so a load + small add + commit pays for the terms it touches.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from itertools import repeat
 from typing import Generic, TypeVar
 
@@ -23,16 +23,23 @@ T = TypeVar("T")
 
 
 class TermColumn(Generic[T]):
-    """``n`` values by term id: those set, over ``base`` (read in place) or else ``default``."""
+    """``n`` values by term id: those set, over ``base`` (read in place) or else ``default``.
 
-    __slots__ = ("base", "default", "n", "values")
+    ``check(a, b)`` runs before base items ``a .. b - 1`` are read (a big segment's block
+    checks: a damaged saved value fails clearly when first read, not at load).
+    """
 
-    def __init__(self, n: int, default: T, base: Sequence[T] | None = None) -> None:
+    __slots__ = ("base", "check", "default", "n", "values")
+
+    def __init__(
+        self, n: int, default: T, base: Sequence[T] | None = None, check: Callable[[int, int], None] | None = None
+    ) -> None:
         if base is not None and len(base) != n:
             raise ValueError(f"a column of {n} terms over a base of {len(base)}")
         self.n = n
         self.default = default
         self.base = base
+        self.check = check
         self.values: dict[int, T] = {}
 
     def __len__(self) -> int:
@@ -45,7 +52,11 @@ class TermColumn(Generic[T]):
             if not 0 <= tid < self.n:
                 raise IndexError(f"term id {tid} out of range for {self.n} terms") from None
             base = self.base
-            return self.default if base is None else base[tid]
+            if base is None:
+                return self.default
+            if self.check is not None:
+                self.check(tid, tid + 1)
+            return base[tid]
 
     def __setitem__(self, tid: int, value: T) -> None:
         if not 0 <= tid < self.n:
@@ -73,6 +84,8 @@ class TermColumn(Generic[T]):
 def floats(column: TermColumn[float]) -> array[float]:
     """Every value of ``column`` as an ``array("f")`` (a save's largest impacts): the base, patched."""
     base = column.base
+    if base is not None and column.check is not None:
+        column.check(0, len(base))
     if isinstance(base, (array, memoryview)):
         out = copy_array("f", base)
     else:
