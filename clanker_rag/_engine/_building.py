@@ -18,6 +18,7 @@ from itertools import accumulate, chain, compress, repeat
 from operator import is_
 from typing import Any
 
+from .._exceptions import IndexFormatError
 from .._storage._codec import Floats, Ints, TermList, copy_array
 from ._held import Held
 from ._packed_lists import PackedLists
@@ -62,11 +63,38 @@ class IndexColumns:
         self.touched: set[int] = set()
         self.dl: array[int] = array("i")
         self.n_docs = 0
-        self.total_len = 0
+        # The sum of ``dl``: a load takes the saved one, checked against the saved
+        # lengths when first read (see :meth:`trust_total`).
+        self._total_len = 0
+        self._unchecked_total: tuple[Ints, str] | None = None
+        self._saved_total = 0
         self.gen = 0
         # The one record of removed chunks (see _held): those whose postings stay in the lists
         # until each list is next read, and those removed since the lists were packed.
         self.held = Held()
+
+    @property
+    def total_len(self) -> int:
+        if self._unchecked_total is not None:
+            lengths, where = self._unchecked_total
+            if sum(lengths) != self._saved_total:
+                raise IndexFormatError(f"{where}: statistics do not match the chunk table")
+            self._unchecked_total = None
+        return self._total_len
+
+    @total_len.setter
+    def total_len(self, value: int) -> None:
+        self.grow_total(value - self.total_len)
+
+    def grow_total(self, by: int) -> None:
+        """Add ``by`` to the collection's length (an add, a removal) without reading the total."""
+        self._total_len += by
+
+    def trust_total(self, saved: int, lengths: Ints, where: str) -> None:
+        """Take ``saved`` as the sum of the loaded ``lengths`` (the first of ``dl``): checked
+        against them the first time the total is read, not at load (an O(chunks) pass)."""
+        self._total_len = self._saved_total = saved
+        self._unchecked_total = (lengths, where)
 
     def _new_term(self, term: str) -> int:
         return self._new_terms([term])
@@ -135,7 +163,7 @@ class IndexColumns:
             self.dl.extend(repeat(0, gap))
         self.dl[cid] = dl
         self.n_docs += 1
-        self.total_len += dl
+        self._total_len += dl
         self.gen += 1
         return dl
 
@@ -153,7 +181,7 @@ class IndexColumns:
         self.dl.extend(repeat(0, first - len(self.dl)))
         self.dl.extend(dls)
         self.n_docs += n
-        self.total_len += sum(dls)
+        self._total_len += sum(dls)
         self.gen += n
 
     def _cut(self, tid: int) -> Ints:

@@ -78,16 +78,22 @@ class InvertedIndex(SweptColumns):
         self.stale_trust = 0
 
     @classmethod
-    def from_packed(cls, bm25: BM25, postings: Postings, lengths: Ints, *, where: str = "index") -> InvertedIndex:
+    def from_packed(
+        cls, bm25: BM25, postings: Postings, lengths: Ints, *, where: str = "index", total: int | None = None
+    ) -> InvertedIndex:
         """An index over loaded postings for chunks ``0..len(lengths)-1`` with those lengths.
 
         Every list is read in place from ``postings`` (views of the mapped
-        data file) until a change needs an array of its own.
+        data file) until a change needs an array of its own.  ``total``: the
+        lengths' saved sum, checked against them when the total is first read.
         """
         index = cls(bm25)
         index.dl = copy_array("i", lengths)
         index.n_docs = len(index.dl)
-        index.total_len = sum(index.dl)
+        if total is None:
+            index.total_len = sum(index.dl)
+        else:
+            index.trust_total(total, lengths, where)
         terms = postings.terms
         if isinstance(terms, TermList):
             index.terms = terms
@@ -108,7 +114,7 @@ class InvertedIndex(SweptColumns):
                 where=where,
                 checks=checks,
                 # A segment is scored (saved whole) under its own chunks' statistics.
-                stats=BaseStats(index.n_docs, index.total_len, len(index.dl)),
+                stats=BaseStats(index.n_docs, index._total_len, len(index.dl)),
             )
         )
         if postings.maxes is not None:  # read in place, each checked when first read
