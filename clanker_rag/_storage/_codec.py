@@ -628,7 +628,7 @@ def _read_snapshot(
     post = body["postings"]
     tables = body.get("tables")
     # A lazily checked segment's chunk columns but the lengths (which a load copies) are checked
-    # when first read (see ChunkBounds); the other parts here are read whole at load.
+    # when first read (see ChunkBounds); the lengths are read whole at load.
     later = {k: v for k, v in cols.items() if k not in ("section", "length")} if lazy and blocks is not None else {}
     scored = post.get("impacts") is not None
     if blocks is not None:  # the parts read whole at load: O(chunks), and a later segment's offsets
@@ -786,8 +786,8 @@ def _check(snap: Snapshot, where: str, *, lazy: bool = False) -> Snapshot:
 
     ``lazy`` leaves the O(sources + chunks) ones for first use: the chunk bounds
     to ``snap.bounds`` (run before the chunk table's bounds are first read),
-    the statistics to the caller (which sums the lengths anyway), the sources'
-    offsets to the columns that read them (see ``_stored``).
+    the statistics to the index (checked when its total length is first read),
+    the sources' offsets to the columns that read them (see ``_stored``).
     """
     cols = snap.chunks
     n = len(cols.source)
