@@ -18,10 +18,12 @@ from itertools import accumulate, chain, compress, repeat
 from operator import is_
 from typing import Any
 
+from .._exceptions import IndexFormatError
 from .._storage._codec import Floats, Ints, TermList, copy_array
 from ._held import Held
 from ._packed_lists import PackedLists
 from ._scoring import BM25
+from ._term_column import TermColumn
 from ._vocab import Pending, Vocabulary
 
 __all__ = ["IndexColumns"]
@@ -45,14 +47,15 @@ class IndexColumns:
         self.terms: list[str] | TermList = []
         # None: not yet cut out of the packed lists (see _adopt_lists).
         # A view of the packed lists until the list changes, then an array of its own.
-        self.docs: list[Ints | None] = []
-        self.tfs: list[Ints | None] = []
-        self.imps: list[Floats | None] = []
+        self.docs: TermColumn[Ints | None] = TermColumn(0, None)
+        self.tfs: TermColumn[Ints | None] = TermColumn(0, None)
+        self.imps: TermColumn[Floats | None] = TermColumn(0, None)
         # The packed lists (mapped at load, or packed by a bulk pass) and their impact orders.
         self.packed_lists: PackedLists | None = None
         # Largest impact of each list; -1.0: not computed yet.
-        self.maxes: array[float] = array("f")
-        self.imp_gen: list[int] = []
+        self.maxes: TermColumn[float] = TermColumn(0, 0.0)
+        # The generation each term's impacts were computed in (-1: stale).
+        self.imp_gen: TermColumn[int] = TermColumn(0, -1)
         # (A load's later segments join it term by term as read: see _vocab.LazyPending.)
         self.pending: Pending = Pending()
         # Terms whose pending postings were folded into their lists since the
@@ -60,11 +63,38 @@ class IndexColumns:
         self.touched: set[int] = set()
         self.dl: array[int] = array("i")
         self.n_docs = 0
-        self.total_len = 0
+        # The sum of ``dl``: a load takes the saved one, checked against the saved
+        # lengths when first read (see :meth:`trust_total`).
+        self._total_len = 0
+        self._unchecked_total: tuple[Ints, str] | None = None
+        self._saved_total = 0
         self.gen = 0
         # The one record of removed chunks (see _held): those whose postings stay in the lists
         # until each list is next read, and those removed since the lists were packed.
         self.held = Held()
+
+    @property
+    def total_len(self) -> int:
+        if self._unchecked_total is not None:
+            lengths, where = self._unchecked_total
+            if sum(lengths) != self._saved_total:
+                raise IndexFormatError(f"{where}: statistics do not match the chunk table")
+            self._unchecked_total = None
+        return self._total_len
+
+    @total_len.setter
+    def total_len(self, value: int) -> None:
+        self.grow_total(value - self.total_len)
+
+    def grow_total(self, by: int) -> None:
+        """Add ``by`` to the collection's length (an add, a removal) without reading the total."""
+        self._total_len += by
+
+    def trust_total(self, saved: int, lengths: Ints, where: str) -> None:
+        """Take ``saved`` as the sum of the loaded ``lengths`` (the first of ``dl``): checked
+        against them the first time the total is read, not at load (an O(chunks) pass)."""
+        self._total_len = self._saved_total = saved
+        self._unchecked_total = (lengths, where)
 
     def _new_term(self, term: str) -> int:
         return self._new_terms([term])
@@ -77,9 +107,9 @@ class IndexColumns:
         # Arrays are created on first use (fold): most terms of a big build
         # only ever live in the packed lists that refresh() makes.
         for column in (self.docs, self.tfs, self.imps):
-            column.extend(repeat(None, n))
-        self.maxes.extend(repeat(0.0, n))
-        self.imp_gen.extend(repeat(-1, n))
+            column.grow(None, n)
+        self.maxes.grow(0.0, n)
+        self.imp_gen.grow(-1, n)
         return tid
 
     def ids_of(self, terms: list[str]) -> list[int]:
@@ -133,7 +163,7 @@ class IndexColumns:
             self.dl.extend(repeat(0, gap))
         self.dl[cid] = dl
         self.n_docs += 1
-        self.total_len += dl
+        self._total_len += dl
         self.gen += 1
         return dl
 
@@ -151,7 +181,7 @@ class IndexColumns:
         self.dl.extend(repeat(0, first - len(self.dl)))
         self.dl.extend(dls)
         self.n_docs += n
-        self.total_len += sum(dls)
+        self._total_len += sum(dls)
         self.gen += n
 
     def _cut(self, tid: int) -> Ints:

@@ -18,10 +18,11 @@ posting; that is the whole trick behind the speed.
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_left
 from collections.abc import Container, Iterable, Mapping
 from functools import partial
 from itertools import accumulate, compress, repeat
-from operator import mul, ne
+from operator import mul
 
 from .._exceptions import IndexFormatError
 from .._storage._codec import Floats, Ints, Postings, TermList, copy_array
@@ -40,6 +41,7 @@ from ._pruning import Ranked
 from ._scoring import BM25, TermExplanation, term_impacts
 from ._stale import StaleTerm, saved_under, stale_term
 from ._sweeping import SweptColumns
+from ._term_column import TermColumn, floats
 
 __all__ = ["InvertedIndex", "TermExplanation"]
 
@@ -77,16 +79,22 @@ class InvertedIndex(SweptColumns):
         self.stale_trust = 0
 
     @classmethod
-    def from_packed(cls, bm25: BM25, postings: Postings, lengths: Ints, *, where: str = "index") -> InvertedIndex:
+    def from_packed(
+        cls, bm25: BM25, postings: Postings, lengths: Ints, *, where: str = "index", total: int | None = None
+    ) -> InvertedIndex:
         """An index over loaded postings for chunks ``0..len(lengths)-1`` with those lengths.
 
         Every list is read in place from ``postings`` (views of the mapped
-        data file) until a change needs an array of its own.
+        data file) until a change needs an array of its own.  ``total``: the
+        lengths' saved sum, checked against them when the total is first read.
         """
         index = cls(bm25)
         index.dl = copy_array("i", lengths)
         index.n_docs = len(index.dl)
-        index.total_len = sum(index.dl)
+        if total is None:
+            index.total_len = sum(index.dl)
+        else:
+            index.trust_total(total, lengths, where)
         terms = postings.terms
         if isinstance(terms, TermList):
             index.terms = terms
@@ -107,11 +115,13 @@ class InvertedIndex(SweptColumns):
                 where=where,
                 checks=checks,
                 # A segment is scored (saved whole) under its own chunks' statistics.
-                stats=BaseStats(index.n_docs, index.total_len, len(index.dl)),
+                stats=BaseStats(index.n_docs, index._total_len, len(index.dl)),
             )
         )
-        if postings.maxes is not None:
-            index.maxes = copy_array("f", postings.maxes)
+        if postings.maxes is not None:  # read in place, each checked when first read
+            index.maxes = TermColumn(
+                len(postings.maxes), -1.0, postings.maxes, None if checks is None else checks.maxes
+            )
         if postings.order_offsets is not None and postings.positions is not None:
             index.orders.packed = PackedOrders(
                 postings.order_offsets, postings.positions, index.gen, checks=checks, wide=postings.wide_orders
@@ -131,12 +141,11 @@ class InvertedIndex(SweptColumns):
         self.stale_terms = {}
         self.stale_trust = 0
         self.held.since_packed = set()
+        # Nothing per term until a term is read (see _term_column): -1.0, a maximum not computed yet.
         n = lists.n_terms
-        self.docs = [None] * n
-        self.tfs = [None] * n
-        self.imps = [None] * n
-        self.maxes = array("f", [-1.0]) * n
-        self.imp_gen = [self.gen] * n
+        self.docs, self.tfs, self.imps = TermColumn(n, None), TermColumn(n, None), TermColumn(n, None)
+        self.maxes = TermColumn(n, -1.0)
+        self.imp_gen = TermColumn(n, self.gen)
 
     def df(self, term: str) -> int:
         tid = self.term_id(term)
@@ -171,12 +180,12 @@ class InvertedIndex(SweptColumns):
             # go in that pass (see _refreeze), not list by list.
             self._refreeze()
             return
-        if self.packed_lists is None and self.docs.count(None) == len(self.docs):
+        if self.packed_lists is None and self.docs.count_not(None) == 0:
             self._freeze()
             return
         if self._packed_current():
             return  # nothing changed since the lists were packed (or loaded)
-        if 2 * sum(map(ne, self.imp_gen, repeat(self.gen))) > len(self.terms):
+        if 2 * self.imp_gen.count_not(self.gen) > len(self.terms):
             # Most terms are stale (any add or remove changes N and the
             # average length for all of them): repack and recompute in bulk.
             self._refreeze()
@@ -199,11 +208,12 @@ class InvertedIndex(SweptColumns):
         lists = self.packed_lists
         pending = self.pending
         held = self.held
+        cut = self.docs.values  # the lists cut out of the packed ones (a C-level lookup a term)
         # The pass drops what ``held`` records from every list: reads meanwhile need not sweep.
         self.held = Held()
         try:
             for tid in range(len(self.terms)):
-                if lists is not None and self.docs[tid] is None and lists.holds(tid) and tid not in pending:
+                if lists is not None and cut.get(tid) is None and lists.holds(tid) and tid not in pending:
                     raw_docs, raw_tfs = lists.raw(tid)  # (checks the blocks of both)
                     docs.frombytes(raw_docs)
                     extend_ints(tfs, raw_tfs)  # may be saved narrower
@@ -266,12 +276,13 @@ class InvertedIndex(SweptColumns):
         offsets = array("q", accumulate(lengths, initial=0))
         self._adopt_lists(PackedLists(offsets, docs, tfs, imps, self.gen, stats=stats))
         if maxes is not None and 0 not in lengths:
-            self.maxes = maxes
+            self.maxes = TermColumn(len(maxes), -1.0, maxes)
         elif 0 not in lengths:
             # Every list's largest impact, which a save writes, in C-level passes over views of the
             # lists (a Python step per term otherwise, once the save asks for them).
             view = memoryview(imps)
-            self.maxes = array("f", map(max, map(view.__getitem__, map(slice, offsets[:-1], offsets[1:]))))
+            tops = array("f", map(max, map(view.__getitem__, map(slice, offsets[:-1], offsets[1:]))))
+            self.maxes = TermColumn(len(tops), -1.0, tops)
         self.orders.packed = PackedOrders(order_offsets_of(lengths, ORDER_MIN), positions, self.gen)
 
     def live_terms(self) -> int:
@@ -307,7 +318,7 @@ class InvertedIndex(SweptColumns):
             return None
         lists, orders = self.packed_lists, self.orders.packed
         assert lists is not None and orders is not None
-        return packed_postings(self.terms, lists, orders, self.maxes, ORDER_MIN)
+        return packed_postings(self.terms, lists, orders, floats(self.maxes), ORDER_MIN)
 
     def saved_postings(self, renumber: list[int] | None = None) -> Postings:
         """What a save writes (see :meth:`packed`), after a :meth:`refresh`:
@@ -332,7 +343,7 @@ class InvertedIndex(SweptColumns):
 
     def order_ready(self, tid: int) -> bool:
         """Whether the term's impact order is at hand, or worth sorting now (see ``ImpactOrders.ready``)."""
-        if len(self.fold(tid)) <= ORDER_MIN or self._stale_of(tid) is not None:
+        if self.length(tid) <= ORDER_MIN or self._stale_of(tid) is not None:
             return True
         return self.orders.ready(self._term(tid), self.imp_gen[tid], self.settled)
 
@@ -391,10 +402,19 @@ class InvertedIndex(SweptColumns):
             or self.stale_trust < 0
         ):
             return None
-        docs = self.fold(tid)
-        tfs, imps = self._tf(tid), self.imps[tid]
-        # A list unchanged since it was packed is still its packed views.
-        base = TermLists(docs, tfs, imps) if not isinstance(docs, array) and imps is not None else lists.cut(tid)
+        new_docs: Ints
+        new_tfs: Ints
+        split = self._split(tid)
+        if split is not None:  # the packed views, and the later postings beside them (not appended)
+            base, later = split
+            kept, new_docs, new_tfs = len(base.docs), array("i", later[0::2]), array("I", later[1::2])
+        else:
+            docs = self.fold(tid)
+            tfs, imps = self._tf(tid), self.imps[tid]
+            # A list unchanged since it was packed is still its packed views.
+            base = TermLists(docs, tfs, imps) if not isinstance(docs, array) and imps is not None else lists.cut(tid)
+            kept = bisect_left(docs, lists.stats.n_chunks)
+            new_docs, new_tfs = docs[kept:], tfs[kept:]
         order = orders.read(tid, len(base.docs))
         gen, dl = self.gen, self.dl
         if self.stale_trust < _TRUSTED:
@@ -407,9 +427,38 @@ class InvertedIndex(SweptColumns):
                 return None
         table = None if self.base_tables is None else self.base_tables.table(tid, len(base.docs))
         return stale_term(
-            self.bm25, gen, base, order, lists.stats, (self.n_docs, self.total_len), docs, tfs,
+            self.bm25, gen, base, order, lists.stats, (self.n_docs, self.total_len), kept, new_docs, new_tfs,
             dl, partial(self.norms.of, gen=gen, dl=dl, avgdl=self.avgdl), table,
         )  # fmt: skip
+
+    def _split(self, tid: int) -> tuple[TermLists, list[int]] | None:
+        """The term's packed lists as saved and its postings added since (chunk id, tf, ...;
+        all past the packed chunks), when that is all it holds and some were added: a
+        search reads them as two runs (see _stale) without copying the packed list to
+        append them (at 1.09M chunks with 20 segments, a query term's first-segment list
+        copied for the later segments' few postings cost a fifth of the CPU and 500 MB)."""
+        lists, held = self.packed_lists, self.held
+        if lists is None or lists.stats is None or held.cids or held.since_packed or not lists.holds(tid):
+            return None
+        docs = self.docs[tid]
+        if isinstance(docs, array) or tid not in self.pending:
+            return None  # a list of its own already, or nothing to append
+        later = self.pending[tid]
+        if not later or later[0] < lists.stats.n_chunks:
+            return None
+        if docs is None:
+            docs = self._cut(tid)
+        tfs, imps = self.tfs[tid], self.imps[tid]
+        if imps is None or tfs is None or isinstance(tfs, array):
+            return None
+        return TermLists(docs, tfs, imps), later
+
+    def length(self, tid: int) -> int:
+        """How many postings :meth:`fold` holds, without appending postings added since to a packed list."""
+        split = self._split(tid)
+        if split is None:
+            return len(self.fold(tid))
+        return len(split[0].docs) + len(split[1]) // 2
 
     def top_impact(self, tid: int) -> float:
         """The term's largest current impact (0.0 for an empty list)."""
@@ -419,9 +468,12 @@ class InvertedIndex(SweptColumns):
     def runs(self, tid: int) -> list[Ranked] | None:
         """The term's postings ranked for pruning (see ``_pruning.Ranked``); None
         for a short list, which a search takes whole."""
-        docs = self.fold(tid)
-        if len(docs) <= ORDER_MIN:
+        if self.length(tid) <= ORDER_MIN:
             return None
+        stale = None if self.imp_gen[tid] == self.gen else self._stale_of(tid)
+        if stale is not None:
+            return stale.runs
+        docs = self.fold(tid)
         if self.imp_gen[tid] == self.gen:
             order = self.orders.known(tid, self.gen, len(docs))
             if order is not None:

@@ -67,7 +67,7 @@ class PackedLists:
         With ``n_chunks``, each list is checked against it when first cut
         (its ends suffice: lists are sorted), so a damaged index fails
         clearly; ``checks`` are a big segment's block checks, run before a
-        list is first read (the offsets were checked at load).
+        list (and its two offsets) is first read.
         """
         self.docs: Ints = memoryview(docs)
         # A column saved with its large counts apart patches them into the slices it cuts.
@@ -87,6 +87,8 @@ class PackedLists:
     def cut(self, tid: int) -> TermLists:
         """The term's lists as views, checked on the way."""
         offsets, checks = self.offsets, self.checks
+        if checks is not None:
+            checks.offsets(tid, tid + 2)
         a, b = offsets[tid], offsets[tid + 1]
         if checks is not None:
             checks.chunks(a, b)
@@ -100,6 +102,8 @@ class PackedLists:
     def raw(self, tid: int) -> tuple[memoryview, Ints]:
         """The bytes of the term's chunk ids and its frequencies (checked), for a repack."""
         offsets, checks = self.offsets, self.checks
+        if checks is not None:
+            checks.offsets(tid, tid + 2)
         a, b = offsets[tid], offsets[tid + 1]
         if checks is not None:
             checks.chunks(a, b)
@@ -107,6 +111,8 @@ class PackedLists:
         return memoryview(self.docs[a:b]).cast("B"), self.tfs[a:b]
 
     def lengths(self) -> Iterable[int]:
+        if self.checks is not None:
+            self.checks.offsets(0, len(self.offsets))
         return lengths_of(self.offsets)
 
 
@@ -138,10 +144,16 @@ class PackedOrders:
     def has(self, tid: int) -> bool:
         """Whether an order of the term is saved here."""
         offsets = self.offsets
-        return tid + 1 < len(offsets) and offsets[tid + 1] > offsets[tid]
+        if tid + 1 >= len(offsets):
+            return False
+        if self.checks is not None:
+            self.checks.order_offsets(tid, tid + 2)
+        return offsets[tid + 1] > offsets[tid]
 
     def read(self, tid: int, length: int) -> Ints:
         """The term's saved order (a list of ``length`` postings), checked on the way."""
+        if self.checks is not None:
+            self.checks.order_offsets(tid, tid + 2)
         start = self.offsets[tid]
         wide = self.wide
         if wide is not None:
@@ -158,15 +170,21 @@ class PackedOrders:
 
     def hint(self, tid: int) -> Ints:
         """The term's saved order as it is, for a list that may have changed since."""
+        if self.checks is not None:
+            self.checks.order_offsets(tid, tid + 2)
         return self.read(tid, self.offsets[tid + 1] - self.offsets[tid])
 
     def whole(self) -> Ints:
         """Every order as int32, laid end to end at :attr:`offsets` (a copy when some are narrow)."""
+        if self.checks is not None:
+            self.checks.order_offsets(0, len(self.offsets))
         if self.wide is None:
             return self.positions
         return widened(self.positions, self.offsets, self.wide)
 
     def lengths(self) -> Iterable[int]:
+        if self.checks is not None:
+            self.checks.order_offsets(0, len(self.offsets))
         return lengths_of(self.offsets)
 
 
@@ -185,8 +203,9 @@ def packed_postings(
     order_offsets = orders.offsets
     checks = lists.checks
     if checks is not None and orders.checks is checks:  # a save copies them whole: check them whole
-        for check, part in zip(checks, (offsets, docs, tfs, imps, order_offsets, orders.positions)):
-            check(0, len(part))
+        parts = (offsets, docs, tfs, imps, order_offsets, orders.positions)
+        for check, part in zip(checks[:6], parts):
+            check(0, len(part))  # (the maxima are the caller's: see _term_column.floats)
         if orders.wide is not None and orders.wide.check is not None:
             orders.wide.check(0, len(orders.wide.positions))
     lengths = array("q", lengths_of(offsets))

@@ -160,7 +160,7 @@ def add_stats(index: InvertedIndex, dls: Sequence[int]) -> None:
     (their postings: :class:`TailLists`)."""
     index.dl.extend(dls)
     index.n_docs += len(dls)
-    index.total_len += sum(dls)
+    index.grow_total(sum(dls))
     index.gen += len(dls)
 
 

@@ -76,6 +76,9 @@ class ScoredLists(Protocol):
     def fold(self, tid: int) -> Ints:
         """The term's sorted chunk ids."""
 
+    def length(self, tid: int) -> int:
+        """How many chunk ids :meth:`fold` holds (without making them one list)."""
+
     def tfs_of(self, tid: int) -> Ints:
         """The term's frequencies beside :meth:`fold`'s chunk ids."""
 
@@ -111,7 +114,7 @@ def plan_of(index: ScoredLists, weights: Mapping[int, float]) -> Plan:
     """The query's ``(upper bound, term id, weight)``, largest bound first."""
     plan = []
     for tid, w in weights.items():
-        if w <= 0 or not index.fold(tid):
+        if w <= 0 or not index.length(tid):
             continue
         plan.append((index.top_impact(tid) * w, tid, w))
     # Largest upper bound first; the term itself breaks ties, so the order,
@@ -140,7 +143,7 @@ def top_k(
     if k <= 0 or not plan:
         return []
     theta = 0.0
-    total_len = sum(len(index.fold(tid)) for _, tid, _ in plan)
+    total_len = sum(index.length(tid) for _, tid, _ in plan)
     if total_len > 4 * max(SEED, k) and all([index.order_ready(tid) for _, tid, _ in plan]):
         seeded = _seed(index, plan, k, allowed, total_len)
         if seeded is not None:
@@ -175,7 +178,7 @@ def _seed(
     cands: list[int] = []
     scores: list[float] = []
     bounds = [ub for ub, _, _ in plan]
-    lengths = [len(fold(tid)) for _, tid, _ in plan]
+    lengths = [index.length(tid) for _, tid, _ in plan]
     theta = 0.0
     # Terms whose whole list was in the pool by the last round: a chunk
     # new to it gets exactly 0.0 from them, so they are not looked up.
@@ -356,7 +359,7 @@ def term_at_a_time(
     """
     fold = index.fold
     if theta0 > 0.0:
-        lengths = [len(fold(tid)) for _, tid, _ in plan]
+        lengths = [index.length(tid) for _, tid, _ in plan]
         essential = cheap_essentials(plan, lengths, theta0)
         if sum(lengths[i] for i in essential) * essential_share < merge_cost(plan, lengths, theta0):
             # Every chunk that can reach theta0 is in an essential list:

@@ -186,22 +186,24 @@ def stale_term(
     order: Ints,
     stats: BaseStats,
     now: tuple[int, int],
-    docs: Ints,
-    tfs: Ints,
+    kept: int,
+    new_docs: Ints,
+    new_tfs: Ints,
     dl: Sequence[int],
     norms: Norms,
     table: Table | None,
 ) -> StaleTerm | None:
     """The term of packed lists ``base`` (impact order ``order``, computed under
-    ``stats``; ``table`` its saved lookup table) whose current lists are
-    ``docs``/``tfs``, under the current ``now`` (N, summed length); None when
-    its impacts had better be recomputed."""
+    ``stats``; ``table`` its saved lookup table) whose current lists are ``kept``
+    of the packed postings and ``new_docs``/``new_tfs`` added since (chunk ids
+    past the packed ones), under the current ``now`` (N, summed length); None
+    when its impacts had better be recomputed."""
     n_base = len(base.docs)
-    first_new = bisect_left(docs, stats.n_chunks)
-    n_added, n_dead = len(docs) - first_new, n_base - first_new
+    n_added, n_dead = len(new_docs), n_base - kept
+    length = kept + n_added
     if n_dead < 0 or MOVED_SHARE * max(n_added, n_dead) > n_base:
         return None
-    bounds = scale_bounds(bm, (*now, len(docs)), (stats.n_docs, stats.total_len, n_base))
+    bounds = scale_bounds(bm, (*now, length), (stats.n_docs, stats.total_len, n_base))
     if bounds is None:
         return None
     lo, hi, idf = bounds
@@ -231,14 +233,13 @@ def stale_term(
     runs = [Ranked(base.docs, order, values, hi, n_dead > 0)]
     added: dict[int, float] = {}
     if n_added:
-        new_docs = docs[first_new:]
-        new_imps = term_impacts(bm, idf, tfs[first_new:], norms(new_docs), new_docs, dl, avgdl)
+        new_imps = term_impacts(bm, idf, new_tfs, norms(new_docs), new_docs, dl, avgdl)
         top = max(top, max(new_imps))
         runs.append(Ranked(new_docs, impact_order(new_imps), new_imps, 1.0))
         added = dict(zip(new_docs, new_imps))
     packed_all = len(dl) <= stats.n_chunks
     return StaleTerm(
-        gen, idf, avgdl, top, lo, hi, runs, base, table, n_dead > 0, stats.n_chunks, packed_all, added, norms, len(docs)
+        gen, idf, avgdl, top, lo, hi, runs, base, table, n_dead > 0, stats.n_chunks, packed_all, added, norms, length
     )
 
 

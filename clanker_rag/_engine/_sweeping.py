@@ -134,7 +134,7 @@ class SweptColumns(IndexColumns):
     def forget(self, cid: int) -> None:
         """Take chunk ``cid`` out of the collection statistics."""
         self.n_docs -= 1
-        self.total_len -= self.dl[cid]
+        self.grow_total(-self.dl[cid])
         self.dl[cid] = 0
         self.gen += 1
         lists = self.packed_lists

@@ -342,9 +342,11 @@ class IndexWriter:
         names = ("ordinal", "start", "end", "start_line", "end_line")
         ct.adopt(lambda: bounds.columns(*names), len(c_src), bounds, bounds.row)
         ct.section = cols.section
-        corpus.index = InvertedIndex.from_packed(corpus.bm25, snap.postings, cols.length, where=where)
-        if corpus.index.total_len != snap.total_length:  # (a lazily checked load leaves this to its reader)
-            raise IndexFormatError(f"{where}: statistics do not match the chunk table")
+        # (A lazily checked load leaves the lengths' sum against the saved statistics to
+        # the index: checked when the total is first read, which a small commit never does.)
+        corpus.index = InvertedIndex.from_packed(
+            corpus.bm25, snap.postings, cols.length, where=where, total=snap.total_length
+        )
         corpus.term_ids = TermIds(corpus.analyzer, corpus.index.vocab)
 
     # -- saving ------------------------------------------------------------------------

@@ -13,16 +13,18 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import Future
 from functools import partial
 from itertools import chain
+from typing import TYPE_CHECKING
 
 from .._engine._counting import CountedTexts
 from .._engine._prepared import PreparedWriter, TextItem
 from .._exceptions import ConfigError
 from .._gc_pause import collector_paused
 from .._types import Sources
-from ._parallel import Pool, WorkerTerms, can_parallel, start_method, usable_cpus
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 __all__ = ["add_texts_parallel"]
 
@@ -49,6 +51,8 @@ WORKER_QUEUE = 2
 
 def _plan(writer: PreparedWriter, jobs: int | None) -> tuple[int, str] | None:
     """Workers and start method, or None to add in this process."""
+    from ._parallel import can_parallel, start_method, usable_cpus
+
     reason = can_parallel(writer.analyzer, writer.chunker)
     if reason is None and not writer.takes_prepared():
         reason = "add_text is overridden"
@@ -76,24 +80,32 @@ def add_texts_parallel(kb: Sources, writer: PreparedWriter, items: Iterator[Item
     (``writer``: its index writer, which takes the chunks the workers count)."""
     if jobs is not None and (type(jobs) is not int or jobs < 1):
         raise ConfigError(f"add_texts(): jobs must be an int >= 1 or None, got {jobs!r}")
-    plan = _plan(writer, jobs)
-    if plan is None:
-        return _serial(kb, items)
-    workers, method = plan
     head: list[Item] = []
     if jobs is None:
+        # Too little text for workers is added here before anything of theirs is
+        # even imported (a one-file commit pays nothing for them).
         size = 0
-        for item in items:
-            head.append(item)
-            size += len(item[0]) if isinstance(item[0], str) else 0
-            if size >= START_CHARS:
-                break
-        else:
-            return _serial(kb, iter(head))
+        try:
+            for item in items:
+                head.append(item)
+                size += len(item[0]) if isinstance(item[0], str) else 0
+                if size >= START_CHARS:
+                    break
+            else:
+                return _serial(kb, iter(head))
+        except BaseException:
+            _serial(kb, iter(head))  # what came before a failing item is added, as in one process
+            raise
+    plan = _plan(writer, jobs)
+    if plan is None:
+        return _serial(kb, chain(head, items))
+    workers, method = plan
     return _pooled(kb, writer, chain(head, items), workers, method)
 
 
 def _pooled(kb: Sources, writer: PreparedWriter, items: Iterator[Item], workers: int, method: str) -> int:
+    from ._parallel import Pool, WorkerTerms
+
     pool = Pool(writer.analyzer, writer.chunker, workers, method)
     terms: dict[str, WorkerTerms] = {}
     pending: deque[tuple[Future[str], list[Item]]] = deque()

@@ -117,6 +117,7 @@ class PostingChecks(NamedTuple):
     impacts: PartCheck
     order_offsets: PartCheck
     positions: PartCheck
+    maxes: PartCheck | None = None
 
 
 class ChunkColumns(NamedTuple):
@@ -627,13 +628,22 @@ def _read_snapshot(
     post = body["postings"]
     tables = body.get("tables")
     # A lazily checked segment's chunk columns but the lengths (which a load copies) are checked
-    # when first read (see ChunkBounds); the other parts here are read whole at load.
+    # when first read (see ChunkBounds); the lengths are read whole at load.
     later = {k: v for k, v in cols.items() if k not in ("section", "length")} if lazy and blocks is not None else {}
-    if blocks is not None:  # the parts read whole at load: O(chunks + terms)
-        parts = [*(v for k, v in cols.items() if k != "section" and k not in later), post.get("maxes"), post["offsets"]]
-        for ref in [*parts, body.get("orders", {}).get("offsets")]:
-            if ref is not None:
-                blocks.check(ref[0], ref[0] + ref[1])
+    scored = post.get("impacts") is not None
+    if blocks is not None:  # the parts read whole at load: O(chunks), and a later segment's offsets
+        parts = [*(v for k, v in cols.items() if k != "section" and k not in later)]
+        if not scored:
+            parts.append(post["offsets"])
+        for ref in parts:
+            blocks.check(ref[0], ref[0] + ref[1])
+        # A scored segment's per-term parts (list and order offsets, largest impacts) are
+        # checked as they are read (PackedLists, PackedOrders, the index's maxima): a load
+        # reads nothing per term.  Here only their ends, which the cross-checks read.
+        for ref in (post.get("maxes"), post["offsets"], body.get("orders", {}).get("offsets")):
+            if ref is not None and ref[1]:
+                blocks.check(ref[0], ref[0] + min(8, ref[1]))
+                blocks.check(ref[0] + max(0, ref[1] - 8), ref[0] + ref[1])
         if tables is not None:
             for name in ("dense_terms", "slot_terms", "slot_spans"):
                 blocks.check(tables[name][0], tables[name][0] + tables[name][1])
@@ -649,7 +659,7 @@ def _read_snapshot(
         where=f"{where}: dictionary",
     )
     dictionary.check(where)
-    if post.get("impacts") is None:  # a segment after the first of its commit: term frequencies only
+    if not scored:  # a segment after the first of its commit: term frequencies only
         postings = Postings(
             TermList(dictionary, []),
             view(post["offsets"], offset_type(post, where), "postings.offsets"),
@@ -692,6 +702,7 @@ def _read_snapshot(
                 blocks.part(post["impacts"], 4),
                 blocks.part(body["orders"]["offsets"], _size(body["orders"], where)),
                 blocks.part(orders.ref, orders.positions.itemsize),
+                blocks.part(post["maxes"], 4),
             ),
             wide_orders=orders.wide,
         )
@@ -751,7 +762,12 @@ def _read_tables(
 ) -> LookupTables:
     checks = None
     if blocks is not None:
-        checks = (blocks.part(tables["dense"], 4), blocks.part(tables["slots"], 1), blocks.part(post["impacts"], 4))
+        checks = (
+            blocks.part(tables["dense"], 4),
+            blocks.part(tables["slots"], 1),
+            blocks.part(post["impacts"], 4),
+            blocks.part(post["offsets"], _size(post, where)),
+        )
     return LookupTables(
         n_chunks,
         view(tables["dense_terms"], "i", "tables.dense_terms"),
@@ -770,8 +786,8 @@ def _check(snap: Snapshot, where: str, *, lazy: bool = False) -> Snapshot:
 
     ``lazy`` leaves the O(sources + chunks) ones for first use: the chunk bounds
     to ``snap.bounds`` (run before the chunk table's bounds are first read),
-    the statistics to the caller (which sums the lengths anyway), the sources'
-    offsets to the columns that read them (see ``_stored``).
+    the statistics to the index (checked when its total length is first read),
+    the sources' offsets to the columns that read them (see ``_stored``).
     """
     cols = snap.chunks
     n = len(cols.source)

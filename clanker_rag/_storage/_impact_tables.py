@@ -115,8 +115,8 @@ class LookupTables(NamedTuple):
     impacts: Floats
     offsets: Ints
     slot_spans: Ints
-    # A big segment's block checks of dense, slots and the impacts, by item.
-    checks: tuple[Check, Check, Check] | None = None
+    # A big segment's block checks of dense, slots, the impacts and the list offsets, by item.
+    checks: tuple[Check, Check, Check, Check] | None = None
 
 
 def _little(values: array[Any]) -> array[Any]:
@@ -270,6 +270,8 @@ class StoredTables:
     def _slot_impacts(self, tid: int, length: int) -> Floats:
         """Term ``tid``'s impacts (``length`` of them, its list's own) copied behind a 0.0."""
         t, checks = self._tables, self._tables.checks
+        if checks is not None:
+            checks[3](tid, tid + 2)
         a, b = t.offsets[tid], t.offsets[tid + 1]
         if b - a != length:
             raise IndexFormatError(f"{self._where}: a lookup table does not match its posting list")

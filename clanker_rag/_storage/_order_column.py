@@ -131,8 +131,14 @@ def read_orders(
     """The orders a segment body names (``view(ref, typecode, name)`` maps a part; ``part(ref,
     itemsize)`` gives a big segment's block checks of one)."""
     offsets = view(orders["offsets"], offset_type(orders, where), "orders.offsets")
+    terms = view(orders["wide_terms"], "i", "orders.wide_terms")
+    if part is not None:  # the offsets are checked as read (the wide terms' here), not whole at load
+        part(orders["wide_terms"], 4)(0, len(terms))
+        check_offsets = part(orders["offsets"], offsets.itemsize)
+        for t in terms:
+            check_offsets(t, t + 2)
     wide = read_wide(
-        view(orders["wide_terms"], "i", "orders.wide_terms"),
+        terms,
         view(orders["wide"], "i", "orders.wide"),
         offsets,
         where,

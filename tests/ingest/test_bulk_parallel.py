@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import subprocess
+import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -15,7 +17,7 @@ from hypothesis import strategies as st
 
 from clanker_rag import ConfigError, KnowledgeBase
 from clanker_rag._engine._writing import IndexWriter
-from clanker_rag._ingest import _parallel_add
+from clanker_rag._ingest import _parallel, _parallel_add
 from clanker_rag._ingest._parallel import Pool, Worker, WorkerTerms, _Numbers
 from clanker_rag._ingest._readers import Document
 
@@ -55,7 +57,7 @@ def test_workers_build_the_same_index_byte_for_byte(
         pools.append(real_pool(*args))
         return pools[-1]
 
-    monkeypatch.setattr(_parallel_add, "Pool", counting_pool)
+    monkeypatch.setattr(_parallel, "Pool", counting_pool)
     one = KnowledgeBase(chunk_size=8)
     two = KnowledgeBase(chunk_size=8)
     added_one = one.add_texts(items, jobs=1)
@@ -88,9 +90,34 @@ def test_automatic_mode_stays_in_process_for_little_text(monkeypatch: pytest.Mon
     def no_pool(*args: object) -> None:
         raise AssertionError("no workers for a few texts")
 
-    monkeypatch.setattr(_parallel_add, "Pool", no_pool)
+    monkeypatch.setattr(_parallel, "Pool", no_pool)
     kb = KnowledgeBase()
     assert kb.add_texts([("alpha beta", "a"), ("gamma", "b")]) == 2
+    assert kb.sources() == ["a", "b"]
+
+
+def test_a_few_texts_import_no_worker_code() -> None:
+    # A one-file commit pays nothing for the workers' code (their readers' regexes and all).
+    code = (
+        "import sys\n"
+        "from clanker_rag import KnowledgeBase\n"
+        "kb = KnowledgeBase()\n"
+        "assert kb.add_texts([('alpha beta', 'a'), ('gamma', 'b')]) == 2\n"
+        "print('clanker_rag._ingest._parallel' in sys.modules, kb.sources())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "['a',", "'b']"]
+
+
+def test_a_failing_iterable_keeps_what_came_before() -> None:
+    def gen() -> Any:
+        yield ("alpha beta", "a")
+        yield ("gamma", "b")
+        raise OSError("the reader failed")
+
+    kb = KnowledgeBase()
+    with pytest.raises(OSError, match="reader failed"):
+        kb.add_texts(gen())
     assert kb.sources() == ["a", "b"]
 
 

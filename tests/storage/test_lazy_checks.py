@@ -215,10 +215,15 @@ def test_an_inconsistent_lazily_checked_column_fails_when_first_read(folder, par
         use(kb)
 
 
-def test_statistics_that_do_not_match_the_chunk_lengths_fail_at_load(folder):
+def test_statistics_that_do_not_match_the_chunk_lengths_fail_when_the_total_is_first_read(folder, tmp_path):
     forge(folder, "chunks.length", "i", set_item(3, lambda v: v[3] + 1))
+    # A load takes the saved total; everything that reads it (new statistics, a whole save) checks it first.
     with pytest.raises(IndexFormatError, match="statistics do not match"):
-        KnowledgeBase.load(folder)
+        KnowledgeBase.load(folder).save(tmp_path / "whole")
+    kb = KnowledgeBase.load(folder)
+    kb.add_text("one more text with words", "late.txt")
+    with pytest.raises(IndexFormatError, match="statistics do not match"):
+        kb.search("words")
 
 
 def test_a_flipped_bit_in_the_term_dictionary_fails_when_a_commit_looks_the_term_up(folder):

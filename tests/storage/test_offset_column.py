@@ -101,16 +101,31 @@ def test_a_save_writes_uint32_offsets_and_searches_as_before(tmp_path):
         assert ranked(loaded, q) == ranked(kb, q)
 
 
-@pytest.mark.parametrize("section", ["postings", "orders"])
-def test_a_flipped_bit_in_list_or_order_offsets_fails_at_load(tmp_path, monkeypatch, section):
+# Every term of build()'s texts, in one query.
+EVERY_TERM = " ".join([*(f"alpha{i}" for i in range(7)), *(f"beta{i}" for i in range(5)), "words of source filler"])
+EVERY_TERM += " " + " ".join(map(str, range(40)))
+
+
+@pytest.mark.parametrize("part", ["postings.offsets", "orders.offsets", "postings.maxes"])
+def test_a_flipped_bit_in_a_per_term_part_fails_when_first_read(tmp_path, monkeypatch, part):
     monkeypatch.setattr(_segments, "BLOCK_SIZE", 64)
     build().save(tmp_path)
     monkeypatch.setattr(_store, "VERIFY_AT_LOAD", 0)  # as if big: checked block by block
     _, body = segment(tmp_path)
-    n = body[section]["offsets"][1] // 4
-    flip(tmp_path, f"{section}.offsets", n // 2, 4)
+    section, _, key = part.partition(".")
+    n = body[section][key][1] // 4
+    flip(tmp_path, part, n // 2, 4)
+    loaded = KnowledgeBase.load(tmp_path)  # a load reads nothing per term but the ends
     with pytest.raises(IndexFormatError, match="checksum mismatch"):
-        KnowledgeBase.load(tmp_path)
+        loaded.save(tmp_path / "whole")  # a whole save reads every term's
+    if part != "orders.offsets":  # (the search reads the orders of long lists only)
+        with pytest.raises(IndexFormatError, match="checksum mismatch"):
+            KnowledgeBase.load(tmp_path).search(EVERY_TERM)
+    for end in (0, n - 1):  # the ends, which the load cross-checks, are checked at load
+        build().save(tmp_path / f"end{end}")
+        flip(tmp_path / f"end{end}", part, end, 4)
+        with pytest.raises(IndexFormatError, match="checksum mismatch"):
+            KnowledgeBase.load(tmp_path / f"end{end}")
 
 
 def test_a_flipped_bit_in_the_dictionary_offsets_fails_when_a_term_is_first_looked_up(tmp_path, monkeypatch):

@@ -308,3 +308,42 @@ def test_a_load_of_several_segments_searches_its_packed_impacts_exactly(tmp_path
         served = {t for t in asked if isinstance(index.stale_terms.get(index.vocab[t]), _stale.StaleTerm)}
         assert served == asked, "every query term was served by its packed impacts"
         assert all(index.imp_gen[index.vocab[t]] != index.gen for t in asked), "and none recomputed"
+
+
+def test_later_postings_are_searched_beside_a_packed_list_not_appended_to_a_copy(tmp_path, segmented, monkeypatch):
+    from array import array
+
+    from clanker_rag._engine import _index, _search, _stale
+    from clanker_rag._storage import _impact_tables
+
+    monkeypatch.setattr(_impact_tables, "STORED_MIN", 1)
+    monkeypatch.setattr(_impact_tables, "STORED_SHARE", 10_000)
+    monkeypatch.setattr(_index, "ORDER_MIN", 2)
+    monkeypatch.setattr(_search, "SEED", 1)
+    monkeypatch.setattr(_stale, "RECOMPUTE_SHARE", 0)
+    live = {f"s{i}": " ".join(VOCAB[j] for j in range(12) if (i * 5 + j * 7) % 4 < 2) for i in range(90)}
+    fresh_build(live).save(tmp_path)
+    for n in range(3):  # three commits of adds only: later segments
+        kb = KnowledgeBase.load(tmp_path, analyzer=plain)
+        kb.add_text(f"t{n} t{n + 1} t{n + 1} late{n}", f"late{n}.md")
+        live[f"late{n}.md"] = f"t{n} t{n + 1} t{n + 1} late{n}"
+        kb.save(merge=False)
+    reference = fresh_build(live)
+    queries = [" ".join(VOCAB[j] for j in range(12) if (q >> j) & 1) for q in range(1, 600, 11)]
+    for k in (1, 3, 100):
+        again = KnowledgeBase.load(tmp_path, analyzer=plain)
+        assert again.segments == 4
+        for q in queries:
+            assert [(h.source, h.score) for h in again.search(q, k)] == [
+                (h.source, h.score) for h in reference.search(q, k)
+            ]
+        index = again._index
+        later = [index.vocab[f"t{n}"] for n in range(4)]  # terms the later segments hold
+        served = [tid for tid in later if isinstance(index.stale_terms.get(tid), _stale.StaleTerm)]
+        assert served, "the later segments' terms were served by their packed impacts"
+        if k < 100:  # (a pruned search reads the runs: the packed list stays the mapped one)
+            assert not any(isinstance(index.docs[tid], array) for tid in served)
+        for q in queries:
+            for hit in again.search(q, k):  # explain() adds up to the score, exactly
+                explained = again.explain(q, hit)
+                assert explained.score == hit.score == sum(t.contribution for t in explained.terms)
