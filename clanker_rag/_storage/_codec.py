@@ -25,7 +25,7 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import chain, repeat
+from itertools import chain, groupby, repeat
 from operator import gt, le
 from pathlib import Path
 from typing import Any, NamedTuple, Union, cast
@@ -59,6 +59,8 @@ __all__ = [
     "copy_array",
     "open_segment",
     "read",
+    "section_runs",
+    "sections",
     "source_run",
 ]
 
@@ -66,8 +68,10 @@ __all__ = [
 Ints = Union["array[int]", "memoryview[int]"]
 Floats = Union["array[float]", "memoryview[float]"]
 _LITTLE = sys.byteorder == "little"
-# Reads of a big segment's term dictionary checked block by block before it is checked whole.
+# Reads of a big segment's term dictionary checked one by one before it is checked whole: at least
+# this many, and READS_PER_BLOCK for each block it spans (see TermDictionary._checked_term).
 CHECKED_READS = 4096
+READS_PER_BLOCK = 4
 # A batch of term look-ups at least 1/BULK_SHARE of a dictionary's size decodes it whole instead.
 BULK_SHARE = 64
 
@@ -236,6 +240,9 @@ class TermDictionary:
         # A big segment's block checks of the text, offsets and sorted ids, by item.
         self._checks = checks
         self._budget = CHECKED_READS
+        if checks is not None:
+            spanned = len(text) + len(offsets) * offsets.itemsize + len(sorted_ids) * sorted_ids.itemsize
+            self._budget = max(CHECKED_READS, spanned // _segments.BLOCK_SIZE * READS_PER_BLOCK)
         self.where = where
 
     def __len__(self) -> int:
@@ -258,7 +265,12 @@ class TermDictionary:
         """Term ``tid``, its blocks checked first: a commit looks up a note's hundred terms,
         whose binary searches read under half the dictionary's blocks (at 584k terms, 99 of
         229 for 54 terms), while the fences a search bisects lie in every block.  After
-        ``CHECKED_READS`` such reads the dictionary is checked whole and read unchecked."""
+        ``self._budget`` such reads the dictionary is checked whole and read unchecked.  A read
+        verifies at most one block not verified before, so reading checked never hashes more
+        than the whole check would; what the budget bounds is the checked reads' own cost (a
+        few microseconds each against about 12 for hashing a block), paid until it adds up to
+        about what checking every block would (ski rental), so that a commit into a big index
+        looks up its new terms without hashing the whole dictionary."""
         assert self._checks is not None
         self._budget -= 1
         if self._budget < 0:
@@ -599,16 +611,44 @@ def _read_sources(
 def _chunk_columns(cols: dict[str, Any], view: Callable[[Any, str, str], Any], types: Any, where: str) -> ChunkColumns:
     """A segment's chunk columns, ``view(ref, typecode, name)`` mapping each; ``types``: the body's
     (the bounds as uint32 when they fit)."""
+    source = view(cols["source"], "i", "chunks.source")
     return ChunkColumns(
-        view(cols["source"], "i", "chunks.source"),
+        source,
         view(cols["index"], "i", "chunks.index"),
         view(cols["start"], column_type(types, "chunks.start", where), "chunks.start"),
         view(cols["end"], column_type(types, "chunks.end", where), "chunks.end"),
         view(cols["start_line"], "i", "chunks.start_line"),
         view(cols["end_line"], "i", "chunks.end_line"),
         view(cols["length"], "i", "chunks.length"),
-        list(cols["section"]),
+        sections(cols["section"], len(source), where),
     )
+
+
+def section_runs(labels: Sequence[str | None]) -> list[list[Any]]:
+    """Chunk sections as runs ``[label, count]``: neighbouring chunks share their section (most
+    often none), so a big segment's body stays small and a load decodes no JSON per chunk."""
+    return [[label, sum(1 for _ in run)] for label, run in groupby(labels)]
+
+
+def sections(saved: object, n: int, where: str) -> list[str | None]:
+    """The section of each of a segment's ``n`` chunks, from their runs (see :func:`section_runs`),
+    or from a label per chunk (how a segment saved them before runs: read as they are)."""
+    if isinstance(saved, list) and len(saved) == n and (not saved or not isinstance(saved[0], list)):
+        return saved
+    labels: list[str | None] = []
+    for run in saved if isinstance(saved, list) else [None]:
+        if not (
+            isinstance(run, list)
+            and len(run) == 2
+            and isinstance(run[0], (str, type(None)))
+            and isinstance(run[1], int)
+            and 0 < run[1] <= n - len(labels)
+        ):
+            raise IndexFormatError(f"{where}: the chunk sections do not match the chunks")
+        labels += [run[0]] * run[1]
+    if len(labels) != n:
+        raise IndexFormatError(f"{where}: the chunk sections do not match the chunks")
+    return labels
 
 
 def _read_snapshot(

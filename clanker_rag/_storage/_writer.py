@@ -24,6 +24,7 @@ from ._codec import (
     SourceNames,
     SourceStore,
     first_chunks,
+    section_runs,
 )
 from ._impact_tables import PackedParts, pack_tables
 from ._offset_column import int_part, offset_part
@@ -146,7 +147,7 @@ def _write_segment(folder: Path, snap: Snapshot, scored: bool, blob: _store.Blob
             "start_line": blob.array(cols.start_line, "i"),
             "end_line": blob.array(cols.end_line, "i"),
             "length": blob.array(cols.length, "i"),
-            "section": cols.section,
+            "section": section_runs(cols.section),
         },
         "dictionary": {
             "text": blob.add(b"".join(encoded)),

@@ -347,3 +347,26 @@ def test_later_postings_are_searched_beside_a_packed_list_not_appended_to_a_copy
             for hit in again.search(q, k):  # explain() adds up to the score, exactly
                 explained = again.explain(q, hit)
                 assert explained.score == hit.score == sum(t.contribution for t in explained.terms)
+
+
+def test_chunk_sections_are_saved_as_runs_and_read_back_per_chunk(tmp_path: Path) -> None:
+    from clanker_rag._storage._codec import section_runs, sections
+
+    kb = KnowledgeBase(chunk_size=None)
+    for i in range(6):
+        text = f"note {i} about harbour lanterns"
+        kb.add_text(text, f"n{i}.md", sections=[(0, len(text), "Lanterns")] if i in (2, 3) else None)
+    folder = kb.save(tmp_path / "kb")
+    record = json.loads((folder / "index.json").read_text())["body"]["segments"][0]
+    offset, length = record["body"]
+    body = json.loads((folder / record["file"]).read_bytes()[offset : offset + length])
+    assert body["chunks"]["section"] == [[None, 2], ["Lanterns", 2], [None, 2]]
+    loaded = KnowledgeBase.load(folder)
+    assert [h.section for h in loaded.search("lanterns", 6) if h.source in ("n2.md", "n3.md")] == ["Lanterns"] * 2
+    assert {h.section for h in loaded.search("lanterns", 6) if h.source not in ("n2.md", "n3.md")} == {None}
+    # A label per chunk reads as it is; runs that do not add up to the chunks are refused.
+    labels = [None, "a", "a", None]
+    assert sections(section_runs(labels), 4, "x") == labels == sections(labels, 4, "x")
+    for bad in ([[None, 3]], [[None, 5]], [["a", 0], [None, 4]], [[1, 4]], [[None, 2], "a", "b"], {"runs": 4}):
+        with pytest.raises(IndexFormatError, match="sections do not match"):
+            sections(bad, 4, "x")
