@@ -3,8 +3,8 @@
 Each sentence of the top :data:`PICK` passages is a candidate, shown with what
 :func:`~._windows.attached` takes with it.  Its features are general signals
 of where an answer sits: the weight of the query terms it, its window and its
-neighbours hold; its shape (code, a heading, a lead-in colon, prose resumed
-after code); its passage's rank, score and agreement with the other passages
+neighbours hold; its shape (code, a lead-in colon, prose resumed after code,
+its length); its passage's rank, score and agreement with the other passages
 on which query terms matter; and whether the window holds a token of the kind
 the question asks for (:func:`~._kinds.question_kinds`: a number, a flag, a name
 written as code, a stated default) that the question does not write itself.
@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .._types import HitLike
-from ._kinds import FLAG_RE, NUMBER_RE, code_names, question_kinds
+from ._kinds import FLAG_RE, code_names, question_kinds
 from ._sentences import SentenceQuery, is_code_at, sentence_units
 from ._windows import attached
 
@@ -34,29 +34,21 @@ __all__ = ["FEATURES", "PICK", "WEIGHTS", "Candidate", "best_window", "candidate
 # fmt: off
 PICK = 3
 WEIGHTS: dict[str, float] = {
-    "terms": -0.39912, "cover": 2.886708, "window_terms": 2.409768, "echo": 0.764313, "novel": 0.060098,
-    "prev_cover": 1.381363, "next_cover": 0.744309, "inline_code": 0.494145, "is_code": -0.603924,
-    "took_block": 0.26125, "colon": 0.784229, "resumed": 3.171874, "heading": -0.034191, "length": -1.048523,
-    "window_length": -0.439897, "position": 0.028702, "first": -0.281665,
-    "type_window": 0.872856, "says_default": -0.547622, "states_default": 1.007826, "digit": 0.811267,
-    "new_number": 0.06915, "new_flag": -0.476152, "new_name": 0.106535, "howto_code": -0.124425,
-    "default_x_says": 1.809607, "default_x_digit": -0.359438, "default_x_states": -0.786353,
-    "name_x_new_name": 0.805604, "number_x_digit": 1.185198, "number_x_new_number": 0.542418,
-    "flag_x_new_flag": 2.625972, "howto_x_new_name": 0.716752, "howto_x_is_code": 0.536257, "rank1": -0.638829,
-    "rank2": -0.661531, "ratio": 3.425116, "agree": 1.222513,
+    "terms": -0.418657, "cover": 2.795389, "echo": 0.638432, "novel": -0.158432, "window_terms": 2.526858,
+    "prev_cover": 1.506177, "next_cover": 0.691497, "inline_code": 0.502013, "is_code": -0.416016,
+    "took_block": 0.167277, "colon": 0.84656, "resumed": 3.045381, "length": -0.941965, "window_length": -0.447872,
+    "type_window": 1.058259, "states_default": 0.877667, "digit": 0.90511, "new_flag": -0.542212,
+    "new_name": 0.115599, "name_x_new_name": 0.730649, "number_x_digit": 1.37044, "flag_x_new_flag": 2.682492,
+    "howto_x_new_name": 0.684874, "rank1": -0.554203, "rank2": -0.580442, "ratio": 3.788137, "agree": 1.103717,
 }
 # fmt: on
 FEATURES: tuple[str, ...] = tuple(WEIGHTS)
 
-_SAYS_DEFAULT = re.compile(r"\bdefault(?:s|ed)?\b", re.I)
 _STATES_DEFAULT = re.compile(
     r"\bdefaults? (?:is |are |to |value is |of )?[`'\"]*[\w.-]|\bdefault:\s*\S|\bdefault [`'\"]?[\w.-]+[`'\"]?\)"
     r"|\bby default\b",
     re.I,
 )
-_CODE_RE = re.compile(r"`|^[ \t]*(?:\$ |>>> )|(?<![\w-])--?[a-zA-Z]", re.M)
-_HEADING_RE = re.compile(r"[ \t]*(?:#{1,6} |\.\. [\w:-]+::)")
-_UNDERLINE_RE = re.compile(r"\n[ \t]*([=\-~^\"'`#*+])\1{2,}[ \t]*(?:\n|$)")
 
 
 @dataclass(frozen=True)
@@ -103,7 +95,7 @@ def candidates(hits: Sequence[HitLike], asked: SentenceQuery) -> list[Candidate]
     kinds = question_kinds(asked.query)
     howto, asks_default = "howto" in kinds, "default" in kinds
     asks_number, asks_flag, asks_name = "number" in kinds or asks_default, "flag" in kinds, "name" in kinds
-    asked_numbers, asked_flags = set(NUMBER_RE.findall(asked.query)), set(FLAG_RE.findall(asked.query))
+    asked_flags = set(FLAG_RE.findall(asked.query))
     units = [sentence_units(h.text, asked) for h in hits]
     weight = term_weights([found for u in units for found in u.terms])
     agree = _agreement([terms.intersection(analyzer(h.text)) for h in hits])
@@ -121,9 +113,7 @@ def candidates(hits: Sequence[HitLike], asked: SentenceQuery) -> list[Candidate]
             own = sum(t in terms for t in said)
             is_code = is_code_at(text, a)
             digit = any(ch.isdigit() for ch in sentence)
-            says = _SAYS_DEFAULT.search(sentence) is not None
             states = _STATES_DEFAULT.search(window) is not None
-            new_number = bool(set(NUMBER_RE.findall(window)) - asked_numbers)
             new_flag = bool(set(FLAG_RE.findall(window)) - asked_flags)
             names = code_names(window)
             new_name = any(not set(analyzer(name)) <= terms for name in names)
@@ -137,8 +127,8 @@ def candidates(hits: Sequence[HitLike], asked: SentenceQuery) -> list[Candidate]
                 "terms": sum(weight[t] for t in sorted(found)),
                 "cover": covers[u],
                 "window_terms": sum(weight.get(t, 0.0) for t in sorted(terms.intersection(analyzer(window)))),
-                "echo": own / len(said) if said else 0.0,
-                "novel": math.log1p(len(said) - own) / 3.0,
+                "echo": own / len(said) if said else 0.0,  # the share of the sentence that repeats the question
+                "novel": math.log1p(len(said) - own) / 3.0,  # ... and how much it says besides
                 "prev_cover": covers[u - 1] if u > 0 else 0.0,
                 "next_cover": covers[u + 1] if u + 1 < n else 0.0,
                 "inline_code": float("`" in sentence),
@@ -146,28 +136,17 @@ def candidates(hits: Sequence[HitLike], asked: SentenceQuery) -> list[Candidate]
                 "took_block": float(start < a or end > b),
                 "colon": float(sentence.rstrip().endswith(":")),
                 "resumed": float(u in unit.lead_ins),
-                "heading": float(_HEADING_RE.match(sentence) is not None or _UNDERLINE_RE.match(text, b) is not None),
                 "length": math.log1p(len(sentence)) / 5.0,
                 "window_length": math.log1p(len(window)) / 5.0,
-                "position": u / (n - 1) if n > 1 else 0.0,
-                "first": float(u == 0),
                 "type_window": float(typed),
-                "says_default": float(says),
                 "states_default": float(states),
                 "digit": float(digit),
-                "new_number": float(new_number),
                 "new_flag": float(new_flag),
                 "new_name": float(new_name),
-                "howto_code": float(howto and _CODE_RE.search(window) is not None),
-                "default_x_says": float(asks_default and says),
-                "default_x_digit": float(asks_default and digit),
-                "default_x_states": float(asks_default and states),
                 "name_x_new_name": float(asks_name and new_name),
                 "number_x_digit": float(asks_number and digit),
-                "number_x_new_number": float(asks_number and new_number),
                 "flag_x_new_flag": float(asks_flag and new_flag),
                 "howto_x_new_name": float(howto and new_name),
-                "howto_x_is_code": float(howto and is_code),
                 "rank1": float(i == 1),
                 "rank2": float(i >= 2),
                 "ratio": hit.score / top if top > 0 and hit.score > 0 else 1.0,

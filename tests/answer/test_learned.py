@@ -84,12 +84,6 @@ def test_every_sentence_of_every_passage_is_a_candidate_with_its_window() -> Non
     ("question", "text", "answer"),
     [
         (
-            "What port does the daemon listen on?",
-            "Listening\n=========\n\nThe daemon listens for connections from the command line and other tools.\n\n"
-            "It binds 127.0.0.1:6120.\n",
-            "6120",
-        ),
-        (
             "Which environment variable chooses the name of the journal file?",
             "Journal file\n============\n\nLumen writes what it did to a journal file in the current folder "
             "when a job ends.\n\nSet ``LUMEN_JOURNAL`` to choose another name.\n",
