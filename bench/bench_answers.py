@@ -145,7 +145,7 @@ def settings(args: argparse.Namespace) -> AnswerSettings:
     """The answering path's settings with the command line's changes (the API's object, not module globals)."""
     return AnswerSettings(
         k=args.k, block_chars=args.block_chars, tool_query=args.tool_query, window_chars=args.window_chars,
-        attach_chars=args.attach_chars, proximity=args.proximity, copy=args.copy, typed_copy=args.typed_copy,
+        attach_chars=args.attach_chars, copy=args.copy, typed_copy=args.typed_copy,
     )  # fmt: skip
 
 
@@ -173,7 +173,6 @@ def main() -> int:
     parser.add_argument("--block-chars", type=int, default=d.block_chars)
     parser.add_argument("--window-chars", type=int, default=d.window_chars, help="characters of a sentence shown")
     parser.add_argument("--attach-chars", type=int, default=d.attach_chars, help="what a sentence takes with it")
-    parser.add_argument("--proximity", type=float, default=d.proximity, help="proximity reranking weight (0: off)")
     parser.add_argument(
         "--copy",
         action=argparse.BooleanOptionalAction,

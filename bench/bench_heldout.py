@@ -8,6 +8,9 @@ Question sets (``--set``):
   folder (``--cache``) and ingested as ``clanker-rag ingest`` would.  The
   questions were written from the pages alone, before any answering path ran
   on them; nothing is tuned on them.
+* ``man2``: ``bench/heldout_man2_qa.jsonl``, 34 questions from eleven more
+  pages (timeout, split, sort, diff, xargs, make, sed, tar, ssh-keygen, rsync,
+  jq), written the same way (issue 39, run once on the trees before and after).
 * ``own``: ``bench/answers_qa.jsonl`` (our own guide, both halves) against the
   shipped guide index (``KnowledgeBase.default()``).
 
@@ -45,19 +48,28 @@ from clanker_rag._answer._ask import ask_events  # noqa: E402
 from clanker_rag._kb import KnowledgeBase  # noqa: E402
 from clanker_rag._stream._controller import InjectEvent, TextEvent  # noqa: E402
 
-MAN_QA = ROOT / "bench" / "heldout_man_qa.jsonl"
-PAGES = ("gzip", "bzip2", "zstd", "grep", "xz", "wget", "ssh", "less", "strace", "file", "find", "valgrind")
+# Set -> (questions, man pages they were written from).
+MAN_SETS = {
+    "man": (
+        ROOT / "bench" / "heldout_man_qa.jsonl",
+        ("gzip", "bzip2", "zstd", "grep", "xz", "wget", "ssh", "less", "strace", "file", "find", "valgrind"),
+    ),
+    "man2": (
+        ROOT / "bench" / "heldout_man2_qa.jsonl",
+        ("timeout", "split", "sort", "diff", "xargs", "make", "sed", "tar", "ssh-keygen", "rsync", "jq"),
+    ),
+}
 
 
-def render_pages(cache: Path) -> Path:
-    """The man pages as plain text (no hyphenation, no justification), written into ``cache/man`` once."""
-    out = cache / "man"
+def render_pages(cache: Path, name: str = "man") -> Path:
+    """The man pages of set ``name`` as plain text (no hyphenation, no justification), in ``cache/NAME``, once."""
+    out = cache / name
     if out.is_dir():
         return out
-    tmp = cache / "man.part"
+    tmp = cache / f"{name}.part"
     tmp.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "MANWIDTH": "80"}
-    for page in PAGES:
+    for page in MAN_SETS[name][1]:
         shown = subprocess.run(["man", "--nh", "--nj", "-P", "cat", page], env=env, capture_output=True, check=True)
         text = subprocess.run(["col", "-bx"], input=shown.stdout, capture_output=True, check=True).stdout
         (tmp / f"{page}.txt").write_bytes(text)
@@ -68,14 +80,14 @@ def render_pages(cache: Path) -> Path:
 def questions(name: str) -> list[QA]:
     if name == "own":
         return load_own()
-    items = [json.loads(line) for line in MAN_QA.read_text(encoding="utf-8").splitlines() if line.strip()]
+    items = [json.loads(line) for line in MAN_SETS[name][0].read_text(encoding="utf-8").splitlines() if line.strip()]
     return [QA(item["id"], item["collection"], item["question"], tuple(item["answers"]), "test") for item in items]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", required=True, help="a running llama.cpp server")
-    parser.add_argument("--set", dest="qa_set", default="man", choices=("man", "own"))
+    parser.add_argument("--set", dest="qa_set", default="man", choices=(*MAN_SETS, "own"))
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "clanker-rag-heldout")
     parser.add_argument("--out", type=Path, help="write every record to this JSON file")
     parser.add_argument(
@@ -87,7 +99,7 @@ def main() -> int:
         kb = KnowledgeBase.default()
     else:
         kb = KnowledgeBase()
-        kb.ingest(render_pages(args.cache))
+        kb.ingest(render_pages(args.cache, args.qa_set))
     records = []
     for qa in questions(args.qa_set):
         if args.ids and qa.id not in args.ids:

@@ -17,7 +17,7 @@ chosen by leave-one-collection-out cross-validation: fit on all
 collections but one, choose for that one, count the questions whose injected text
 holds the answer, of those whose answer is in the top 3 passages.
 
-    python bench/train_selector.py                 # LOCO table: rules against learned
+    python bench/train_selector.py                 # LOCO table
     python bench/train_selector.py --write         # ... and write the fitted weights into _learned.py
 
 Needs numpy and scipy (bench extras); the library's scorer does not.
@@ -44,7 +44,6 @@ sys.path.insert(0, str(ROOT))
 from bench.answers_qa import QA, correct  # noqa: E402
 from bench.answers_qa import load as load_own  # noqa: E402
 from bench.bench_docs import HELD_OUT, PACKAGES, fetch  # noqa: E402
-from clanker_rag._answer._answer_types import asks_how, focus_types  # noqa: E402
 from clanker_rag._answer._ask import AnswerSettings, answer_controller  # noqa: E402
 from clanker_rag._answer._focusing import focus_sentence  # noqa: E402
 from clanker_rag._answer._learned import FEATURES, candidates  # noqa: E402
@@ -70,8 +69,8 @@ class Question:
     id: str
     collection: str
     top3: bool
-    # pick -> (features of each candidate, label of each candidate, index of the rules' choice)
-    sets: dict[int, tuple[np.ndarray, np.ndarray, int]]
+    # pick -> (features of each candidate, label of each candidate)
+    sets: dict[int, tuple[np.ndarray, np.ndarray]]
     # pick -> (passage, start, end) of each candidate's window: which windows overlap
     spans: dict[int, list[tuple[int, int, int]]]
     texts: list[str]  # the window each candidate of pick 3 would inject (for reading failures)
@@ -113,14 +112,13 @@ def question(kb: KnowledgeBase, collection: str, qa: QA) -> Question:
     for _ in ctl.events(lambda prompt, stop: iter(()), base_prompt(qa.question, settings.mode), question=qa.question):
         pass
     hits = rec.last
+    # The passages the chooser reads, as FocusedRetriever.search gives them: release notes only when nothing else.
     notes = [is_changelog(h.source, h.text) for h in hits]
-    hits = [h for h, n in zip(hits, notes) if not n] + [h for h, n in zip(hits, notes) if n]
+    hits = [h for h, n in zip(hits, notes) if not n] or hits
     query = rec.query
     analyzer = kb.analyzer
     terms = set(analyzer(query))
-    asked = SentenceQuery(
-        query, terms, analyzer, settings.window_chars, focus_types(query), settings.attach_chars, asks_how(query)
-    )
+    asked = SentenceQuery(query, terms, analyzer, settings.window_chars, settings.attach_chars)
     sets = {}
     spans = {}
     texts: list[str] = []
@@ -129,8 +127,7 @@ def question(kb: KnowledgeBase, collection: str, qa: QA) -> Question:
         texts = [focus_sentence(hits[c.hit], asked, c.unit).text for c in found]
         labels = [correct(text, qa) for text in texts]
         x = np.array([c.features for c in found], dtype=float).reshape(len(found), len(FEATURES))
-        rule = next((k for k, c in enumerate(found) if c.features[FEATURES.index("rule_best")] == 1.0), 0)
-        sets[pick] = (x, np.array(labels, dtype=float), rule)
+        sets[pick] = (x, np.array(labels, dtype=float))
         spans[pick] = [(c.hit, c.start, c.end) for c in found]
     top3 = any(correct(h.text, qa) for h in kb.search(qa.question, TOP))
     return Question(qa.id, collection, top3, sets, spans, texts, qa.question)
@@ -154,7 +151,7 @@ def fit(qs: Sequence[Question], pick: int, cols: list[int], penalty: float) -> n
     """Raw weights (one per column of ``cols``) of the conditional logit fitted on ``qs``."""
     groups = []
     for q in qs:
-        x, y, _ = q.sets[pick]
+        x, y = q.sets[pick]
         if len(y) and 0 < y.sum() < len(y):
             groups.append((x[:, cols], y.astype(bool)))
     allx = np.vstack([g[0] for g in groups])
@@ -183,38 +180,21 @@ def fit(qs: Sequence[Question], pick: int, cols: list[int], penalty: float) -> n
     return weights
 
 
-def chosen(q: Question, pick: int, cols: list[int], w: np.ndarray, windows: int = 1) -> bool:
-    """Whether a window the weights choose for ``q`` holds the answer: the best ``windows`` whose
-    windows do not overlap, as ``_learned.ranked`` takes them (ties to the earliest)."""
-    x, y, _ = q.sets[pick]
+def chosen(q: Question, pick: int, cols: list[int], w: np.ndarray) -> bool:
+    """Whether the window the weights choose for ``q`` holds the answer (ties to the earliest, as ``best_window``)."""
+    x, y = q.sets[pick]
     if not len(y):
         return False
     s = [math.fsum(float(a) * float(b) for a, b in zip(w, row)) for row in x[:, cols]]
-    taken: list[tuple[int, int, int]] = []
-    for k in sorted(range(len(s)), key=lambda k: (-s[k], k)):
-        hit, start, end = q.spans[pick][k]
-        if all(hit != h or end <= a or start >= b for h, a, b in taken):
-            if y[k]:
-                return True
-            taken.append((hit, start, end))
-            if len(taken) == windows:
-                break
-    return False
+    return bool(y[max(range(len(s)), key=lambda k: (s[k], -k))])
 
 
-def rules(q: Question, pick: int = 2) -> bool:
-    _, y, rule = q.sets[pick]
-    return bool(len(y)) and bool(y[rule])
-
-
-def loco(
-    qs: Sequence[Question], pick: int, penalty: float, names: Sequence[str] = DEV, windows: int = 1
-) -> dict[str, int]:
+def loco(qs: Sequence[Question], pick: int, penalty: float, names: Sequence[str] = DEV) -> dict[str, int]:
     """Collection -> questions whose injected text holds the answer, each scored by weights fitted without it."""
     out = {}
     for held in names:
         w = fit_on(qs, frozenset(names) - {held}, pick, penalty)
-        out[held] = sum(chosen(q, pick, ALL, w, windows) for q in qs if q.collection == held and q.top3)
+        out[held] = sum(chosen(q, pick, ALL, w) for q in qs if q.collection == held and q.top3)
     return out
 
 
@@ -273,36 +253,26 @@ def main() -> int:
     args = parser.parse_args()
     qs = gather(args.cache)
     in_top = {name: sum(q.top3 for q in qs if q.collection == name) for name in DEV}
-    oracle = {p: sum(q.top3 and bool(q.sets[p][1].sum()) for q in qs) for p in (2, 3)}
-    base = {name: sum(rules(q) for q in qs if q.collection == name and q.top3) for name in DEV}
+    oracle = {p: sum(q.top3 and bool(q.sets[p][1].sum()) for q in qs) for p in PICKS}
     total = sum(in_top.values())
     print(f"{len(qs)} questions, {total} with the answer in the top 3; some candidate holds it: {oracle}")
-    print(f"rules (pick 2): {sum(base.values())}/{total}")
     results = {}
     for pick, penalty in CONFIGS:
         results[(pick, penalty)] = per = loco(qs, pick, penalty)
         print(f"learned pick {pick} penalty {penalty:<5}: {sum(per.values())}/{total}", flush=True)
     pick, penalty = best = best_config(results)
     print(f"\nchosen by LOCO: pick {pick}, penalty {penalty}")
-    two = loco(qs, pick, penalty, windows=2)
     inner = nested(qs) if args.nested else {}
-    head = f"{'collection':<11} {'top 3':>5} {'rules':>11} {'learned':>11} {'2 windows':>11}"
-    print(head + (f" {'nested':>11}  (config chosen on the others)" if inner else ""))
-    for name in DEV:
-        n, r, learned = in_top[name], base[name], results[best][name]
-        line = f"{name:<11} {n:>5} {r:>4} ({r / n:>4.0%}) {learned:>4} ({learned / n:>4.0%})"
-        line += f" {two[name]:>4} ({two[name] / n:>4.0%})"
+    extra = f" {'nested':>11}  (config chosen on the others)" if inner else ""
+    print(f"{'collection':<11} {'top 3':>5} {'learned':>11}" + extra)
+    for name in [*DEV, "all"]:
+        n = total if name == "all" else in_top[name]
+        got = sum(results[best].values()) if name == "all" else results[best][name]
+        line = f"{name:<11} {n:>5} {got:>4} ({got / n:>4.0%})"
         if inner:
-            line += f" {inner[name][0]:>4} ({inner[name][0] / n:>4.0%})  {inner[name][1]}"
+            got = sum(v[0] for v in inner.values()) if name == "all" else inner[name][0]
+            line += f" {got:>4} ({got / n:>4.0%})" + ("" if name == "all" else f"  {inner[name][1]}")
         print(line)
-    r, learned = sum(base.values()), sum(results[best].values())
-    line = f"{'all':<11} {total:>5} {r:>4} ({r / total:>4.0%}) {learned:>4} ({learned / total:>4.0%})"
-    got2 = sum(two.values())
-    line += f" {got2:>4} ({got2 / total:>4.0%})"
-    if inner:
-        got = sum(v[0] for v in inner.values())
-        line += f" {got:>4} ({got / total:>4.0%})"
-    print(line)
     if args.write:
         w = fit(qs, pick, list(range(len(FEATURES))), penalty)
         write_weights([round(float(x), 6) for x in w], pick)

@@ -1,12 +1,12 @@
 """Answering one question with a model server: ``clanker-rag ask``, the demo and the proxy's base-model branch.
 
-Job: probing the server and driving it (``_ask``), the settings (``_settings``),
-the prompts for base and chat models (``_prompts``), cutting each hit to the
-window that answers (``_focusing``: the sentences and what each holds in
-``_sentences``, what a sentence needs around it in ``_windows``, the learned
-window chooser in ``_learned``), the kind of answer a question expects
-(``_answer_types``), the llama.cpp grammars that make a base model copy from
-its passage (``_grammars``) and noticing an answer that repeats itself
+Job: probing the server and driving it (``_ask``), the settings
+(``_settings``), the prompts for base and chat models (``_prompts``), cutting
+each hit to the window that answers (``_focusing``: a passage's sentences in
+``_sentences``, what a sentence takes with it in ``_windows``, the learned
+window chooser in ``_learned``), what kind of answer a question asks for
+(``_kinds``), the llama.cpp grammars that make a base model copy from its
+passages (``_grammars``) and noticing an answer that repeats itself
 (``_repetition``).
 
 May import: ``_stream``, ``backends``, ``_retrieval`` (reranking what ``ask``

@@ -1,18 +1,13 @@
 """Answering one question with a model server: what ``clanker-rag ask``, the demo and the proxy run.
 
 :func:`probe_server` asks a llama.cpp server (``GET /props``) which chat
-template it would apply.  A base model has none of its own: llama.cpp then
-falls back to ChatML, whose ``<|im_start|>`` markers the model has never
-seen, and it streams ``<|im_end|>`` tokens as text.  Such a server is driven
-with raw completions, a few-shot prompt (:mod:`._prompts`), one short window
-per block (:class:`~._focusing.FocusedRetriever`) and, on llama.cpp, a
-grammar that makes the answer copy the block's words (:mod:`._grammars`).
-Any other server gets a chat request over whole passages and writes freely.
-
-Both read the retriever's own ranking, as ``clanker-rag search`` shows it: a
-block never holds a passage search ranks below the top few, and the window
-chooser weighs search's top :data:`~._learned.PICK` passages, the rank and
-score search gave them included (it was fitted on that ranking).
+template it would apply.  A base model has none of its own (llama.cpp falls
+back to ChatML, whose markers the model has never seen): it is driven with
+raw completions, a few-shot prompt (:mod:`._prompts`), one short window per
+block (:class:`~._focusing.FocusedRetriever`) and, on llama.cpp, a grammar
+that makes the answer copy the block's words (:mod:`._grammars`).  Any other
+server gets a chat request over whole passages and writes freely.  Both read
+the retriever's own ranking, as ``clanker-rag search`` shows it.
 """
 
 from __future__ import annotations
@@ -94,11 +89,9 @@ def answer_controller(
 ) -> RagController:
     """The controller of a base model's few-shot prompt (``settings.mode``) for ``question``.
 
-    Each hit is cut to the window the learned chooser picks
-    (:class:`~._focusing.FocusedRetriever`); the question is restated after
-    every block.  ``options`` go to the controller (``min_score`` is read into
-    its triggers; ``triggers``, ``layout``, ``limits``, ``hooks``,
-    ``on_block``, ``show_blocks``... keep their other fields).
+    Each hit is cut to the window the learned chooser picks; the question is
+    restated after every block.  ``options`` go to the controller
+    (``triggers``, ``layout`` and ``hooks`` keep their other fields).
     """
     focused = FocusedRetriever(
         retriever,
@@ -185,16 +178,15 @@ def base_model_events(
 ) -> Iterator[StreamEvent]:
     """A base model's answer to ``question``: the one answering path of ``ask``, ``demo`` and ``serve``.
 
-    The few-shot prompt of ``settings.mode`` (``asked``, the question as the
-    prompt shows it, defaults to ``question``; ``history`` and ``system`` as
-    in :func:`~._prompts.base_prompt`), the controller of
+    The few-shot prompt of ``settings.mode`` (``asked``: the question as the
+    prompt shows it; ``history`` and ``system`` as in
+    :func:`~._prompts.base_prompt`), the controller of
     :func:`answer_controller` (``options`` go to it), and on llama.cpp
-    (``llama_cpp``: its completions take a GBNF grammar) with
-    ``settings.copy``, answers held to the injected passages' words
-    (:class:`~._grammars.CopyingBackend`; the controller hands it each
-    block's passages).  ``generate`` is called as ``generate(prompt, stop)``,
-    or with ``options=`` under the grammar.  The events have the answer label
-    stripped and end when the answer loops (:func:`answer_text`).
+    (``llama_cpp``) with ``settings.copy`` answers held to the injected
+    passages' words (:class:`~._grammars.CopyingBackend`).  ``generate`` is
+    called as ``generate(prompt, stop)``, or with ``options=`` under the
+    grammar.  The events have the answer label stripped and end when the
+    answer loops (:func:`answer_text`).
     """
     backend: Callable[..., Iterator[Any]] = generate
     if llama_cpp and settings.copy:
@@ -222,14 +214,12 @@ def ask_events(
 ) -> Iterator[StreamEvent]:
     """The events of ``clanker-rag ask``: chat or raw completions, as the server needs.
 
-    ``api="auto"`` probes the server: a base model (no usable chat template)
-    gets :func:`base_model_events` through llama.cpp's native ``/completion``
-    (or ``/v1/completions`` elsewhere); anything else gets a chat request over
-    ``k`` (default ``settings.chat_k``) whole passages, with no copy grammar.
+    ``api="auto"`` probes the server: a base model gets
+    :func:`base_model_events` through llama.cpp's ``/completion`` (or
+    ``/v1/completions`` elsewhere); anything else a chat request over ``k``
+    (default ``settings.chat_k``) whole passages, with no copy grammar.
     ``"completions"`` forces the first; ``"chat"`` the second, except on a
-    server that says its model has no chat template: that is logged as a
-    warning and answered with completions.  ``k`` sets the passages per block
-    of either.
+    server whose model has no chat template (a warning, then completions).
     """
     from ..backends import ChatBackend, CompletionsBackend, LlamaCppBackend
 

@@ -1,28 +1,14 @@
 """Prompts that make small base models answer from injected passages.
 
-A base model (no chat template) follows the pattern of its prompt, so the
-prompt is a few worked examples in exactly the layout the controller
-produces: the question, the block of numbered passages (a ``<context>``
-block injected up front, or a ``<result>`` block after the model's own
-``<tool name="retrieve">`` call), then ``Answer:`` and a short answer copied
-from the passages.  The examples are about a made-up tool ("lumen"), so
-nothing in them can answer a real question by accident, and each answer is
-one short sentence that repeats the exact words of the fact (number, option,
-name) from its passage.
-
-``mode`` picks the layout:
-
-* ``"none"``: question, then ``Answer:`` (no retrieval: the baseline);
-* ``"context"``: the controller injects a ``<context>`` block after the
-  question (``questions=True``), the model writes ``Answer:``;
-* ``"tools"``: the model writes ``Search: <tool name="retrieve">...</tool>``,
-  the controller answers with a ``<result>`` block, the model writes
-  ``Answer:``;
-* ``"both"``: a ``<context>`` block up front and the tool available.
-
-:data:`STOP` ends an answer at its line's end: every example answers in one
-line, and a small model that goes on writes the next question or copies the
-block again.
+A base model follows the pattern of its prompt, so the prompt is a few worked
+examples in exactly the layout the controller produces: the question, a block
+of numbered passages, ``Answer:`` and one short line copying the fact from its
+passage.  The examples are about a made-up tool ("lumen"), so nothing in them
+can answer a real question.  ``mode`` picks the layout: ``"none"`` (no
+retrieval, the baseline), ``"context"`` (a ``<context>`` block after the
+question), ``"tools"`` (the model writes ``Search: <tool name="retrieve">``
+and gets a ``<result>`` block) or ``"both"``.  :data:`STOP` ends an answer at
+its line's end.
 """
 
 from __future__ import annotations
@@ -120,11 +106,8 @@ def _block(tag: BlockTag, example: Example) -> str:
 
 
 def after_block(question: str) -> str:
-    """What the model reads after each block: the question again, then the answer label.
-
-    A small model answers the question it read last; restated after the
-    passages, the question sits right before the answer it asks for.
-    """
+    """What the model reads after each block: the question again (a small model answers the
+    question it read last), then the answer label."""
     return f"Question: {' '.join(question.split())}\n{ANSWER_LABEL}"
 
 
@@ -146,12 +129,11 @@ def base_prompt(
     history: Sequence[tuple[str, str]] = (),
     system: str = "",
 ) -> str:
-    """The few-shot prompt for ``question``; see the module doc for ``mode``.
+    """The few-shot prompt for ``question`` in layout ``mode``.
 
     A chat rendered for a base model (``serve``) brings its ``system`` text,
     which leads the prompt, and its earlier turns as ``history`` (question,
-    answer) pairs, written after the examples in their layout (without
-    passages: those were read in their own turn).
+    answer) pairs, written after the examples without their passages.
     """
     if mode not in MODES:
         raise ConfigError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")

@@ -5,12 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .._exceptions import ConfigError
+from .._stream._settings import TOOL_QUERIES
 from .._validate import positive_int
 from ._prompts import MODES
 
-__all__ = ["TOOL_QUERIES", "AnswerSettings"]
-# What a tool call retrieves (the controller's Triggers.tool_query).
-TOOL_QUERIES = ("model", "merge", "fuse", "first")
+__all__ = ["AnswerSettings"]
 
 
 @dataclass(frozen=True)

@@ -1,17 +1,12 @@
-"""What a chosen sentence needs around it to answer: the block it introduces, the name it defines.
+"""What a chosen sentence needs around it to answer, and what a shown window leaves out.
 
-Documentation often states a fact in two pieces.  A sentence ending in a
-colon ("To change the names, pass a context setting:") introduces the code
-block or list that holds the answer; a definition (a reStructuredText
-directive such as ``.. data:: NAME``, a Markdown or reStructuredText
-heading) names a thing and its indented body says what it is and what its
-default is.  The sentence that repeats a question's words is the lead-in or
-the name; the answer is in the other piece.
-
-:func:`body_owner` says which definition line a position sits under, so
-the body's sentences can count the defined name's words;
-:func:`attached` widens a sentence's span to the block it introduces and to
-the definition line it belongs to, in whole lines, within a budget.
+Documentation often states a fact in two pieces: a sentence ending in a colon
+introduces the code block or list that holds the answer; a definition (a
+reStructuredText directive, a heading) names a thing and its indented body
+says what it is.  :func:`attached` widens a sentence's span to the block it
+introduces and to the definition line it belongs to, in whole lines, within a
+budget; :func:`body_owner` says which directive line a position sits under.
+:func:`strip_inline_html` drops the HTML tags of Markdown prose.
 """
 
 from __future__ import annotations
@@ -168,27 +163,19 @@ def is_changelog(source: str, text: str = "") -> bool:
     return _CHANGELOG_NAME_RE.search(source) is not None or _VERSION_HEAD_RE.search(text) is not None
 
 
-# Inline HTML in Markdown prose (``<span class="...">New in 1.8</span>``).
-# A rendered page shows none of these tags; left in the injected window they
-# are noise a small model copies.  Only named HTML elements go: ``<name>``
-# placeholders, autolinks (``<https://...>``) and anything in code stay.
-# Inline elements vanish; block elements and line breaks leave a space, so the
-# words either side stay apart.
-_INLINE_TAGS = frozenset(
-    (
-        *("a", "abbr", "b", "bdi", "bdo", "big", "cite", "code", "data", "del", "dfn", "em", "font", "i", "ins"),
-        *("kbd", "mark", "q", "s", "samp", "small", "span", "strike", "strong", "sub", "sup", "time", "tt", "u"),
-        *("var", "wbr"),
-    )
-)
-_SPACED_TAGS = frozenset(
-    (
-        *("address", "article", "aside", "audio", "blockquote", "br", "caption", "center", "col", "colgroup"),
-        *("dd", "details", "dir", "div", "dl", "dt", "figcaption", "figure", "footer", "h1", "h2", "h3", "h4"),
-        *("h5", "h6", "header", "hr", "iframe", "img", "li", "main", "nav", "ol", "p", "picture", "pre"),
-        *("section", "source", "summary", "table", "tbody", "td", "tfoot", "th", "thead", "tr", "ul", "video"),
-    )
-)
+# Named HTML elements in Markdown prose (``<span class="...">New in 1.8</span>``): a rendered page
+# shows none of these tags, a model copies them.  Inline ones vanish; block ones and line breaks
+# leave a space.  ``<name>`` placeholders, autolinks and anything in code stay.
+_INLINE_TAGS = frozenset((
+    "a", "abbr", "b", "bdi", "bdo", "big", "cite", "code", "data", "del", "dfn", "em", "font", "i", "ins", "kbd",
+    "mark", "q", "s", "samp", "small", "span", "strike", "strong", "sub", "sup", "time", "tt", "u", "var", "wbr",
+))  # fmt: skip
+_SPACED_TAGS = frozenset((
+    "address", "article", "aside", "audio", "blockquote", "br", "caption", "center", "col", "colgroup", "dd",
+    "details", "dir", "div", "dl", "dt", "figcaption", "figure", "footer", "h1", "h2", "h3", "h4", "h5", "h6",
+    "header", "hr", "iframe", "img", "li", "main", "nav", "ol", "p", "picture", "pre", "section", "source",
+    "summary", "table", "tbody", "td", "tfoot", "th", "thead", "tr", "ul", "video",
+))  # fmt: skip
 _HTML_TAG = re.compile(
     r"<!--.*?-->"
     r"|</?(?P<name>[A-Za-z][A-Za-z0-9]*)"

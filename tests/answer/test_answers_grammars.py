@@ -6,9 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from clanker_rag._answer._answer_types import focus_types
 from clanker_rag._answer._focusing import FocusedRetriever, focus_sentence
-from clanker_rag._answer._grammars import TOOL_GRAMMAR, CopyingBackend, copy_grammar
+from clanker_rag._answer._grammars import TOOL_GRAMMAR, CopyingBackend, copy_grammar, typed_words
 from clanker_rag._answer._prompts import ANSWER_LABEL, SEARCH_LABEL
 from clanker_rag._answer._sentences import SentenceQuery, sentence_spans, sentence_units
 from clanker_rag._kb import KnowledgeBase
@@ -24,7 +23,7 @@ ANALYZER = Analyzer()
 
 
 def asked(question: str, budget: int = 200) -> SentenceQuery:
-    return SentenceQuery(question, set(ANALYZER(question)), ANALYZER, budget, focus_types(question), 320, False)
+    return SentenceQuery(question, set(ANALYZER(question)), ANALYZER, budget, 320)
 
 
 def test_sentences_split_prose_and_rows() -> None:
@@ -193,7 +192,8 @@ def test_the_typed_word_comes_from_the_earliest_passage_holding_one() -> None:
 @given(st.lists(st.sampled_from(["port", "7341.", "--port", "is", "`x`", "7000"]), min_size=1, max_size=12))
 def test_every_copy_grammar_ends_the_answer_within_its_word_limit(words: list[str]) -> None:
     # Progress: one line of at most max_words passage words, the asked-for word within lead_words + 1.
-    grammar = copy_grammar(" ".join(words), "Which port?", focus_types("Which port?"), max_words=6, lead_words=2)
+    passage = " ".join(words)
+    grammar = copy_grammar(passage, "Which port?", typed_words(passage, "Which port?"), max_words=6, lead_words=2)
     root = grammar.splitlines()[0]
     assert root.endswith('"\\n"')  # one line, then the grammar ends
     bounds = [int(part.split("}", 1)[0]) for part in root.split("{0,")[1:]]

@@ -41,12 +41,6 @@ def test_a_piece_written_repeats_times_is_found_and_fewer_is_not_needed(prefix: 
     assert repeats_at_end(prefix + unit * REPEATS)
 
 
-def test_a_piece_longer_than_the_limit_is_not_looked_for() -> None:
-    unit = "".join(chr(ord("a") + i % 26) + str(i) for i in range(40))  # 90 characters, no inner repeat
-    assert not repeats_at_end(unit * REPEATS)
-    assert repeats_at_end(unit * REPEATS, max_unit=len(unit))
-
-
 @pytest.mark.parametrize(
     ("text", "expected"),
     [

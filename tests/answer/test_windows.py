@@ -5,12 +5,12 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from clanker_rag._answer._answer_types import focus_types
 from clanker_rag._answer._focusing import FocusedRetriever, focus_sentence
 from clanker_rag._answer._sentences import SentenceQuery
 from clanker_rag._answer._windows import attached, body_owner, is_changelog, strip_inline_html
 from clanker_rag._text._analysis import Analyzer
 from clanker_rag._types import Hit
+from tests.helpers._passages import Fixed
 
 LEAD_IN = (
     "Job logs are written to stderr.\n\n"
@@ -36,7 +36,7 @@ ANALYZER = Analyzer()
 
 
 def asked(question: str) -> SentenceQuery:
-    return SentenceQuery(question, set(ANALYZER(question)), ANALYZER, 200, focus_types(question), 320, False)
+    return SentenceQuery(question, set(ANALYZER(question)), ANALYZER, 200, 320)
 
 
 def span_of(text: str, needle: str) -> tuple[int, int]:
@@ -101,7 +101,7 @@ def test_a_directive_line_takes_its_body_and_a_body_line_its_directive() -> None
 
 def test_the_default_line_of_a_definition_is_chosen_for_a_default_question() -> None:
     hit = Hit(DIRECTIVE, "config.rst", 1.0, start=0, end=len(DIRECTIVE), start_line=1, end_line=8)
-    widened = focus_sentence(hit, asked("What is the default value of JOURNAL_ROTATE?"))
+    [widened] = FocusedRetriever(Fixed(hit), sentence=True).search("What is the default value of JOURNAL_ROTATE?", 1)
     assert widened.text.startswith(".. data:: JOURNAL_ROTATE") and widened.text.endswith("Default: ``weekly``")
 
 
