@@ -274,19 +274,26 @@ def test_saved_tables_and_orders_serve_a_load_with_later_segments_exactly(tmp_pa
     assert again._index.lookups.restamps, "saved slot tables were used under the new statistics"
 
 
-def test_a_load_of_several_segments_searches_its_packed_impacts_exactly(tmp_path, segmented, monkeypatch):
+def _packed_everywhere(folder: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """A first segment of 90 sources saved in ``folder`` with orders and tables for every list,
+    so its packed impacts serve the later commits' statistics (see _engine/_stale.py)."""
     from clanker_rag._engine import _index, _search, _stale
     from clanker_rag._storage import _impact_tables
 
-    # Saved orders and tables for every list, so the first segment's packed
-    # impacts serve the later commits' statistics (see _engine/_stale.py).
     monkeypatch.setattr(_impact_tables, "STORED_MIN", 1)
     monkeypatch.setattr(_impact_tables, "STORED_SHARE", 10_000)
     monkeypatch.setattr(_index, "ORDER_MIN", 2)
     monkeypatch.setattr(_search, "SEED", 1)
     monkeypatch.setattr(_stale, "RECOMPUTE_SHARE", 0)
     live = {f"s{i}": " ".join(VOCAB[j] for j in range(12) if (i * 5 + j * 7) % 4 < 2) for i in range(90)}
-    fresh_build(live).save(tmp_path)
+    fresh_build(live).save(folder)
+    return live
+
+
+def test_a_load_of_several_segments_searches_its_packed_impacts_exactly(tmp_path, segmented, monkeypatch):
+    from clanker_rag._engine import _stale
+
+    live = _packed_everywhere(tmp_path, monkeypatch)
     for n in range(3):  # three commits: adds (later segments) and removals (deletion marks)
         kb = KnowledgeBase.load(tmp_path, analyzer=plain)
         kb.add_text(f"t{n} t{n + 1} t{n + 1} late{n}", f"late{n}.md")
@@ -313,16 +320,9 @@ def test_a_load_of_several_segments_searches_its_packed_impacts_exactly(tmp_path
 def test_later_postings_are_searched_beside_a_packed_list_not_appended_to_a_copy(tmp_path, segmented, monkeypatch):
     from array import array
 
-    from clanker_rag._engine import _index, _search, _stale
-    from clanker_rag._storage import _impact_tables
+    from clanker_rag._engine import _stale
 
-    monkeypatch.setattr(_impact_tables, "STORED_MIN", 1)
-    monkeypatch.setattr(_impact_tables, "STORED_SHARE", 10_000)
-    monkeypatch.setattr(_index, "ORDER_MIN", 2)
-    monkeypatch.setattr(_search, "SEED", 1)
-    monkeypatch.setattr(_stale, "RECOMPUTE_SHARE", 0)
-    live = {f"s{i}": " ".join(VOCAB[j] for j in range(12) if (i * 5 + j * 7) % 4 < 2) for i in range(90)}
-    fresh_build(live).save(tmp_path)
+    live = _packed_everywhere(tmp_path, monkeypatch)
     for n in range(3):  # three commits of adds only: later segments
         kb = KnowledgeBase.load(tmp_path, analyzer=plain)
         kb.add_text(f"t{n} t{n + 1} t{n + 1} late{n}", f"late{n}.md")
