@@ -239,10 +239,8 @@ class TermDictionary:
         self._fences: list[str] | None = None
         # A big segment's block checks of the text, offsets and sorted ids, by item.
         self._checks = checks
-        self._budget = CHECKED_READS
-        if checks is not None:
-            spanned = len(text) + len(offsets) * offsets.itemsize + len(sorted_ids) * sorted_ids.itemsize
-            self._budget = max(CHECKED_READS, spanned // _segments.BLOCK_SIZE * READS_PER_BLOCK)
+        spanned = len(text) + len(offsets) * offsets.itemsize + len(sorted_ids) * sorted_ids.itemsize
+        self._budget = max(CHECKED_READS, spanned // _segments.BLOCK_SIZE * READS_PER_BLOCK)
         self.where = where
 
     def __len__(self) -> int:
@@ -633,10 +631,12 @@ def section_runs(labels: Sequence[str | None]) -> list[list[Any]]:
 def sections(saved: object, n: int, where: str) -> list[str | None]:
     """The section of each of a segment's ``n`` chunks, from their runs (see :func:`section_runs`),
     or from a label per chunk (how a segment saved them before runs: read as they are)."""
-    if isinstance(saved, list) and len(saved) == n and (not saved or not isinstance(saved[0], list)):
+    if not isinstance(saved, list):
+        raise IndexFormatError(f"{where}: the chunk sections do not match the chunks")
+    if len(saved) == n and (not saved or not isinstance(saved[0], list)):
         return saved
     labels: list[str | None] = []
-    for run in saved if isinstance(saved, list) else [None]:
+    for run in saved:
         if not (
             isinstance(run, list)
             and len(run) == 2

@@ -215,22 +215,22 @@ class WebApp:
         source = params.get("source") or None
 
         def search(served: object) -> dict[str, Any]:
-            is_kb = isinstance(served, KnowledgeBaseLike)
+            kb = served if isinstance(served, KnowledgeBaseLike) else None
             hits: Sequence[HitLike]
-            if is_kb:
-                hits = _kb(served).search(query, k, source=source)
+            if kb is not None:
+                hits = kb.search(query, k, source=source)
             elif source:
                 raise _Failed(501, "this server searches a retriever that is not a knowledge base: no source filter")
             else:
                 hits = _retriever(served).search(query, k)
-            analyzer = _kb(served).analyzer if is_kb else None
+            analyzer = kb.analyzer if kb is not None else None
             terms = set(analyzer(query)) if analyzer is not None else set()
             out = []
             for hit in hits:
                 item = _hit_json(hit)
                 item["marks"] = _marks(hit.text, terms, analyzer) if analyzer is not None and terms else []
                 out.append(item)
-            return {"query": query, "terms": sorted(terms), "hits": out, "explain": is_kb}
+            return {"query": query, "terms": sorted(terms), "hits": out, "explain": kb is not None}
 
         return self._read(search) if query else {"query": "", "terms": [], "hits": [], "explain": False}
 
