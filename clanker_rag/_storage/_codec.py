@@ -239,8 +239,10 @@ class TermDictionary:
         self._fences: list[str] | None = None
         # A big segment's block checks of the text, offsets and sorted ids, by item.
         self._checks = checks
-        spanned = len(text) + len(offsets) * offsets.itemsize + len(sorted_ids) * sorted_ids.itemsize
-        self._budget = max(CHECKED_READS, spanned // _segments.BLOCK_SIZE * READS_PER_BLOCK)
+        self._budget = CHECKED_READS
+        if checks is not None:  # (a dictionary without block checks has no blocks to count)
+            spanned = len(text) + len(offsets) * offsets.itemsize + len(sorted_ids) * sorted_ids.itemsize
+            self._budget = max(CHECKED_READS, spanned // _segments.BLOCK_SIZE * READS_PER_BLOCK)
         self.where = where
 
     def __len__(self) -> int:
