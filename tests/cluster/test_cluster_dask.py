@@ -107,8 +107,15 @@ def same(a, b):
 
 
 def kill_holder(client, kb, shard):
-    """SIGKILL the worker process holding ``shard``; returns its address."""
-    address = kb.shard_workers()[shard][0]
+    """SIGKILL the worker process holding ``shard``; returns its address.
+
+    A copy still being computed (a change just sent, a move after an earlier kill) has no holder yet
+    (``shard_workers`` leaves it out): wait, bounded, until the scheduler lists one."""
+    deadline = time.monotonic() + 60
+    while not (held := kb.shard_workers()[shard]):
+        assert time.monotonic() < deadline, f"shard {shard} has no holder after 60 s"
+        time.sleep(0.05)
+    address = held[0]
     pid = client.run(os.getpid, workers=[address])[address]
     os.kill(pid, signal.SIGKILL)
     return address
