@@ -70,7 +70,7 @@ sys.path.insert(0, str(ROOT))
 from bench.answers_qa import QA, contains, correct  # noqa: E402
 from bench.answers_qa import load as load_own  # noqa: E402
 from clanker_rag._answer._ask import AnswerSettings, answer_controller, ask_events  # noqa: E402
-from clanker_rag._answer._prompts import STOP, base_prompt, strip_label  # noqa: E402
+from clanker_rag._answer._prompts import ANSWER_LABEL, STOP, base_prompt  # noqa: E402
 from clanker_rag._kb import KnowledgeBase  # noqa: E402
 from clanker_rag._retrieval._proximity import ProximityRetriever  # noqa: E402
 from clanker_rag._stream._controller import InjectEvent, RetrieveEvent, TextEvent  # noqa: E402
@@ -328,7 +328,8 @@ def answer(kb: KnowledgeBase, item: Item, url: str, rec: Record, proximity: floa
     if not baseline:
         return
     llama = LlamaCppBackend(url, n_predict=96, temperature=0.0, cache_prompt=True, timeout=300)
-    rec.baseline = strip_label("".join(t.text for t in llama(base_prompt(item.question, "none"), STOP)))
+    baseline = "".join(t.text for t in llama(base_prompt(item.question, "none"), STOP)).strip()
+    rec.baseline = baseline.removeprefix(ANSWER_LABEL).strip()
     rec.baseline_correct = correct(rec.baseline, item.qa())
 
 

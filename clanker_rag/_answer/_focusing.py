@@ -4,7 +4,8 @@ A chunk is about 1,200 characters; the line that answers is one or two of
 them, and a small model reading a long block copies whichever line is nearest
 its end.  :class:`FocusedRetriever` wraps any retriever and cuts each hit to
 a window of its text: by default the run of whole lines within ``budget``
-characters holding the most query-term weight (:func:`focus_hit`); with
+characters holding the most query-term weight
+(:func:`~clanker_rag._retrieval._focus.focus_hit`); with
 ``sentence=True`` one sentence and what it needs around it
 (:func:`~._windows.attached`), the learned chooser's window among the top
 :data:`~._learned.PICK` passages first (what ``ask`` shows a base model).
@@ -15,75 +16,17 @@ its own line numbers.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable
 
 from .._exceptions import ConfigError
+from .._retrieval._focus import focus_hit, hit_window
 from .._text._analysis import Analyzer
-from .._types import Hit, HitLike, Retriever
+from .._types import HitLike, Retriever
 from ._learned import PICK, best_window, term_weights
 from ._sentences import SentenceQuery, is_code_at, sentence_spans, sentence_units
 from ._windows import attached, is_changelog, strip_inline_html
 
-__all__ = ["FocusedRetriever", "focus_hit", "focus_sentence"]
-
-
-def _window(hit: HitLike, start: int, end: int) -> Hit:
-    text = hit.text[start:end].rstrip("\n")
-    end = start + len(text)
-    if not isinstance(hit, Hit):
-        return Hit(text=text, source=hit.source, score=hit.score)
-    first = hit.text.count("\n", 0, start)
-    return dataclasses.replace(
-        hit,
-        text=text,
-        start=hit.start + start,
-        end=hit.start + end,
-        start_line=hit.start_line + first,
-        end_line=hit.start_line + first + text.count("\n"),
-    )
-
-
-def focus_hit(hit: HitLike, terms: set[str], analyzer: Callable[[str], list[str]], budget: int) -> HitLike:
-    """``hit`` cut to the whole lines, at most ``budget`` characters, holding the most weight of ``terms``.
-
-    A term weighs more the fewer lines hold it; each counts once per window;
-    ties go to the earliest window, which then widens (a line below, a line
-    above) while it fits.  A first line longer than ``budget`` keeps its start.
-    """
-    text = hit.text
-    if len(text) <= budget:
-        return hit
-    lines = text.splitlines(keepends=True)
-    lengths = [len(line) for line in lines]
-    held = [terms.intersection(analyzer(line)) for line in lines]
-    count: dict[str, int] = {}
-    for found in held:
-        for term in found:
-            count[term] = count.get(term, 0) + 1
-    weight = {term: math.log(1.0 + len(lines) / c) for term, c in count.items()}
-    (i, j), best = (0, 1), -1.0
-    for a in range(len(lines)):
-        total, covered, b = 0, set(), a
-        while b < len(lines) and total + lengths[b] <= budget:
-            total += lengths[b]
-            covered |= held[b]
-            b += 1
-        value = sum(weight[t] for t in sorted(covered))
-        if b > a and value > best + 1e-9:
-            (i, j), best = (a, b), value
-    at = sum(lengths[:i])
-    if sum(lengths[i:j]) > budget:
-        return _window(hit, at, at + len(text[at:][:budget]))
-    total, grew = sum(lengths[i:j]), True
-    while grew:
-        grew = False
-        if j < len(lines) and total + lengths[j] <= budget:
-            total, j, grew = total + lengths[j], j + 1, True
-        if i > 0 and total + lengths[i - 1] <= budget:
-            i, total, grew = i - 1, total + lengths[i - 1], True
-    at = sum(lengths[:i])
-    return _window(hit, at, at + total)
+__all__ = ["FocusedRetriever", "focus_sentence"]
 
 
 def focus_sentence(hit: HitLike, asked: SentenceQuery, unit: int | None = None) -> HitLike:
@@ -104,7 +47,7 @@ def focus_sentence(hit: HitLike, asked: SentenceQuery, unit: int | None = None) 
         unit = max(range(len(spans)), key=lambda k: (scores[k], -k))
     start, end = spans[unit]
     end = min(end, start + asked.budget)
-    out = _window(hit, *attached(text, start, end, max(asked.attach, end - start)))
+    out = hit_window(hit, *attached(text, start, end, max(asked.attach, end - start)))
     shown = out.text if is_code_at(text, start) else strip_inline_html(out.text)
     return dataclasses.replace(out, text=" ".join(shown.split()))
 

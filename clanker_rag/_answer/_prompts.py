@@ -28,7 +28,6 @@ __all__ = [
     "Example",
     "after_block",
     "base_prompt",
-    "strip_label",
 ]
 
 MODES = ("none", "context", "tools", "both")
@@ -148,11 +147,3 @@ def base_prompt(
         tail += SEARCH_LABEL
     lead = f"{' '.join(system.split())}\n\n" if system.strip() else ""
     return f"{lead}{_INTRO}\n\n{shots}\n{earlier}{tail}"
-
-
-def strip_label(text: str) -> str:
-    """The answer without the ``Answer:`` label the examples teach the model to write."""
-    stripped = text.strip()
-    if stripped.startswith(ANSWER_LABEL):
-        stripped = stripped[len(ANSWER_LABEL) :].strip()
-    return stripped

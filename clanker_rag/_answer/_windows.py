@@ -187,14 +187,8 @@ _MD_FENCE = re.compile(r" {0,3}(`{3,}|~{3,})")
 
 def _untag(prose: str) -> str:
     def repl(m: re.Match[str]) -> str:
-        name = (m.group("name") or "").lower()
-        if not name:
-            return ""  # a comment
-        if name in _INLINE_TAGS:
-            return ""
-        if name in _SPACED_TAGS:
-            return " "
-        return m.group()
+        name = (m.group("name") or "").lower()  # none: a comment
+        return "" if not name or name in _INLINE_TAGS else " " if name in _SPACED_TAGS else m.group()
 
     return _HTML_TAG.sub(repl, prose) if "<" in prose else prose
 

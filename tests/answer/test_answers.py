@@ -17,10 +17,11 @@ from clanker_rag._answer._ask import (
     base_model_events,
     probe_server,
 )
-from clanker_rag._answer._focusing import FocusedRetriever, focus_hit
+from clanker_rag._answer._focusing import FocusedRetriever
 from clanker_rag._answer._prompts import EXAMPLES, STOP, after_block, base_prompt
 from clanker_rag._exceptions import ConfigError
 from clanker_rag._kb import KnowledgeBase
+from clanker_rag._retrieval._focus import focus_hit
 from clanker_rag._stream._blocks import BlockBuilder
 from clanker_rag._stream._controller import InjectEvent, RagController, RetrieveEvent, StreamEvent, TextEvent
 from clanker_rag._stream._settings import BlockLayout, Triggers
