@@ -11,6 +11,10 @@ Question sets (``--set``):
 * ``man2``: ``bench/heldout_man2_qa.jsonl``, 34 questions from eleven more
   pages (timeout, split, sort, diff, xargs, make, sed, tar, ssh-keygen, rsync,
   jq), written the same way (issue 39, run once on the trees before and after).
+* ``man3``: ``bench/heldout_man3_qa.jsonl``, 50 questions from eleven more
+  pages (dd, cut, nl, shuf, uniq, head, tail, mktemp, touch, du, flock),
+  written the same way and checked only for the answers' presence in the
+  pages (issue 39, run once on the path before the issue and on today's).
 * ``own``: ``bench/answers_qa.jsonl`` (our own guide, both halves) against the
   shipped guide index (``KnowledgeBase.default()``).
 
@@ -57,6 +61,10 @@ MAN_SETS = {
     "man2": (
         ROOT / "bench" / "heldout_man2_qa.jsonl",
         ("timeout", "split", "sort", "diff", "xargs", "make", "sed", "tar", "ssh-keygen", "rsync", "jq"),
+    ),
+    "man3": (
+        ROOT / "bench" / "heldout_man3_qa.jsonl",
+        ("dd", "cut", "nl", "shuf", "uniq", "head", "tail", "mktemp", "touch", "du", "flock"),
     ),
 }
 
