@@ -221,7 +221,7 @@ class TermDictionary:
     against 48 ms with 64 and 67 ms with none.
     """
 
-    __slots__ = ("_budget", "_checks", "_fence", "_fences", "_offsets", "_sorted", "_text", "where")
+    __slots__ = ("_budget", "_checks", "_fence", "_fences", "_offsets", "_probed", "_sorted", "_text", "where")
 
     def __init__(
         self,
@@ -237,6 +237,10 @@ class TermDictionary:
         self._offsets = offsets
         self._sorted = sorted_ids
         self._fences: list[str] | None = None
+        # Checked reads' terms by rank: binary searches for different terms probe the same ranks
+        # first (the middle, the quarters, ...), so a commit's hundreds of lookups share their top
+        # levels instead of decoding and checking them again (dropped once checked whole).
+        self._probed: dict[int, str] = {}
         # A big segment's block checks of the text, offsets and sorted ids, by item.
         self._checks = checks
         self._budget = CHECKED_READS
@@ -257,9 +261,15 @@ class TermDictionary:
     def __getitem__(self, rank: int) -> str:
         """The ``rank``-th term in sorted order (what :func:`bisect_left` reads)."""
         checks = self._checks
-        if checks is not None:
+        if checks is None:
+            return self.term(self._sorted[rank])
+        term = self._probed.get(rank)
+        if term is None:
             checks[2](rank, rank + 1)
-        return self.term(self._sorted[rank])
+            term = self.term(self._sorted[rank])
+            if self._checks is not None:  # (not checked whole by that read)
+                self._probed[rank] = term
+        return term
 
     def _checked_term(self, tid: int) -> str:
         """Term ``tid``, its blocks checked first: a commit looks up a note's hundred terms,
@@ -293,6 +303,7 @@ class TermDictionary:
         for check, part in zip(self._checks, (self._text, self._offsets, self._sorted)):
             check(0, len(part))
         self._checks = None
+        self._probed = {}
 
     def check(self, where: str) -> None:
         """The O(1) checks: offsets and ids agree in number and reach the text's end.

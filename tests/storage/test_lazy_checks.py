@@ -259,3 +259,21 @@ def test_term_lookups_find_the_same_ids_checked_read_by_read_or_whole(folder, mo
     monkeypatch.setattr(_codec, "BULK_SHARE", 1)
     assert saved.find_all(words[::-1]) == expected[::-1]
     assert saved.all() == list(terms) == words[:-4]
+
+
+def test_lookups_read_each_probed_term_once_while_checking_read_by_read(folder, monkeypatch):
+    """Binary searches for different terms probe the same ranks first: those terms are kept, so a
+    commit's lookups read and check only what no earlier lookup read."""
+    from clanker_rag._storage import _codec
+
+    monkeypatch.setattr(_codec, "CHECKED_READS", 10_000)
+    saved = KnowledgeBase.load(folder)._index.terms.saved
+    words = [saved.term(tid) for tid in range(0, len(saved), 3)] + ["zzz", "qqqq"]
+    before = saved._budget
+    first = [saved.find(w) for w in words]
+    assert first == [*range(0, len(saved), 3), None, None]
+    spent = before - saved._budget
+    assert 0 < spent < len(words) * max(1, len(saved).bit_length())  # shared probes read once
+    left = saved._budget
+    assert [saved.find(w) for w in words] == first
+    assert saved._budget == left  # nothing read again
