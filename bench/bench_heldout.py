@@ -15,6 +15,10 @@ Question sets (``--set``):
   pages (dd, cut, nl, shuf, uniq, head, tail, mktemp, touch, du, flock),
   written the same way and checked only for the answers' presence in the
   pages (issue 39, run once on the path before the issue and on today's).
+* ``man4``: ``bench/heldout_man4_qa.jsonl``, 50 questions from twelve pages
+  (dd, date, du, df, tail, stat, touch, flock, ln, tr, free, column), written
+  by a helper from the rendered pages alone, at the same time as ``man3`` and
+  without seeing it; seven of its pages are in no other set.
 * ``own``: ``bench/answers_qa.jsonl`` (our own guide, both halves) against the
   shipped guide index (``KnowledgeBase.default()``).
 
@@ -65,6 +69,10 @@ MAN_SETS = {
     "man3": (
         ROOT / "bench" / "heldout_man3_qa.jsonl",
         ("dd", "cut", "nl", "shuf", "uniq", "head", "tail", "mktemp", "touch", "du", "flock"),
+    ),
+    "man4": (
+        ROOT / "bench" / "heldout_man4_qa.jsonl",
+        ("dd", "date", "du", "df", "tail", "stat", "touch", "flock", "ln", "tr", "free", "column"),
     ),
 }
 
