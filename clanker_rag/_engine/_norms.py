@@ -40,11 +40,11 @@ class LengthNorms:
 
     def of(self, docs: Sequence[int], gen: int, dl: Sequence[int], avgdl: float) -> list[float]:
         """The norms of chunks ``docs``, bit for bit those of :meth:`every`."""
-        if self.gen == gen:  # the common case, first
-            return list(map(self.values.__getitem__, docs))
+        if self.gen == gen:  # the common case, first (itemgetter: no method wrapper per chunk)
+            return list(gather(self.values, docs))
         last, work = self.work
         work = (work if last == gen else 0) + len(docs)
         self.work = (gen, work)
         if 2 * work < len(dl) and avgdl > 0:
             return list(norm_values(self.bm25, avgdl, gather(dl, docs)))
-        return list(map(self.every(gen, dl, avgdl).__getitem__, docs))
+        return list(gather(self.every(gen, dl, avgdl), docs))

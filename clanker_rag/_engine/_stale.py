@@ -133,11 +133,12 @@ class StaleTerm:
         if self.packed_all or (highest if highest >= 0 else max(cands)) < n:
             vals = saved(cands)
             return vals if w == 1.0 else map(mul, vals, repeat(w))
-        # Chunks added since are in no packed list: read at chunk 0 (x * True is x), then masked.
+        # Chunks added since are in no packed list: read at chunk 0 (x * True is x), then masked
+        # to 0.0; an added chunk's exact impact then replaces its 0.0 (a chunk is in one run).
         packed = list(map(lt, cands, repeat(n)))
         vals = map(mul, saved(list(map(mul, cands, packed))), packed)
         if self.added:
-            vals = map(add, vals, map(self.added.get, cands, repeat(0.0)))
+            vals = map(self.added.get, cands, vals)
         return vals if w == 1.0 else map(mul, vals, repeat(w))
 
     def worth_looking(self, n: int) -> bool:
