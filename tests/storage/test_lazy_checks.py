@@ -267,7 +267,9 @@ def test_lookups_read_each_probed_term_once_while_checking_read_by_read(folder, 
     from clanker_rag._storage import _codec
 
     monkeypatch.setattr(_codec, "CHECKED_READS", 10_000)
-    saved = KnowledgeBase.load(folder)._index.terms.saved
+    terms = KnowledgeBase.load(folder)._index.terms
+    assert isinstance(terms, _codec.TermList)
+    saved = terms.saved
     words = [saved.term(tid) for tid in range(0, len(saved), 3)] + ["zzz", "qqqq"]
     before = saved._budget
     first = [saved.find(w) for w in words]
