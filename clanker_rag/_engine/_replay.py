@@ -20,7 +20,7 @@ from array import array
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from itertools import accumulate, chain, compress, repeat
+from itertools import accumulate, compress, repeat
 from operator import ne
 
 from .._exceptions import IndexFormatError
@@ -115,7 +115,7 @@ class TailLists:
                     check(0, len(part))
             try:
                 if tail.whole:  # the runs cut from one pass over the segment
-                    runs = list(chain.from_iterable(zip(map(renumber.__getitem__, chunks), tfs)))
+                    runs = _interleaved(gather(renumber, chunks), tfs)
                     for tid, a, b in zip(tids, offsets, offsets[1:]):
                         if b > a and tid not in done:
                             have = out.get(tid)
@@ -153,7 +153,12 @@ def _postings(tail: _Tail, j: int) -> list[int]:
         keep = list(map(ne, ids, repeat(-1)))
         ids = list(compress(ids, keep))
         counts = list(compress(counts, keep))
-    # Interleaved by two slice stores: a quarter of the time of chaining zipped pairs.
+    return _interleaved(ids, counts)
+
+
+def _interleaved(ids: Sequence[int], counts: Sequence[int]) -> list[int]:
+    """Chunk id, tf, ... from two lists of one length (the load checks a segment's chunks and
+    tfs agree), by two slice stores: a quarter of the time of chaining zipped pairs."""
     out = [0] * (2 * len(ids))
     out[0::2] = ids
     out[1::2] = counts
