@@ -19,6 +19,11 @@ Question sets (``--set``):
   (dd, date, du, df, tail, stat, touch, flock, ln, tr, free, column), written
   by a helper from the rendered pages alone, at the same time as ``man3`` and
   without seeing it; seven of its pages are in no other set.
+* ``man5``: ``bench/heldout_man5_qa.jsonl``, 50 questions from twelve pages in
+  no other set (cp, ls, chmod, env, wc, seq, install, csplit, kill, patch,
+  git-commit, unzip), written by a helper from the rendered pages alone,
+  before any answering path ran on them; 26 are answered in the lower half
+  of their page (exit status, environment, later options).
 * ``own``: ``bench/answers_qa.jsonl`` (our own guide, both halves) against the
   shipped guide index (``KnowledgeBase.default()``).
 
@@ -73,6 +78,10 @@ MAN_SETS = {
     "man4": (
         ROOT / "bench" / "heldout_man4_qa.jsonl",
         ("dd", "date", "du", "df", "tail", "stat", "touch", "flock", "ln", "tr", "free", "column"),
+    ),
+    "man5": (
+        ROOT / "bench" / "heldout_man5_qa.jsonl",
+        ("cp", "ls", "chmod", "env", "wc", "seq", "install", "csplit", "kill", "patch", "git-commit", "unzip"),
     ),
 }
 
