@@ -24,6 +24,11 @@ Question sets (``--set``):
   git-commit, unzip), written by a helper from the rendered pages alone,
   before any answering path ran on them; 26 are answered in the lower half
   of their page (exit status, environment, later options).
+* ``man6``: ``bench/heldout_man6_qa.jsonl``, 50 questions from twelve pages in
+  no other set (mv, rm, tee, truncate, od, watch, ps, zip, git-branch,
+  journalctl, apt-get, python3), written by a helper from the rendered pages
+  alone, before any answering path ran on them; 29 are answered from the
+  lower half of their page (exit status, environment, files, later options).
 * ``own``: ``bench/answers_qa.jsonl`` (our own guide, both halves) against the
   shipped guide index (``KnowledgeBase.default()``).
 
@@ -82,6 +87,10 @@ MAN_SETS = {
     "man5": (
         ROOT / "bench" / "heldout_man5_qa.jsonl",
         ("cp", "ls", "chmod", "env", "wc", "seq", "install", "csplit", "kill", "patch", "git-commit", "unzip"),
+    ),
+    "man6": (
+        ROOT / "bench" / "heldout_man6_qa.jsonl",
+        ("mv", "rm", "tee", "truncate", "od", "watch", "ps", "zip", "git-branch", "journalctl", "apt-get", "python3"),
     ),
 }
 
