@@ -29,6 +29,10 @@ Question sets (``--set``):
   journalctl, apt-get, python3), written by a helper from the rendered pages
   alone, before any answering path ran on them; 29 are answered from the
   lower half of their page (exit status, environment, files, later options).
+* How they are used now: ``man`` to ``man4`` are development data (the window
+  chooser's weights are fitted on them, ``bench/train_selector.py``);
+  ``man5`` chose between candidate changes (validation); ``man6`` was run
+  once per tree on the final candidate (test).  A new change needs a new set.
 * ``own``: ``bench/answers_qa.jsonl`` (our own guide, both halves) against the
   shipped guide index (``KnowledgeBase.default()``).
 

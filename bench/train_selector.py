@@ -1,8 +1,10 @@
 """Fit the learned sentence scorer (``clanker_rag/_answer/_learned.py``) and measure it collection by collection.
 
 For every development question (the third-party collections of
-``bench/docs_qa.jsonl`` not in ``bench_docs.HELD_OUT`` and both halves of
-``bench/answers_qa.jsonl``, as ``clanker``), the passages ``ask`` retrieves are recorded as the focusing
+``bench/docs_qa.jsonl`` not in ``bench_docs.HELD_OUT``, both halves of
+``bench/answers_qa.jsonl`` as ``clanker``, and the man-page sets ``man`` to
+``man4`` of ``bench/bench_heldout.py``, rendered as there; ``man5`` and
+``man6`` stay out), the passages ``ask`` retrieves are recorded as the focusing
 retriever receives them (release notes last), and every sentence of the top
 ``pick`` passages becomes a candidate with the features of
 :func:`clanker_rag._answer._learned.candidates`.  Its label: the window
@@ -44,11 +46,12 @@ sys.path.insert(0, str(ROOT))
 from bench.answers_qa import QA, correct  # noqa: E402
 from bench.answers_qa import load as load_own  # noqa: E402
 from bench.bench_docs import HELD_OUT, PACKAGES, fetch  # noqa: E402
+from bench.bench_heldout import questions as man_questions  # noqa: E402
+from bench.bench_heldout import render_pages  # noqa: E402
 from clanker_rag._answer._ask import AnswerSettings, answer_controller  # noqa: E402
-from clanker_rag._answer._focusing import focus_sentence  # noqa: E402
+from clanker_rag._answer._focusing import focus_sentence, sentence_query  # noqa: E402
 from clanker_rag._answer._learned import FEATURES, candidates  # noqa: E402
 from clanker_rag._answer._prompts import base_prompt  # noqa: E402
-from clanker_rag._answer._sentences import SentenceQuery  # noqa: E402
 from clanker_rag._answer._windows import is_changelog  # noqa: E402
 from clanker_rag._kb import KnowledgeBase  # noqa: E402
 from clanker_rag._types import HitLike  # noqa: E402
@@ -56,8 +59,11 @@ from clanker_rag._types import HitLike  # noqa: E402
 QA_PATH = ROOT / "bench" / "docs_qa.jsonl"
 LEARNED = ROOT / "clanker_rag" / "_answer" / "_learned.py"
 OWN = "clanker"
+# Man-page sets that have been reported on and are development data now; the newest set (man5) stays out:
+# it is how the weights are judged on pages no one tuned on.
+MAN = ("man", "man2", "man3", "man4")
 # The held-out collections are never trained on: they are how the weights are judged.
-DEV = tuple(name for name in (*PACKAGES, OWN) if name not in HELD_OUT)
+DEV = (*(name for name in (*PACKAGES, OWN) if name not in HELD_OUT), *MAN)
 TOP = 3
 PENALTIES = (0.01, 0.03, 0.1, 0.3, 1.0)
 PICKS = (2, 3)
@@ -100,6 +106,7 @@ def dev_items() -> list[tuple[str, QA]]:
             out.append((obj["collection"], QA(obj["id"], "", obj["question"], tuple(obj["answers"]), "dev")))
     # Both halves of our own set: the test half has been reported on and is development data too.
     out += [(OWN, qa) for qa in load_own()]
+    out += [(name, qa) for name in MAN for qa in man_questions(name)]
     return out
 
 
@@ -117,8 +124,7 @@ def question(kb: KnowledgeBase, collection: str, qa: QA) -> Question:
     hits = [h for h, n in zip(hits, notes) if not n] or hits
     query = rec.query
     analyzer = kb.analyzer
-    terms = set(analyzer(query))
-    asked = SentenceQuery(query, terms, analyzer, settings.window_chars, settings.attach_chars)
+    asked = sentence_query(query, analyzer, settings.window_chars, settings.attach_chars)
     sets = {}
     spans = {}
     texts: list[str] = []
@@ -138,7 +144,9 @@ def gather(cache: Path) -> list[Question]:
     out = []
     for name in DEV:
         kb = KnowledgeBase.default() if name == OWN else KnowledgeBase()
-        if name != OWN:
+        if name in MAN:
+            kb.ingest(render_pages(cache / "man-pages", name))
+        elif name != OWN:
             kb.ingest(fetch(name, cache))
         out += [question(kb, name, qa) for coll, qa in items if coll == name]
     return out

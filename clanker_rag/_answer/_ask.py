@@ -1,13 +1,11 @@
 """Answering one question with a model server: what ``clanker-rag ask``, the demo and the proxy run.
 
-:func:`probe_server` asks a llama.cpp server (``GET /props``) which chat
-template it would apply.  A base model has none of its own (llama.cpp falls
-back to ChatML, whose markers the model has never seen): it is driven with
-raw completions, a few-shot prompt (:mod:`._prompts`), one short window per
-block (:class:`~._focusing.FocusedRetriever`) and, on llama.cpp, a grammar
-that makes the answer copy the block's words (:mod:`._grammars`).  Any other
-server gets a chat request over whole passages and writes freely.  Both read
-the retriever's own ranking, as ``clanker-rag search`` shows it.
+:func:`probe_server` asks a llama.cpp server which chat template it applies.
+A base model (none of its own) gets raw completions, a few-shot prompt
+(:mod:`._prompts`), one short window per block
+(:class:`~._focusing.FocusedRetriever`) and, on llama.cpp, a grammar that
+makes it copy the block's words (:mod:`._grammars`).  Any other server gets a
+chat request over whole passages and writes freely.
 """
 
 from __future__ import annotations
@@ -54,11 +52,10 @@ class ServerInfo:
 
 
 def probe_server(base_url: str, timeout: float = 5.0) -> ServerInfo:
-    """Find out whether ``base_url`` serves a base model (llama.cpp only; others count as chat).
+    """Whether ``base_url`` serves a base model (llama.cpp only; others count as chat).
 
-    The template is unusable when the server has none, or when it is the
-    ChatML fallback and the model's vocabulary has no ``<|im_start|>`` token
-    (it would be read as plain text, several tokens long).
+    It does when the server has no template, or only the ChatML fallback
+    while the vocabulary has no ``<|im_start|>`` token.
     """
     server = ModelServer(base_url, timeout)
     try:
@@ -89,9 +86,9 @@ def answer_controller(
 ) -> RagController:
     """The controller of a base model's few-shot prompt (``settings.mode``) for ``question``.
 
-    Each hit is cut to the window the learned chooser picks; the question is
-    restated after every block.  ``options`` go to the controller
-    (``triggers``, ``layout`` and ``hooks`` keep their other fields).
+    Hits are cut to the chooser's windows; the question is restated after
+    every block.  ``options`` go to the controller (``triggers``, ``layout``
+    and ``hooks`` keep their other fields).
     """
     focused = FocusedRetriever(
         retriever,
@@ -121,13 +118,12 @@ def answer_controller(
 
 
 def answer_text(events: Iterable[StreamEvent], loop_after_words: int = 9) -> Iterator[StreamEvent]:
-    """The events with the few-shot label (``Answer:``) taken out of the visible text.
+    """The events without the few-shot label (``Answer:``), ended when the answer loops.
 
     After each block, text is held only while it could still be the label.
-    An answer of more than ``loop_after_words`` words (by default past where
-    the copy grammar may still owe the asked-for word) that has turned into a
-    loop (:func:`~._repetition.loops_at_end`) ends there: ``events`` is
-    closed, which stops the generation.
+    An answer of more than ``loop_after_words`` words that loops
+    (:func:`~._repetition.loops_at_end`) ends there: closing ``events``
+    stops the generation.
     """
     held: str | None = ""  # None: the label question is settled until the next block
     answer = ""  # the visible answer since the last block
@@ -178,15 +174,11 @@ def base_model_events(
 ) -> Iterator[StreamEvent]:
     """A base model's answer to ``question``: the one answering path of ``ask``, ``demo`` and ``serve``.
 
-    The few-shot prompt of ``settings.mode`` (``asked``: the question as the
-    prompt shows it; ``history`` and ``system`` as in
-    :func:`~._prompts.base_prompt`), the controller of
-    :func:`answer_controller` (``options`` go to it), and on llama.cpp
-    (``llama_cpp``) with ``settings.copy`` answers held to the injected
-    passages' words (:class:`~._grammars.CopyingBackend`).  ``generate`` is
-    called as ``generate(prompt, stop)``, or with ``options=`` under the
-    grammar.  The events have the answer label stripped and end when the
-    answer loops (:func:`answer_text`).
+    The few-shot prompt (``asked``, ``history``, ``system``: see
+    :func:`~._prompts.base_prompt`), :func:`answer_controller` (``options``
+    go to it) and, on llama.cpp with ``settings.copy``, the copy grammar.
+    ``generate`` is called as ``generate(prompt, stop)``, or with
+    ``options=`` under the grammar; the events are :func:`answer_text`'s.
     """
     backend: Callable[..., Iterator[Any]] = generate
     if llama_cpp and settings.copy:
@@ -215,11 +207,9 @@ def ask_events(
     """The events of ``clanker-rag ask``: chat or raw completions, as the server needs.
 
     ``api="auto"`` probes the server: a base model gets
-    :func:`base_model_events` through llama.cpp's ``/completion`` (or
-    ``/v1/completions`` elsewhere); anything else a chat request over ``k``
-    (default ``settings.chat_k``) whole passages, with no copy grammar.
-    ``"completions"`` forces the first; ``"chat"`` the second, except on a
-    server whose model has no chat template (a warning, then completions).
+    :func:`base_model_events`; anything else a chat request over ``k``
+    (default ``settings.chat_k``) whole passages.  ``"completions"`` forces
+    the first; ``"chat"`` the second unless the model has no chat template.
     """
     from ..backends import ChatBackend, CompletionsBackend, LlamaCppBackend
 

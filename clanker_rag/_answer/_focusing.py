@@ -1,16 +1,12 @@
 """Passage shaping: each hit cut down to the text that answers.
 
-A chunk is about 1,200 characters; the line that answers is one or two of
-them, and a small model reading a long block copies whichever line is nearest
-its end.  :class:`FocusedRetriever` wraps any retriever and cuts each hit to
-a window of its text: by default the run of whole lines within ``budget``
-characters holding the most query-term weight
-(:func:`~clanker_rag._retrieval._focus.focus_hit`); with
-``sentence=True`` one sentence and what it needs around it
-(:func:`~._windows.attached`), the learned chooser's window among the top
-:data:`~._learned.PICK` passages first (what ``ask`` shows a base model).
-A shaped :class:`~clanker_rag.Hit` is an exact slice of its document, with
-its own line numbers.
+A small model reading a 1,200-character chunk copies whichever line is
+nearest its end.  :class:`FocusedRetriever` cuts each hit to a window: by
+default the whole lines within ``budget`` holding the most query-term weight
+(:func:`~clanker_rag._retrieval._focus.focus_hit`); with ``sentence=True``
+one sentence and what it needs around it (:func:`~._windows.attached`), the
+learned chooser's window first (what ``ask`` shows a base model).  A shaped
+hit is an exact slice of its document, with its own line numbers.
 """
 
 from __future__ import annotations
@@ -22,19 +18,31 @@ from .._exceptions import ConfigError
 from .._retrieval._focus import focus_hit, hit_window
 from .._text._analysis import Analyzer
 from .._types import HitLike, Retriever
+from ._kinds import cue_words
 from ._learned import PICK, best_window, term_weights
 from ._sentences import SentenceQuery, is_code_at, sentence_spans, sentence_units
 from ._windows import attached, is_changelog, strip_inline_html
 
-__all__ = ["FocusedRetriever", "focus_sentence"]
+__all__ = ["FocusedRetriever", "focus_sentence", "sentence_query"]
+
+
+def sentence_query(query: str, analyzer: Callable[[str], list[str]], budget: int, attach: int) -> SentenceQuery:
+    """What the chooser is told about ``query``: its terms without those that only name the answer's kind.
+
+    "Which option ..." says what kind of answer is asked (the chooser reads
+    the kind itself), not where the answer sits.
+    """
+    terms = set(analyzer(query))
+    cues = set(analyzer(" ".join(cue_words(query))))
+    return SentenceQuery(query, terms - cues if terms - cues else terms, analyzer, budget, attach)
 
 
 def focus_sentence(hit: HitLike, asked: SentenceQuery, unit: int | None = None) -> HitLike:
     """``hit`` cut to sentence ``unit`` (default: the one holding the most query-term weight) and what it takes.
 
-    Its first ``budget`` characters, widened by :func:`~._windows.attached`;
-    on one line (a model copying a wrapped sentence stops at its line break),
-    and without the HTML tags of its prose unless it starts in code.
+    Its first ``budget`` characters widened by :func:`~._windows.attached`,
+    on one line (a model copying a wrapped line stops at its break), without
+    the HTML tags of prose.
     """
     text = hit.text
     spans = sentence_spans(text)
@@ -55,13 +63,10 @@ def focus_sentence(hit: HitLike, asked: SentenceQuery, unit: int | None = None) 
 class FocusedRetriever:
     """A retriever whose hits are cut to ``budget`` characters around the query's words (see the module doc).
 
-    ``sentence=True`` shows one sentence per hit with what it introduces or
-    belongs to within ``attach`` characters: the chooser's window first, then
-    each other hit's best sentence in rank order, release notes last (they
-    name every feature in passing: the chooser reads them only when nothing
-    else was found).  ``analyzer`` defaults to the wrapped
-    retriever's own, so query and text match as the index matches them.
-    Keyword arguments of :meth:`search` (filters) pass through.
+    ``sentence=True``: one sentence per hit with what it takes within
+    ``attach`` characters; the chooser's window first, then each other hit's
+    best sentence, release notes last (they name every feature in passing).
+    ``analyzer`` defaults to the retriever's own; filters pass through.
     """
 
     def __init__(
@@ -94,7 +99,7 @@ class FocusedRetriever:
         hits = explain + [h for h, n in zip(hits, notes) if n]
         if not hits:
             return []
-        asked = SentenceQuery(query, terms, self.analyzer, self.budget, self.attach)
+        asked = sentence_query(query, self.analyzer, self.budget, self.attach)
         first, unit = best_window((explain or hits)[:PICK], asked)
         rest = [focus_sentence(h, asked) for i, h in enumerate(hits) if i != first]
         return [focus_sentence(hits[first], asked, unit), *rest]

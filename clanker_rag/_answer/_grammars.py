@@ -1,18 +1,13 @@
 """Constrained copying: a base model's answer may only use words of its passages.
 
 A 270M base model given the right line still garbles it about one time in
-three ("5M" for "5 MiB", a run of zeros, a word of the prompt's examples).
-llama.cpp's ``/completion`` takes a GBNF ``grammar`` that limits what it may
-sample: :func:`copy_grammar` allows only the whitespace-split words of the
-turn's passages, on one line, at most ``max_words`` of them, so the answer
-always makes progress and always ends.  Asked for a number, a flag or a name
-(:func:`~._kinds.question_kinds`), the answer must hold such a word of the
-passages within its first ``lead_words`` + 1 words (:func:`typed_words`).  :class:`CopyingBackend` wraps a
-llama.cpp backend: the controller hands it each injected block (``on_block``),
-and it sends that grammar with every request that ends with the answer label
-after a block, and :data:`TOOL_GRAMMAR` with every request that ends with the
-search label.  The grammar only narrows the choice of tokens: the prompt (and
-the server's prompt cache) is the one the model would get without it.
+three.  llama.cpp's ``/completion`` takes a GBNF ``grammar`` that limits what
+it may sample: :func:`copy_grammar` allows only the passages' words, on one
+line, at most ``max_words`` of them, so the answer always progresses and
+ends; asked for a number, a flag or a name, the answer holds such a word
+(:func:`typed_words`) early.  :class:`CopyingBackend` sends that grammar with
+every answer request after a block, and :data:`TOOL_GRAMMAR` after the search
+label; the prompt, and so the server's prompt cache, stays as it would be.
 """
 
 from __future__ import annotations
@@ -22,7 +17,7 @@ from typing import Any
 
 from .._stream._controller import InjectEvent
 from .._text._analysis import Analyzer
-from ._kinds import FLAG_RE, code_names, question_kinds
+from ._kinds import FLAG_RE, code_names, has_number, question_kinds
 from ._prompts import ANSWER_LABEL, SEARCH_LABEL
 
 __all__ = ["TOOL_GRAMMAR", "CopyingBackend", "copy_grammar", "one_of", "typed_words"]
@@ -39,10 +34,9 @@ def _literal(word: str) -> str:
 def one_of(words: Sequence[str]) -> str:
     """A GBNF expression matching exactly ``words`` (non-empty strings), as a prefix tree.
 
-    ``"port" | "ports" | "post"`` is written ``"po" ("rt" ("s")? | "st")``:
-    llama.cpp checks every vocabulary token against each open alternative, so
-    the tree costs one check per distinct next character where a flat list of
-    a passage's few hundred words costs a few hundred.
+    ``"po" ("rt" ("s")? | "st")`` for port, ports, post: llama.cpp checks each
+    token against every open alternative, so a tree costs one check per
+    distinct next character where a flat list costs one per word.
     """
     trie: dict[str, Any] = {}
     end = ""  # the key marking a word's end (no word character is empty)
@@ -83,20 +77,18 @@ def _bare(word: str) -> str:
 
 def _of_kind(word: str, kinds: frozenset[str]) -> bool:
     return (
-        ("number" in kinds and any(ch.isdigit() for ch in word))
+        ("number" in kinds and has_number(word))
         or ("flag" in kinds and FLAG_RE.search(word) is not None)
         or ("name" in kinds and bool(code_names(word)))
     )
 
 
 def typed_words(passage: str, question: str, analyzer: Callable[[str], list[str]] | None = None) -> list[str]:
-    """The words of ``passage`` of a kind ``question`` asks for (a number, a flag, a name) that it points at.
+    """The words of ``passage`` of the kind ``question`` asks for (a number, a flag, a name) that it points at.
 
-    A word the question writes itself is what it asks about, not the answer:
-    the others go first when there are others.  Of several, those whose
-    clause (the words between ``,;:.`` or brackets) holds the most question
-    terms, then those nearest a word holding one, at equal distance those
-    after it (a value follows its name: "--port 7000").
+    Words the question writes itself come last (they are what it asks
+    about).  Of several, those whose clause holds the most question terms,
+    then those nearest such a term, after it on a tie ("--port 7000").
     """
     kinds = question_kinds(question)
     words = passage.split()
@@ -129,11 +121,9 @@ def copy_grammar(
 ) -> str:
     """A GBNF grammar: one line of 1 to ``max_words`` words of ``passage`` (of ``question`` if it has none).
 
-    Each word is allowed as written and without its trailing punctuation (so
-    "8765." may end a sentence and "8765" sit inside one); with ``typed``
-    words, one of them within the first ``lead_words`` + 1.  The question's
-    words only when the passage has none: free to use them, a small model
-    echoes the question instead of copying the answer.
+    Each word as written or without trailing punctuation; with ``typed``
+    words, one of them within the first ``lead_words`` + 1.  Allowed the
+    question's words, a small model echoes the question instead of answering.
     """
     words: dict[str, None] = {}
     for word in (passage if passage.split() else question).split():
@@ -151,13 +141,11 @@ def copy_grammar(
 
 
 class CopyingBackend:
-    """A llama.cpp backend whose answers after a block copy words of the turn's passages (see the module doc).
+    """A llama.cpp backend whose answers after a block copy the turn's passages' words (see the module doc).
 
-    Pass :meth:`observe` to the controller as ``on_block``.  ``typed``: the
-    answer holds a word of the asked-for kind from the earliest passage that
-    has one (passages come best first).  ``inner`` is called as
-    ``inner(prompt, stop, options=...)``: the
-    :class:`~clanker_rag.backends.LlamaCppBackend` signature.
+    Pass :meth:`observe` as the controller's ``on_block``.  ``typed``: the
+    answer holds a word of the asked-for kind from the best passage with one.
+    ``inner`` is called as ``inner(prompt, stop, options=...)``.
     """
 
     def __init__(

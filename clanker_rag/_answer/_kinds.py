@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["FLAG_RE", "NUMBER_RE", "code_names", "question_kinds"]
+__all__ = ["FLAG_RE", "NUMBER_RE", "code_names", "cue_words", "has_number", "question_kinds"]
 
 # What a question asks for, read off English question words.
 _HOWTO_RE = re.compile(r"^(?:how (?:do|can|should|would) (?:i|you|we)|how to)\b")
@@ -34,6 +34,8 @@ _NAME_RE = re.compile(
     r"[a-z0-9_]*[a-z0-9]\b|(?<![/\w.])[a-z_]\w*\.[a-z_]\w*[a-z0-9]\b(?![./\w])|\b[A-Z][A-Z0-9]*_[A-Z0-9_]+\b)"
 )
 _PATH_RE = re.compile(r"[^\s`<>]*/[^\s`<>]*")
+# A Unix manual reference, "flock(2)": it names a page, it is neither a quantity nor a call.
+_MAN_REF_RE = re.compile(r"\b[A-Za-z_][\w.+-]*\(\d[a-z]*\)")
 
 
 def question_kinds(question: str) -> frozenset[str]:
@@ -53,6 +55,17 @@ def question_kinds(question: str) -> frozenset[str]:
     return frozenset(kinds)
 
 
+def cue_words(question: str) -> list[str]:
+    """The words of ``question`` that only say it asks for a flag ("which option"): they name no topic."""
+    return _FLAG_ASKED.findall(question.lower())
+
+
 def code_names(text: str) -> list[str]:
     """The names ``text`` writes as code: inline literals and identifier shapes (a path names a page, not a thing)."""
-    return [m.group(m.lastindex or 0) for m in _NAME_RE.finditer(_PATH_RE.sub(" ", text)) if m.group().strip()]
+    bare = _MAN_REF_RE.sub(" ", _PATH_RE.sub(" ", text))
+    return [m.group(m.lastindex or 0) for m in _NAME_RE.finditer(bare) if m.group().strip()]
+
+
+def has_number(text: str) -> bool:
+    """Whether ``text`` writes a digit outside manual references."""
+    return any(ch.isdigit() for ch in _MAN_REF_RE.sub(" ", text))

@@ -3,17 +3,12 @@
 Each sentence of the top :data:`PICK` passages is a candidate, shown with what
 :func:`~._windows.attached` takes with it.  Its features are general signals
 of where an answer sits: the weight of the query terms it, its window and its
-neighbours hold; its shape (code, a lead-in colon, prose resumed after code,
-its length); its passage's rank, score and agreement with the other passages
-on which query terms matter; and whether the window holds a token of the kind
-the question asks for (:func:`~._kinds.question_kinds`: a number, a flag, a name
-written as code, a stated default) that the question does not write itself.
-None names a collection or a question.
-
-The score is the dot product with :data:`WEIGHTS`, a conditional logit fitted
-on the development collections of ``bench/bench_docs.py`` and chosen by
-leave-one-collection-out cross-validation; ``python bench/train_selector.py
---write`` regenerates both.
+neighbours hold; its shape; its passage's rank, score and agreement with the
+others; whether it holds a token of the kind the question asks for
+(:func:`~._kinds.question_kinds`) that the question does not write.  None
+names a collection or a question.  :data:`WEIGHTS` is a conditional logit
+that ``python bench/train_selector.py --write`` fits and chooses by
+leave-one-collection-out cross-validation.
 """
 
 from __future__ import annotations
@@ -24,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .._types import HitLike
-from ._kinds import FLAG_RE, code_names, question_kinds
+from ._kinds import FLAG_RE, code_names, has_number, question_kinds
 from ._sentences import SentenceQuery, is_code_at, sentence_units
 from ._windows import attached
 
@@ -34,12 +29,13 @@ __all__ = ["FEATURES", "PICK", "WEIGHTS", "Candidate", "best_window", "candidate
 # fmt: off
 PICK = 3
 WEIGHTS: dict[str, float] = {
-    "terms": -0.418657, "cover": 2.795389, "echo": 0.638432, "novel": -0.158432, "window_terms": 2.526858,
-    "prev_cover": 1.506177, "next_cover": 0.691497, "inline_code": 0.502013, "is_code": -0.416016,
-    "took_block": 0.167277, "colon": 0.84656, "resumed": 3.045381, "length": -0.941965, "window_length": -0.447872,
-    "type_window": 1.058259, "states_default": 0.877667, "digit": 0.90511, "new_flag": -0.542212,
-    "new_name": 0.115599, "name_x_new_name": 0.730649, "number_x_digit": 1.37044, "flag_x_new_flag": 2.682492,
-    "howto_x_new_name": 0.684874, "rank1": -0.554203, "rank2": -0.580442, "ratio": 3.788137, "agree": 1.103717,
+    "terms": 0.588132, "cover": 2.111225, "echo": 0.853587, "novel": -0.558239, "window_terms": 2.176317,
+    "prev_cover": 1.095892, "next_cover": 0.876227, "inline_code": 0.423517, "is_code": -0.19492,
+    "took_block": 0.096731, "colon": 0.811623, "resumed": 3.049821, "length": -0.720574, "window_length": -0.135344,
+    "type_window": 1.155024, "states_default": 0.847855, "digit": 0.799709, "new_flag": -0.083823,
+    "new_name": 0.271073, "name_x_new_name": 0.495963, "number_x_digit": 1.520088, "flag_x_new_flag": 2.189916,
+    "source_terms": -1.167363, "howto_x_new_name": 0.656806, "rank1": -0.538852, "rank2": -0.576072,
+    "ratio": 2.850545, "agree": 0.676673,
 }
 # fmt: on
 FEATURES: tuple[str, ...] = tuple(WEIGHTS)
@@ -78,9 +74,8 @@ def _relative(value: float, best: float) -> float:
 def _agreement(held: Sequence[set[str]]) -> list[float]:
     """Per passage: the share of the other passages holding each query term it holds, averaged.
 
-    Passages that match the question on the same terms agree on its topic; one
-    that matches on other words (a verb of the request, a word in passing)
-    stands apart however rare those words are.
+    Passages matching the question on the same terms agree on its topic; one
+    matching on other words stands apart however rare those words are.
     """
     n = len(held)
     return [
@@ -103,6 +98,8 @@ def candidates(hits: Sequence[HitLike], asked: SentenceQuery) -> list[Candidate]
     raw: list[tuple[int, int, int, int, dict[str, float]]] = []
     for i, (hit, unit) in enumerate(zip(hits, units)):
         text = hit.text
+        # Terms of the file's own name: every passage of the page is about what it names.
+        named = terms.intersection(analyzer(hit.source.rsplit("/", 1)[-1].rsplit(".", 1)[0]))
         covers = [len(found) / len(terms) if terms else 0.0 for found in unit.terms]
         n = len(unit.spans)
         for u, ((a, b), found) in enumerate(zip(unit.spans, unit.terms)):
@@ -112,7 +109,7 @@ def candidates(hits: Sequence[HitLike], asked: SentenceQuery) -> list[Candidate]
             said = analyzer(sentence)
             own = sum(t in terms for t in said)
             is_code = is_code_at(text, a)
-            digit = any(ch.isdigit() for ch in sentence)
+            digit = has_number(sentence)
             states = _STATES_DEFAULT.search(window) is not None
             new_flag = bool(set(FLAG_RE.findall(window)) - asked_flags)
             names = code_names(window)
@@ -151,6 +148,7 @@ def candidates(hits: Sequence[HitLike], asked: SentenceQuery) -> list[Candidate]
                 "rank2": float(i >= 2),
                 "ratio": hit.score / top if top > 0 and hit.score > 0 else 1.0,
                 "agree": agree[i],
+                "source_terms": _relative(sum(weight[t] for t in found & named), sum(weight[t] for t in found)),
             }
             raw.append((i, u, start, end, f))
     best_terms = max((f["terms"] for *_, f in raw), default=0.0)

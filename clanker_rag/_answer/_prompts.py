@@ -1,14 +1,11 @@
 """Prompts that make small base models answer from injected passages.
 
-A base model follows the pattern of its prompt, so the prompt is a few worked
-examples in exactly the layout the controller produces: the question, a block
-of numbered passages, ``Answer:`` and one short line copying the fact from its
-passage.  The examples are about a made-up tool ("lumen"), so nothing in them
-can answer a real question.  ``mode`` picks the layout: ``"none"`` (no
-retrieval, the baseline), ``"context"`` (a ``<context>`` block after the
-question), ``"tools"`` (the model writes ``Search: <tool name="retrieve">``
-and gets a ``<result>`` block) or ``"both"``.  :data:`STOP` ends an answer at
-its line's end.
+A base model follows its prompt's pattern: a few worked examples, about a
+made-up tool so that none answers a real question, in the controller's own
+layout (question, block, ``Answer:``, one line copying the passage).
+``mode``: ``"none"`` (no retrieval), ``"context"`` (a ``<context>`` block
+after the question), ``"tools"`` (the model writes a ``Search:`` call and
+gets a ``<result>`` block) or ``"both"``.
 """
 
 from __future__ import annotations
@@ -131,8 +128,7 @@ def base_prompt(
     """The few-shot prompt for ``question`` in layout ``mode``.
 
     A chat rendered for a base model (``serve``) brings its ``system`` text,
-    which leads the prompt, and its earlier turns as ``history`` (question,
-    answer) pairs, written after the examples without their passages.
+    leading the prompt, and ``history`` (question, answer) pairs after the examples.
     """
     if mode not in MODES:
         raise ConfigError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")

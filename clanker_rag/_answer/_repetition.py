@@ -1,10 +1,10 @@
 """Noticing an answer that repeats itself.
 
 Small base models held to a block's words often copy one table cell or
-phrase again and again (``640 | 640 | 640 | ...``) until the token limit.
-An answer whose end is one piece written :data:`REPEATS` times in a row, or a
-phrase of :data:`PHRASE_WORDS` words or more written twice in a row (a loop
-over a whole clause), brings nothing new: the caller stops it there.
+phrase again and again (``640 | 640 | 640 | ...``) until the token limit.  An
+answer ending in one piece written :data:`REPEATS` times in a row, or in a
+phrase of :data:`PHRASE_WORDS` words or more written twice, brings nothing
+new: the caller stops it there.
 """
 
 from __future__ import annotations
@@ -18,32 +18,19 @@ PHRASE_WORDS = 5
 
 
 def repeats_at_end(text: str, repeats: int = REPEATS) -> bool:
-    """Whether ``text`` ends with one piece, holding a letter or digit, ``repeats`` times in a row.
-
-    >>> repeats_at_end("It is 640 | 640 | 640 | 640 | ")
-    True
-    >>> repeats_at_end("It is 640 | 640 | 640 | ")
-    False
-    """
+    """Whether ``text`` ends with one piece, holding a letter or digit, ``repeats`` times in a row."""
     end = len(text)
     for unit in range(1, end // repeats + 1):
         piece = text[end - unit :]
-        if all(text[end - (i + 1) * unit : end - i * unit] == piece for i in range(1, repeats)) and any(
-            ch.isalnum() for ch in piece
+        if any(ch.isalnum() for ch in piece) and all(
+            text[end - (i + 1) * unit : end - i * unit] == piece for i in range(1, repeats)
         ):
             return True
     return False
 
 
 def phrase_repeats_at_end(text: str, min_words: int = PHRASE_WORDS) -> bool:
-    """Whether ``text``'s complete words end with a phrase of at least ``min_words`` words written twice.
-
-    A word still being written (``text`` does not end with whitespace) is not
-    looked at: it may grow into another word.
-
-    >>> phrase_repeats_at_end("it runs the app from the file that runs the app from the file that ")
-    True
-    """
+    """Whether ``text``'s complete words (not one still being written) end with a phrase written twice."""
     words = text.split()
     if text and not text[-1].isspace():
         words = words[:-1]

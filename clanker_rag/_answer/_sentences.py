@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
-from ._windows import body_owner
+from ._windows import CAPS_HEAD_RE, body_owner, section_head
 
 __all__ = ["SentenceQuery", "SentenceUnits", "is_code_at", "sentence_spans", "sentence_units"]
 
@@ -46,10 +46,11 @@ class SentenceUnits(NamedTuple):
 def sentence_spans(text: str) -> list[tuple[int, int]]:
     """[start, end) of each non-blank unit of ``text``.
 
-    A sentence ends at ".", "!" or "?" before a space or line end outside
-    backticks and brackets, or at a line end that does not wrap prose: a
-    blank line follows, the line is a table row or heading, or the next one
-    starts a list item, table row, heading or code fence.
+    A sentence ends at ".", "!" or "?" (not an ellipsis: "[FILE]..." marks a
+    repeat) before a space or line end outside backticks and brackets, or at a
+    line end that does not wrap prose: a blank line follows, the line is a
+    table row or heading, or the next one starts a list item, table row,
+    heading or code fence.
     """
     spans: list[tuple[int, int]] = []
     start, depth, code = 0, 0, False
@@ -69,11 +70,24 @@ def sentence_spans(text: str) -> list[tuple[int, int]]:
         elif not code and ch in ")]" and depth:
             depth -= 1
         if ch == "\n":
-            line = text[start:i].rsplit("\n", 1)[-1].lstrip()
-            if line.startswith(("|", "#")) or line.rstrip() == "```" or _BLOCK_START.match(text, i + 1):
+            raw = text[start:i].rsplit("\n", 1)[-1]
+            line = raw.lstrip()
+            if (
+                line.startswith(("|", "#"))
+                or line.rstrip() == "```"
+                or _BLOCK_START.match(text, i + 1)
+                or CAPS_HEAD_RE.fullmatch(raw)
+            ):
                 close(i)
                 start, depth, code = i + 1, 0, False
-        elif ch in ".!?" and not code and not depth and text[i + 1 : i + 2] in (" ", "\t", "\n") and not row(i):
+        elif (
+            ch in ".!?"
+            and not code
+            and not depth
+            and text[i + 1 : i + 2] in (" ", "\t", "\n")
+            and text[i - 2 : i] != ".."
+            and not row(i)
+        ):
             close(i + 1)
             start = i + 2
     close(len(text))
@@ -132,8 +146,9 @@ def sentence_units(text: str, asked: SentenceQuery) -> SentenceUnits:
     """The units of ``text`` and the query terms each counts (only in its first ``budget`` characters).
 
     Prose resumed after a code block counts its lead-in's terms; a unit in a
-    directive's body counts the directive line's; a table row counts its
-    header's, and the header itself, which names columns, counts none.
+    directive's body counts the directive line's, and one in a plain-text
+    section the section heading's; a table row counts its header's, and the
+    header itself, which names columns, counts none.
     """
     spans = sentence_spans(text) or [(0, len(text))]
     lead_ins = _lead_ins(text, spans)
@@ -142,9 +157,12 @@ def sentence_units(text: str, asked: SentenceQuery) -> SentenceUnits:
     for k, lead in lead_ins.items():
         found[k] |= found[lead]
     for held, (a, _) in zip(found, spans):
-        owner = body_owner(text, a)
-        if owner is not None:
-            held |= terms.intersection(analyzer(text[owner[0] : owner[1]]))
+        for owner in (body_owner(text, a), section_head(text, a)):
+            if owner is not None:
+                held |= terms.intersection(analyzer(text[owner[0] : owner[1]]))
+    for k, (a, b) in enumerate(spans):
+        if CAPS_HEAD_RE.fullmatch(text, a, b):
+            found[k] = set()  # a section heading names what its body says; its body counts its words
     for header, rows in _table_rows(text, spans).items():
         for row in rows:
             found[row] |= found[header]

@@ -1,20 +1,21 @@
 """What a chosen sentence needs around it to answer, and what a shown window leaves out.
 
-Documentation often states a fact in two pieces: a sentence ending in a colon
-introduces the code block or list that holds the answer; a definition (a
-reStructuredText directive, a heading) names a thing and its indented body
-says what it is.  :func:`attached` widens a sentence's span to the block it
-introduces and to the definition line it belongs to, in whole lines, within a
-budget; :func:`body_owner` says which directive line a position sits under.
-:func:`strip_inline_html` drops the HTML tags of Markdown prose.
+A fact often comes in two pieces: a sentence ending in a colon introduces the
+block that holds it; a definition (a directive, a heading) names a thing and
+its indented body says what it is.  :func:`attached` widens a sentence to the
+block it introduces and the definition line it belongs to, in whole lines,
+within a budget; :func:`body_owner` and :func:`section_head` say which line a
+position sits under; :func:`strip_inline_html` drops Markdown prose's HTML tags.
 """
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["attached", "body_owner", "is_changelog", "strip_inline_html"]
+__all__ = ["CAPS_HEAD_RE", "attached", "body_owner", "is_changelog", "section_head", "strip_inline_html"]
 
+# A plain-text section heading (manual pages, RFCs): an unindented line in capitals.
+CAPS_HEAD_RE = re.compile(r"[A-Z][A-Z0-9]*(?:[ -][A-Z0-9]+)*[ \t]*")
 # A reStructuredText directive or a Markdown heading: a line that names what follows.
 _HEAD_RE = re.compile(r"[ \t]*(?:\.\. [\w:-]+::|#{1,6} )")
 # Lines between a lead-in and its block that carry no content: directives (".. code-block:: python"), their options.
@@ -75,6 +76,24 @@ def body_owner(text: str, pos: int) -> tuple[int, int] | None:
             continue
         if _indent(line) < depth:
             return (ja, jb) if _HEAD_RE.match(line) and line.lstrip().startswith("..") else None
+    return None
+
+
+def section_head(text: str, pos: int) -> tuple[int, int] | None:
+    """The plain-text heading in capitals (start, end) whose section holds ``pos``, if any.
+
+    The section runs from an unindented heading line to the next unindented
+    line: a manual page's "EXIT STATUS" names what its indented body states.
+    """
+    line_start = text.rfind("\n", 0, pos) + 1
+    if text[line_start : line_start + 1].strip():
+        return None  # an unindented line is not in a section's body
+    while line_start > 0:
+        at = text.rfind("\n", 0, line_start - 1) + 1
+        line = text[at : line_start - 1]
+        if line[:1].strip():
+            return (at, at + len(line.rstrip())) if CAPS_HEAD_RE.fullmatch(line) else None
+        line_start = at
     return None
 
 

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from clanker_rag._answer._grammars import CopyingBackend, copy_grammar, one_of, typed_words
-from clanker_rag._answer._kinds import code_names, question_kinds
+from clanker_rag._answer._kinds import code_names, has_number, question_kinds
 from clanker_rag._answer._prompts import ANSWER_LABEL
 from clanker_rag._stream._blocks import BlockBuilder
 from clanker_rag._stream._controller import InjectEvent
@@ -121,3 +121,10 @@ def test_one_of_shares_prefixes() -> None:
     assert one_of(["port", "ports", "post"]) == '"po" ("rt" ("s")? | "st")'
     assert one_of(["7341.", "7341"]) == '"7341" (".")?'
     assert one_of(['say "hi"']) == '"say \\"hi\\""'
+
+
+def test_a_manual_reference_is_neither_a_number_nor_a_name() -> None:
+    assert not has_number("See flock(2) and GLOW(1) for details.")
+    assert has_number("It retries 3 times (see flock(2)).")
+    assert code_names("See flock(2) for details.") == []
+    assert code_names("Call flock() first.") == ["flock("]

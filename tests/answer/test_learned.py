@@ -148,8 +148,10 @@ def test_the_choice_is_always_a_sentence_of_a_given_passage(texts: list[str], qu
 
 def test_focused_retriever_shows_the_chosen_window_first_and_chooses_within_the_top_passages() -> None:
     question = "Which environment variable makes the daemon restart itself?"
-    first = hit("The daemon can restart itself. Restarting reloads the rule file.", "a.rst", 4.0)
-    second = hit("Restarting needs a switch.\n\nTurn it on with ``LUMEN_RESTART=1``.", "b.rst", 3.9)
+    first = hit("The daemon logs each restart. Restarting reloads the rule file.", "a.rst", 4.0)
+    second = hit(
+        "Restarting needs a switch.\n\nThe variable ``LUMEN_RESTART=1`` makes the daemon restart itself.", "b.rst", 3.9
+    )
     out = FocusedRetriever(Fixed(first, second), budget=200, sentence=True).search(question, 2)
     assert out[0].source == "b.rst" and "LUMEN_RESTART=1" in out[0].text
     assert [h.source for h in out] == ["b.rst", "a.rst"]

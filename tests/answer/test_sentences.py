@@ -7,7 +7,7 @@ import itertools
 from hypothesis import given
 from hypothesis import strategies as st
 
-from clanker_rag._answer._focusing import FocusedRetriever
+from clanker_rag._answer._focusing import FocusedRetriever, sentence_query
 from clanker_rag._answer._sentences import SentenceQuery, sentence_spans, sentence_units
 from clanker_rag._text._analysis import Analyzer
 from tests.helpers._passages import Fixed, hit
@@ -63,3 +63,45 @@ def test_prose_resumed_after_a_code_block_counts_its_lead_in_words() -> None:
     found = sentence_units(text, asked(question))
     resumed = next(k for k, (a, _) in enumerate(found.spans) if text[a:].startswith("with k1"))
     assert resumed in found.lead_ins and "score" in found.terms[resumed]
+
+
+# A made-up manual page, laid out as `man` renders one: headings in capitals, indented bodies.
+PAGE = (
+    "GLOW(1)                    User Commands                    GLOW(1)\n\n"
+    "NAME\n       glow - light up a terminal\n\n"
+    "SYNOPSIS\n       glow [OPTION]... [PATTERN]...\n\n"
+    "DESCRIPTION\n       Paint each PATTERN in colour.\n\n"
+    "       -t, --tint=NAME\n              use colour NAME\n\n"
+    "EXIT STATUS\n       0 when a line was painted, 3 when nothing matched.\n\n"
+    "SEE ALSO\n       grep(1), dim(5)\n"
+)
+
+
+def test_a_heading_in_capitals_is_a_unit_of_its_own_and_an_ellipsis_ends_no_sentence() -> None:
+    units = [PAGE[a:b] for a, b in sentence_spans(PAGE)]
+    assert "NAME" in units and "EXIT STATUS" in units and "SYNOPSIS" in units
+    assert "glow [OPTION]... [PATTERN]..." in units  # one unit: "..." marks a repeat
+    assert "-t, --tint=NAME\n              use colour NAME" in units  # an option with its indented meaning
+
+
+def test_a_unit_in_a_plain_text_section_counts_its_heading_words() -> None:
+    question = "What exit status does glow return when nothing matched?"
+    spans = sentence_spans(PAGE)
+    found = sentence_units(PAGE, asked(question)).terms
+    status = next(k for k, (a, _) in enumerate(spans) if PAGE[a:].startswith("0 when"))
+    tint = next(k for k, (a, _) in enumerate(spans) if PAGE[a:].startswith("-t, --tint"))
+    assert {"exit", "status"} <= found[status]
+    assert not {"exit", "status"} & found[tint]  # under DESCRIPTION
+    [shown] = FocusedRetriever(Fixed(hit(PAGE, "glow.txt", 1.0)), sentence=True).search(question, 1)
+    assert "3 when nothing matched" in shown.text
+
+
+def test_words_that_only_name_the_answer_kind_place_nothing() -> None:
+    asked_ = sentence_query("Which glow option sets the tint?", ANALYZER, 200, 320)
+    assert "option" not in asked_.terms and {"glow", "tint"} <= asked_.terms
+    # A question of cue words alone keeps them: something must place the window.
+    assert sentence_query("Which options?", ANALYZER, 200, 320).terms == set(ANALYZER("Which options?"))
+    [shown] = FocusedRetriever(Fixed(hit(PAGE, "glow.txt", 1.0)), sentence=True).search(
+        "Which glow option sets the tint?", 1
+    )
+    assert shown.text.startswith("-t, --tint=NAME")
