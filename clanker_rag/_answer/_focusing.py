@@ -49,7 +49,7 @@ def focus_sentence(hit: HitLike, asked: SentenceQuery, unit: int | None = None) 
     if not spans or (len(spans) == 1 and len(text) <= asked.budget):
         return hit
     if unit is None or not 0 <= unit < len(spans):
-        found = sentence_units(text, asked).terms
+        found = sentence_units(text, asked, spans).terms
         weight = term_weights(found)
         scores = [sum(weight[t] for t in sorted(held)) for held in found]
         unit = max(range(len(spans)), key=lambda k: (scores[k], -k))

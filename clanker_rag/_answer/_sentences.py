@@ -142,15 +142,16 @@ def _table_rows(text: str, spans: Sequence[tuple[int, int]]) -> dict[int, list[i
     return out
 
 
-def sentence_units(text: str, asked: SentenceQuery) -> SentenceUnits:
+def sentence_units(text: str, asked: SentenceQuery, spans: list[tuple[int, int]] | None = None) -> SentenceUnits:
     """The units of ``text`` and the query terms each counts (only in its first ``budget`` characters).
 
     Prose resumed after a code block counts its lead-in's terms; a unit in a
     directive's body counts the directive line's, and one in a plain-text
     section the section heading's; a table row counts its header's, and the
-    header itself, which names columns, counts none.
+    header itself, which names columns, counts none.  ``spans``: the
+    :func:`sentence_spans` of ``text`` when the caller has them.
     """
-    spans = sentence_spans(text) or [(0, len(text))]
+    spans = (sentence_spans(text) if spans is None else spans) or [(0, len(text))]
     lead_ins = _lead_ins(text, spans)
     terms, analyzer = asked.terms, asked.analyzer
     found = [terms.intersection(analyzer(text[a : min(b, a + asked.budget)])) for a, b in spans]
