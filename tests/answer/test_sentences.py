@@ -36,14 +36,18 @@ TABLE = (
 )
 
 
+def terms_of(text: str, question: str, *starts: str) -> list[set[str]]:
+    """The query terms counted by the units of ``text`` that begin with each of ``starts``."""
+    spans = sentence_spans(text)
+    found = sentence_units(text, asked(question)).terms
+    return [found[next(k for k, (a, _) in enumerate(spans) if text.startswith(start, a))] for start in starts]
+
+
 def test_a_header_row_is_never_shown_and_a_row_is_read_with_its_header() -> None:
     question = "Which setting is the default number of jobs?"
-    spans = sentence_spans(TABLE)
-    found = sentence_units(TABLE, asked(question)).terms
-    header = next(k for k, (a, _) in enumerate(spans) if TABLE[a:].startswith("| setting"))
-    row = next(k for k, (a, _) in enumerate(spans) if TABLE[a:].startswith("| jobs"))
-    assert found[header] == set()
-    assert {"set", "default"} <= found[row]  # only through its header
+    header, row = terms_of(TABLE, question, "| setting", "| jobs")
+    assert header == set()
+    assert {"set", "default"} <= row  # only through its header
     out = FocusedRetriever(Fixed(hit(TABLE, "config.md", 1.0)), sentence=True).search(question, 1)
     assert not out[0].text.startswith("| setting")
 
@@ -86,12 +90,10 @@ def test_a_heading_in_capitals_is_a_unit_of_its_own_and_an_ellipsis_ends_no_sent
 
 def test_a_unit_in_a_plain_text_section_counts_its_heading_words() -> None:
     question = "What exit status does glow return when nothing matched?"
-    spans = sentence_spans(PAGE)
-    found = sentence_units(PAGE, asked(question)).terms
-    status = next(k for k, (a, _) in enumerate(spans) if PAGE[a:].startswith("0 when"))
-    tint = next(k for k, (a, _) in enumerate(spans) if PAGE[a:].startswith("-t, --tint"))
-    assert {"exit", "status"} <= found[status]
-    assert not {"exit", "status"} & found[tint]  # under DESCRIPTION
+    status, tint, heading = terms_of(PAGE, question, "0 when", "-t, --tint", "EXIT STATUS")
+    assert {"exit", "status"} <= status
+    assert not {"exit", "status"} & tint  # under DESCRIPTION
+    assert heading == set()  # a heading is never a window of its own
     [shown] = FocusedRetriever(Fixed(hit(PAGE, "glow.txt", 1.0)), sentence=True).search(question, 1)
     assert "3 when nothing matched" in shown.text
 
