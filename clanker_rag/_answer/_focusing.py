@@ -33,8 +33,8 @@ def sentence_query(query: str, analyzer: Callable[[str], list[str]], budget: int
     the kind itself), not where the answer sits.
     """
     terms = set(analyzer(query))
-    cues = set(analyzer(" ".join(cue_words(query))))
-    return SentenceQuery(query, terms - cues if terms - cues else terms, analyzer, budget, attach)
+    topic = terms - set(analyzer(" ".join(cue_words(query))))
+    return SentenceQuery(query, topic or terms, analyzer, budget, attach)
 
 
 def focus_sentence(hit: HitLike, asked: SentenceQuery, unit: int | None = None) -> HitLike:
@@ -91,8 +91,8 @@ class FocusedRetriever:
 
     def search(self, query: str, k: int = 10, **kwargs: object) -> list[HitLike]:
         hits = self.retriever.search(query, k, **kwargs)
-        terms = set(self.analyzer(query))
         if not self.sentence:
+            terms = set(self.analyzer(query))
             return [focus_hit(hit, terms, self.analyzer, self.budget) for hit in hits]
         notes = [is_changelog(h.source, h.text) for h in hits]
         explain = [h for h, n in zip(hits, notes) if not n]
