@@ -42,7 +42,9 @@ Each step runs in its own process, reading the windows file line by line:
   a digest of every top 10, scores included (the merged and the segmented
   index must agree);
 - ``commit``: a one-file commit (load, ``add_texts`` of one window-sized file,
-  save) into the merged index, and one document committed to tantivy and FTS5;
+  save) into a hard-linked copy of the merged index (so later query runs still
+  read one segment), and one document committed to copies of tantivy's and
+  FTS5's folders;
 - ``fresh`` (not by default): one build of every window by clanker_rag.
 
     python bench/bench_bigpoint.py --corpus linux --limit 2000000
@@ -590,8 +592,18 @@ def main() -> None:
         save_results()
     if "commit" in steps:
         for engine in [e for e in ("clanker_rag", "tantivy", "fts5") if e in engines]:
+            # Into a copy whose files are hard links of the built ones (no engine here rewrites a
+            # file in place: each writes new files or, for SQLite, is copied for real), so the
+            # folders that later query runs read stay as built.
+            work = folder(engine).with_name(folder(engine).name + "-commit")
+            shutil.rmtree(work, ignore_errors=True)
+            linked = engine != "fts5"
+            shutil.copytree(folder(engine), work, copy_function=os.link if linked else shutil.copy2)
             before = load_avg()
-            r = run_child("one-file", engine, str(folder(engine)), str(data))
+            try:
+                r = run_child("one-file", engine, str(work), str(data))
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
             r["load_avg"] = before
             results.setdefault("one_file_commit", {})[engine] = r
             print("one-file commit", engine, json.dumps(r), flush=True)

@@ -141,5 +141,5 @@ class ImpactLookups:
         if found is None or found[0] != gen:
             imps = array("f", [0.0])
             imps.frombytes(memoryview(term.imps).cast("B"))
-            found = self.restamps[term.tid] = (gen, (imps, slots))
+            found = self.restamps[term.tid] = (gen, (imps, slots, None))
         return found[1]

@@ -22,7 +22,10 @@ from the mapped data file like the rest of the index:
 - a *dense table* for a longer list: one float32 impact per chunk (0.0 where
   absent): 4 bytes a chunk, saved as it is (its floats compress about 3x
   but would inflate in 3.6 ms each, and the 19 of them at 225k chunks serve
-  the commonest terms).
+  the commonest terms).  In a big segment it is read in place, and a lookup
+  verifies just the checksum blocks holding the chunks it asks for (all of
+  them once the chunks asked for outnumber the blocks): at two million
+  chunks a table spans about 500 blocks, and most searches read a few.
 
 The values are the saved impacts themselves, so a table lookup adds exactly
 what a binary search would.  Tables describe the index as saved: after an
@@ -37,9 +40,10 @@ import zlib
 from array import array
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from functools import partial
 from itertools import pairwise
 from operator import itemgetter
-from typing import Any, NamedTuple, Union
+from typing import Any, NamedTuple, Protocol, Union
 
 from .._exceptions import IndexFormatError
 from ._deflate import RAW_WBITS, deflate
@@ -98,6 +102,14 @@ Floats = Union["array[float]", "memoryview[float]"]
 Check = Callable[[int, int], None]
 
 
+class ItemCheck(Protocol):
+    """A part's block checks by item range, and by scattered items."""
+
+    def __call__(self, a: int, b: int) -> None: ...
+
+    def items(self, first: int, count: int, positions: Sequence[int]) -> None: ...
+
+
 class LookupTables(NamedTuple):
     """The saved tables of an index of ``n_chunks`` chunks (see the module docstring).
 
@@ -116,7 +128,7 @@ class LookupTables(NamedTuple):
     offsets: Ints
     slot_spans: Ints
     # A big segment's block checks of dense, slots, the impacts and the list offsets, by item.
-    checks: tuple[Check, Check, Check, Check] | None = None
+    checks: tuple[ItemCheck, Check, Check, Check] | None = None
 
 
 def _little(values: array[Any]) -> array[Any]:
@@ -209,9 +221,10 @@ def check_tables(tables: LookupTables, n_terms: int, where: str) -> None:
         raise IndexFormatError(f"{where}: lookup tables do not match the postings")
 
 
-# (impacts, slots or None): the term's impact at chunk c is impacts[slots[c]],
-# or impacts[c] for a dense table.
-Table = tuple[Floats, Ints | None]
+# (impacts, slots or None, verify or None): the term's impact at chunk c is
+# impacts[slots[c]], or impacts[c] for a dense table; a dense table read in place
+# from a big segment verifies the blocks holding the chunks it is asked for.
+Table = tuple[Floats, Ints | None, Callable[[Sequence[int]], None] | None]
 
 
 class StoredTables:
@@ -233,15 +246,14 @@ class StoredTables:
         checks = t.checks
         i = self._dense.get(tid)
         if i is not None:
-            if checks is not None:
-                checks[0](i * n, (i + 1) * n)
-            found = (t.dense[i * n : (i + 1) * n], None)
+            verify = None if checks is None else partial(checks[0].items, i * n, n)
+            found = (t.dense[i * n : (i + 1) * n], None, verify)
         else:
             i = self._slot.get(tid)
             if i is None:
                 return None
             slots = self._inflate(i)
-            found = (self._slot_impacts(tid, length), slots)
+            found = (self._slot_impacts(tid, length), slots, None)
         self._views[tid] = found
         return found
 
@@ -297,7 +309,9 @@ def gather(values: Sequence[Any], positions: Sequence[int]) -> tuple[Any, ...]:
 
 def lookup(table: Table, cands: Sequence[int]) -> Sequence[float]:
     """The impacts at ``cands`` (0.0 where the term is absent)."""
-    imps, slots = table
+    imps, slots, verify = table
+    if verify is not None:
+        verify(cands)
     return gather(imps, cands if slots is None else gather(slots, cands))
 
 

@@ -253,3 +253,58 @@ def test_a_flipped_bit_in_a_saved_slot_table_fails_when_its_term_is_first_search
     assert kb.search(VOCAB[0])
     with pytest.raises(IndexFormatError, match="checksum"):
         kb.search(term)
+
+
+def test_a_flipped_bit_in_a_saved_dense_table_fails_only_where_a_lookup_reads_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(_segments, "BLOCK_SIZE", 64)  # 16 impacts a block
+    texts = [" ".join(VOCAB[i % 7 : i % 7 + 5]) for i in range(200)]
+    with tables_for_every_list(slot_limit=1):  # every list gets a dense table
+        build(texts).save(tmp_path)
+    monkeypatch.setattr(_store, "VERIFY_AT_LOAD", 0)  # as if big: checked block by block
+    tables = read(tmp_path).segments[0].snap.postings.tables
+    assert tables is not None and len(tables.dense_terms) > 1 and tables.n_chunks == 200
+    i, n = 1, tables.n_chunks
+    tid = tables.dense_terms[i]
+    bad = 150  # the chunk whose impact is damaged, in a block of its own beside chunks 0..15
+    (record,) = json.loads((tmp_path / "index.json").read_text())["body"]["segments"]
+    (path,) = tmp_path.glob("data-*.bin")
+    data = bytearray(path.read_bytes())
+    off, length = record["body"]
+    data[json.loads(data[off : off + length])["tables"]["dense"][0] + 4 * (i * n + bad)] ^= 0x40
+    path.write_bytes(data)
+    tables = read(tmp_path).segments[0].snap.postings.tables
+    assert tables is not None
+    stored = StoredTables(tables, "here")
+    a, b = tables.offsets[tid], tables.offsets[tid + 1]
+    table = stored.table(tid, b - a)  # reading the table verifies none of it yet
+    assert table is not None
+    clean = [0, 3, 15]
+    expected = list(probe(array("i", tables_chunks(tmp_path, a, b)), tables.impacts[a:b], 1.0, clean))
+    assert list(lookup(table, clean)) == expected
+    with pytest.raises(IndexFormatError, match="checksum"):
+        lookup(table, [2, bad])
+
+
+def tables_chunks(folder, a, b):
+    """The chunk ids of postings ``a .. b - 1`` of the index saved in ``folder``."""
+    return read(folder).segments[0].snap.postings.chunks[a:b]
+
+
+@pytest.mark.parametrize("start", [0, 2])  # items within blocks, and items that straddle two
+def test_item_checks_verify_the_blocks_that_hold_the_items_read(start):
+    clean = bytes(range(256))  # 16 blocks of 16 bytes
+    damaged = bytearray(clean)
+    damaged[85] ^= 0x01  # in block 5: bytes 80 .. 95
+    blocks = _segments.BlockCheck(memoryview(bytes(damaged)), _segments.block_crcs([clean], 16), 16, 256, "here")
+    part = blocks.part([start, 240], 4)  # 60 items of 4 bytes from byte ``start``
+    part.items(0, 60, [0, 1, 18, 30, 59])  # blocks 0, 4, 7, 8, 14 (and 15 when straddling)
+    part.items(10, 50, [8])  # item 18 again, through an offset
+    below = (80 - start) // 4 - 1  # the last item wholly before block 5 (the next one reaches into it)
+    part.items(0, 60, [below])
+    with pytest.raises(IndexFormatError, match="checksum mismatch in block 5"):
+        part.items(0, 60, [3, below + 1])
+    with pytest.raises(IndexFormatError, match="checksum mismatch in block 5"):
+        part(0, 60)  # a range check still reads every block
+    with pytest.raises(IndexFormatError, match="checksum mismatch in block 5"):
+        # As many items as the range has blocks: the whole range is verified at once.
+        part.items(0, 60, [0] * 16)
